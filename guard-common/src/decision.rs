@@ -1,0 +1,75 @@
+//! The three decisions a rule can give, in the order "strongest wins" uses.
+
+/// A rule's verdict on an exec or a destination.
+///
+/// Totally ordered `Allow < Prompt < Forbidden`: when several rules match, the maximum decides.
+/// The discriminants are the codes the kernel programs store in maps and events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "user", serde(rename_all = "camelCase"))]
+#[repr(u8)]
+pub enum Decision {
+    /// Let the call through.
+    Allow = 0,
+    /// Refuse now and ask a person; an approval makes the retry succeed.
+    Prompt = 1,
+    /// Refuse, with no way to approve from a prompt.
+    Forbidden = 2,
+}
+
+impl Decision {
+    /// The spelling used in `.rules` files and JSON output.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allow => "allow",
+            Decision::Prompt => "prompt",
+            Decision::Forbidden => "forbidden",
+        }
+    }
+
+    /// Parses the exact, case-sensitive spelling of `prefix_rule`'s `decision`.
+    pub fn from_rules_str(raw: &str) -> Option<Self> {
+        match raw {
+            "allow" => Some(Decision::Allow),
+            "prompt" => Some(Decision::Prompt),
+            "forbidden" => Some(Decision::Forbidden),
+            _ => None,
+        }
+    }
+
+    /// The stronger of two decisions.
+    pub fn strongest(self, other: Self) -> Self {
+        if other > self { other } else { self }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Decision;
+
+    #[test]
+    fn order_is_allow_prompt_forbidden() {
+        assert!(Decision::Allow < Decision::Prompt);
+        assert!(Decision::Prompt < Decision::Forbidden);
+        assert_eq!(
+            Decision::Allow.strongest(Decision::Forbidden),
+            Decision::Forbidden
+        );
+        assert_eq!(
+            Decision::Prompt.strongest(Decision::Allow),
+            Decision::Prompt
+        );
+    }
+
+    #[test]
+    fn parse_is_case_sensitive_and_rejects_deny() {
+        assert_eq!(Decision::from_rules_str("allow"), Some(Decision::Allow));
+        assert_eq!(Decision::from_rules_str("prompt"), Some(Decision::Prompt));
+        assert_eq!(
+            Decision::from_rules_str("forbidden"),
+            Some(Decision::Forbidden)
+        );
+        assert_eq!(Decision::from_rules_str("Allow"), None);
+        assert_eq!(Decision::from_rules_str("deny"), None);
+    }
+}

@@ -1,0 +1,254 @@
+//! `guard check`: evaluate one command line and explain the decision.
+
+use std::process::ExitCode;
+
+use anstream::println;
+use clap::{Args, ValueEnum};
+use serde_json::{Value, json};
+
+use super::RulesArgs;
+use super::output::{decision_name, decision_style, dim, print_json};
+use crate::policy::heuristics::heuristics_decision;
+use crate::policy::reason::decision_reason;
+use crate::policy::shell::commands_for_exec_policy;
+use crate::policy::{Decision, Evaluation, MatchOptions, Policy, RuleMatch, render_example};
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    rules: RulesArgs,
+    /// Let `/usr/bin/git` and `./git` reach the rules for `git` (limited by `host_executable`).
+    #[arg(long)]
+    resolve_host_executables: bool,
+    /// The decision for a command no rule matches. `heuristics`: known-safe commands are
+    /// allowed, everything else (dangerous or not) is asked. Without it, no match means `none`.
+    #[arg(long, value_enum, value_name = "DECISION")]
+    fallback: Option<FallbackArg>,
+    /// Evaluate `bash|sh|zsh -c|-lc SCRIPT` as the commands inside SCRIPT, when it splits plainly.
+    #[arg(long)]
+    split_shell: bool,
+    /// Print one JSON object instead of an explanation.
+    #[arg(long)]
+    json: bool,
+    /// The command to evaluate (after `--`). May be empty.
+    #[arg(last = true, value_name = "ARGV")]
+    argv: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum FallbackArg {
+    Allow,
+    Prompt,
+    Forbidden,
+    Heuristics,
+}
+
+impl FallbackArg {
+    fn decide(self, cmd: &[String]) -> Decision {
+        match self {
+            FallbackArg::Allow => Decision::Allow,
+            FallbackArg::Prompt => Decision::Prompt,
+            FallbackArg::Forbidden => Decision::Forbidden,
+            FallbackArg::Heuristics => heuristics_decision(cmd),
+        }
+    }
+}
+
+/// One evaluated command and the matches it got.
+struct CommandResult {
+    command: Vec<String>,
+    matches: Vec<RuleMatch>,
+}
+
+pub fn run(args: &CheckArgs) -> ExitCode {
+    let loaded = match args.rules.load() {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    let (commands, used_complex_parsing) = if args.split_shell {
+        let split = commands_for_exec_policy(&args.argv);
+        (split.commands, split.used_complex_parsing)
+    } else {
+        (vec![args.argv.clone()], false)
+    };
+    let results = evaluate(&loaded.policy, args, commands);
+    let evaluation = Evaluation::from_matches(
+        results
+            .iter()
+            .flat_map(|result| result.matches.iter().cloned())
+            .collect(),
+    );
+    if args.json {
+        print_json(&check_json(&results, &evaluation, used_complex_parsing));
+    } else {
+        explain(&args.argv, &results, &evaluation);
+    }
+    ExitCode::SUCCESS
+}
+
+fn evaluate(policy: &Policy, args: &CheckArgs, commands: Vec<Vec<String>>) -> Vec<CommandResult> {
+    let fallback = args
+        .fallback
+        .map(|fallback| move |cmd: &[String]| fallback.decide(cmd));
+    let fallback: Option<&dyn Fn(&[String]) -> Decision> = fallback
+        .as_ref()
+        .map(|f| f as &dyn Fn(&[String]) -> Decision);
+    let options = MatchOptions {
+        resolve_host_executables: args.resolve_host_executables,
+    };
+    commands
+        .into_iter()
+        .map(|command| CommandResult {
+            matches: policy.matches_for_command(&command, fallback, options),
+            command,
+        })
+        .collect()
+}
+
+/// A match in the CLI's JSON contract, plus where the rule was written.
+pub fn match_json(found: &RuleMatch) -> Value {
+    match found {
+        RuleMatch::PrefixRuleMatch {
+            matched_prefix,
+            decision,
+            resolved_program,
+            justification,
+            rule_id,
+            origin,
+        } => {
+            let mut object = json!({
+                "matched_prefix": matched_prefix,
+                "decision": decision.as_str(),
+                "rule_id": rule_id,
+            });
+            if let Some(justification) = justification {
+                object["justification"] = json!(justification);
+            }
+            if let Some(program) = resolved_program {
+                object["resolved_program"] = json!(program.display().to_string());
+            }
+            if let Some(origin) = origin {
+                object["file"] = json!(&*origin.file);
+                object["line"] = json!(origin.line);
+            }
+            object
+        }
+        RuleMatch::HeuristicsRuleMatch { command, decision } => {
+            json!({"heuristics": command, "decision": decision.as_str()})
+        }
+    }
+}
+
+fn check_json(results: &[CommandResult], evaluation: &Evaluation, complex: bool) -> Value {
+    let commands: Vec<&Vec<String>> = results.iter().map(|r| &r.command).collect();
+    let matched: Vec<Value> = evaluation.matched_rules.iter().map(match_json).collect();
+    json!({
+        "decision": decision_name(evaluation.decision),
+        "commands": commands,
+        "used_complex_parsing": complex,
+        "matched_rules": matched,
+    })
+}
+
+fn explain(argv: &[String], results: &[CommandResult], evaluation: &Evaluation) {
+    let style = decision_style(evaluation.decision);
+    let dim = dim();
+    println!(
+        "{style}{}{style:#}  {}",
+        decision_name(evaluation.decision),
+        render_example(argv)
+    );
+    for result in results {
+        if results.len() > 1 || result.command != argv {
+            println!("  {dim}command:{dim:#} {}", render_example(&result.command));
+        }
+        if result.matches.is_empty() {
+            println!("    no rule matches");
+        }
+        for found in &result.matches {
+            println!("    {}", describe_match(found));
+        }
+    }
+    if let Some(reason) = decision_reason(argv, evaluation) {
+        println!("  {dim}reason:{dim:#} {reason}");
+    }
+    println!("{}", how_to_change(argv, evaluation));
+}
+
+fn describe_match(found: &RuleMatch) -> String {
+    let dim = dim();
+    match found {
+        RuleMatch::PrefixRuleMatch {
+            matched_prefix,
+            decision,
+            resolved_program,
+            justification,
+            origin,
+            ..
+        } => {
+            let style = decision_style(Some(*decision));
+            let mut line = format!(
+                "{style}{}{style:#} by prefix_rule {:?}",
+                decision.as_str(),
+                matched_prefix
+            );
+            if let Some(origin) = origin {
+                line.push_str(&format!(" {dim}at {origin}{dim:#}"));
+            }
+            if let Some(program) = resolved_program {
+                line.push_str(&format!(" (argv[0] resolved to {})", program.display()));
+            }
+            if let Some(justification) = justification {
+                line.push_str(&format!(
+                    "\n      {dim}justification:{dim:#} {justification}"
+                ));
+            }
+            line
+        }
+        RuleMatch::HeuristicsRuleMatch { decision, .. } => {
+            let style = decision_style(Some(*decision));
+            format!(
+                "{style}{}{style:#} by the fallback (no rule matches this command)",
+                decision.as_str()
+            )
+        }
+    }
+}
+
+/// What to change to get another decision: decisions combine by maximum, so an allow rule can
+/// only help where nothing stronger matched.
+fn how_to_change(argv: &[String], evaluation: &Evaluation) -> String {
+    let tokens = render_example(argv);
+    let strongest_rule = evaluation
+        .matched_rules
+        .iter()
+        .find_map(|found| match found {
+            RuleMatch::PrefixRuleMatch {
+                decision, origin, ..
+            } if Some(*decision) == evaluation.decision => Some(
+                origin
+                    .as_ref()
+                    .map_or_else(|| "an amendment".to_string(), ToString::to_string),
+            ),
+            _ => None,
+        });
+    match (evaluation.decision, strongest_rule) {
+        (None, _) => format!(
+            "To decide it: allow it with `guard allow-prefix --rules-file FILE -- {tokens}`, or add \
+             prefix_rule(pattern=[...], decision=\"prompt\"|\"forbidden\") for a prefix of it. \
+             `--fallback` sets the decision for commands no rule matches."
+        ),
+        (Some(Decision::Allow), _) => "To ask or refuse instead: add a prefix_rule with \
+             decision=\"prompt\" or \"forbidden\" for a prefix of it (the strongest decision wins)."
+            .to_string(),
+        (Some(decision), Some(place)) => format!(
+            "To change it: edit or remove the {} rule at {place}. An allow rule cannot override \
+             it: the strongest decision wins.",
+            decision.as_str()
+        ),
+        (Some(_), None) => format!(
+            "No rule matches; the fallback decided. To allow it: `guard allow-prefix --rules-file \
+             FILE -- {tokens}`."
+        ),
+    }
+}

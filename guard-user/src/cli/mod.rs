@@ -1,0 +1,95 @@
+//! The `guard` command line: argument parsing and dispatch. Each subcommand family has its own
+//! module; they share the rules-loading flags and the way errors are shown.
+
+mod amend;
+mod check;
+mod output;
+mod policy;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::policy::load::{LoadedPolicy, load_policy};
+
+const ABOUT: &str = "guard: a kernel-enforced approval policy for the programs you run.
+
+People write which programs may run and which hosts may be reached in `.rules` files (the Codex
+CLI's format). guard evaluates commands against them, explains every decision, and appends
+approvals as amendment lines.";
+
+const AFTER_HELP: &str = "Examples:
+  guard check --rules my.rules -- git push origin main
+  guard check --json --fallback heuristics --split-shell -- bash -lc 'ls && rm -rf build'
+  guard policy validate ~/.config/guard/rules
+  guard allow-prefix --rules-file ~/.config/guard/rules/default.rules -- cargo test
+  guard allow-host api.github.com --protocol https --rules-file ~/.config/guard/rules/default.rules
+
+Exit status: 0 when the command ran (whatever the decision), 2 on a policy or usage error.";
+
+#[derive(Parser, Debug)]
+#[command(name = "guard", version, about = ABOUT, after_help = AFTER_HELP)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Evaluate a command against the policy and explain the decision.
+    Check(check::CheckArgs),
+    /// Validate, show and classify policies.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
+    /// Append an "always allow" prefix rule to a rules file.
+    AllowPrefix(amend::AllowPrefixArgs),
+    /// Append `network_rule(host=HOST, decision="allow")` to a rules file.
+    AllowHost(amend::HostArgs),
+    /// Append `network_rule(host=HOST, decision="prompt")` to a rules file.
+    AskHost(amend::HostArgs),
+    /// Append `network_rule(host=HOST, decision="deny")` to a rules file.
+    DenyHost(amend::HostArgs),
+}
+
+/// Where the policy comes from; shared by every subcommand that reads one.
+#[derive(Args, Debug, Clone, Default)]
+pub struct RulesArgs {
+    /// A rules file, or a folder whose `*.rules` files are read in path order (symlinks are
+    /// skipped). Repeat to read several, in the order given, as one policy. Default:
+    /// /etc/guard/rules, else the embedded default policy.
+    #[arg(long = "rules", value_name = "PATH")]
+    pub rules: Vec<PathBuf>,
+    /// Rules parsed on their own and merged on top (managed rules a user cannot weaken).
+    #[arg(long = "overlay", value_name = "PATH")]
+    pub overlays: Vec<PathBuf>,
+}
+
+impl RulesArgs {
+    /// Loads the policy, or prints the error (`PATH:LINE: MESSAGE` first) and gives exit 2.
+    pub fn load(&self) -> Result<LoadedPolicy, ExitCode> {
+        load_policy(&self.rules, &self.overlays).map_err(|err| output::policy_error(&err))
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check(args) => check::run(&args),
+        Command::Policy(command) => policy::run(command),
+        Command::AllowPrefix(args) => amend::allow_prefix(&args),
+        Command::AllowHost(args) => amend::host(&args, crate::policy::Decision::Allow),
+        Command::AskHost(args) => amend::host(&args, crate::policy::Decision::Prompt),
+        Command::DenyHost(args) => amend::host(&args, crate::policy::Decision::Forbidden),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

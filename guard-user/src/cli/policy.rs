@@ -1,0 +1,256 @@
+//! `guard policy validate | show | classify`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anstream::println;
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+use super::RulesArgs;
+use super::output::{decision_style, dim, print_json};
+use crate::policy::heuristics::{is_dangerous_command, is_known_safe_command};
+use crate::policy::load::{LoadedPolicy, RulesSource};
+use crate::policy::{PatternToken, Policy, PrefixRule};
+
+#[derive(Subcommand, Debug)]
+pub enum PolicyCommand {
+    /// Parse rules files (and check their examples) without using them. Exit 0 with one summary
+    /// line, or exit 2 with `PATH:LINE: MESSAGE` first on stderr.
+    Validate(ValidateArgs),
+    /// Print the loaded policy: prefix rules, network rules and domains, host executables.
+    Show(ShowArgs),
+    /// Say whether a command is known-safe (read-only) or dangerous, as the heuristics judge it.
+    Classify(ClassifyArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ValidateArgs {
+    /// Overlay rules to validate on top.
+    #[arg(long = "overlay", value_name = "PATH")]
+    overlays: Vec<PathBuf>,
+    /// Rules files or folders, read in order as one policy.
+    #[arg(required = true, value_name = "PATH")]
+    paths: Vec<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    rules: RulesArgs,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ClassifyArgs {
+    /// Print `{"known_safe": bool, "dangerous": bool}`.
+    #[arg(long)]
+    json: bool,
+    /// The command to classify (after `--`).
+    #[arg(last = true, value_name = "ARGV")]
+    argv: Vec<String>,
+}
+
+pub fn run(command: PolicyCommand) -> ExitCode {
+    match command {
+        PolicyCommand::Validate(args) => validate(args),
+        PolicyCommand::Show(args) => show(&args),
+        PolicyCommand::Classify(args) => classify(&args),
+    }
+}
+
+fn validate(args: ValidateArgs) -> ExitCode {
+    let rules = RulesArgs {
+        rules: args.paths,
+        overlays: args.overlays,
+    };
+    let loaded = match rules.load() {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    let policy = &loaded.policy;
+    println!(
+        "ok: {} file(s){}: {} prefix rule(s), {} network rule(s), {} host executable(s)",
+        loaded.sources.len(),
+        match loaded.overlay_sources.len() {
+            0 => String::new(),
+            n => format!(" + {n} overlay file(s)"),
+        },
+        policy.prefix_rules().len(),
+        policy.network_rules().len(),
+        policy.host_executables().len()
+    );
+    ExitCode::SUCCESS
+}
+
+fn show(args: &ShowArgs) -> ExitCode {
+    let loaded = match args.rules.load() {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    if args.json {
+        print_json(&show_json(&loaded));
+    } else {
+        show_text(&loaded);
+    }
+    ExitCode::SUCCESS
+}
+
+fn pattern_json(rule: &PrefixRule) -> Vec<Value> {
+    std::iter::once(json!(&*rule.pattern.first))
+        .chain(rule.pattern.rest.iter().map(|token| match token {
+            PatternToken::Single(token) => json!(token),
+            PatternToken::Alts(alts) => json!(alts),
+        }))
+        .collect()
+}
+
+fn with_origin(mut object: Value, origin: Option<&crate::policy::RuleOrigin>) -> Value {
+    if let Some(origin) = origin {
+        object["file"] = json!(&*origin.file);
+        object["line"] = json!(origin.line);
+    }
+    object
+}
+
+fn sorted_host_executables(policy: &Policy) -> Vec<(&String, Vec<String>)> {
+    let mut entries: Vec<_> = policy
+        .host_executables()
+        .iter()
+        .map(|(name, paths)| {
+            (
+                name,
+                paths.iter().map(|p| p.display().to_string()).collect(),
+            )
+        })
+        .collect();
+    entries.sort();
+    entries
+}
+
+fn show_json(loaded: &LoadedPolicy) -> Value {
+    let policy = &loaded.policy;
+    let network_rules: Vec<Value> = policy
+        .network_rules()
+        .iter()
+        .map(|rule| {
+            let mut object = json!({
+                "host": rule.host,
+                "protocol": rule.protocol.as_str(),
+                "decision": rule.decision.as_str(),
+            });
+            if let Some(justification) = &rule.justification {
+                object["justification"] = json!(justification);
+            }
+            with_origin(object, rule.origin.as_ref())
+        })
+        .collect();
+    let prefix_rules: Vec<Value> = policy
+        .prefix_rules()
+        .iter()
+        .map(|rule| {
+            let mut object = json!({
+                "id": rule.id,
+                "pattern": pattern_json(rule),
+                "decision": rule.decision.as_str(),
+            });
+            if let Some(justification) = &rule.justification {
+                object["justification"] = json!(justification);
+            }
+            with_origin(object, rule.origin.as_ref())
+        })
+        .collect();
+    let host_executables: serde_json::Map<String, Value> = sorted_host_executables(policy)
+        .into_iter()
+        .map(|(name, paths)| (name.clone(), json!(paths)))
+        .collect();
+    let names = |sources: &[RulesSource]| -> Vec<String> {
+        sources.iter().map(RulesSource::display_name).collect()
+    };
+    json!({
+        "network_rules": network_rules,
+        "network_domains": policy.network_domains(),
+        "allowed_prefixes": policy.allowed_prefixes(),
+        "host_executables": host_executables,
+        "prefix_rules": prefix_rules,
+        "sources": names(&loaded.sources),
+        "overlay_sources": names(&loaded.overlay_sources),
+    })
+}
+
+fn show_text(loaded: &LoadedPolicy) {
+    let policy = &loaded.policy;
+    let dim = dim();
+    let heading = anstyle::Style::new().bold().underline();
+    println!("{heading}Sources{heading:#}");
+    for source in &loaded.sources {
+        println!("  {}", source.display_name());
+    }
+    for source in &loaded.overlay_sources {
+        println!("  {} {dim}(overlay){dim:#}", source.display_name());
+    }
+    println!(
+        "{heading}Prefix rules{heading:#} ({})",
+        policy.prefix_rules().len()
+    );
+    for rule in policy.prefix_rules() {
+        let style = decision_style(Some(rule.decision));
+        let pattern: Vec<String> = std::iter::once(rule.pattern.first.to_string())
+            .chain(rule.pattern.rest.iter().map(PatternToken::render))
+            .collect();
+        let origin = rule
+            .origin
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        println!(
+            "  {style}{:<9}{style:#} {}  {dim}{origin}{dim:#}",
+            rule.decision.as_str(),
+            pattern.join(" ")
+        );
+    }
+    println!(
+        "{heading}Network rules{heading:#} ({})",
+        policy.network_rules().len()
+    );
+    for rule in policy.network_rules() {
+        let style = decision_style(Some(rule.decision));
+        let origin = rule
+            .origin
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        println!(
+            "  {style}{:<9}{style:#} {} {dim}({}){dim:#}  {dim}{origin}{dim:#}",
+            rule.decision.as_str(),
+            rule.host,
+            rule.protocol
+        );
+    }
+    let domains = policy.network_domains();
+    println!("{heading}Network domains{heading:#}");
+    println!("  allowed: {}", domains.allowed.join(", "));
+    println!("  denied:  {}", domains.denied.join(", "));
+    println!("{heading}Host executables{heading:#}");
+    for (name, paths) in sorted_host_executables(policy) {
+        println!("  {name}: {}", paths.join(", "));
+    }
+}
+
+fn classify(args: &ClassifyArgs) -> ExitCode {
+    let known_safe = is_known_safe_command(&args.argv);
+    let dangerous = is_dangerous_command(&args.argv);
+    if args.json {
+        print_json(&json!({"known_safe": known_safe, "dangerous": dangerous}));
+    } else {
+        let yes_no = |b: bool| if b { "yes" } else { "no" };
+        println!(
+            "known-safe: {}  dangerous: {}",
+            yes_no(known_safe),
+            yes_no(dangerous)
+        );
+    }
+    ExitCode::SUCCESS
+}

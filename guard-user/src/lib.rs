@@ -1,0 +1,3 @@
+//! guard's userspace library: the `.rules` policy engine and the `guard` command line.
+pub mod cli;
+pub mod policy;

@@ -1,0 +1,191 @@
+//! Amendments: one rule line appended to a rules file (an approval that outlives the session).
+//!
+//! The line formats are the reference's, byte for byte, so files stay shared with other tools.
+//! The append is made under an exclusive advisory lock, skipped when the same line is already
+//! there, and never rewrites what the file holds: a failure leaves the file as it was.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use super::error::PolicyError;
+use super::host::normalize_network_host;
+use super::rule::{Decision, NetworkProtocol};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AmendError {
+    #[error("prefix rule requires at least one token")]
+    EmptyPrefix,
+    #[error("invalid network rule: {0}")]
+    InvalidNetworkRule(String),
+    #[error("cannot create the folder {dir} for the amendments file: {source}")]
+    CreateDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot open the amendments file {path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot lock the amendments file {path}: {source}")]
+    Lock {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read the amendments file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot append to the amendments file {path} (it was left as it was): {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// What an append did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AmendOutcome {
+    Appended,
+    /// The identical line was already in the file; nothing was written.
+    AlreadyPresent,
+}
+
+/// A JSON string literal: quotes, backslashes and control characters escaped, non-ASCII raw.
+fn json_string(text: &str) -> String {
+    serde_json::to_string(text).expect("a string always serialises")
+}
+
+/// `prefix_rule(pattern=["a", "b"], decision="allow")`.
+pub fn prefix_amendment_line(prefix: &[String]) -> Result<String, AmendError> {
+    if prefix.is_empty() {
+        return Err(AmendError::EmptyPrefix);
+    }
+    let tokens: Vec<String> = prefix.iter().map(|token| json_string(token)).collect();
+    Ok(format!(
+        "prefix_rule(pattern=[{}], decision=\"allow\")",
+        tokens.join(", ")
+    ))
+}
+
+/// `network_rule(host="h", protocol="https", decision="allow|prompt|deny"[, justification="…"])`,
+/// with the host normalised and forbidden written as `deny`.
+pub fn network_amendment_line(
+    host: &str,
+    protocol: NetworkProtocol,
+    decision: Decision,
+    justification: Option<&str>,
+) -> Result<String, AmendError> {
+    let host = normalize_network_host(host)
+        .map_err(|err: PolicyError| AmendError::InvalidNetworkRule(err.to_string()))?;
+    let decision = match decision {
+        Decision::Allow => "allow",
+        Decision::Prompt => "prompt",
+        Decision::Forbidden => "deny",
+    };
+    let justification = match justification {
+        Some(text) if text.trim().is_empty() => {
+            return Err(AmendError::InvalidNetworkRule(
+                "justification cannot be empty".to_string(),
+            ));
+        }
+        Some(text) => format!(", justification={}", json_string(text)),
+        None => String::new(),
+    };
+    Ok(format!(
+        "network_rule(host={}, protocol=\"{}\", decision=\"{decision}\"{justification})",
+        json_string(&host),
+        protocol.as_str()
+    ))
+}
+
+/// Appends an "always allow" prefix amendment to `path`.
+pub fn append_prefix_amendment(path: &Path, prefix: &[String]) -> Result<AmendOutcome, AmendError> {
+    append_line(path, &prefix_amendment_line(prefix)?)
+}
+
+/// Appends a network amendment to `path`.
+pub fn append_network_amendment(
+    path: &Path,
+    host: &str,
+    protocol: NetworkProtocol,
+    decision: Decision,
+    justification: Option<&str>,
+) -> Result<AmendOutcome, AmendError> {
+    append_line(
+        path,
+        &network_amendment_line(host, protocol, decision, justification)?,
+    )
+}
+
+/// Appends `line` unless the file already has it, creating the file and (one level of) its
+/// folder. The lock is held from before the read until after the write, so two approvals
+/// racing for the same line write it once.
+pub fn append_line(path: &Path, line: &str) -> Result<AmendOutcome, AmendError> {
+    if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty())
+        && !dir.exists()
+    {
+        match std::fs::create_dir(dir) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(source) => {
+                return Err(AmendError::CreateDir {
+                    dir: dir.to_path_buf(),
+                    source,
+                });
+            }
+        }
+    }
+    let mut file = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(path)
+        .map_err(|source| AmendError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    file.lock().map_err(|source| AmendError::Lock {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let outcome = append_locked(&mut file, path, line);
+    // Closing the file releases the lock; an explicit unlock makes the order obvious.
+    let _ = file.unlock();
+    outcome
+}
+
+fn append_locked(file: &mut File, path: &Path, line: &str) -> Result<AmendOutcome, AmendError> {
+    let read_error = |source| AmendError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut contents = String::new();
+    file.seek(SeekFrom::Start(0)).map_err(read_error)?;
+    file.read_to_string(&mut contents).map_err(read_error)?;
+    if contents.lines().any(|existing| existing == line) {
+        return Ok(AmendOutcome::AlreadyPresent);
+    }
+    let mut addition = String::with_capacity(line.len() + 2);
+    if !contents.is_empty() && !contents.ends_with('\n') {
+        addition.push('\n');
+    }
+    addition.push_str(line);
+    addition.push('\n');
+    let original_len = contents.len() as u64;
+    if let Err(source) = file
+        .write_all(addition.as_bytes())
+        .and_then(|()| file.sync_data())
+    {
+        // Take back a partial line so the file parses as it did before.
+        let _ = file.set_len(original_len);
+        return Err(AmendError::Write {
+            path: path.to_path_buf(),
+            source,
+        });
+    }
+    Ok(AmendOutcome::Appended)
+}

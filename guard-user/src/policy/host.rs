@@ -1,0 +1,192 @@
+//! `network_rule` host normalisation (spec §1.3): the one spelling a host is stored, compared and
+//! written back under.
+
+use super::error::{PolicyError, Result};
+
+fn invalid(msg: impl Into<String>) -> PolicyError {
+    PolicyError::InvalidRule(msg.into())
+}
+
+/// Normalises a `network_rule` host, or explains why it is not a specific host.
+///
+/// The steps and their order are the reference's: trim; refuse schemes and paths; unwrap
+/// `[v6]` with an optional all-digit port; drop a single `:port`; strip trailing dots; lowercase
+/// ASCII only; refuse empty, wildcard and whitespace hosts. Nothing more is validated.
+pub fn normalize_network_host(raw: &str) -> Result<String> {
+    let mut host = raw.trim();
+    if host.is_empty() {
+        return Err(invalid("network_rule host cannot be empty"));
+    }
+    if host.contains("://") || host.contains(['/', '?', '#']) {
+        return Err(invalid(
+            "network_rule host must be a hostname or IP literal (without scheme or path)",
+        ));
+    }
+    if let Some(bracketed) = host.strip_prefix('[') {
+        let Some((inside, suffix)) = bracketed.split_once(']') else {
+            return Err(invalid(
+                "network_rule host has an invalid bracketed IPv6 literal",
+            ));
+        };
+        if !suffix.is_empty() && !suffix.strip_prefix(':').is_some_and(is_port) {
+            return Err(invalid(format!(
+                "network_rule host contains an unsupported suffix: {raw}"
+            )));
+        }
+        host = inside;
+    } else if host.matches(':').count() == 1
+        && let Some((name, port)) = host.split_once(':')
+        && !name.is_empty()
+        && is_port(port)
+    {
+        host = name;
+    }
+    let normalized = host.trim_end_matches('.').trim().to_ascii_lowercase();
+    if normalized.is_empty() {
+        return Err(invalid("network_rule host cannot be empty"));
+    }
+    if normalized.contains('*') {
+        return Err(invalid(
+            "network_rule host must be a specific host; wildcards are not allowed",
+        ));
+    }
+    if normalized.chars().any(char::is_whitespace) {
+        return Err(invalid("network_rule host cannot contain whitespace"));
+    }
+    Ok(normalized)
+}
+
+/// One or more ASCII digits; the value is deliberately not range-checked (`:99999` is a port).
+fn is_port(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::normalize_network_host;
+    use proptest::prelude::*;
+
+    #[test]
+    fn accepted_examples_of_the_spec() {
+        for (raw, want) in [
+            ("Api.GitHub.COM", "api.github.com"),
+            ("example.com.:443", "example.com"),
+            ("[FE80::1]", "fe80::1"),
+            ("[::1]:8080", "::1"),
+            ("10.0.0.1:80", "10.0.0.1"),
+            ("  example.com  ", "example.com"),
+            ("example.com:99999", "example.com"),
+            ("example.com:", "example.com:"),
+            ("example.com:http", "example.com:http"),
+            ("::1", "::1"),
+            (":80", ":80"),
+            ("BÜCHER.de", "bÜcher.de"),
+            ("user@example.com", "user@example.com"),
+            ("example.com...", "example.com"),
+        ] {
+            assert_eq!(normalize_network_host(raw).unwrap(), want, "input {raw:?}");
+        }
+    }
+
+    #[test]
+    fn rejected_examples_of_the_spec_with_their_messages() {
+        let scheme = "invalid rule: network_rule host must be a hostname or IP literal (without scheme or path)";
+        for (raw, want) in [
+            ("https://x", scheme),
+            ("x/api", scheme),
+            ("x?q", scheme),
+            ("x#f", scheme),
+            (
+                "*.x",
+                "invalid rule: network_rule host must be a specific host; wildcards are not allowed",
+            ),
+            (
+                "*",
+                "invalid rule: network_rule host must be a specific host; wildcards are not allowed",
+            ),
+            (
+                "a*b",
+                "invalid rule: network_rule host must be a specific host; wildcards are not allowed",
+            ),
+            (
+                "[*]",
+                "invalid rule: network_rule host must be a specific host; wildcards are not allowed",
+            ),
+            (
+                "exa mple.com",
+                "invalid rule: network_rule host cannot contain whitespace",
+            ),
+            (
+                "[::1",
+                "invalid rule: network_rule host has an invalid bracketed IPv6 literal",
+            ),
+            (
+                "[::1]x",
+                "invalid rule: network_rule host contains an unsupported suffix: [::1]x",
+            ),
+            (
+                "[::1]:",
+                "invalid rule: network_rule host contains an unsupported suffix: [::1]:",
+            ),
+            ("   ", "invalid rule: network_rule host cannot be empty"),
+            ("", "invalid rule: network_rule host cannot be empty"),
+            (".", "invalid rule: network_rule host cannot be empty"),
+            ("[]", "invalid rule: network_rule host cannot be empty"),
+        ] {
+            let err = normalize_network_host(raw).unwrap_err();
+            assert_eq!(err.to_string(), want, "input {raw:?}");
+        }
+    }
+
+    /// The one way a normalised host is not a fixed point: `[a:80]` and `a:80.` normalise to
+    /// `a:80`, which a second pass reads as host `a` with a port. The reference behaves the same.
+    fn looks_like_host_and_port(host: &str) -> bool {
+        host.matches(':').count() == 1
+            && host
+                .split_once(':')
+                .is_some_and(|(name, port)| !name.is_empty() && super::is_port(port))
+    }
+
+    #[test]
+    fn bracketed_or_dotted_host_and_port_is_not_a_fixed_point() {
+        assert_eq!(normalize_network_host("[a:80]").unwrap(), "a:80");
+        assert_eq!(normalize_network_host("a:80.").unwrap(), "a:80");
+        assert_eq!(normalize_network_host("a:80").unwrap(), "a");
+    }
+
+    proptest! {
+        // Normalising twice changes nothing: the stored spelling is a fixed point, which is what
+        // lets amendments dedupe and compiled domains compare hosts as plain strings.
+        #[test]
+        fn normalisation_is_idempotent(raw in "[ -~]{0,24}") {
+            if let Ok(once) = normalize_network_host(&raw)
+                && !looks_like_host_and_port(&once)
+            {
+                let twice = normalize_network_host(&once).expect("a normalised host stays valid");
+                prop_assert_eq!(once, twice);
+            }
+        }
+
+        #[test]
+        fn normalised_hosts_have_no_forbidden_characters(raw in "\\PC{0,24}") {
+            if let Ok(host) = normalize_network_host(&raw) {
+                prop_assert!(!host.is_empty());
+                prop_assert!(!host.contains('*'));
+                prop_assert!(!host.chars().any(char::is_whitespace));
+                prop_assert!(!host.contains('/') && !host.contains('?') && !host.contains('#'));
+                prop_assert!(!host.ends_with('.'));
+                prop_assert!(!host.bytes().any(|b| b.is_ascii_uppercase()));
+            }
+        }
+
+        #[test]
+        fn case_trailing_dots_and_ports_do_not_change_the_host(
+            name in "[a-z][a-z0-9-]{0,10}(\\.[a-z][a-z0-9-]{0,10}){0,3}",
+            port in 0u32..100000,
+            dots in 0usize..3,
+        ) {
+            let decorated = format!("{}{}:{}", name.to_ascii_uppercase(), ".".repeat(dots), port);
+            prop_assert_eq!(normalize_network_host(&decorated).unwrap(), name);
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! Which files make a policy, and reading them: rules paths (files or folders of `*.rules`),
+//! overlays merged on top, and the defaults when no path is given.
+
+use std::path::{Path, PathBuf};
+
+use super::error::LoadError;
+use super::model::Policy;
+use super::parser::PolicyParser;
+
+/// The system rules folder read when no rules path is given.
+pub const SYSTEM_RULES_DIR: &str = "/etc/guard/rules";
+/// Overrides [`SYSTEM_RULES_DIR`] (for tests and unusual installs).
+pub const SYSTEM_RULES_ENV: &str = "GUARD_SYSTEM_RULES";
+/// The identifier error messages and rule origins use for the embedded default policy.
+pub const EMBEDDED_DEFAULT_NAME: &str = "<embedded>/default.rules";
+/// The policy used when neither a rules path nor the system rules folder exists.
+pub const EMBEDDED_DEFAULT_RULES: &str = include_str!("default.rules");
+
+/// Where a loaded policy came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RulesSource {
+    File(PathBuf),
+    EmbeddedDefault,
+}
+
+impl RulesSource {
+    pub fn display_name(&self) -> String {
+        match self {
+            RulesSource::File(path) => path.display().to_string(),
+            RulesSource::EmbeddedDefault => EMBEDDED_DEFAULT_NAME.to_string(),
+        }
+    }
+}
+
+/// A policy and the files it was read from, in order.
+#[derive(Clone, Debug)]
+pub struct LoadedPolicy {
+    pub policy: Policy,
+    pub sources: Vec<RulesSource>,
+    pub overlay_sources: Vec<RulesSource>,
+}
+
+/// The files a rules path stands for: the file itself, or a folder's regular `*.rules` files
+/// sorted by path. Symlinked entries are skipped, as the reference does (its directory walk
+/// does not follow links).
+pub fn rules_files(path: &Path) -> Result<Vec<PathBuf>, LoadError> {
+    let metadata = std::fs::metadata(path).map_err(|source| LoadError::ReadFile {
+        path: path.display().to_string(),
+        source,
+    })?;
+    if !metadata.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let read_dir_error = |source| LoadError::ReadDir {
+        dir: path.display().to_string(),
+        source,
+    };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(path).map_err(read_dir_error)? {
+        let entry = entry.map_err(read_dir_error)?;
+        let file_type = entry.file_type().map_err(read_dir_error)?;
+        let entry_path = entry.path();
+        if file_type.is_file() && entry_path.extension().is_some_and(|ext| ext == "rules") {
+            files.push(entry_path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// The system rules folder (or its override), when it exists.
+pub fn system_rules_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os(SYSTEM_RULES_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(SYSTEM_RULES_DIR));
+    dir.exists().then_some(dir)
+}
+
+/// Loads `rules` (or the defaults when empty) with one parser, then `overlays` with another,
+/// merged on top. Any error refuses the whole policy: nothing is half-applied.
+pub fn load_policy(rules: &[PathBuf], overlays: &[PathBuf]) -> Result<LoadedPolicy, LoadError> {
+    let sources = if rules.is_empty() {
+        match system_rules_dir() {
+            Some(dir) => expand(&[dir])?,
+            None => vec![RulesSource::EmbeddedDefault],
+        }
+    } else {
+        expand(rules)?
+    };
+    let overlay_sources = expand(overlays)?;
+    let base = parse_sources(&sources)?;
+    let policy = if overlay_sources.is_empty() {
+        base
+    } else {
+        base.merge_overlay(&parse_sources(&overlay_sources)?)
+    };
+    Ok(LoadedPolicy {
+        policy,
+        sources,
+        overlay_sources,
+    })
+}
+
+fn expand(paths: &[PathBuf]) -> Result<Vec<RulesSource>, LoadError> {
+    let mut sources = Vec::new();
+    for path in paths {
+        sources.extend(rules_files(path)?.into_iter().map(RulesSource::File));
+    }
+    Ok(sources)
+}
+
+/// Parses sources in order with one parser.
+pub fn parse_sources(sources: &[RulesSource]) -> Result<Policy, LoadError> {
+    let mut parser = PolicyParser::new();
+    for source in sources {
+        let name = source.display_name();
+        let contents = match source {
+            RulesSource::File(path) => {
+                std::fs::read_to_string(path).map_err(|source| LoadError::ReadFile {
+                    path: name.clone(),
+                    source,
+                })?
+            }
+            RulesSource::EmbeddedDefault => EMBEDDED_DEFAULT_RULES.to_string(),
+        };
+        parser
+            .parse(&name, &contents)
+            .map_err(|source| LoadError::Parse { path: name, source })?;
+    }
+    Ok(parser.build())
+}

@@ -189,3 +189,7 @@ fn append_locked(file: &mut File, path: &Path, line: &str) -> Result<AmendOutcom
     }
     Ok(AmendOutcome::Appended)
 }
+
+#[cfg(test)]
+#[path = "amend_tests.rs"]
+mod tests;

@@ -138,3 +138,7 @@ impl Policy {
         )
     }
 }
+
+#[cfg(test)]
+#[path = "evaluate_tests.rs"]
+mod tests;

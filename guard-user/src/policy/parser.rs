@@ -298,3 +298,7 @@ fn policy_builtins(builder_: &mut GlobalsBuilder) {
         Ok(NoneType)
     }
 }
+
+#[cfg(test)]
+#[path = "parser_tests.rs"]
+mod tests;

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::RulesArgs;
 use super::output::{decision_name, decision_style, dim, print_json};
 use crate::policy::heuristics::heuristics_decision;
+use crate::policy::load::{EMBEDDED_DEFAULT_NAME, SYSTEM_RULES_DIR};
 use crate::policy::reason::decision_reason;
 use crate::policy::shell::commands_for_exec_policy;
 use crate::policy::{Decision, Evaluation, MatchOptions, Policy, RuleMatch, render_example};
@@ -241,6 +242,11 @@ fn how_to_change(argv: &[String], evaluation: &Evaluation) -> String {
         (Some(Decision::Allow), _) => "To ask or refuse instead: add a prefix_rule with \
              decision=\"prompt\" or \"forbidden\" for a prefix of it (the strongest decision wins)."
             .to_string(),
+        (Some(decision), Some(place)) if place.starts_with(EMBEDDED_DEFAULT_NAME) => format!(
+            "To change it: the {} rule at {place} is part of the embedded default policy; give \
+             --rules PATH (or create {SYSTEM_RULES_DIR}) to use your own policy instead.",
+            decision.as_str()
+        ),
         (Some(decision), Some(place)) => format!(
             "To change it: edit or remove the {} rule at {place}. An allow rule cannot override \
              it: the strongest decision wins.",

@@ -1,0 +1,1976 @@
+//! End-to-end tests of the `guard` binary: every subcommand is run as a real process, in a
+//! temporary folder, with `GUARD_SYSTEM_RULES` pointing at a path that does not exist (so the
+//! machine's /etc/guard/rules never leaks in) unless a test sets it on purpose.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+/// A temporary working folder for one test.
+struct Sandbox {
+    dir: TempDir,
+}
+
+/// What one run of the binary produced.
+#[derive(Debug)]
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Sandbox {
+    fn new() -> Self {
+        Sandbox {
+            dir: tempfile::tempdir().expect("create a temporary folder"),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// An absolute path inside the sandbox.
+    fn file(&self, name: &str) -> PathBuf {
+        self.path().join(name)
+    }
+
+    /// Writes `contents` to `name` (creating folders) and returns its absolute path.
+    fn write(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.file(name);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).expect("create folder");
+        }
+        fs::write(&path, contents).expect("write file");
+        path
+    }
+
+    /// A command for the binary, run in the sandbox, with no system rules folder.
+    fn command(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_guard"));
+        command
+            .current_dir(self.path())
+            .env("GUARD_SYSTEM_RULES", self.file("no-such-system-rules"))
+            .env_remove("CLICOLOR_FORCE")
+            .env_remove("CLICOLOR");
+        command
+    }
+
+    fn run<I, S>(&self, args: I) -> Run
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        run_command(self.command().args(args))
+    }
+}
+
+fn run_command(command: &mut Command) -> Run {
+    let output = command.output().expect("run the guard binary");
+    Run {
+        code: output.status.code(),
+        stdout: String::from_utf8(output.stdout).expect("stdout is UTF-8"),
+        stderr: String::from_utf8(output.stderr).expect("stderr is UTF-8"),
+    }
+}
+
+impl Run {
+    #[track_caller]
+    fn assert_code(&self, expected: i32) -> &Self {
+        assert_eq!(
+            self.code,
+            Some(expected),
+            "unexpected exit status\n--- stdout:\n{}\n--- stderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    #[track_caller]
+    fn assert_success(&self) -> &Self {
+        self.assert_code(0)
+    }
+
+    /// Exit 0 and exactly one line of JSON on stdout; returns it parsed.
+    #[track_caller]
+    fn json(&self) -> Value {
+        self.assert_success();
+        let lines: Vec<&str> = self.stdout.lines().collect();
+        assert_eq!(
+            lines.len(),
+            1,
+            "expected exactly one line of JSON on stdout, got:\n{}",
+            self.stdout
+        );
+        assert!(self.stdout.ends_with('\n'), "JSON line ends with a newline");
+        serde_json::from_str(lines[0]).unwrap_or_else(|err| {
+            panic!("stdout is not JSON ({err}):\n{}", self.stdout);
+        })
+    }
+
+    fn first_stderr_line(&self) -> &str {
+        self.stderr.lines().next().unwrap_or_default()
+    }
+
+    /// A policy error: exit 2, nothing on stdout, and the given first stderr line.
+    #[track_caller]
+    fn assert_policy_error(&self, first_line: &str) {
+        self.assert_code(2);
+        assert_eq!(self.stdout, "", "nothing on stdout on a policy error");
+        assert_eq!(
+            self.first_stderr_line(),
+            first_line,
+            "first stderr line\n--- stderr:\n{}",
+            self.stderr
+        );
+    }
+}
+
+fn display(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// `guard check --json [rules...] -- argv...`, parsed.
+fn check_json(sandbox: &Sandbox, options: &[&str], argv: &[&str]) -> Value {
+    let mut args = vec!["check", "--json"];
+    args.extend_from_slice(options);
+    args.push("--");
+    args.extend_from_slice(argv);
+    sandbox.run(&args).json()
+}
+
+fn read(path: &Path) -> Vec<u8> {
+    fs::read(path).expect("read file")
+}
+
+// ---------------------------------------------------------------------------------------------
+// guard check
+// ---------------------------------------------------------------------------------------------
+
+/// The issue's "done when" case, verbatim: a relative `--rules r.rules`.
+#[test]
+fn check_json_done_when_git_status_allowed() {
+    let sandbox = Sandbox::new();
+    sandbox.write("r.rules", "prefix_rule(pattern=[\"git\", \"status\"])\n");
+    let out = sandbox.run([
+        "check", "--json", "--rules", "r.rules", "--", "git", "status",
+    ]);
+    assert_eq!(
+        out.json(),
+        json!({
+            "decision": "allow",
+            "commands": [["git", "status"]],
+            "used_complex_parsing": false,
+            "matched_rules": [{
+                "matched_prefix": ["git", "status"],
+                "decision": "allow",
+                "rule_id": 0,
+                "file": "r.rules",
+                "line": 1,
+            }],
+        })
+    );
+    assert_eq!(out.stderr, "");
+}
+
+#[test]
+fn check_json_reports_absolute_file_and_line_and_justification() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write(
+        "policy.rules",
+        "# comment\n\nprefix_rule(\n    pattern=[\"git\", \"push\"],\n    decision=\"prompt\",\n    justification=\"  talks to a remote \",\n)\n",
+    );
+    let value = check_json(
+        &sandbox,
+        &["--rules", &display(&rules)],
+        &["git", "push", "origin", "main"],
+    );
+    assert_eq!(
+        value,
+        json!({
+            "decision": "prompt",
+            "commands": [["git", "push", "origin", "main"]],
+            "used_complex_parsing": false,
+            "matched_rules": [{
+                "matched_prefix": ["git", "push"],
+                "decision": "prompt",
+                "rule_id": 0,
+                "justification": "  talks to a remote ",
+                "file": display(&rules),
+                "line": 3,
+            }],
+        })
+    );
+}
+
+#[test]
+fn check_without_fallback_no_match_is_none() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write("r.rules", "prefix_rule(pattern=[\"git\", \"status\"])\n");
+    let rules = display(&rules);
+    for argv in [
+        &["cargo", "build"][..],
+        &["git"][..],
+        &["git", "-C", "x", "status"][..],
+        &["/usr/bin/git", "status"][..],
+    ] {
+        let value = check_json(&sandbox, &["--rules", &rules], argv);
+        assert_eq!(
+            value,
+            json!({
+                "decision": "none",
+                "commands": [argv],
+                "used_complex_parsing": false,
+                "matched_rules": [],
+            }),
+            "argv {argv:?}"
+        );
+    }
+}
+
+#[test]
+fn check_empty_argv_is_legal() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write("r.rules", "prefix_rule(pattern=[\"git\", \"status\"])\n");
+    let value = check_json(&sandbox, &["--rules", &display(&rules)], &[]);
+    assert_eq!(
+        value,
+        json!({
+            "decision": "none",
+            "commands": [[]],
+            "used_complex_parsing": false,
+            "matched_rules": [],
+        })
+    );
+    // Without `--` at all, too.
+    let out = sandbox.run(["check", "--json", "--rules", &display(&rules)]);
+    assert_eq!(out.json()["decision"], "none");
+}
+
+#[test]
+fn check_fallback_heuristics() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write("r.rules", "prefix_rule(pattern=[\"git\", \"status\"])\n");
+    let rules = display(&rules);
+    for (argv, decision) in [
+        (&["ls"][..], "allow"),
+        (&["ls", "-la"][..], "allow"),
+        (&["rm", "-rf", "x"][..], "prompt"),
+        (&["frobnicate", "--all"][..], "prompt"),
+    ] {
+        let value = check_json(
+            &sandbox,
+            &["--rules", &rules, "--fallback", "heuristics"],
+            argv,
+        );
+        assert_eq!(
+            value,
+            json!({
+                "decision": decision,
+                "commands": [argv],
+                "used_complex_parsing": false,
+                "matched_rules": [{"heuristics": argv, "decision": decision}],
+            }),
+            "argv {argv:?}"
+        );
+    }
+    // A rule match leaves the fallback out entirely.
+    let value = check_json(
+        &sandbox,
+        &["--rules", &rules, "--fallback", "heuristics"],
+        &["git", "status"],
+    );
+    assert_eq!(value["decision"], "allow");
+    assert_eq!(value["matched_rules"].as_array().unwrap().len(), 1);
+    assert!(value["matched_rules"][0].get("heuristics").is_none());
+}
+
+#[test]
+fn check_fixed_fallbacks_are_heuristics_matches() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write("r.rules", "prefix_rule(pattern=[\"git\", \"status\"])\n");
+    let rules = display(&rules);
+    for decision in ["allow", "prompt", "forbidden"] {
+        let value = check_json(
+            &sandbox,
+            &["--rules", &rules, "--fallback", decision],
+            &["ls", "-la"],
+        );
+        assert_eq!(
+            value,
+            json!({
+                "decision": decision,
+                "commands": [["ls", "-la"]],
+                "used_complex_parsing": false,
+                "matched_rules": [{"heuristics": ["ls", "-la"], "decision": decision}],
+            }),
+            "--fallback {decision}"
+        );
+    }
+    // A matching rule is not overridden by a stronger fallback.
+    let value = check_json(
+        &sandbox,
+        &["--rules", &rules, "--fallback", "forbidden"],
+        &["git", "status"],
+    );
+    assert_eq!(value["decision"], "allow");
+}
+
+#[test]
+fn check_rejects_an_unknown_fallback() {
+    let sandbox = Sandbox::new();
+    let out = sandbox.run(["check", "--fallback", "deny", "--", "ls"]);
+    assert_ne!(out.code, Some(0));
+    assert_eq!(out.stdout, "");
+}
+
+#[test]
+fn check_strongest_decision_wins() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write(
+        "r.rules",
+        "prefix_rule(pattern=[\"git\"], decision=\"allow\")\n\
+         prefix_rule(pattern=[\"git\", \"push\", \"--force\"], decision=\"forbidden\")\n\
+         prefix_rule(pattern=[\"git\", \"push\"], decision=\"prompt\")\n",
+    );
+    let file = display(&rules);
+    let value = check_json(
+        &sandbox,
+        &["--rules", &file],
+        &["git", "push", "--force", "origin"],
+    );
+    assert_eq!(
+        value,
+        json!({
+            "decision": "forbidden",
+            "commands": [["git", "push", "--force", "origin"]],
+            "used_complex_parsing": false,
+            "matched_rules": [
+                {"matched_prefix": ["git"], "decision": "allow", "rule_id": 0, "file": file, "line": 1},
+                {"matched_prefix": ["git", "push", "--force"], "decision": "forbidden", "rule_id": 1, "file": file, "line": 2},
+                {"matched_prefix": ["git", "push"], "decision": "prompt", "rule_id": 2, "file": file, "line": 3},
+            ],
+        })
+    );
+    let value = check_json(&sandbox, &["--rules", &file], &["git", "push"]);
+    assert_eq!(value["decision"], "prompt");
+    let value = check_json(&sandbox, &["--rules", &file], &["git", "log"]);
+    assert_eq!(value["decision"], "allow");
+}
+
+#[test]
+fn check_alternatives_and_first_token_expansion() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write(
+        "r.rules",
+        "prefix_rule(pattern=[[\"npm\", \"yarn\"], [\"test\", \"lint\"]], decision=\"prompt\")\n",
+    );
+    let file = display(&rules);
+    let value = check_json(&sandbox, &["--rules", &file], &["yarn", "lint", "--fix"]);
+    assert_eq!(
+        value["matched_rules"],
+        json!([{"matched_prefix": ["yarn", "lint"], "decision": "prompt", "rule_id": 1, "file": file, "line": 1}])
+    );
+    let value = check_json(&sandbox, &["--rules", &file], &["npm", "install"]);
+    assert_eq!(value["decision"], "none");
+}
+
+#[test]
+fn check_several_rules_files_in_order() {
+    let sandbox = Sandbox::new();
+    let first = sandbox.write(
+        "z-first.rules",
+        "prefix_rule(pattern=[\"git\"], decision=\"prompt\")\n",
+    );
+    let second = sandbox.write(
+        "a-second.rules",
+        "\nprefix_rule(pattern=[\"git\", \"status\"])\n",
+    );
+    let value = check_json(
+        &sandbox,
+        &["--rules", &display(&first), "--rules", &display(&second)],
+        &["git", "status"],
+    );
+    assert_eq!(
+        value["matched_rules"],
+        json!([
+            {"matched_prefix": ["git"], "decision": "prompt", "rule_id": 0, "file": display(&first), "line": 1},
+            {"matched_prefix": ["git", "status"], "decision": "allow", "rule_id": 1, "file": display(&second), "line": 2},
+        ])
+    );
+    assert_eq!(value["decision"], "prompt");
+    // Given the other way round, the order follows the command line, not the names.
+    let value = check_json(
+        &sandbox,
+        &["--rules", &display(&second), "--rules", &display(&first)],
+        &["git", "status"],
+    );
+    assert_eq!(value["matched_rules"][0]["file"], display(&second));
+    assert_eq!(value["matched_rules"][0]["rule_id"], 0);
+    assert_eq!(value["matched_rules"][1]["file"], display(&first));
+    assert_eq!(value["matched_rules"][1]["rule_id"], 1);
+}
+
+#[test]
+fn check_host_executable_from_a_later_file_replaces_an_earlier_one() {
+    let sandbox = Sandbox::new();
+    let first = sandbox.write(
+        "1.rules",
+        "prefix_rule(pattern=[\"git\", \"status\"])\nhost_executable(name=\"git\", paths=[\"/opt/git\"])\n",
+    );
+    let second = sandbox.write(
+        "2.rules",
+        "host_executable(name=\"git\", paths=[\"/usr/bin/git\"])\n",
+    );
+    let rules = [
+        "--resolve-host-executables",
+        "--rules",
+        &display(&first),
+        "--rules",
+        &display(&second),
+    ];
+    let value = check_json(&sandbox, &rules, &["/usr/bin/git", "status"]);
+    assert_eq!(value["decision"], "allow");
+    let value = check_json(&sandbox, &rules, &["/opt/git", "status"]);
+    assert_eq!(value["decision"], "none");
+}
+
+#[test]
+fn check_rules_folder_sorted_skipping_symlinks_and_other_files() {
+    let sandbox = Sandbox::new();
+    let folder = sandbox.file("rules.d");
+    // Written out of order; read in path order.
+    let b = sandbox.write(
+        "rules.d/b.rules",
+        "prefix_rule(pattern=[\"git\", \"status\"])\n",
+    );
+    let a = sandbox.write(
+        "rules.d/a.rules",
+        "# first\nprefix_rule(pattern=[\"git\"], decision=\"prompt\")\n",
+    );
+    // Ignored: a symlinked .rules file, a file with another extension, a folder named *.rules,
+    // and a file whose name merely contains "rules".
+    let outside = sandbox.write(
+        "outside/evil.rules",
+        "prefix_rule(pattern=[\"git\"], decision=\"forbidden\")\n",
+    );
+    std::os::unix::fs::symlink(&outside, folder.join("c.rules")).expect("symlink");
+    sandbox.write(
+        "rules.d/d.txt",
+        "prefix_rule(pattern=[\"git\"], decision=\"forbidden\")\n",
+    );
+    sandbox.write(
+        "rules.d/e.rules.bak",
+        "prefix_rule(pattern=[\"git\"], decision=\"forbidden\")\n",
+    );
+    sandbox.write(
+        "rules.d/sub.rules/f.rules",
+        "prefix_rule(pattern=[\"git\"], decision=\"forbidden\")\n",
+    );
+    let value = check_json(
+        &sandbox,
+        &["--rules", &display(&folder)],
+        &["git", "status"],
+    );
+    assert_eq!(
+        value,
+        json!({
+            "decision": "prompt",
+            "commands": [["git", "status"]],
+            "used_complex_parsing": false,
+            "matched_rules": [
+                {"matched_prefix": ["git"], "decision": "prompt", "rule_id": 0, "file": display(&a), "line": 2},
+                {"matched_prefix": ["git", "status"], "decision": "allow", "rule_id": 1, "file": display(&b), "line": 1},
+            ],
+        })
+    );
+    // `policy show` lists exactly the two files read.
+    let shown = sandbox
+        .run(["policy", "show", "--json", "--rules", &display(&folder)])
+        .json();
+    assert_eq!(shown["sources"], json!([display(&a), display(&b)]));
+}
+
+#[test]
+fn check_overlay_forbidden_beats_base_allow() {
+    let sandbox = Sandbox::new();
+    let base = sandbox.write(
+        "base.rules",
+        "prefix_rule(pattern=[\"rm\"], decision=\"allow\")\n",
+    );
+    let overlay = sandbox.write(
+        "managed.rules",
+        "prefix_rule(pattern=[\"rm\", \"-rf\"], decision=\"forbidden\", justification=\"managed\")\n",
+    );
+    let value = check_json(
+        &sandbox,
+        &["--rules", &display(&base), "--overlay", &display(&overlay)],
+        &["rm", "-rf", "build"],
+    );
+    assert_eq!(
+        value,
+        json!({
+            "decision": "forbidden",
+            "commands": [["rm", "-rf", "build"]],
+            "used_complex_parsing": false,
+            "matched_rules": [
+                {"matched_prefix": ["rm"], "decision": "allow", "rule_id": 0, "file": display(&base), "line": 1},
+                {"matched_prefix": ["rm", "-rf"], "decision": "forbidden", "rule_id": 1, "justification": "managed", "file": display(&overlay), "line": 1},
+            ],
+        })
+    );
+    // Without the overlay the base allows it.
+    let value = check_json(
+        &sandbox,
+        &["--rules", &display(&base)],
+        &["rm", "-rf", "build"],
+    );
+    assert_eq!(value["decision"], "allow");
+}
+
+#[test]
+fn check_overlay_with_an_error_refuses_the_policy() {
+    let sandbox = Sandbox::new();
+    let base = sandbox.write("base.rules", "prefix_rule(pattern=[\"ls\"])\n");
+    let overlay = sandbox.write(
+        "managed.rules",
+        "prefix_rule(pattern=[\"rm\"], decision=\"forbidden\")\nprefix_rule(pattern=[\"rm\"], decision=\"block\")\n",
+    );
+    let out = sandbox.run([
+        "check",
+        "--json",
+        "--rules",
+        &display(&base),
+        "--overlay",
+        &display(&overlay),
+        "--",
+        "ls",
+    ]);
+    out.assert_policy_error(&format!(
+        "{}:2: error: invalid decision: block (problem is on or around line 2)",
+        display(&overlay)
+    ));
+}
+
+#[test]
+fn check_split_shell_evaluates_each_command() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write(
+        "r.rules",
+        "prefix_rule(pattern=[\"rm\"], decision=\"forbidden\")\n",
+    );
+    let file = display(&rules);
+    let value = check_json(
+        &sandbox,
+        &["--rules", &file, "--split-shell"],
+        &["bash", "-lc", "ls && rm -rf x"],
+    );
+    assert_eq!(
+        value,
+        json!({
+            "decision": "forbidden",
+            "commands": [["ls"], ["rm", "-rf", "x"]],
+            "used_complex_parsing": false,
+            "matched_rules": [
+                {"matched_prefix": ["rm"], "decision": "forbidden", "rule_id": 0, "file": file, "line": 1},
+            ],
+        })
+    );
+    // Each command gets its own fallback entry when nothing matches it.
+    let value = check_json(
+        &sandbox,
+        &[
+            "--rules",
+            &file,
+            "--split-shell",
+            "--fallback",
+            "heuristics",
+        ],
+        &["bash", "-lc", "ls && rm -rf x"],
+    );
+    assert_eq!(
+        value,
+        json!({
+            "decision": "forbidden",
+            "commands": [["ls"], ["rm", "-rf", "x"]],
+            "used_complex_parsing": false,
+            "matched_rules": [
+                {"heuristics": ["ls"], "decision": "allow"},
+                {"matched_prefix": ["rm"], "decision": "forbidden", "rule_id": 0, "file": file, "line": 1},
+            ],
+        })
+    );
+    // Without --split-shell the script is one opaque argv.
+    let value = check_json(
+        &sandbox,
+        &["--rules", &file],
+        &["bash", "-lc", "ls && rm -rf x"],
+    );
+    assert_eq!(
+        value,
+        json!({
+            "decision": "none",
+            "commands": [["bash", "-lc", "ls && rm -rf x"]],
+            "used_complex_parsing": false,
+            "matched_rules": [],
+        })
+    );
+}
+
+#[test]
+fn check_split_shell_separators_and_quoting() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write("r.rules", "prefix_rule(pattern=[\"git\", \"status\"])\n");
+    let value = check_json(
+        &sandbox,
+        &["--rules", &display(&rules), "--split-shell"],
+        &[
+            "/bin/sh",
+            "-c",
+            "git status; grep -g\"*.py\" 'a b' | wc -l || echo \"/usr\"'/'\"local\"",
+        ],
+    );
+    assert_eq!(
+        value["commands"],
+        json!([
+            ["git", "status"],
+            ["grep", "-g*.py", "a b"],
+            ["wc", "-l"],
+            ["echo", "/usr/local"],
+        ])
+    );
+    assert_eq!(value["used_complex_parsing"], false);
+    assert_eq!(value["decision"], "allow");
+}
+
+#[test]
+fn check_split_shell_leaves_unsplittable_scripts_whole() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write(
+        "r.rules",
+        "prefix_rule(pattern=[\"echo\"], decision=\"forbidden\")\n",
+    );
+    let file = display(&rules);
+    for script in [
+        "echo $HOME",
+        "echo hi > out.txt",
+        "(echo hi)",
+        "FOO=bar echo hi",
+        "echo $(id)",
+        "ls &",
+        "ls &&",
+    ] {
+        let value = check_json(
+            &sandbox,
+            &["--rules", &file, "--split-shell"],
+            &["bash", "-lc", script],
+        );
+        assert_eq!(
+            value,
+            json!({
+                "decision": "none",
+                "commands": [["bash", "-lc", script]],
+                "used_complex_parsing": false,
+                "matched_rules": [],
+            }),
+            "script {script:?}"
+        );
+    }
+    // `bash -l -c` (four arguments) is not unwrapped either.
+    let value = check_json(
+        &sandbox,
+        &["--rules", &file, "--split-shell"],
+        &["bash", "-l", "-c", "echo hi"],
+    );
+    assert_eq!(value["commands"], json!([["bash", "-l", "-c", "echo hi"]]));
+}
+
+#[test]
+fn check_split_shell_heredoc_is_complex_parsing() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write(
+        "r.rules",
+        "prefix_rule(pattern=[\"python3\"], decision=\"prompt\")\n",
+    );
+    let file = display(&rules);
+    let value = check_json(
+        &sandbox,
+        &["--rules", &file, "--split-shell"],
+        &["bash", "-lc", "python3 <<'PY'\nprint(1)\nPY"],
+    );
+    assert_eq!(
+        value,
+        json!({
+            "decision": "prompt",
+            "commands": [["python3"]],
+            "used_complex_parsing": true,
+            "matched_rules": [
+                {"matched_prefix": ["python3"], "decision": "prompt", "rule_id": 0, "file": file, "line": 1},
+            ],
+        })
+    );
+    // The same with no matching rule: commands and the flag are unchanged.
+    let other = sandbox.write("other.rules", "prefix_rule(pattern=[\"ls\"])\n");
+    let value = check_json(
+        &sandbox,
+        &["--rules", &display(&other), "--split-shell"],
+        &["bash", "-lc", "python3 <<'PY'\nprint(1)\nPY"],
+    );
+    assert_eq!(
+        value,
+        json!({
+            "decision": "none",
+            "commands": [["python3"]],
+            "used_complex_parsing": true,
+            "matched_rules": [],
+        })
+    );
+}
+
+#[test]
+fn check_resolve_host_executables() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write("r.rules", "prefix_rule(pattern=[\"git\", \"status\"])\n");
+    let file = display(&rules);
+    let value = check_json(
+        &sandbox,
+        &["--rules", &file, "--resolve-host-executables"],
+        &["/usr/bin/git", "status"],
+    );
+    assert_eq!(
+        value,
+        json!({
+            "decision": "allow",
+            "commands": [["/usr/bin/git", "status"]],
+            "used_complex_parsing": false,
+            "matched_rules": [{
+                "matched_prefix": ["git", "status"],
+                "decision": "allow",
+                "rule_id": 0,
+                "resolved_program": "/usr/bin/git",
+                "file": file,
+                "line": 1,
+            }],
+        })
+    );
+    // Lexically normalised.
+    let value = check_json(
+        &sandbox,
+        &["--rules", &file, "--resolve-host-executables"],
+        &["/usr/bin/../bin/./git", "status"],
+    );
+    assert_eq!(
+        value["matched_rules"][0]["resolved_program"],
+        "/usr/bin/git"
+    );
+    // A relative argv[0] is taken against the current folder.
+    let value = check_json(
+        &sandbox,
+        &["--rules", &file, "--resolve-host-executables"],
+        &["./git", "status"],
+    );
+    assert_eq!(value["decision"], "allow");
+    assert_eq!(
+        value["matched_rules"][0]["resolved_program"],
+        display(&sandbox.file("git"))
+    );
+    // An exact match needs no resolution and reports none.
+    let value = check_json(
+        &sandbox,
+        &["--rules", &file, "--resolve-host-executables"],
+        &["git", "status"],
+    );
+    assert!(value["matched_rules"][0].get("resolved_program").is_none());
+    // A leading `~` is expanded with $HOME.
+    let mut command = sandbox.command();
+    command.env("HOME", sandbox.path()).args([
+        "check",
+        "--json",
+        "--rules",
+        &file,
+        "--resolve-host-executables",
+        "--",
+        "~/bin/git",
+        "status",
+    ]);
+    let value = run_command(&mut command).json();
+    assert_eq!(value["decision"], "allow");
+    assert_eq!(
+        value["matched_rules"][0]["resolved_program"],
+        display(&sandbox.file("bin/git"))
+    );
+    // Without the flag, the absolute path does not reach the rule.
+    let value = check_json(&sandbox, &["--rules", &file], &["/usr/bin/git", "status"]);
+    assert_eq!(value["decision"], "none");
+    assert_eq!(value["matched_rules"], json!([]));
+}
+
+/// Spec §2.1: an exact-key rule that exists but does not match still lets the basename stage
+/// run; one that matches stops it.
+#[test]
+fn check_resolution_runs_when_the_exact_key_does_not_match() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write(
+        "r.rules",
+        "prefix_rule(pattern=[\"/usr/bin/git\", \"push\"], decision=\"forbidden\")\nprefix_rule(pattern=[\"git\", \"status\"])\nprefix_rule(pattern=[\"git\", \"push\"], decision=\"prompt\")\n",
+    );
+    let file = display(&rules);
+    let options = ["--rules", &file, "--resolve-host-executables"];
+    let value = check_json(&sandbox, &options, &["/usr/bin/git", "status"]);
+    assert_eq!(
+        value["matched_rules"],
+        json!([{
+            "matched_prefix": ["git", "status"],
+            "decision": "allow",
+            "rule_id": 1,
+            "resolved_program": "/usr/bin/git",
+            "file": file,
+            "line": 2,
+        }])
+    );
+    let value = check_json(&sandbox, &options, &["/usr/bin/git", "push"]);
+    assert_eq!(
+        value["matched_rules"],
+        json!([{
+            "matched_prefix": ["/usr/bin/git", "push"],
+            "decision": "forbidden",
+            "rule_id": 0,
+            "file": file,
+            "line": 1,
+        }])
+    );
+}
+
+#[test]
+fn check_host_executable_limits_resolution() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write(
+        "r.rules",
+        "prefix_rule(pattern=[\"git\", \"status\"])\nhost_executable(name=\"git\", paths=[\"/opt/git\"])\n",
+    );
+    let file = display(&rules);
+    let value = check_json(
+        &sandbox,
+        &["--rules", &file, "--resolve-host-executables"],
+        &["/usr/bin/git", "status"],
+    );
+    assert_eq!(
+        value,
+        json!({
+            "decision": "none",
+            "commands": [["/usr/bin/git", "status"]],
+            "used_complex_parsing": false,
+            "matched_rules": [],
+        })
+    );
+    let value = check_json(
+        &sandbox,
+        &["--rules", &file, "--resolve-host-executables"],
+        &["/opt/git", "status"],
+    );
+    assert_eq!(value["decision"], "allow");
+    assert_eq!(value["matched_rules"][0]["resolved_program"], "/opt/git");
+    // An empty list blocks every absolute path.
+    let empty = sandbox.write(
+        "empty.rules",
+        "prefix_rule(pattern=[\"git\", \"status\"])\nhost_executable(name=\"git\", paths=[])\n",
+    );
+    let value = check_json(
+        &sandbox,
+        &["--rules", &display(&empty), "--resolve-host-executables"],
+        &["/opt/git", "status"],
+    );
+    assert_eq!(value["decision"], "none");
+}
+
+#[test]
+fn check_policy_error_bad_decision_line_three() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write(
+        "bad.rules",
+        "# a comment\nprefix_rule(pattern=[\"ok\"])\nprefix_rule(pattern=[\"a\"], decision=\"deny\")\n",
+    );
+    let out = sandbox.run(["check", "--json", "--rules", &display(&rules), "--", "ok"]);
+    out.assert_policy_error(&format!(
+        "{}:3: error: invalid decision: deny (problem is on or around line 3)",
+        display(&rules)
+    ));
+    // The human form refuses the same way.
+    let out = sandbox.run(["check", "--rules", &display(&rules), "--", "ok"]);
+    out.assert_policy_error(&format!(
+        "{}:3: error: invalid decision: deny (problem is on or around line 3)",
+        display(&rules)
+    ));
+}
+
+#[test]
+fn check_policy_error_failed_match_example_points_at_the_call() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write(
+        "examples.rules",
+        "prefix_rule(pattern=[\"ls\"])\n\nprefix_rule(\n    pattern=[\"git\", \"status\"],\n    match=[\"git status\", \"git log\"],\n)\n",
+    );
+    let out = sandbox.run(["check", "--json", "--rules", &display(&rules), "--", "ls"]);
+    out.assert_code(2);
+    assert_eq!(out.stdout, "");
+    let expected = format!(
+        "{}:3: expected every example to match at least one rule.",
+        display(&rules)
+    );
+    assert!(
+        out.first_stderr_line().starts_with(&expected),
+        "first stderr line should start with {expected:?}\n--- stderr:\n{}",
+        out.stderr
+    );
+    assert!(
+        out.first_stderr_line()
+            .contains("unmatched examples: [\"git log\"]")
+    );
+}
+
+#[test]
+fn check_policy_error_not_match_example() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write(
+        "nm.rules",
+        "\nprefix_rule(\n    pattern=[\"git\"],\n    not_match=[\"git status\"],\n)\n",
+    );
+    let out = sandbox.run(["check", "--rules", &display(&rules), "--", "git"]);
+    out.assert_code(2);
+    assert_eq!(out.stdout, "");
+    let expected = format!(
+        "{}:2: expected example to not match rule `",
+        display(&rules)
+    );
+    assert!(
+        out.first_stderr_line().starts_with(&expected),
+        "first stderr line should start with {expected:?}\n--- stderr:\n{}",
+        out.stderr
+    );
+    assert!(out.first_stderr_line().contains("`: git status"));
+}
+
+#[test]
+fn check_policy_error_names_the_file_among_several() {
+    let sandbox = Sandbox::new();
+    let good = sandbox.write("good.rules", "prefix_rule(pattern=[\"ls\"])\n");
+    let bad = sandbox.write(
+        "rules.d/bad.rules",
+        "network_rule(host=\"*.example.com\", protocol=\"https\", decision=\"allow\")\n",
+    );
+    let out = sandbox.run([
+        "check",
+        "--json",
+        "--rules",
+        &display(&good),
+        "--rules",
+        &display(&sandbox.file("rules.d")),
+        "--",
+        "ls",
+    ]);
+    out.assert_policy_error(&format!(
+        "{}:1: error: invalid rule: network_rule host must be a specific host; wildcards are not allowed (problem is on or around line 1)",
+        display(&bad)
+    ));
+}
+
+#[test]
+fn check_missing_rules_file_is_an_error() {
+    let sandbox = Sandbox::new();
+    let missing = sandbox.file("missing.rules");
+    let out = sandbox.run(["check", "--json", "--rules", &display(&missing), "--", "ls"]);
+    out.assert_code(2);
+    assert_eq!(out.stdout, "");
+    assert!(
+        out.first_stderr_line()
+            .starts_with(&format!("failed to read rules file {}", display(&missing))),
+        "stderr:\n{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn check_human_output_mentions_decision_and_origin() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write(
+        "r.rules",
+        "prefix_rule(pattern=[\"git\", \"status\"])\n\nprefix_rule(pattern=[\"rm\"], decision=\"forbidden\")\n",
+    );
+    let file = display(&rules);
+
+    let out = sandbox.run(["check", "--rules", &file, "--", "git", "status"]);
+    out.assert_success();
+    assert!(out.stdout.contains("allow"), "stdout:\n{}", out.stdout);
+    assert!(
+        out.stdout.contains(&format!("{file}:1")),
+        "stdout:\n{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains('\u{1b}'), "no colour codes when piped");
+
+    let out = sandbox.run(["check", "--rules", &file, "--", "rm", "-rf", "x"]);
+    out.assert_success();
+    assert!(out.stdout.contains("forbidden"), "stdout:\n{}", out.stdout);
+    assert!(
+        out.stdout.contains(&format!("{file}:3")),
+        "stdout:\n{}",
+        out.stdout
+    );
+    assert!(out.stdout.lines().count() > 1, "an explanation and a hint");
+
+    let out = sandbox.run(["check", "--rules", &file, "--", "zzz"]);
+    out.assert_success();
+    assert!(out.stdout.contains("none"), "stdout:\n{}", out.stdout);
+    assert!(out.stdout.contains("allow-prefix"), "hint:\n{}", out.stdout);
+
+    let out = sandbox.run([
+        "check",
+        "--rules",
+        &file,
+        "--fallback",
+        "heuristics",
+        "--",
+        "zzz",
+    ]);
+    out.assert_success();
+    assert!(out.stdout.contains("prompt"), "stdout:\n{}", out.stdout);
+}
+
+#[test]
+fn check_embedded_default_policy_without_system_rules() {
+    let sandbox = Sandbox::new();
+    let value = check_json(&sandbox, &[], &["git", "status"]);
+    assert_eq!(value["decision"], "allow");
+    assert_eq!(
+        value["matched_rules"][0]["matched_prefix"],
+        json!(["git", "status"])
+    );
+    let value = check_json(&sandbox, &[], &["rm", "-rf", "/"]);
+    assert_eq!(value["decision"], "forbidden");
+    assert_eq!(
+        value["matched_rules"][0]["matched_prefix"],
+        json!(["rm", "-rf", "/"])
+    );
+    let value = check_json(&sandbox, &[], &["git", "push", "origin", "main"]);
+    assert_eq!(value["decision"], "prompt");
+}
+
+#[test]
+fn check_system_rules_folder_replaces_the_default() {
+    let sandbox = Sandbox::new();
+    let system = sandbox.file("etc-guard-rules");
+    let rules = sandbox.write(
+        "etc-guard-rules/site.rules",
+        "prefix_rule(pattern=[\"deploy\"], decision=\"prompt\")\n",
+    );
+    let run = |argv: &[&str]| {
+        let mut command = sandbox.command();
+        command
+            .env("GUARD_SYSTEM_RULES", &system)
+            .args(["check", "--json", "--"])
+            .args(argv);
+        run_command(&mut command).json()
+    };
+    assert_eq!(
+        run(&["deploy", "prod"]),
+        json!({
+            "decision": "prompt",
+            "commands": [["deploy", "prod"]],
+            "used_complex_parsing": false,
+            "matched_rules": [
+                {"matched_prefix": ["deploy"], "decision": "prompt", "rule_id": 0, "file": display(&rules), "line": 1},
+            ],
+        })
+    );
+    // The embedded default is not read as well.
+    assert_eq!(run(&["git", "status"])["decision"], "none");
+    assert_eq!(run(&["rm", "-rf", "/"])["decision"], "none");
+    // An explicit --rules wins over the system folder.
+    let own = sandbox.write("own.rules", "prefix_rule(pattern=[\"ls\"])\n");
+    let mut command = sandbox.command();
+    command.env("GUARD_SYSTEM_RULES", &system).args([
+        "check",
+        "--json",
+        "--rules",
+        &display(&own),
+        "--",
+        "deploy",
+    ]);
+    assert_eq!(run_command(&mut command).json()["decision"], "none");
+}
+
+#[test]
+fn check_help_lists_the_flags() {
+    let sandbox = Sandbox::new();
+    let out = sandbox.run(["check", "--help"]);
+    out.assert_success();
+    for flag in [
+        "--rules",
+        "--overlay",
+        "--resolve-host-executables",
+        "--fallback",
+        "--split-shell",
+        "--json",
+        "heuristics",
+    ] {
+        assert!(out.stdout.contains(flag), "{flag} missing:\n{}", out.stdout);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// guard --help
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn top_level_help_lists_the_subcommands() {
+    let sandbox = Sandbox::new();
+    let out = sandbox.run(["--help"]);
+    out.assert_success();
+    for subcommand in [
+        "check",
+        "policy",
+        "allow-prefix",
+        "allow-host",
+        "ask-host",
+        "deny-host",
+    ] {
+        assert!(
+            out.stdout.contains(subcommand),
+            "{subcommand} missing:\n{}",
+            out.stdout
+        );
+    }
+    let out = sandbox.run(["policy", "--help"]);
+    out.assert_success();
+    for subcommand in ["validate", "show", "classify"] {
+        assert!(
+            out.stdout.contains(subcommand),
+            "{subcommand} missing:\n{}",
+            out.stdout
+        );
+    }
+}
+
+#[test]
+fn no_subcommand_is_a_usage_error() {
+    let sandbox = Sandbox::new();
+    let out = sandbox.run::<[&str; 0], &str>([]);
+    assert_ne!(out.code, Some(0));
+    assert_eq!(out.stdout, "");
+}
+
+// ---------------------------------------------------------------------------------------------
+// guard policy validate
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn policy_validate_ok_prints_one_line() {
+    let sandbox = Sandbox::new();
+    let a = sandbox.write(
+        "a.rules",
+        "prefix_rule(pattern=[\"git\", \"status\"], match=[\"git status\"])\nnetwork_rule(host=\"x.com\", protocol=\"https\", decision=\"allow\")\n",
+    );
+    let b = sandbox.write(
+        "b.rules",
+        "host_executable(name=\"git\", paths=[\"/usr/bin/git\"])\n",
+    );
+    let out = sandbox.run(["policy", "validate", &display(&a), &display(&b)]);
+    out.assert_success();
+    assert_eq!(out.stdout.lines().count(), 1, "stdout:\n{}", out.stdout);
+    assert!(out.stdout.starts_with("ok:"), "stdout:\n{}", out.stdout);
+    assert!(out.stdout.ends_with('\n'));
+    assert_eq!(out.stderr, "");
+
+    // With an overlay and a folder.
+    let overlay = sandbox.write(
+        "managed/o.rules",
+        "prefix_rule(pattern=[\"rm\"], decision=\"forbidden\")\n",
+    );
+    let out = sandbox.run([
+        "policy",
+        "validate",
+        "--overlay",
+        &display(&overlay),
+        &display(sandbox.path()),
+    ]);
+    out.assert_success();
+    assert_eq!(out.stdout.lines().count(), 1, "stdout:\n{}", out.stdout);
+    assert!(out.stdout.starts_with("ok:"), "stdout:\n{}", out.stdout);
+}
+
+#[test]
+fn policy_validate_error_exit_two_with_location_first() {
+    let sandbox = Sandbox::new();
+    let good = sandbox.write("good.rules", "prefix_rule(pattern=[\"ls\"])\n");
+    let bad = sandbox.write(
+        "bad.rules",
+        "\n\nprefix_rule(pattern=[\"a\"], decision=\"deny\")\n",
+    );
+    let out = sandbox.run(["policy", "validate", &display(&good), &display(&bad)]);
+    out.assert_policy_error(&format!(
+        "{}:3: error: invalid decision: deny (problem is on or around line 3)",
+        display(&bad)
+    ));
+
+    // An error in an overlay is found as well.
+    let out = sandbox.run([
+        "policy",
+        "validate",
+        "--overlay",
+        &display(&bad),
+        &display(&good),
+    ]);
+    out.assert_policy_error(&format!(
+        "{}:3: error: invalid decision: deny (problem is on or around line 3)",
+        display(&bad)
+    ));
+
+    // A failing example.
+    let examples = sandbox.write(
+        "ex.rules",
+        "prefix_rule(\n    pattern=[\"git\"],\n    match=[\"cargo test\"],\n)\n",
+    );
+    let out = sandbox.run(["policy", "validate", &display(&examples)]);
+    out.assert_code(2);
+    assert_eq!(out.stdout, "");
+    assert!(
+        out.first_stderr_line().starts_with(&format!(
+            "{}:1: expected every example to match at least one rule.",
+            display(&examples)
+        )),
+        "stderr:\n{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn policy_validate_requires_a_path() {
+    let sandbox = Sandbox::new();
+    let out = sandbox.run(["policy", "validate"]);
+    assert_ne!(out.code, Some(0));
+    assert_eq!(out.stdout, "");
+}
+
+// ---------------------------------------------------------------------------------------------
+// guard policy show
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn policy_show_json_network_rules_and_domains() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write(
+        "net.rules",
+        "network_rule(host=\"Api.GitHub.COM:443\", protocol=\"https_connect\", decision=\"allow\", justification=\"api\")\n\
+         network_rule(host=\"example.com.\", protocol=\"http\", decision=\"deny\")\n\
+         network_rule(host=\"evil.com\", protocol=\"http-connect\", decision=\"allow\")\n\
+         network_rule(host=\"EVIL.com\", protocol=\"socks5_tcp\", decision=\"forbidden\")\n\
+         network_rule(host=\"example.com:8080\", protocol=\"socks5_udp\", decision=\"allow\")\n\
+         network_rule(host=\"api.github.com\", protocol=\"http\", decision=\"prompt\")\n\
+         network_rule(host=\"new.example\", protocol=\"http\", decision=\"prompt\")\n",
+    );
+    let file = display(&rules);
+    let value = sandbox
+        .run(["policy", "show", "--json", "--rules", &file])
+        .json();
+    assert_eq!(
+        value["network_rules"],
+        json!([
+            {"host": "api.github.com", "protocol": "https", "decision": "allow", "justification": "api", "file": file, "line": 1},
+            {"host": "example.com", "protocol": "http", "decision": "forbidden", "file": file, "line": 2},
+            {"host": "evil.com", "protocol": "https", "decision": "allow", "file": file, "line": 3},
+            {"host": "evil.com", "protocol": "socks5_tcp", "decision": "forbidden", "file": file, "line": 4},
+            {"host": "example.com", "protocol": "socks5_udp", "decision": "allow", "file": file, "line": 5},
+            {"host": "api.github.com", "protocol": "http", "decision": "prompt", "file": file, "line": 6},
+            {"host": "new.example", "protocol": "http", "decision": "prompt", "file": file, "line": 7},
+        ])
+    );
+    // example.com moves from denied to the end of allowed; evil.com from allowed to denied;
+    // prompt neither adds nor removes.
+    assert_eq!(
+        value["network_domains"],
+        json!({"allowed": ["api.github.com", "example.com"], "denied": ["evil.com"]})
+    );
+    assert_eq!(value["allowed_prefixes"], json!([]));
+    assert_eq!(value["host_executables"], json!({}));
+}
+
+#[test]
+fn policy_show_json_allowed_prefixes_and_host_executables() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write(
+        "p.rules",
+        "prefix_rule(pattern=[\"git\", [\"status\", \"log\"]])\n\
+         prefix_rule(pattern=[\"cargo\", \"test\"])\n\
+         prefix_rule(pattern=[\"git\", [\"status\", \"log\"]], decision=\"allow\")\n\
+         prefix_rule(pattern=[[\"yarn\", \"npm\"], \"test\"])\n\
+         prefix_rule(pattern=[\"rm\"], decision=\"forbidden\")\n\
+         prefix_rule(pattern=[\"git\", \"push\"], decision=\"prompt\")\n\
+         prefix_rule(pattern=[\"git\", [\"diff\"]])\n\
+         host_executable(name=\"git\", paths=[\"/usr/bin/git\", \"/opt/bin/../git/git\", \"/usr/bin/git\"])\n\
+         host_executable(name=\"cargo\", paths=[\"/home/me/.cargo/bin/cargo\"])\n",
+    );
+    let value = sandbox
+        .run(["policy", "show", "--json", "--rules", &display(&rules)])
+        .json();
+    assert_eq!(
+        value["allowed_prefixes"],
+        json!([
+            ["cargo", "test"],
+            ["git", "[status|log]"],
+            ["git", "diff"],
+            ["npm", "test"],
+            ["yarn", "test"],
+        ])
+    );
+    assert_eq!(
+        value["host_executables"],
+        json!({
+            "cargo": ["/home/me/.cargo/bin/cargo"],
+            "git": ["/usr/bin/git", "/opt/git/git"],
+        })
+    );
+    assert_eq!(value["network_rules"], json!([]));
+    assert_eq!(
+        value["network_domains"],
+        json!({"allowed": [], "denied": []})
+    );
+}
+
+#[test]
+fn policy_show_several_files_and_overlay() {
+    let sandbox = Sandbox::new();
+    let first = sandbox.write(
+        "1.rules",
+        "network_rule(host=\"a.com\", protocol=\"https\", decision=\"deny\")\n",
+    );
+    let second = sandbox.write(
+        "2.rules",
+        "network_rule(host=\"a.com\", protocol=\"https\", decision=\"allow\")\nnetwork_rule(host=\"b.com\", protocol=\"https\", decision=\"allow\")\n",
+    );
+    let overlay = sandbox.write(
+        "o.rules",
+        "network_rule(host=\"B.COM\", protocol=\"http\", decision=\"deny\")\n",
+    );
+    let value = sandbox
+        .run([
+            "policy",
+            "show",
+            "--json",
+            "--rules",
+            &display(&first),
+            "--rules",
+            &display(&second),
+            "--overlay",
+            &display(&overlay),
+        ])
+        .json();
+    assert_eq!(
+        value["network_domains"],
+        json!({"allowed": ["a.com"], "denied": ["b.com"]})
+    );
+    assert_eq!(value["network_rules"][3]["file"], display(&overlay));
+    assert_eq!(value["sources"], json!([display(&first), display(&second)]));
+    assert_eq!(value["overlay_sources"], json!([display(&overlay)]));
+}
+
+#[test]
+fn policy_show_text_and_errors() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write(
+        "t.rules",
+        "prefix_rule(pattern=[\"git\", [\"status\", \"log\"]])\nnetwork_rule(host=\"Api.GitHub.COM\", protocol=\"https_connect\", decision=\"deny\")\n",
+    );
+    let out = sandbox.run(["policy", "show", "--rules", &display(&rules)]);
+    out.assert_success();
+    assert!(out.stdout.contains("git [status|log]"), "{}", out.stdout);
+    assert!(out.stdout.contains("api.github.com"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(&format!("{}:1", display(&rules))),
+        "{}",
+        out.stdout
+    );
+
+    let bad = sandbox.write(
+        "bad.rules",
+        "network_rule(host=\"x.com\", protocol=\"HTTPS\", decision=\"allow\")\n",
+    );
+    let out = sandbox.run(["policy", "show", "--json", "--rules", &display(&bad)]);
+    out.assert_policy_error(&format!(
+        "{}:1: error: invalid rule: network_rule protocol must be one of http, https, socks5_tcp, socks5_udp (got HTTPS) (problem is on or around line 1)",
+        display(&bad)
+    ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// guard policy classify
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn policy_classify_json() {
+    let sandbox = Sandbox::new();
+    for (argv, known_safe, dangerous) in [
+        (&["ls", "-la"][..], true, false),
+        (&["rm", "-rf", "x"][..], false, true),
+        (&["git", "push"][..], false, false),
+    ] {
+        let mut args = vec!["policy", "classify", "--json", "--"];
+        args.extend_from_slice(argv);
+        assert_eq!(
+            sandbox.run(&args).json(),
+            json!({"known_safe": known_safe, "dangerous": dangerous}),
+            "argv {argv:?}"
+        );
+    }
+}
+
+#[test]
+fn policy_classify_text() {
+    let sandbox = Sandbox::new();
+    let out = sandbox.run(["policy", "classify", "--", "ls", "-la"]);
+    out.assert_success();
+    assert_eq!(out.stdout.lines().count(), 1, "{}", out.stdout);
+    let out = sandbox.run(["policy", "classify", "--", "rm", "-rf", "x"]);
+    out.assert_success();
+    assert_eq!(out.stdout.lines().count(), 1, "{}", out.stdout);
+}
+
+// ---------------------------------------------------------------------------------------------
+// guard allow-prefix
+// ---------------------------------------------------------------------------------------------
+
+const CARGO_TEST_LINE: &str = "prefix_rule(pattern=[\"cargo\", \"test\"], decision=\"allow\")\n";
+
+#[test]
+fn allow_prefix_appends_exactly_one_line_once() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.file("default.rules");
+    let out = sandbox.run([
+        "allow-prefix",
+        "--rules-file",
+        &display(&file),
+        "--",
+        "cargo",
+        "test",
+    ]);
+    out.assert_success();
+    assert_eq!(read(&file), CARGO_TEST_LINE.as_bytes());
+
+    let out = sandbox.run([
+        "allow-prefix",
+        "--rules-file",
+        &display(&file),
+        "--",
+        "cargo",
+        "test",
+    ]);
+    out.assert_success();
+    assert_eq!(read(&file), CARGO_TEST_LINE.as_bytes(), "byte-identical");
+
+    // The amended file is a valid policy that allows longer commands.
+    let value = check_json(
+        &sandbox,
+        &["--rules", &display(&file)],
+        &["cargo", "test", "--all"],
+    );
+    assert_eq!(
+        value,
+        json!({
+            "decision": "allow",
+            "commands": [["cargo", "test", "--all"]],
+            "used_complex_parsing": false,
+            "matched_rules": [
+                {"matched_prefix": ["cargo", "test"], "decision": "allow", "rule_id": 0, "file": display(&file), "line": 1},
+            ],
+        })
+    );
+}
+
+#[test]
+fn allow_prefix_json_reports_the_outcome() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.file("default.rules");
+    let args = [
+        "allow-prefix",
+        "--json",
+        "--rules-file",
+        &display(&file),
+        "--",
+        "cargo",
+        "test",
+    ];
+    let line = CARGO_TEST_LINE.trim_end();
+    assert_eq!(
+        sandbox.run(args).json(),
+        json!({"file": display(&file), "line": line, "outcome": "appended"})
+    );
+    assert_eq!(
+        sandbox.run(args).json(),
+        json!({"file": display(&file), "line": line, "outcome": "already_present"})
+    );
+    assert_eq!(read(&file), CARGO_TEST_LINE.as_bytes());
+}
+
+#[test]
+fn allow_prefix_adds_missing_final_newline_first() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.write("r.rules", "prefix_rule(pattern=[\"ls\"])");
+    sandbox
+        .run([
+            "allow-prefix",
+            "--rules-file",
+            &display(&file),
+            "--",
+            "cargo",
+            "test",
+        ])
+        .assert_success();
+    assert_eq!(
+        String::from_utf8(read(&file)).unwrap(),
+        format!("prefix_rule(pattern=[\"ls\"])\n{CARGO_TEST_LINE}")
+    );
+    // A file that already ends in a newline gets no blank line.
+    let file = sandbox.write("s.rules", "prefix_rule(pattern=[\"ls\"])\n");
+    sandbox
+        .run([
+            "allow-prefix",
+            "--rules-file",
+            &display(&file),
+            "--",
+            "cargo",
+            "test",
+        ])
+        .assert_success();
+    assert_eq!(
+        String::from_utf8(read(&file)).unwrap(),
+        format!("prefix_rule(pattern=[\"ls\"])\n{CARGO_TEST_LINE}")
+    );
+    // The line already present somewhere in the middle is not appended again.
+    let middle = format!("# mine\n{CARGO_TEST_LINE}prefix_rule(pattern=[\"ls\"])");
+    let file = sandbox.write("t.rules", &middle);
+    sandbox
+        .run([
+            "allow-prefix",
+            "--rules-file",
+            &display(&file),
+            "--",
+            "cargo",
+            "test",
+        ])
+        .assert_success();
+    assert_eq!(read(&file), middle.as_bytes());
+}
+
+#[test]
+fn allow_prefix_creates_the_folder() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.file("rules/default.rules");
+    assert!(!file.parent().unwrap().exists());
+    sandbox
+        .run([
+            "allow-prefix",
+            "--rules-file",
+            &display(&file),
+            "--",
+            "cargo",
+            "test",
+        ])
+        .assert_success();
+    assert_eq!(read(&file), CARGO_TEST_LINE.as_bytes());
+}
+
+#[test]
+fn allow_prefix_escapes_tokens_as_json() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.file("default.rules");
+    let tokens = [
+        "say \"hi\"",
+        "a\\b",
+        "tab\there",
+        "new\nline",
+        "\u{1}",
+        "héllo wörld ✓",
+        "",
+    ];
+    let mut args = vec!["allow-prefix", "--rules-file"];
+    let path = display(&file);
+    args.push(&path);
+    args.push("--");
+    args.extend_from_slice(&tokens);
+    sandbox.run(&args).assert_success();
+    assert_eq!(
+        String::from_utf8(read(&file)).unwrap(),
+        "prefix_rule(pattern=[\"say \\\"hi\\\"\", \"a\\\\b\", \"tab\\there\", \"new\\nline\", \"\\u0001\", \"héllo wörld ✓\", \"\"], decision=\"allow\")\n"
+    );
+    // And it reads back as exactly those tokens.
+    let value = check_json(&sandbox, &["--rules", &path], &tokens);
+    assert_eq!(value["decision"], "allow");
+    assert_eq!(value["matched_rules"][0]["matched_prefix"], json!(tokens));
+}
+
+#[test]
+fn allow_prefix_without_tokens_fails_and_leaves_the_file() {
+    let sandbox = Sandbox::new();
+    let original = "prefix_rule(pattern=[\"ls\"])";
+    let file = sandbox.write("r.rules", original);
+    let out = sandbox.run(["allow-prefix", "--rules-file", &display(&file), "--"]);
+    assert_ne!(out.code, Some(0));
+    assert!(
+        out.stderr
+            .contains("prefix rule requires at least one token"),
+        "stderr:\n{}",
+        out.stderr
+    );
+    assert_eq!(read(&file), original.as_bytes());
+
+    // A file that does not exist is not created.
+    let missing = sandbox.file("new/none.rules");
+    let out = sandbox.run(["allow-prefix", "--rules-file", &display(&missing)]);
+    assert_ne!(out.code, Some(0));
+    assert!(
+        out.stderr
+            .contains("prefix rule requires at least one token")
+    );
+    assert!(!missing.exists());
+    assert!(!missing.parent().unwrap().exists());
+}
+
+#[test]
+fn allow_prefix_without_rules_file_changes_nothing() {
+    let sandbox = Sandbox::new();
+    let out = sandbox.run(["allow-prefix", "--", "cargo", "test"]);
+    assert_ne!(out.code, Some(0));
+    assert_eq!(out.stdout, "");
+    assert!(
+        out.stderr.contains("--rules-file"),
+        "stderr:\n{}",
+        out.stderr
+    );
+    assert_eq!(fs::read_dir(sandbox.path()).unwrap().count(), 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 24,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Any tokens (argv cannot hold NUL) round-trip through an amendment line: appended once,
+    /// never twice, and the amended file allows exactly that command.
+    #[test]
+    fn allow_prefix_round_trips_any_tokens(tokens in prop::collection::vec("[^\u{0}]{0,6}", 1..4)) {
+        let sandbox = Sandbox::new();
+        let file = sandbox.file("default.rules");
+        let path = display(&file);
+        let mut args: Vec<&str> = vec!["allow-prefix", "--rules-file", &path, "--"];
+        args.extend(tokens.iter().map(String::as_str));
+        let first = sandbox.run(&args);
+        prop_assert_eq!(first.code, Some(0), "stderr: {}", first.stderr);
+        let written = read(&file);
+        let text = String::from_utf8(written.clone()).unwrap();
+        prop_assert_eq!(text.lines().count(), 1);
+        prop_assert!(text.ends_with("], decision=\"allow\")\n"));
+        let second = sandbox.run(&args);
+        prop_assert_eq!(second.code, Some(0), "stderr: {}", second.stderr);
+        prop_assert_eq!(read(&file), written);
+
+        let argv: Vec<&str> = tokens.iter().map(String::as_str).collect();
+        let value = check_json(&sandbox, &["--rules", &path], &argv);
+        prop_assert_eq!(&value["decision"], "allow");
+        prop_assert_eq!(&value["matched_rules"][0]["matched_prefix"], &json!(tokens));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// guard allow-host | ask-host | deny-host
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn host_amendments_write_exact_lines() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.file("net/default.rules");
+    let path = display(&file);
+    sandbox
+        .run([
+            "allow-host",
+            "API.GitHub.com:443",
+            "--protocol",
+            "https",
+            "--rules-file",
+            &path,
+        ])
+        .assert_success();
+    sandbox
+        .run([
+            "ask-host",
+            "api.github.com",
+            "--protocol",
+            "https_connect",
+            "--rules-file",
+            &path,
+        ])
+        .assert_success();
+    sandbox
+        .run([
+            "deny-host",
+            "Api.GitHub.Com.",
+            "--protocol",
+            "http-connect",
+            "--rules-file",
+            &path,
+        ])
+        .assert_success();
+    sandbox
+        .run([
+            "allow-host",
+            "[FE80::1]:8080",
+            "--protocol",
+            "socks5_udp",
+            "--justification",
+            "lab \"box\"",
+            "--rules-file",
+            &path,
+        ])
+        .assert_success();
+    sandbox
+        .run([
+            "deny-host",
+            "10.0.0.1:80",
+            "--protocol",
+            "socks5_tcp",
+            "--justification",
+            "no",
+            "--rules-file",
+            &path,
+        ])
+        .assert_success();
+    sandbox
+        .run([
+            "ask-host",
+            "example.com",
+            "--protocol",
+            "http",
+            "--justification",
+            " ask ",
+            "--rules-file",
+            &path,
+        ])
+        .assert_success();
+    assert_eq!(
+        String::from_utf8(read(&file)).unwrap(),
+        "network_rule(host=\"api.github.com\", protocol=\"https\", decision=\"allow\")\n\
+         network_rule(host=\"api.github.com\", protocol=\"https\", decision=\"prompt\")\n\
+         network_rule(host=\"api.github.com\", protocol=\"https\", decision=\"deny\")\n\
+         network_rule(host=\"fe80::1\", protocol=\"socks5_udp\", decision=\"allow\", justification=\"lab \\\"box\\\"\")\n\
+         network_rule(host=\"10.0.0.1\", protocol=\"socks5_tcp\", decision=\"deny\", justification=\"no\")\n\
+         network_rule(host=\"example.com\", protocol=\"http\", decision=\"prompt\", justification=\" ask \")\n"
+    );
+    // The file is a valid policy.
+    let out = sandbox.run(["policy", "validate", &path]);
+    out.assert_success();
+}
+
+#[test]
+fn host_amendment_is_written_once() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.write("r.rules", "prefix_rule(pattern=[\"ls\"])");
+    let args = [
+        "allow-host",
+        "API.GitHub.com:443",
+        "--protocol",
+        "https_connect",
+        "--justification",
+        "api",
+        "--rules-file",
+        &display(&file),
+    ];
+    sandbox.run(args).assert_success();
+    let expected = "prefix_rule(pattern=[\"ls\"])\nnetwork_rule(host=\"api.github.com\", protocol=\"https\", decision=\"allow\", justification=\"api\")\n";
+    assert_eq!(String::from_utf8(read(&file)).unwrap(), expected);
+    sandbox.run(args).assert_success();
+    assert_eq!(String::from_utf8(read(&file)).unwrap(), expected);
+}
+
+#[test]
+fn host_amendment_rejects_wildcards_and_leaves_the_file() {
+    let sandbox = Sandbox::new();
+    let original = "network_rule(host=\"a.com\", protocol=\"https\", decision=\"allow\")\n";
+    let file = sandbox.write("r.rules", original);
+    for verb in ["allow-host", "ask-host", "deny-host"] {
+        for host in ["*.github.com", "*", "a*b.com"] {
+            let out = sandbox.run([
+                verb,
+                host,
+                "--protocol",
+                "https",
+                "--rules-file",
+                &display(&file),
+            ]);
+            assert_ne!(out.code, Some(0), "{verb} {host}");
+            assert!(
+                out.stderr.contains(
+                    "invalid network rule: invalid rule: network_rule host must be a specific host; wildcards are not allowed"
+                ),
+                "{verb} {host} stderr:\n{}",
+                out.stderr
+            );
+            assert_eq!(read(&file), original.as_bytes(), "{verb} {host}");
+        }
+    }
+    // When the file did not exist, it still does not.
+    let missing = sandbox.file("none.rules");
+    let out = sandbox.run([
+        "deny-host",
+        "*.evil.com",
+        "--protocol",
+        "http",
+        "--rules-file",
+        &display(&missing),
+    ]);
+    assert_ne!(out.code, Some(0));
+    assert!(out.stderr.contains(
+        "invalid network rule: invalid rule: network_rule host must be a specific host; wildcards are not allowed"
+    ));
+    assert!(!missing.exists());
+    let in_new_folder = sandbox.file("new/none.rules");
+    let out = sandbox.run([
+        "allow-host",
+        "*",
+        "--protocol",
+        "http",
+        "--rules-file",
+        &display(&in_new_folder),
+    ]);
+    assert_ne!(out.code, Some(0));
+    assert!(!in_new_folder.parent().unwrap().exists());
+}
+
+#[test]
+fn host_amendment_rejects_blank_justification_and_bad_input() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.file("r.rules");
+    for justification in ["", "   ", "\t\n"] {
+        let out = sandbox.run([
+            "allow-host",
+            "api.github.com",
+            "--protocol",
+            "https",
+            "--justification",
+            justification,
+            "--rules-file",
+            &display(&file),
+        ]);
+        assert_ne!(out.code, Some(0));
+        assert!(
+            out.stderr
+                .contains("invalid network rule: justification cannot be empty"),
+            "stderr:\n{}",
+            out.stderr
+        );
+        assert!(!file.exists());
+    }
+    for (host, protocol, message) in [
+        (
+            "https://x.com",
+            "https",
+            "invalid network rule: invalid rule: network_rule host must be a hostname or IP literal (without scheme or path)",
+        ),
+        (
+            "   ",
+            "https",
+            "invalid network rule: invalid rule: network_rule host cannot be empty",
+        ),
+        (
+            "x.com",
+            "HTTPS",
+            "network_rule protocol must be one of http, https, socks5_tcp, socks5_udp (got HTTPS)",
+        ),
+    ] {
+        let out = sandbox.run([
+            "deny-host",
+            host,
+            "--protocol",
+            protocol,
+            "--rules-file",
+            &display(&file),
+        ]);
+        assert_ne!(out.code, Some(0), "{host} {protocol}");
+        assert!(
+            out.stderr.contains(message),
+            "{host} {protocol} stderr:\n{}",
+            out.stderr
+        );
+        assert!(!file.exists());
+    }
+}
+
+#[test]
+fn deny_host_shows_up_as_denied_domain() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.file("r.rules");
+    let path = display(&file);
+    sandbox
+        .run([
+            "allow-host",
+            "evil.com",
+            "--protocol",
+            "https",
+            "--rules-file",
+            &path,
+        ])
+        .assert_success();
+    sandbox
+        .run([
+            "deny-host",
+            "EVIL.com:443",
+            "--protocol",
+            "https_connect",
+            "--rules-file",
+            &path,
+        ])
+        .assert_success();
+    sandbox
+        .run([
+            "ask-host",
+            "evil.com",
+            "--protocol",
+            "http",
+            "--rules-file",
+            &path,
+        ])
+        .assert_success();
+    let value = sandbox
+        .run(["policy", "show", "--json", "--rules", &path])
+        .json();
+    assert_eq!(
+        value["network_domains"],
+        json!({"allowed": [], "denied": ["evil.com"]})
+    );
+    assert_eq!(
+        value["network_rules"],
+        json!([
+            {"host": "evil.com", "protocol": "https", "decision": "allow", "file": path, "line": 1},
+            {"host": "evil.com", "protocol": "https", "decision": "forbidden", "file": path, "line": 2},
+            {"host": "evil.com", "protocol": "http", "decision": "prompt", "file": path, "line": 3},
+        ])
+    );
+}
+
+#[test]
+fn host_amendment_requires_protocol() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.file("r.rules");
+    let out = sandbox.run(["allow-host", "a.com", "--rules-file", &display(&file)]);
+    assert_ne!(out.code, Some(0));
+    assert_eq!(out.stdout, "");
+    assert!(!file.exists());
+}

@@ -114,7 +114,7 @@ fn an_error_in_any_file_refuses_the_whole_policy_with_its_path_and_line() {
 fn unreadable_paths_are_errors_not_empty_policies() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.rules");
-    let err = load_policy(&[missing.clone()], &[]).unwrap_err();
+    let err = load_policy(std::slice::from_ref(&missing), &[]).unwrap_err();
     assert!(
         err.to_string()
             .starts_with(&format!("failed to read rules file {}", missing.display())),
@@ -143,7 +143,7 @@ network_rule(host="evil.example", protocol="https", decision="allow")"#,
         r#"prefix_rule(pattern=["curl"], decision="forbidden", justification="use the proxy")
 network_rule(host="evil.example", protocol="https", decision="deny")"#,
     );
-    let loaded = load_policy(&[base], &[overlay.clone()]).unwrap();
+    let loaded = load_policy(&[base], std::slice::from_ref(&overlay)).unwrap();
     assert_eq!(loaded.overlay_sources, [RulesSource::File(overlay)]);
     assert_eq!(
         loaded.policy.check(&argv("curl x"), None).decision,

@@ -3,7 +3,7 @@
 //! With `--rules-file` they append to that file directly. Without it they will go through the
 //! running daemon (the host-service issue); until then they say so and change nothing.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
@@ -55,7 +55,7 @@ fn require_rules_file(rules_file: &Option<PathBuf>) -> Result<&PathBuf, ExitCode
     })
 }
 
-fn append_and_report(file: &PathBuf, line: &str, json: bool) -> ExitCode {
+fn append_and_report(file: &Path, line: &str, json: bool) -> ExitCode {
     match append_line(file, line) {
         Ok(outcome) => {
             if json {

@@ -12,7 +12,9 @@ use crate::policy::heuristics::heuristics_decision;
 use crate::policy::load::{EMBEDDED_DEFAULT_NAME, SYSTEM_RULES_DIR};
 use crate::policy::reason::decision_reason;
 use crate::policy::shell::commands_for_exec_policy;
-use crate::policy::{Decision, Evaluation, MatchOptions, Policy, RuleMatch, render_example};
+use crate::policy::{
+    Decision, Evaluation, Fallback, MatchOptions, Policy, RuleMatch, render_example,
+};
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
@@ -88,12 +90,10 @@ pub fn run(args: &CheckArgs) -> ExitCode {
 }
 
 fn evaluate(policy: &Policy, args: &CheckArgs, commands: Vec<Vec<String>>) -> Vec<CommandResult> {
-    let fallback = args
+    let decide = args
         .fallback
         .map(|fallback| move |cmd: &[String]| fallback.decide(cmd));
-    let fallback: Option<&dyn Fn(&[String]) -> Decision> = fallback
-        .as_ref()
-        .map(|f| f as &dyn Fn(&[String]) -> Decision);
+    let fallback: Option<Fallback<'_>> = decide.as_ref().map(|f| f as Fallback<'_>);
     let options = MatchOptions {
         resolve_host_executables: args.resolve_host_executables,
     };

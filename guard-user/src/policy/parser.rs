@@ -87,7 +87,7 @@ impl PolicyBuilder {
     }
 }
 
-fn builder<'a>(eval: &Evaluator<'_, 'a, '_>) -> RefMut<'a, PolicyBuilder> {
+fn policy_builder<'a>(eval: &Evaluator<'_, 'a, '_>) -> RefMut<'a, PolicyBuilder> {
     eval.extra
         .and_then(|extra| extra.downcast_ref::<RefCell<PolicyBuilder>>())
         .expect("the rules builtins run only inside PolicyParser::parse")
@@ -206,7 +206,7 @@ fn parse_host_executable_path(name: &str, value: Value<'_>) -> Result<PathBuf> {
 }
 
 #[starlark_module]
-fn policy_builtins(builder_: &mut GlobalsBuilder) {
+fn policy_builtins(globals: &mut GlobalsBuilder) {
     /// `prefix_rule(pattern, decision="allow", match=[], not_match=[], justification=None)`
     fn prefix_rule<'v>(
         pattern: UnpackList<Value<'v>>,
@@ -244,13 +244,15 @@ fn policy_builtins(builder_: &mut GlobalsBuilder) {
                 origin: origin.clone(),
             })
             .collect();
-        let mut builder = builder(eval);
-        builder.pending_examples.push(PendingExamples {
-            rules: expansions.clone(),
-            matches,
-            not_matches,
-            location,
-        });
+        let mut builder = policy_builder(eval);
+        if !matches.is_empty() || !not_matches.is_empty() {
+            builder.pending_examples.push(PendingExamples {
+                rules: expansions.clone(),
+                matches,
+                not_matches,
+                location,
+            });
+        }
         builder.prefix_rules.extend(expansions);
         Ok(NoneType)
     }
@@ -268,7 +270,7 @@ fn policy_builtins(builder_: &mut GlobalsBuilder) {
         let justification = parse_justification(justification)?;
         let host = normalize_network_host(host)?;
         let origin = origin_of(&location_of_call(eval));
-        builder(eval).network_rules.push(NetworkRule {
+        policy_builder(eval).network_rules.push(NetworkRule {
             host,
             protocol,
             decision,
@@ -292,7 +294,7 @@ fn policy_builtins(builder_: &mut GlobalsBuilder) {
                 parsed.push(path);
             }
         }
-        builder(eval)
+        policy_builder(eval)
             .host_executables
             .insert(name.to_string(), parsed.into());
         Ok(NoneType)

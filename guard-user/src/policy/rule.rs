@@ -79,14 +79,6 @@ impl PrefixPattern {
             .all(|(pattern, token)| pattern.matches(token));
         rest_matches.then(|| cmd[..len].to_vec())
     }
-
-    pub fn len(&self) -> usize {
-        self.rest.len() + 1
-    }
-
-    pub fn is_empty(&self) -> bool {
-        false
-    }
 }
 
 /// `prefix_rule(...)` after first-position expansion: one rule per first token.

@@ -7,6 +7,7 @@
 
 mod cmd;
 mod setup;
+mod test_counts;
 
 use std::process::ExitCode;
 
@@ -99,9 +100,18 @@ fn test(args: &[String]) -> Result<i32> {
         ("rustfmt", cmd::cargo(["fmt", "--all", "--", "--check"])),
     ];
     let mut failed = Vec::new();
+    let mut counts = test_counts::TestCounts::default();
     for (name, mut command) in steps {
         eprintln!("==> {name}");
-        match cmd::status(&mut command) {
+        let status = if name == "tests" {
+            test_counts::status_counting(&mut command).map(|(status, found)| {
+                counts = found;
+                status
+            })
+        } else {
+            cmd::status(&mut command)
+        };
+        match status {
             Ok(status) if status.success() => {}
             Ok(status) => {
                 eprintln!("==> {name}: FAILED ({status})");
@@ -113,6 +123,11 @@ fn test(args: &[String]) -> Result<i32> {
             }
         }
     }
+    // One closing total for people and for CI, which reads the last result line.
+    println!(
+        "tests: {} passed, {} failed, {} skipped",
+        counts.passed, counts.failed, counts.ignored
+    );
     if failed.is_empty() {
         eprintln!("==> all steps passed");
         Ok(0)

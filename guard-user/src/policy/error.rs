@@ -22,6 +22,20 @@ pub struct ErrorLocation {
     pub start: TextPosition,
 }
 
+impl ErrorLocation {
+    /// Where a Starlark span starts, 1-based (Starlark counts from 0).
+    pub fn from_span(span: &starlark::codemap::FileSpan) -> Self {
+        let resolved = span.resolve_span();
+        ErrorLocation {
+            path: span.filename().to_string(),
+            start: TextPosition {
+                line: resolved.begin.line + 1,
+                column: resolved.begin.column + 1,
+            },
+        }
+    }
+}
+
 impl fmt::Display for ErrorLocation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.path, self.start.line)
@@ -64,35 +78,8 @@ impl PolicyError {
         match self {
             PolicyError::ExampleDidNotMatch { location, .. }
             | PolicyError::ExampleDidMatch { location, .. } => location.clone(),
-            PolicyError::Starlark(err) => err.span().map(|span| {
-                let resolved = span.resolve_span();
-                ErrorLocation {
-                    path: span.filename().to_string(),
-                    start: TextPosition {
-                        line: resolved.begin.line + 1,
-                        column: resolved.begin.column + 1,
-                    },
-                }
-            }),
+            PolicyError::Starlark(err) => err.span().map(ErrorLocation::from_span),
             _ => None,
-        }
-    }
-
-    pub(crate) fn with_location(self, location: Option<ErrorLocation>) -> Self {
-        match self {
-            PolicyError::ExampleDidNotMatch {
-                rules, examples, ..
-            } => PolicyError::ExampleDidNotMatch {
-                rules,
-                examples,
-                location,
-            },
-            PolicyError::ExampleDidMatch { rule, example, .. } => PolicyError::ExampleDidMatch {
-                rule,
-                example,
-                location,
-            },
-            other => other,
         }
     }
 }

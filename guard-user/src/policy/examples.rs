@@ -36,9 +36,8 @@ impl PendingExamples {
                 return Err(PolicyError::ExampleDidMatch {
                     rule: format!("{found:?}"),
                     example: render_example(example),
-                    location: None,
-                }
-                .with_location(self.location.clone()));
+                    location: self.location.clone(),
+                });
             }
         }
         let unmatched: Vec<String> = self

@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use starlark::any::ProvidesStaticType;
-use starlark::codemap::FileSpan;
 use starlark::environment::{GlobalsBuilder, Module};
 use starlark::eval::Evaluator;
 use starlark::starlark_module;
@@ -19,7 +18,7 @@ use starlark::values::Value;
 use starlark::values::list::{ListRef, UnpackList};
 use starlark::values::none::NoneType;
 
-use super::error::{ErrorLocation, PolicyError, Result, TextPosition};
+use super::error::{ErrorLocation, PolicyError, Result};
 use super::examples::{PendingExamples, parse_examples};
 use super::host::normalize_network_host;
 use super::model::Policy;
@@ -95,16 +94,8 @@ fn policy_builder<'a>(eval: &Evaluator<'_, 'a, '_>) -> RefMut<'a, PolicyBuilder>
 }
 
 fn location_of_call(eval: &Evaluator<'_, '_, '_>) -> Option<ErrorLocation> {
-    eval.call_stack_top_location().map(|span: FileSpan| {
-        let resolved = span.resolve_span();
-        ErrorLocation {
-            path: span.filename().to_string(),
-            start: TextPosition {
-                line: resolved.begin.line + 1,
-                column: resolved.begin.column + 1,
-            },
-        }
-    })
+    eval.call_stack_top_location()
+        .map(|span| ErrorLocation::from_span(&span))
 }
 
 fn origin_of(location: &Option<ErrorLocation>) -> Option<RuleOrigin> {

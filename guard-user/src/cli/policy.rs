@@ -231,10 +231,23 @@ fn show_text(loaded: &LoadedPolicy) {
     }
     let domains = policy.network_domains();
     println!("{heading}Network domains{heading:#}");
-    println!("  allowed: {}", domains.allowed.join(", "));
-    println!("  denied:  {}", domains.denied.join(", "));
+    let list = |hosts: &[String]| {
+        if hosts.is_empty() {
+            format!("{dim}(none){dim:#}")
+        } else {
+            hosts.join(", ")
+        }
+    };
+    println!("  allowed: {}", list(&domains.allowed));
+    println!("  denied:  {}", list(&domains.denied));
     println!("{heading}Host executables{heading:#}");
-    for (name, paths) in sorted_host_executables(policy) {
+    let host_executables = sorted_host_executables(policy);
+    if host_executables.is_empty() {
+        println!(
+            "  {dim}(none: with --resolve-host-executables any path reaches a name's rules){dim:#}"
+        );
+    }
+    for (name, paths) in host_executables {
         println!("  {name}: {}", paths.join(", "));
     }
 }

@@ -71,6 +71,83 @@ impl Sandbox {
     {
         run_command(self.command().args(args))
     }
+
+    /// `guard check [options...] -- argv...`.
+    fn check(&self, options: &[&str], argv: &[&str]) -> Run {
+        self.run(check_args(&[], options, argv))
+    }
+
+    /// `guard check --json [options...] -- argv...`, parsed.
+    fn check_json(&self, options: &[&str], argv: &[&str]) -> Value {
+        self.run(check_args(&["--json"], options, argv)).json()
+    }
+
+    /// `guard check --json [options...] -- argv...` with one environment variable set, parsed.
+    fn check_json_with_env(
+        &self,
+        key: &str,
+        value: &Path,
+        options: &[&str],
+        argv: &[&str],
+    ) -> Value {
+        let mut command = self.command();
+        command
+            .env(key, value)
+            .args(check_args(&["--json"], options, argv));
+        run_command(&mut command).json()
+    }
+
+    /// `guard check --json --rules <rules> --resolve-host-executables -- argv...`, parsed.
+    fn check_resolving(&self, rules: &str, argv: &[&str]) -> Value {
+        self.check_json(&["--rules", rules, "--resolve-host-executables"], argv)
+    }
+
+    /// `guard check --json --rules <rules> --split-shell -- argv...`, parsed.
+    fn check_split_shell(&self, rules: &str, argv: &[&str]) -> Value {
+        self.check_json(&["--rules", rules, "--split-shell"], argv)
+    }
+
+    /// `guard policy show --json --rules <rules>`, parsed.
+    fn policy_show_json(&self, rules: &str) -> Value {
+        self.run(["policy", "show", "--json", "--rules", rules])
+            .json()
+    }
+
+    /// `guard allow-prefix --rules-file <file> -- tokens...`.
+    fn allow_prefix(&self, file: &Path, tokens: &[&str]) -> Run {
+        let path = display(file);
+        let mut args = vec!["allow-prefix", "--rules-file", &path, "--"];
+        args.extend_from_slice(tokens);
+        self.run(&args)
+    }
+
+    /// `guard <verb> <host> --protocol <protocol> [--justification <j>] --rules-file <file>`.
+    fn host_amend(
+        &self,
+        verb: &str,
+        host: &str,
+        protocol: &str,
+        justification: Option<&str>,
+        file: &Path,
+    ) -> Run {
+        let path = display(file);
+        let mut args = vec![verb, host, "--protocol", protocol];
+        if let Some(justification) = justification {
+            args.extend_from_slice(&["--justification", justification]);
+        }
+        args.extend_from_slice(&["--rules-file", &path]);
+        self.run(&args)
+    }
+}
+
+/// The arguments of `guard check [first...] [options...] -- argv...`.
+fn check_args<'a>(first: &[&'a str], options: &[&'a str], argv: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["check"];
+    args.extend_from_slice(first);
+    args.extend_from_slice(options);
+    args.push("--");
+    args.extend_from_slice(argv);
+    args
 }
 
 fn run_command(command: &mut Command) -> Run {
@@ -139,15 +216,6 @@ fn display(path: &Path) -> String {
     path.display().to_string()
 }
 
-/// `guard check --json [rules...] -- argv...`, parsed.
-fn check_json(sandbox: &Sandbox, options: &[&str], argv: &[&str]) -> Value {
-    let mut args = vec!["check", "--json"];
-    args.extend_from_slice(options);
-    args.push("--");
-    args.extend_from_slice(argv);
-    sandbox.run(&args).json()
-}
-
 fn read(path: &Path) -> Vec<u8> {
     fs::read(path).expect("read file")
 }
@@ -161,9 +229,7 @@ fn read(path: &Path) -> Vec<u8> {
 fn check_json_done_when_git_status_allowed() {
     let sandbox = Sandbox::new();
     sandbox.write("r.rules", "prefix_rule(pattern=[\"git\", \"status\"])\n");
-    let out = sandbox.run([
-        "check", "--json", "--rules", "r.rules", "--", "git", "status",
-    ]);
+    let out = sandbox.check(&["--json", "--rules", "r.rules"], &["git", "status"]);
     assert_eq!(
         out.json(),
         json!({
@@ -189,8 +255,7 @@ fn check_json_reports_absolute_file_and_line_and_justification() {
         "policy.rules",
         "# comment\n\nprefix_rule(\n    pattern=[\"git\", \"push\"],\n    decision=\"prompt\",\n    justification=\"  talks to a remote \",\n)\n",
     );
-    let value = check_json(
-        &sandbox,
+    let value = sandbox.check_json(
         &["--rules", &display(&rules)],
         &["git", "push", "origin", "main"],
     );
@@ -223,7 +288,7 @@ fn check_without_fallback_no_match_is_none() {
         &["git", "-C", "x", "status"][..],
         &["/usr/bin/git", "status"][..],
     ] {
-        let value = check_json(&sandbox, &["--rules", &rules], argv);
+        let value = sandbox.check_json(&["--rules", &rules], argv);
         assert_eq!(
             value,
             json!({
@@ -241,7 +306,7 @@ fn check_without_fallback_no_match_is_none() {
 fn check_empty_argv_is_legal() {
     let sandbox = Sandbox::new();
     let rules = sandbox.write("r.rules", "prefix_rule(pattern=[\"git\", \"status\"])\n");
-    let value = check_json(&sandbox, &["--rules", &display(&rules)], &[]);
+    let value = sandbox.check_json(&["--rules", &display(&rules)], &[]);
     assert_eq!(
         value,
         json!({
@@ -267,11 +332,7 @@ fn check_fallback_heuristics() {
         (&["rm", "-rf", "x"][..], "prompt"),
         (&["frobnicate", "--all"][..], "prompt"),
     ] {
-        let value = check_json(
-            &sandbox,
-            &["--rules", &rules, "--fallback", "heuristics"],
-            argv,
-        );
+        let value = sandbox.check_json(&["--rules", &rules, "--fallback", "heuristics"], argv);
         assert_eq!(
             value,
             json!({
@@ -284,8 +345,7 @@ fn check_fallback_heuristics() {
         );
     }
     // A rule match leaves the fallback out entirely.
-    let value = check_json(
-        &sandbox,
+    let value = sandbox.check_json(
         &["--rules", &rules, "--fallback", "heuristics"],
         &["git", "status"],
     );
@@ -300,11 +360,8 @@ fn check_fixed_fallbacks_are_heuristics_matches() {
     let rules = sandbox.write("r.rules", "prefix_rule(pattern=[\"git\", \"status\"])\n");
     let rules = display(&rules);
     for decision in ["allow", "prompt", "forbidden"] {
-        let value = check_json(
-            &sandbox,
-            &["--rules", &rules, "--fallback", decision],
-            &["ls", "-la"],
-        );
+        let value =
+            sandbox.check_json(&["--rules", &rules, "--fallback", decision], &["ls", "-la"]);
         assert_eq!(
             value,
             json!({
@@ -317,8 +374,7 @@ fn check_fixed_fallbacks_are_heuristics_matches() {
         );
     }
     // A matching rule is not overridden by a stronger fallback.
-    let value = check_json(
-        &sandbox,
+    let value = sandbox.check_json(
         &["--rules", &rules, "--fallback", "forbidden"],
         &["git", "status"],
     );
@@ -328,7 +384,7 @@ fn check_fixed_fallbacks_are_heuristics_matches() {
 #[test]
 fn check_rejects_an_unknown_fallback() {
     let sandbox = Sandbox::new();
-    let out = sandbox.run(["check", "--fallback", "deny", "--", "ls"]);
+    let out = sandbox.check(&["--fallback", "deny"], &["ls"]);
     assert_ne!(out.code, Some(0));
     assert_eq!(out.stdout, "");
 }
@@ -343,11 +399,7 @@ fn check_strongest_decision_wins() {
          prefix_rule(pattern=[\"git\", \"push\"], decision=\"prompt\")\n",
     );
     let file = display(&rules);
-    let value = check_json(
-        &sandbox,
-        &["--rules", &file],
-        &["git", "push", "--force", "origin"],
-    );
+    let value = sandbox.check_json(&["--rules", &file], &["git", "push", "--force", "origin"]);
     assert_eq!(
         value,
         json!({
@@ -361,9 +413,9 @@ fn check_strongest_decision_wins() {
             ],
         })
     );
-    let value = check_json(&sandbox, &["--rules", &file], &["git", "push"]);
+    let value = sandbox.check_json(&["--rules", &file], &["git", "push"]);
     assert_eq!(value["decision"], "prompt");
-    let value = check_json(&sandbox, &["--rules", &file], &["git", "log"]);
+    let value = sandbox.check_json(&["--rules", &file], &["git", "log"]);
     assert_eq!(value["decision"], "allow");
 }
 
@@ -375,12 +427,12 @@ fn check_alternatives_and_first_token_expansion() {
         "prefix_rule(pattern=[[\"npm\", \"yarn\"], [\"test\", \"lint\"]], decision=\"prompt\")\n",
     );
     let file = display(&rules);
-    let value = check_json(&sandbox, &["--rules", &file], &["yarn", "lint", "--fix"]);
+    let value = sandbox.check_json(&["--rules", &file], &["yarn", "lint", "--fix"]);
     assert_eq!(
         value["matched_rules"],
         json!([{"matched_prefix": ["yarn", "lint"], "decision": "prompt", "rule_id": 1, "file": file, "line": 1}])
     );
-    let value = check_json(&sandbox, &["--rules", &file], &["npm", "install"]);
+    let value = sandbox.check_json(&["--rules", &file], &["npm", "install"]);
     assert_eq!(value["decision"], "none");
 }
 
@@ -395,8 +447,7 @@ fn check_several_rules_files_in_order() {
         "a-second.rules",
         "\nprefix_rule(pattern=[\"git\", \"status\"])\n",
     );
-    let value = check_json(
-        &sandbox,
+    let value = sandbox.check_json(
         &["--rules", &display(&first), "--rules", &display(&second)],
         &["git", "status"],
     );
@@ -409,8 +460,7 @@ fn check_several_rules_files_in_order() {
     );
     assert_eq!(value["decision"], "prompt");
     // Given the other way round, the order follows the command line, not the names.
-    let value = check_json(
-        &sandbox,
+    let value = sandbox.check_json(
         &["--rules", &display(&second), "--rules", &display(&first)],
         &["git", "status"],
     );
@@ -438,9 +488,9 @@ fn check_host_executable_from_a_later_file_replaces_an_earlier_one() {
         "--rules",
         &display(&second),
     ];
-    let value = check_json(&sandbox, &rules, &["/usr/bin/git", "status"]);
+    let value = sandbox.check_json(&rules, &["/usr/bin/git", "status"]);
     assert_eq!(value["decision"], "allow");
-    let value = check_json(&sandbox, &rules, &["/opt/git", "status"]);
+    let value = sandbox.check_json(&rules, &["/opt/git", "status"]);
     assert_eq!(value["decision"], "none");
 }
 
@@ -476,11 +526,7 @@ fn check_rules_folder_sorted_skipping_symlinks_and_other_files() {
         "rules.d/sub.rules/f.rules",
         "prefix_rule(pattern=[\"git\"], decision=\"forbidden\")\n",
     );
-    let value = check_json(
-        &sandbox,
-        &["--rules", &display(&folder)],
-        &["git", "status"],
-    );
+    let value = sandbox.check_json(&["--rules", &display(&folder)], &["git", "status"]);
     assert_eq!(
         value,
         json!({
@@ -494,9 +540,7 @@ fn check_rules_folder_sorted_skipping_symlinks_and_other_files() {
         })
     );
     // `policy show` lists exactly the two files read.
-    let shown = sandbox
-        .run(["policy", "show", "--json", "--rules", &display(&folder)])
-        .json();
+    let shown = sandbox.policy_show_json(&display(&folder));
     assert_eq!(shown["sources"], json!([display(&a), display(&b)]));
 }
 
@@ -511,8 +555,7 @@ fn check_overlay_forbidden_beats_base_allow() {
         "managed.rules",
         "prefix_rule(pattern=[\"rm\", \"-rf\"], decision=\"forbidden\", justification=\"managed\")\n",
     );
-    let value = check_json(
-        &sandbox,
+    let value = sandbox.check_json(
         &["--rules", &display(&base), "--overlay", &display(&overlay)],
         &["rm", "-rf", "build"],
     );
@@ -529,11 +572,7 @@ fn check_overlay_forbidden_beats_base_allow() {
         })
     );
     // Without the overlay the base allows it.
-    let value = check_json(
-        &sandbox,
-        &["--rules", &display(&base)],
-        &["rm", "-rf", "build"],
-    );
+    let value = sandbox.check_json(&["--rules", &display(&base)], &["rm", "-rf", "build"]);
     assert_eq!(value["decision"], "allow");
 }
 
@@ -545,16 +584,16 @@ fn check_overlay_with_an_error_refuses_the_policy() {
         "managed.rules",
         "prefix_rule(pattern=[\"rm\"], decision=\"forbidden\")\nprefix_rule(pattern=[\"rm\"], decision=\"block\")\n",
     );
-    let out = sandbox.run([
-        "check",
-        "--json",
-        "--rules",
-        &display(&base),
-        "--overlay",
-        &display(&overlay),
-        "--",
-        "ls",
-    ]);
+    let out = sandbox.check(
+        &[
+            "--json",
+            "--rules",
+            &display(&base),
+            "--overlay",
+            &display(&overlay),
+        ],
+        &["ls"],
+    );
     out.assert_policy_error(&format!(
         "{}:2: error: invalid decision: block (problem is on or around line 2)",
         display(&overlay)
@@ -569,11 +608,7 @@ fn check_split_shell_evaluates_each_command() {
         "prefix_rule(pattern=[\"rm\"], decision=\"forbidden\")\n",
     );
     let file = display(&rules);
-    let value = check_json(
-        &sandbox,
-        &["--rules", &file, "--split-shell"],
-        &["bash", "-lc", "ls && rm -rf x"],
-    );
+    let value = sandbox.check_split_shell(&file, &["bash", "-lc", "ls && rm -rf x"]);
     assert_eq!(
         value,
         json!({
@@ -586,8 +621,7 @@ fn check_split_shell_evaluates_each_command() {
         })
     );
     // Each command gets its own fallback entry when nothing matches it.
-    let value = check_json(
-        &sandbox,
+    let value = sandbox.check_json(
         &[
             "--rules",
             &file,
@@ -610,11 +644,7 @@ fn check_split_shell_evaluates_each_command() {
         })
     );
     // Without --split-shell the script is one opaque argv.
-    let value = check_json(
-        &sandbox,
-        &["--rules", &file],
-        &["bash", "-lc", "ls && rm -rf x"],
-    );
+    let value = sandbox.check_json(&["--rules", &file], &["bash", "-lc", "ls && rm -rf x"]);
     assert_eq!(
         value,
         json!({
@@ -630,9 +660,8 @@ fn check_split_shell_evaluates_each_command() {
 fn check_split_shell_separators_and_quoting() {
     let sandbox = Sandbox::new();
     let rules = sandbox.write("r.rules", "prefix_rule(pattern=[\"git\", \"status\"])\n");
-    let value = check_json(
-        &sandbox,
-        &["--rules", &display(&rules), "--split-shell"],
+    let value = sandbox.check_split_shell(
+        &display(&rules),
         &[
             "/bin/sh",
             "-c",
@@ -669,11 +698,7 @@ fn check_split_shell_leaves_unsplittable_scripts_whole() {
         "ls &",
         "ls &&",
     ] {
-        let value = check_json(
-            &sandbox,
-            &["--rules", &file, "--split-shell"],
-            &["bash", "-lc", script],
-        );
+        let value = sandbox.check_split_shell(&file, &["bash", "-lc", script]);
         assert_eq!(
             value,
             json!({
@@ -686,11 +711,7 @@ fn check_split_shell_leaves_unsplittable_scripts_whole() {
         );
     }
     // `bash -l -c` (four arguments) is not unwrapped either.
-    let value = check_json(
-        &sandbox,
-        &["--rules", &file, "--split-shell"],
-        &["bash", "-l", "-c", "echo hi"],
-    );
+    let value = sandbox.check_split_shell(&file, &["bash", "-l", "-c", "echo hi"]);
     assert_eq!(value["commands"], json!([["bash", "-l", "-c", "echo hi"]]));
 }
 
@@ -702,11 +723,7 @@ fn check_split_shell_heredoc_is_complex_parsing() {
         "prefix_rule(pattern=[\"python3\"], decision=\"prompt\")\n",
     );
     let file = display(&rules);
-    let value = check_json(
-        &sandbox,
-        &["--rules", &file, "--split-shell"],
-        &["bash", "-lc", "python3 <<'PY'\nprint(1)\nPY"],
-    );
+    let value = sandbox.check_split_shell(&file, &["bash", "-lc", "python3 <<'PY'\nprint(1)\nPY"]);
     assert_eq!(
         value,
         json!({
@@ -720,9 +737,8 @@ fn check_split_shell_heredoc_is_complex_parsing() {
     );
     // The same with no matching rule: commands and the flag are unchanged.
     let other = sandbox.write("other.rules", "prefix_rule(pattern=[\"ls\"])\n");
-    let value = check_json(
-        &sandbox,
-        &["--rules", &display(&other), "--split-shell"],
+    let value = sandbox.check_split_shell(
+        &display(&other),
         &["bash", "-lc", "python3 <<'PY'\nprint(1)\nPY"],
     );
     assert_eq!(
@@ -741,11 +757,7 @@ fn check_resolve_host_executables() {
     let sandbox = Sandbox::new();
     let rules = sandbox.write("r.rules", "prefix_rule(pattern=[\"git\", \"status\"])\n");
     let file = display(&rules);
-    let value = check_json(
-        &sandbox,
-        &["--rules", &file, "--resolve-host-executables"],
-        &["/usr/bin/git", "status"],
-    );
+    let value = sandbox.check_resolving(&file, &["/usr/bin/git", "status"]);
     assert_eq!(
         value,
         json!({
@@ -763,53 +775,35 @@ fn check_resolve_host_executables() {
         })
     );
     // Lexically normalised.
-    let value = check_json(
-        &sandbox,
-        &["--rules", &file, "--resolve-host-executables"],
-        &["/usr/bin/../bin/./git", "status"],
-    );
+    let value = sandbox.check_resolving(&file, &["/usr/bin/../bin/./git", "status"]);
     assert_eq!(
         value["matched_rules"][0]["resolved_program"],
         "/usr/bin/git"
     );
     // A relative argv[0] is taken against the current folder.
-    let value = check_json(
-        &sandbox,
-        &["--rules", &file, "--resolve-host-executables"],
-        &["./git", "status"],
-    );
+    let value = sandbox.check_resolving(&file, &["./git", "status"]);
     assert_eq!(value["decision"], "allow");
     assert_eq!(
         value["matched_rules"][0]["resolved_program"],
         display(&sandbox.file("git"))
     );
     // An exact match needs no resolution and reports none.
-    let value = check_json(
-        &sandbox,
-        &["--rules", &file, "--resolve-host-executables"],
-        &["git", "status"],
-    );
+    let value = sandbox.check_resolving(&file, &["git", "status"]);
     assert!(value["matched_rules"][0].get("resolved_program").is_none());
     // A leading `~` is expanded with $HOME.
-    let mut command = sandbox.command();
-    command.env("HOME", sandbox.path()).args([
-        "check",
-        "--json",
-        "--rules",
-        &file,
-        "--resolve-host-executables",
-        "--",
-        "~/bin/git",
-        "status",
-    ]);
-    let value = run_command(&mut command).json();
+    let value = sandbox.check_json_with_env(
+        "HOME",
+        sandbox.path(),
+        &["--rules", &file, "--resolve-host-executables"],
+        &["~/bin/git", "status"],
+    );
     assert_eq!(value["decision"], "allow");
     assert_eq!(
         value["matched_rules"][0]["resolved_program"],
         display(&sandbox.file("bin/git"))
     );
     // Without the flag, the absolute path does not reach the rule.
-    let value = check_json(&sandbox, &["--rules", &file], &["/usr/bin/git", "status"]);
+    let value = sandbox.check_json(&["--rules", &file], &["/usr/bin/git", "status"]);
     assert_eq!(value["decision"], "none");
     assert_eq!(value["matched_rules"], json!([]));
 }
@@ -825,7 +819,7 @@ fn check_resolution_runs_when_the_exact_key_does_not_match() {
     );
     let file = display(&rules);
     let options = ["--rules", &file, "--resolve-host-executables"];
-    let value = check_json(&sandbox, &options, &["/usr/bin/git", "status"]);
+    let value = sandbox.check_json(&options, &["/usr/bin/git", "status"]);
     assert_eq!(
         value["matched_rules"],
         json!([{
@@ -837,7 +831,7 @@ fn check_resolution_runs_when_the_exact_key_does_not_match() {
             "line": 2,
         }])
     );
-    let value = check_json(&sandbox, &options, &["/usr/bin/git", "push"]);
+    let value = sandbox.check_json(&options, &["/usr/bin/git", "push"]);
     assert_eq!(
         value["matched_rules"],
         json!([{
@@ -858,11 +852,7 @@ fn check_host_executable_limits_resolution() {
         "prefix_rule(pattern=[\"git\", \"status\"])\nhost_executable(name=\"git\", paths=[\"/opt/git\"])\n",
     );
     let file = display(&rules);
-    let value = check_json(
-        &sandbox,
-        &["--rules", &file, "--resolve-host-executables"],
-        &["/usr/bin/git", "status"],
-    );
+    let value = sandbox.check_resolving(&file, &["/usr/bin/git", "status"]);
     assert_eq!(
         value,
         json!({
@@ -872,11 +862,7 @@ fn check_host_executable_limits_resolution() {
             "matched_rules": [],
         })
     );
-    let value = check_json(
-        &sandbox,
-        &["--rules", &file, "--resolve-host-executables"],
-        &["/opt/git", "status"],
-    );
+    let value = sandbox.check_resolving(&file, &["/opt/git", "status"]);
     assert_eq!(value["decision"], "allow");
     assert_eq!(value["matched_rules"][0]["resolved_program"], "/opt/git");
     // An empty list blocks every absolute path.
@@ -884,11 +870,7 @@ fn check_host_executable_limits_resolution() {
         "empty.rules",
         "prefix_rule(pattern=[\"git\", \"status\"])\nhost_executable(name=\"git\", paths=[])\n",
     );
-    let value = check_json(
-        &sandbox,
-        &["--rules", &display(&empty), "--resolve-host-executables"],
-        &["/opt/git", "status"],
-    );
+    let value = sandbox.check_resolving(&display(&empty), &["/opt/git", "status"]);
     assert_eq!(value["decision"], "none");
 }
 
@@ -899,13 +881,13 @@ fn check_policy_error_bad_decision_line_three() {
         "bad.rules",
         "# a comment\nprefix_rule(pattern=[\"ok\"])\nprefix_rule(pattern=[\"a\"], decision=\"deny\")\n",
     );
-    let out = sandbox.run(["check", "--json", "--rules", &display(&rules), "--", "ok"]);
+    let out = sandbox.check(&["--json", "--rules", &display(&rules)], &["ok"]);
     out.assert_policy_error(&format!(
         "{}:3: error: invalid decision: deny (problem is on or around line 3)",
         display(&rules)
     ));
     // The human form refuses the same way.
-    let out = sandbox.run(["check", "--rules", &display(&rules), "--", "ok"]);
+    let out = sandbox.check(&["--rules", &display(&rules)], &["ok"]);
     out.assert_policy_error(&format!(
         "{}:3: error: invalid decision: deny (problem is on or around line 3)",
         display(&rules)
@@ -919,7 +901,7 @@ fn check_policy_error_failed_match_example_points_at_the_call() {
         "examples.rules",
         "prefix_rule(pattern=[\"ls\"])\n\nprefix_rule(\n    pattern=[\"git\", \"status\"],\n    match=[\"git status\", \"git log\"],\n)\n",
     );
-    let out = sandbox.run(["check", "--json", "--rules", &display(&rules), "--", "ls"]);
+    let out = sandbox.check(&["--json", "--rules", &display(&rules)], &["ls"]);
     out.assert_code(2);
     assert_eq!(out.stdout, "");
     let expected = format!(
@@ -944,7 +926,7 @@ fn check_policy_error_not_match_example() {
         "nm.rules",
         "\nprefix_rule(\n    pattern=[\"git\"],\n    not_match=[\"git status\"],\n)\n",
     );
-    let out = sandbox.run(["check", "--rules", &display(&rules), "--", "git"]);
+    let out = sandbox.check(&["--rules", &display(&rules)], &["git"]);
     out.assert_code(2);
     assert_eq!(out.stdout, "");
     let expected = format!(
@@ -987,7 +969,7 @@ fn check_policy_error_names_the_file_among_several() {
 fn check_missing_rules_file_is_an_error() {
     let sandbox = Sandbox::new();
     let missing = sandbox.file("missing.rules");
-    let out = sandbox.run(["check", "--json", "--rules", &display(&missing), "--", "ls"]);
+    let out = sandbox.check(&["--json", "--rules", &display(&missing)], &["ls"]);
     out.assert_code(2);
     assert_eq!(out.stdout, "");
     assert!(
@@ -1007,7 +989,7 @@ fn check_human_output_mentions_decision_and_origin() {
     );
     let file = display(&rules);
 
-    let out = sandbox.run(["check", "--rules", &file, "--", "git", "status"]);
+    let out = sandbox.check(&["--rules", &file], &["git", "status"]);
     out.assert_success();
     assert!(out.stdout.contains("allow"), "stdout:\n{}", out.stdout);
     assert!(
@@ -1017,7 +999,7 @@ fn check_human_output_mentions_decision_and_origin() {
     );
     assert!(!out.stdout.contains('\u{1b}'), "no colour codes when piped");
 
-    let out = sandbox.run(["check", "--rules", &file, "--", "rm", "-rf", "x"]);
+    let out = sandbox.check(&["--rules", &file], &["rm", "-rf", "x"]);
     out.assert_success();
     assert!(out.stdout.contains("forbidden"), "stdout:\n{}", out.stdout);
     assert!(
@@ -1027,20 +1009,12 @@ fn check_human_output_mentions_decision_and_origin() {
     );
     assert!(out.stdout.lines().count() > 1, "an explanation and a hint");
 
-    let out = sandbox.run(["check", "--rules", &file, "--", "zzz"]);
+    let out = sandbox.check(&["--rules", &file], &["zzz"]);
     out.assert_success();
     assert!(out.stdout.contains("none"), "stdout:\n{}", out.stdout);
     assert!(out.stdout.contains("allow-prefix"), "hint:\n{}", out.stdout);
 
-    let out = sandbox.run([
-        "check",
-        "--rules",
-        &file,
-        "--fallback",
-        "heuristics",
-        "--",
-        "zzz",
-    ]);
+    let out = sandbox.check(&["--rules", &file, "--fallback", "heuristics"], &["zzz"]);
     out.assert_success();
     assert!(out.stdout.contains("prompt"), "stdout:\n{}", out.stdout);
 }
@@ -1048,19 +1022,19 @@ fn check_human_output_mentions_decision_and_origin() {
 #[test]
 fn check_embedded_default_policy_without_system_rules() {
     let sandbox = Sandbox::new();
-    let value = check_json(&sandbox, &[], &["git", "status"]);
+    let value = sandbox.check_json(&[], &["git", "status"]);
     assert_eq!(value["decision"], "allow");
     assert_eq!(
         value["matched_rules"][0]["matched_prefix"],
         json!(["git", "status"])
     );
-    let value = check_json(&sandbox, &[], &["rm", "-rf", "/"]);
+    let value = sandbox.check_json(&[], &["rm", "-rf", "/"]);
     assert_eq!(value["decision"], "forbidden");
     assert_eq!(
         value["matched_rules"][0]["matched_prefix"],
         json!(["rm", "-rf", "/"])
     );
-    let value = check_json(&sandbox, &[], &["git", "push", "origin", "main"]);
+    let value = sandbox.check_json(&[], &["git", "push", "origin", "main"]);
     assert_eq!(value["decision"], "prompt");
 }
 
@@ -1072,14 +1046,7 @@ fn check_system_rules_folder_replaces_the_default() {
         "etc-guard-rules/site.rules",
         "prefix_rule(pattern=[\"deploy\"], decision=\"prompt\")\n",
     );
-    let run = |argv: &[&str]| {
-        let mut command = sandbox.command();
-        command
-            .env("GUARD_SYSTEM_RULES", &system)
-            .args(["check", "--json", "--"])
-            .args(argv);
-        run_command(&mut command).json()
-    };
+    let run = |argv: &[&str]| sandbox.check_json_with_env("GUARD_SYSTEM_RULES", &system, &[], argv);
     assert_eq!(
         run(&["deploy", "prod"]),
         json!({
@@ -1096,16 +1063,13 @@ fn check_system_rules_folder_replaces_the_default() {
     assert_eq!(run(&["rm", "-rf", "/"])["decision"], "none");
     // An explicit --rules wins over the system folder.
     let own = sandbox.write("own.rules", "prefix_rule(pattern=[\"ls\"])\n");
-    let mut command = sandbox.command();
-    command.env("GUARD_SYSTEM_RULES", &system).args([
-        "check",
-        "--json",
-        "--rules",
-        &display(&own),
-        "--",
-        "deploy",
-    ]);
-    assert_eq!(run_command(&mut command).json()["decision"], "none");
+    let value = sandbox.check_json_with_env(
+        "GUARD_SYSTEM_RULES",
+        &system,
+        &["--rules", &display(&own)],
+        &["deploy"],
+    );
+    assert_eq!(value["decision"], "none");
 }
 
 #[test]
@@ -1278,9 +1242,7 @@ fn policy_show_json_network_rules_and_domains() {
          network_rule(host=\"new.example\", protocol=\"http\", decision=\"prompt\")\n",
     );
     let file = display(&rules);
-    let value = sandbox
-        .run(["policy", "show", "--json", "--rules", &file])
-        .json();
+    let value = sandbox.policy_show_json(&file);
     assert_eq!(
         value["network_rules"],
         json!([
@@ -1318,9 +1280,7 @@ fn policy_show_json_allowed_prefixes_and_host_executables() {
          host_executable(name=\"git\", paths=[\"/usr/bin/git\", \"/opt/bin/../git/git\", \"/usr/bin/git\"])\n\
          host_executable(name=\"cargo\", paths=[\"/home/me/.cargo/bin/cargo\"])\n",
     );
-    let value = sandbox
-        .run(["policy", "show", "--json", "--rules", &display(&rules)])
-        .json();
+    let value = sandbox.policy_show_json(&display(&rules));
     assert_eq!(
         value["allowed_prefixes"],
         json!([
@@ -1453,34 +1413,16 @@ const CARGO_TEST_LINE: &str = "prefix_rule(pattern=[\"cargo\", \"test\"], decisi
 fn allow_prefix_appends_exactly_one_line_once() {
     let sandbox = Sandbox::new();
     let file = sandbox.file("default.rules");
-    let out = sandbox.run([
-        "allow-prefix",
-        "--rules-file",
-        &display(&file),
-        "--",
-        "cargo",
-        "test",
-    ]);
+    let out = sandbox.allow_prefix(&file, &["cargo", "test"]);
     out.assert_success();
     assert_eq!(read(&file), CARGO_TEST_LINE.as_bytes());
 
-    let out = sandbox.run([
-        "allow-prefix",
-        "--rules-file",
-        &display(&file),
-        "--",
-        "cargo",
-        "test",
-    ]);
+    let out = sandbox.allow_prefix(&file, &["cargo", "test"]);
     out.assert_success();
     assert_eq!(read(&file), CARGO_TEST_LINE.as_bytes(), "byte-identical");
 
     // The amended file is a valid policy that allows longer commands.
-    let value = check_json(
-        &sandbox,
-        &["--rules", &display(&file)],
-        &["cargo", "test", "--all"],
-    );
+    let value = sandbox.check_json(&["--rules", &display(&file)], &["cargo", "test", "--all"]);
     assert_eq!(
         value,
         json!({
@@ -1524,14 +1466,7 @@ fn allow_prefix_adds_missing_final_newline_first() {
     let sandbox = Sandbox::new();
     let file = sandbox.write("r.rules", "prefix_rule(pattern=[\"ls\"])");
     sandbox
-        .run([
-            "allow-prefix",
-            "--rules-file",
-            &display(&file),
-            "--",
-            "cargo",
-            "test",
-        ])
+        .allow_prefix(&file, &["cargo", "test"])
         .assert_success();
     assert_eq!(
         String::from_utf8(read(&file)).unwrap(),
@@ -1540,14 +1475,7 @@ fn allow_prefix_adds_missing_final_newline_first() {
     // A file that already ends in a newline gets no blank line.
     let file = sandbox.write("s.rules", "prefix_rule(pattern=[\"ls\"])\n");
     sandbox
-        .run([
-            "allow-prefix",
-            "--rules-file",
-            &display(&file),
-            "--",
-            "cargo",
-            "test",
-        ])
+        .allow_prefix(&file, &["cargo", "test"])
         .assert_success();
     assert_eq!(
         String::from_utf8(read(&file)).unwrap(),
@@ -1557,14 +1485,7 @@ fn allow_prefix_adds_missing_final_newline_first() {
     let middle = format!("# mine\n{CARGO_TEST_LINE}prefix_rule(pattern=[\"ls\"])");
     let file = sandbox.write("t.rules", &middle);
     sandbox
-        .run([
-            "allow-prefix",
-            "--rules-file",
-            &display(&file),
-            "--",
-            "cargo",
-            "test",
-        ])
+        .allow_prefix(&file, &["cargo", "test"])
         .assert_success();
     assert_eq!(read(&file), middle.as_bytes());
 }
@@ -1575,14 +1496,7 @@ fn allow_prefix_creates_the_folder() {
     let file = sandbox.file("rules/default.rules");
     assert!(!file.parent().unwrap().exists());
     sandbox
-        .run([
-            "allow-prefix",
-            "--rules-file",
-            &display(&file),
-            "--",
-            "cargo",
-            "test",
-        ])
+        .allow_prefix(&file, &["cargo", "test"])
         .assert_success();
     assert_eq!(read(&file), CARGO_TEST_LINE.as_bytes());
 }
@@ -1600,18 +1514,13 @@ fn allow_prefix_escapes_tokens_as_json() {
         "héllo wörld ✓",
         "",
     ];
-    let mut args = vec!["allow-prefix", "--rules-file"];
-    let path = display(&file);
-    args.push(&path);
-    args.push("--");
-    args.extend_from_slice(&tokens);
-    sandbox.run(&args).assert_success();
+    sandbox.allow_prefix(&file, &tokens).assert_success();
     assert_eq!(
         String::from_utf8(read(&file)).unwrap(),
         "prefix_rule(pattern=[\"say \\\"hi\\\"\", \"a\\\\b\", \"tab\\there\", \"new\\nline\", \"\\u0001\", \"héllo wörld ✓\", \"\"], decision=\"allow\")\n"
     );
     // And it reads back as exactly those tokens.
-    let value = check_json(&sandbox, &["--rules", &path], &tokens);
+    let value = sandbox.check_json(&["--rules", &display(&file)], &tokens);
     assert_eq!(value["decision"], "allow");
     assert_eq!(value["matched_rules"][0]["matched_prefix"], json!(tokens));
 }
@@ -1671,20 +1580,18 @@ proptest! {
         let sandbox = Sandbox::new();
         let file = sandbox.file("default.rules");
         let path = display(&file);
-        let mut args: Vec<&str> = vec!["allow-prefix", "--rules-file", &path, "--"];
-        args.extend(tokens.iter().map(String::as_str));
-        let first = sandbox.run(&args);
+        let argv: Vec<&str> = tokens.iter().map(String::as_str).collect();
+        let first = sandbox.allow_prefix(&file, &argv);
         prop_assert_eq!(first.code, Some(0), "stderr: {}", first.stderr);
         let written = read(&file);
         let text = String::from_utf8(written.clone()).unwrap();
         prop_assert_eq!(text.lines().count(), 1);
         prop_assert!(text.ends_with("], decision=\"allow\")\n"));
-        let second = sandbox.run(&args);
+        let second = sandbox.allow_prefix(&file, &argv);
         prop_assert_eq!(second.code, Some(0), "stderr: {}", second.stderr);
         prop_assert_eq!(read(&file), written);
 
-        let argv: Vec<&str> = tokens.iter().map(String::as_str).collect();
-        let value = check_json(&sandbox, &["--rules", &path], &argv);
+        let value = sandbox.check_json(&["--rules", &path], &argv);
         prop_assert_eq!(&value["decision"], "allow");
         prop_assert_eq!(&value["matched_rules"][0]["matched_prefix"], &json!(tokens));
     }
@@ -1699,72 +1606,23 @@ fn host_amendments_write_exact_lines() {
     let sandbox = Sandbox::new();
     let file = sandbox.file("net/default.rules");
     let path = display(&file);
-    sandbox
-        .run([
-            "allow-host",
-            "API.GitHub.com:443",
-            "--protocol",
-            "https",
-            "--rules-file",
-            &path,
-        ])
-        .assert_success();
-    sandbox
-        .run([
-            "ask-host",
-            "api.github.com",
-            "--protocol",
-            "https_connect",
-            "--rules-file",
-            &path,
-        ])
-        .assert_success();
-    sandbox
-        .run([
-            "deny-host",
-            "Api.GitHub.Com.",
-            "--protocol",
-            "http-connect",
-            "--rules-file",
-            &path,
-        ])
-        .assert_success();
-    sandbox
-        .run([
+    for (verb, host, protocol, justification) in [
+        ("allow-host", "API.GitHub.com:443", "https", None),
+        ("ask-host", "api.github.com", "https_connect", None),
+        ("deny-host", "Api.GitHub.Com.", "http-connect", None),
+        (
             "allow-host",
             "[FE80::1]:8080",
-            "--protocol",
             "socks5_udp",
-            "--justification",
-            "lab \"box\"",
-            "--rules-file",
-            &path,
-        ])
-        .assert_success();
-    sandbox
-        .run([
-            "deny-host",
-            "10.0.0.1:80",
-            "--protocol",
-            "socks5_tcp",
-            "--justification",
-            "no",
-            "--rules-file",
-            &path,
-        ])
-        .assert_success();
-    sandbox
-        .run([
-            "ask-host",
-            "example.com",
-            "--protocol",
-            "http",
-            "--justification",
-            " ask ",
-            "--rules-file",
-            &path,
-        ])
-        .assert_success();
+            Some("lab \"box\""),
+        ),
+        ("deny-host", "10.0.0.1:80", "socks5_tcp", Some("no")),
+        ("ask-host", "example.com", "http", Some(" ask ")),
+    ] {
+        sandbox
+            .host_amend(verb, host, protocol, justification, &file)
+            .assert_success();
+    }
     assert_eq!(
         String::from_utf8(read(&file)).unwrap(),
         "network_rule(host=\"api.github.com\", protocol=\"https\", decision=\"allow\")\n\
@@ -1807,14 +1665,7 @@ fn host_amendment_rejects_wildcards_and_leaves_the_file() {
     let file = sandbox.write("r.rules", original);
     for verb in ["allow-host", "ask-host", "deny-host"] {
         for host in ["*.github.com", "*", "a*b.com"] {
-            let out = sandbox.run([
-                verb,
-                host,
-                "--protocol",
-                "https",
-                "--rules-file",
-                &display(&file),
-            ]);
+            let out = sandbox.host_amend(verb, host, "https", None, &file);
             assert_ne!(out.code, Some(0), "{verb} {host}");
             assert!(
                 out.stderr.contains(
@@ -1828,28 +1679,14 @@ fn host_amendment_rejects_wildcards_and_leaves_the_file() {
     }
     // When the file did not exist, it still does not.
     let missing = sandbox.file("none.rules");
-    let out = sandbox.run([
-        "deny-host",
-        "*.evil.com",
-        "--protocol",
-        "http",
-        "--rules-file",
-        &display(&missing),
-    ]);
+    let out = sandbox.host_amend("deny-host", "*.evil.com", "http", None, &missing);
     assert_ne!(out.code, Some(0));
     assert!(out.stderr.contains(
         "invalid network rule: invalid rule: network_rule host must be a specific host; wildcards are not allowed"
     ));
     assert!(!missing.exists());
     let in_new_folder = sandbox.file("new/none.rules");
-    let out = sandbox.run([
-        "allow-host",
-        "*",
-        "--protocol",
-        "http",
-        "--rules-file",
-        &display(&in_new_folder),
-    ]);
+    let out = sandbox.host_amend("allow-host", "*", "http", None, &in_new_folder);
     assert_ne!(out.code, Some(0));
     assert!(!in_new_folder.parent().unwrap().exists());
 }
@@ -1859,16 +1696,13 @@ fn host_amendment_rejects_blank_justification_and_bad_input() {
     let sandbox = Sandbox::new();
     let file = sandbox.file("r.rules");
     for justification in ["", "   ", "\t\n"] {
-        let out = sandbox.run([
+        let out = sandbox.host_amend(
             "allow-host",
             "api.github.com",
-            "--protocol",
             "https",
-            "--justification",
-            justification,
-            "--rules-file",
-            &display(&file),
-        ]);
+            Some(justification),
+            &file,
+        );
         assert_ne!(out.code, Some(0));
         assert!(
             out.stderr
@@ -1895,14 +1729,7 @@ fn host_amendment_rejects_blank_justification_and_bad_input() {
             "network_rule protocol must be one of http, https, socks5_tcp, socks5_udp (got HTTPS)",
         ),
     ] {
-        let out = sandbox.run([
-            "deny-host",
-            host,
-            "--protocol",
-            protocol,
-            "--rules-file",
-            &display(&file),
-        ]);
+        let out = sandbox.host_amend("deny-host", host, protocol, None, &file);
         assert_ne!(out.code, Some(0), "{host} {protocol}");
         assert!(
             out.stderr.contains(message),
@@ -1918,39 +1745,16 @@ fn deny_host_shows_up_as_denied_domain() {
     let sandbox = Sandbox::new();
     let file = sandbox.file("r.rules");
     let path = display(&file);
-    sandbox
-        .run([
-            "allow-host",
-            "evil.com",
-            "--protocol",
-            "https",
-            "--rules-file",
-            &path,
-        ])
-        .assert_success();
-    sandbox
-        .run([
-            "deny-host",
-            "EVIL.com:443",
-            "--protocol",
-            "https_connect",
-            "--rules-file",
-            &path,
-        ])
-        .assert_success();
-    sandbox
-        .run([
-            "ask-host",
-            "evil.com",
-            "--protocol",
-            "http",
-            "--rules-file",
-            &path,
-        ])
-        .assert_success();
-    let value = sandbox
-        .run(["policy", "show", "--json", "--rules", &path])
-        .json();
+    for (verb, host, protocol) in [
+        ("allow-host", "evil.com", "https"),
+        ("deny-host", "EVIL.com:443", "https_connect"),
+        ("ask-host", "evil.com", "http"),
+    ] {
+        sandbox
+            .host_amend(verb, host, protocol, None, &file)
+            .assert_success();
+    }
+    let value = sandbox.policy_show_json(&path);
     assert_eq!(
         value["network_domains"],
         json!({"allowed": [], "denied": ["evil.com"]})

@@ -23,22 +23,30 @@ pub struct ExecPolicyCommands {
 /// §4: plain split of `[bash|zsh|sh (or a path whose file stem is one), -c|-lc, script]`, then the
 /// heredoc reduction, else `[argv]` unchanged.
 pub fn commands_for_exec_policy(argv: &[String]) -> ExecPolicyCommands {
-    if let Some(commands) = split_plain_shell_wrapper(argv) {
+    let unchanged = || ExecPolicyCommands {
+        commands: vec![argv.to_vec()],
+        used_complex_parsing: false,
+    };
+    let Some(script) = wrapped_script(argv) else {
+        return unchanged();
+    };
+    // One parse serves both the plain split and the heredoc reduction.
+    let Some(tree) = parse_bash(script).filter(|tree| !tree.root_node().has_error()) else {
+        return unchanged();
+    };
+    if let Some(commands) = split_plain_tree(&tree, script).filter(|c| !c.is_empty()) {
         return ExecPolicyCommands {
             commands,
             used_complex_parsing: false,
         };
     }
-    if let Some(command) = reduce_heredoc_wrapper(argv) {
+    if let Some(command) = reduce_heredoc_tree(&tree, script) {
         return ExecPolicyCommands {
             commands: vec![command],
             used_complex_parsing: true,
         };
     }
-    ExecPolicyCommands {
-        commands: vec![argv.to_vec()],
-        used_complex_parsing: false,
-    }
+    unchanged()
 }
 
 /// The plain split alone (step 1): Some(commands) only when argv is a recognised shell wrapper
@@ -54,11 +62,15 @@ pub fn split_plain_shell_wrapper(argv: &[String]) -> Option<Vec<Vec<String>>> {
 /// An empty or whitespace-only script is not refused: it yields `Some(vec![])`.
 pub fn split_plain_script(script: &str) -> Option<Vec<Vec<String>>> {
     let tree = parse_bash(script)?;
-    let root = tree.root_node();
-    if root.has_error() {
+    if tree.root_node().has_error() {
         return None;
     }
+    split_plain_tree(&tree, script)
+}
 
+/// The plain split of an already parsed, error-free script.
+fn split_plain_tree(tree: &Tree, script: &str) -> Option<Vec<Vec<String>>> {
+    let root = tree.root_node();
     let mut command_nodes = Vec::new();
     for node in all_nodes(root) {
         if node.is_named() {
@@ -175,16 +187,11 @@ fn single_quoted_contents(raw_string: Node<'_>, src: &str) -> Option<String> {
     Some(inner.to_owned())
 }
 
-/// Step 2: `[shell, -c|-lc, "cmd args <<EOF ... EOF"]` → the argv of that single command, so a rule
-/// on `python3` still sees `python3 <<'PY' ... PY`. None unless every §4 condition holds.
-fn reduce_heredoc_wrapper(argv: &[String]) -> Option<Vec<String>> {
-    let script = wrapped_script(argv)?;
-    let tree = parse_bash(script)?;
+/// Step 2, on the parsed script of `[shell, -c|-lc, "cmd args <<EOF ... EOF"]`: the argv of that
+/// single command, so a rule on `python3` still sees `python3 <<'PY' ... PY`. None unless every
+/// §4 condition holds.
+fn reduce_heredoc_tree(tree: &Tree, script: &str) -> Option<Vec<String>> {
     let root = tree.root_node();
-    if root.has_error() {
-        return None;
-    }
-
     let named = named_nodes(root);
     if !named.iter().any(|node| node.kind() == "heredoc_redirect") {
         return None;

@@ -6,5 +6,10 @@
 #![no_std]
 
 pub mod decision;
+pub mod event;
+pub mod limits;
+pub mod maps;
+#[cfg(feature = "user")]
+mod pod;
 
 pub use decision::Decision;

@@ -1,7 +1,4 @@
-//! guard's kernel programs live here: one file per hook family (exec, net, scope, events).
-//!
-//! Until the kernel-enforcement issue lands this crate only fixes its place in the workspace. It
-//! is not a default member, so host builds never compile BPF code.
+//! guard's kernel programs. The object is the `guard` binary target (`src/main.rs`), built for
+//! the BPF target by guard-user's build script; this library target exists so guard-user can
+//! name the crate as a build dependency and be rebuilt when it changes.
 #![no_std]
-
-pub use guard_common::Decision;

@@ -1,3 +1,6 @@
 //! guard's userspace library: the `.rules` policy engine and the `guard` command line.
 pub mod cli;
+pub mod compile;
+pub mod kernel;
 pub mod policy;
+pub mod session;

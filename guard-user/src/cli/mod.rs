@@ -5,6 +5,8 @@ mod amend;
 mod check;
 mod output;
 mod policy;
+mod run;
+mod doctor;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -50,6 +52,10 @@ enum Command {
     AskHost(amend::HostArgs),
     /// Append `network_rule(host=HOST, decision="deny")` to a rules file.
     DenyHost(amend::HostArgs),
+    /// Run a command under the policy, enforced by the kernel, in a fresh scope (root).
+    Run(run::RunArgs),
+    /// Say which enforcement backend this kernel allows, and why the other is refused.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Where the policy comes from; shared by every subcommand that reads one.
@@ -81,6 +87,8 @@ pub fn main() -> ExitCode {
         Command::AllowHost(args) => amend::host(&args, crate::policy::Decision::Allow),
         Command::AskHost(args) => amend::host(&args, crate::policy::Decision::Prompt),
         Command::DenyHost(args) => amend::host(&args, crate::policy::Decision::Forbidden),
+        Command::Run(args) => run::run(&args),
+        Command::Doctor(args) => doctor::run(&args),
     }
 }
 

@@ -122,6 +122,48 @@ impl Policy {
         Evaluation::from_matches(self.matches_for_command(cmd, fallback, options))
     }
 
+    /// What the kernel decides for an exec of `cmd`: the strongest decision of every prefix rule
+    /// that matches (the same matching as [`Policy::check`]), or the policy's
+    /// `enforcement(unmatched_exec=...)` (allow by default) when none does.
+    ///
+    /// The kernel never trusts `argv[0]`: it compares the executed file's *name* as token 0
+    /// (and one-token rules also by the file's identity), so pass that name as `cmd[0]`. When
+    /// `cmd[0]` is a path, its file name is used as token 0, and one-token rules written as that
+    /// exact absolute path also count (the kernel holds their file's identity). Rules with more
+    /// tokens whose program is written as a path never match in the kernel.
+    pub fn kernel_exec_decision(&self, cmd: &[String]) -> Decision {
+        let Some(program) = cmd.first() else {
+            return self.enforcement().unmatched_exec;
+        };
+        let name = if program.contains('/') {
+            executable_name(std::path::Path::new(program)).unwrap_or(program)
+        } else {
+            program
+        };
+        let renamed: Vec<String> = std::iter::once(name.to_string())
+            .chain(cmd[1..].iter().cloned())
+            .collect();
+        let by_name = self
+            .rules_for_program(name)
+            .iter()
+            .filter(|rule| rule.matches(&renamed).is_some())
+            .map(|rule| rule.decision);
+        let by_identity = program.starts_with('/')
+            .then(|| {
+                let path = super::paths::normalize_lexically(std::path::Path::new(program));
+                self.rules_for_program(&path.to_string_lossy())
+                    .iter()
+                    .filter(|rule| rule.pattern.rest.is_empty())
+                    .map(|rule| rule.decision)
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        by_name
+            .chain(by_identity)
+            .max()
+            .unwrap_or(self.enforcement().unmatched_exec)
+    }
+
     /// Every command's matches concatenated in order (each unmatched command gets its own
     /// fallback entry); the strongest decision over all of them wins.
     pub fn check_multiple<C: AsRef<[String]>>(

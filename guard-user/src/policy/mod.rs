@@ -1,6 +1,8 @@
 //! The `.rules` policy engine: parse files into a [`Policy`], evaluate commands against it, and
-//! append amendments. The kernel compiler (a later issue) reads the same [`Policy`].
+//! append amendments. The kernel compiler (`crate::compile`) reads the same [`Policy`].
+pub mod address;
 pub mod amend;
+pub mod destination;
 pub mod error;
 mod evaluate;
 mod examples;
@@ -11,15 +13,18 @@ mod model;
 pub mod parser;
 pub mod paths;
 pub mod reason;
+pub mod render;
 pub mod rule;
 pub mod shell;
 
 pub use error::{LoadError, PolicyError};
+pub use destination::{DestinationEvaluation, DestinationMatch};
 pub use evaluate::{Evaluation, Fallback, MatchOptions};
 pub use examples::render_example;
-pub use model::{NetworkDomains, Policy};
+pub use model::{NetworkDomains, NetworkHost, Policy};
 pub use parser::PolicyParser;
 pub use rule::{
-    Decision, NetworkProtocol, NetworkRule, PatternToken, PrefixPattern, PrefixRule, RuleId,
-    RuleMatch, RuleOrigin,
+    AddressRule, AddressTarget, Decision, EnforcementOverrides, EnforcementSettings,
+    NetworkProtocol, NetworkRule, PatternToken, PrefixPattern, PrefixRule, RuleId, RuleKind,
+    RuleMatch, RuleOrigin, Transport,
 };

@@ -1,14 +1,15 @@
 //! [`Policy`]: every rule of the loaded `.rules` files, indexed the way evaluation needs them,
 //! and the operations that build one policy from others (amend, overlay).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::error::{PolicyError, Result};
 use super::host::normalize_network_host;
 use super::rule::{
-    Decision, NetworkProtocol, NetworkRule, PatternToken, PrefixPattern, PrefixRule, RuleId,
+    AddressRule, Decision, EnforcementOverrides, EnforcementSettings, NetworkProtocol,
+    NetworkRule, PatternToken, PrefixPattern, PrefixRule, RuleId,
 };
 
 /// A loaded policy.
@@ -22,6 +23,27 @@ pub struct Policy {
     rules_by_program: HashMap<String, Vec<Arc<PrefixRule>>>,
     network_rules: Vec<NetworkRule>,
     host_executables: HashMap<String, Arc<[PathBuf]>>,
+    /// guard's own `address_rule`s, in load order (a rule's id is its index).
+    address_rules: Vec<AddressRule>,
+    /// What `enforcement(...)` calls set; [`Policy::enforcement`] fills in the defaults.
+    enforcement: EnforcementOverrides,
+}
+
+/// One host of the `network_rule`s with the decision §2.4 gives it, the rule that decided it,
+/// and every protocol its rules name. This is what a destination check and the kernel image use
+/// for network rules: per host the last allow/deny wins (an approval beats an earlier prompt).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetworkHost {
+    /// The normalised host: a name, or an IP literal.
+    pub host: String,
+    /// Allow if the host ends up in `network_domains().allowed`, forbidden if in `denied`,
+    /// prompt when every rule for it says prompt.
+    pub decision: Decision,
+    /// Index into [`Policy::network_rules`]: the last allow/deny rule for the host, or its
+    /// first rule when all of them prompt.
+    pub deciding_rule: usize,
+    /// The union of the protocols of every rule for the host, in first-seen order.
+    pub protocols: Vec<NetworkProtocol>,
 }
 
 /// Hosts that end up allowed and denied after every `network_rule` in order (spec §2.4).
@@ -84,6 +106,32 @@ impl Policy {
         &self.host_executables
     }
 
+    /// Every `address_rule`, in load order.
+    pub fn address_rules(&self) -> &[AddressRule] {
+        &self.address_rules
+    }
+
+    /// Appends an address rule; its id is its position.
+    pub fn add_address_rule(&mut self, mut rule: AddressRule) {
+        rule.id = RuleId(self.address_rules.len() as u32);
+        self.address_rules.push(rule);
+    }
+
+    /// The enforcement settings in force: what `enforcement(...)` set, defaults for the rest.
+    pub fn enforcement(&self) -> EnforcementSettings {
+        self.enforcement.settings()
+    }
+
+    /// Only the keys `enforcement(...)` calls set (what `policy show` marks as not a default).
+    pub fn enforcement_overrides(&self) -> EnforcementOverrides {
+        self.enforcement
+    }
+
+    /// Applies a later `enforcement(...)` call: the keys it sets replace earlier ones.
+    pub fn set_enforcement(&mut self, later: EnforcementOverrides) {
+        self.enforcement = self.enforcement.then(later);
+    }
+
     /// Appends `prefix` as an all-literal rule without justification (an approved amendment).
     pub fn add_prefix_rule(&mut self, prefix: &[String], decision: Decision) -> Result<()> {
         let (first, rest) = prefix
@@ -98,6 +146,7 @@ impl Policy {
             decision,
             justification: None,
             origin: None,
+            audit_only: false,
         });
         Ok(())
     }
@@ -136,8 +185,9 @@ impl Policy {
 
     /// A new policy with `overlay`'s rules after this one's: prefix rules appended per program,
     /// network rules appended (so they come later in [`Policy::network_domains`]), host
-    /// executables replaced by name. Decisions combine by maximum, so an overlay can only tighten
-    /// command decisions.
+    /// executables replaced by name, address rules appended. Decisions combine by maximum, so an
+    /// overlay can only tighten command decisions. Enforcement settings: the unmatched decisions
+    /// are the strongest of both; `audit_only` is the base's unless the overlay sets it.
     pub fn merge_overlay(&self, overlay: &Policy) -> Policy {
         let rules = self
             .prefix_rules
@@ -157,7 +207,12 @@ impl Policy {
                 .iter()
                 .map(|(name, paths)| (name.clone(), paths.clone())),
         );
-        Policy::from_parts(rules, network_rules, host_executables)
+        let mut merged = Policy::from_parts(rules, network_rules, host_executables);
+        for rule in self.address_rules.iter().chain(&overlay.address_rules) {
+            merged.add_address_rule(rule.clone());
+        }
+        merged.enforcement = self.enforcement.overlaid_by(overlay.enforcement);
+        merged
     }
 
     /// For every allow rule, `[first, rendered rest...]`, sorted and deduplicated.
@@ -193,5 +248,43 @@ impl Policy {
             upsert.push(rule.host.clone());
         }
         domains
+    }
+
+    /// Every host of the network rules, in first-seen order, with its §2.4 decision, the rule
+    /// that decided it and the union of its protocols (see [`NetworkHost`]).
+    pub fn network_hosts(&self) -> Vec<NetworkHost> {
+        let domains = self.network_domains();
+        let mut hosts: Vec<NetworkHost> = Vec::new();
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for (position, rule) in self.network_rules.iter().enumerate() {
+            let slot = *index.entry(rule.host.as_str()).or_insert_with(|| {
+                hosts.push(NetworkHost {
+                    host: rule.host.clone(),
+                    decision: Decision::Prompt,
+                    deciding_rule: position,
+                    protocols: Vec::new(),
+                });
+                hosts.len() - 1
+            });
+            let host = &mut hosts[slot];
+            if !host.protocols.contains(&rule.protocol) {
+                host.protocols.push(rule.protocol);
+            }
+            if rule.decision != Decision::Prompt {
+                host.deciding_rule = position;
+            }
+        }
+        let allowed: HashSet<&str> = domains.allowed.iter().map(String::as_str).collect();
+        let denied: HashSet<&str> = domains.denied.iter().map(String::as_str).collect();
+        for host in &mut hosts {
+            host.decision = if allowed.contains(host.host.as_str()) {
+                Decision::Allow
+            } else if denied.contains(host.host.as_str()) {
+                Decision::Forbidden
+            } else {
+                Decision::Prompt
+            };
+        }
+        hosts
     }
 }

@@ -1,5 +1,7 @@
-//! Reads `.rules` files: Starlark (Extended dialect, f-strings on) with three builtins,
-//! `prefix_rule`, `network_rule` and `host_executable`, that record rules as a side effect.
+//! Reads `.rules` files: Starlark (Extended dialect, f-strings on) with the reference's three
+//! builtins, `prefix_rule`, `network_rule` and `host_executable`, and guard's kernel-only ones,
+//! `address_rule` and `enforcement` (plus `prefix_rule(audit_only=...)`). They record rules as a
+//! side effect; a reference file never calls guard's additions, so it keeps its meaning.
 //!
 //! One [`PolicyParser`] reads any number of files in order and builds one [`Policy`]; examples
 //! (`match` / `not_match`) are checked when each file finishes, against that file's own rules.
@@ -18,14 +20,16 @@ use starlark::values::Value;
 use starlark::values::list::{ListRef, UnpackList};
 use starlark::values::none::NoneType;
 
+use super::address::{parse_address_target, parse_port, parse_transport};
 use super::error::{ErrorLocation, PolicyError, Result};
 use super::examples::{PendingExamples, parse_examples};
 use super::host::normalize_network_host;
 use super::model::Policy;
 use super::paths::{executable_name, normalize_lexically};
 use super::rule::{
-    Decision, NetworkProtocol, NetworkRule, PatternToken, PrefixPattern, PrefixRule, RuleId,
-    RuleOrigin, parse_decision, parse_network_decision,
+    AddressRule, Decision, EnforcementOverrides, NetworkProtocol, NetworkRule, PatternToken,
+    PrefixPattern, PrefixRule, RuleId, RuleOrigin, Transport, parse_decision,
+    parse_network_decision,
 };
 
 /// Parses rules files in order into one policy.
@@ -40,6 +44,8 @@ struct PolicyBuilder {
     prefix_rules: Vec<PrefixRule>,
     network_rules: Vec<NetworkRule>,
     host_executables: HashMap<String, Arc<[PathBuf]>>,
+    address_rules: Vec<AddressRule>,
+    enforcement: EnforcementOverrides,
     pending_examples: Vec<PendingExamples>,
 }
 
@@ -68,11 +74,16 @@ impl PolicyParser {
 
     pub fn build(self) -> Policy {
         let builder = self.builder.into_inner();
-        Policy::from_parts(
+        let mut policy = Policy::from_parts(
             builder.prefix_rules,
             builder.network_rules,
             builder.host_executables,
-        )
+        );
+        for rule in builder.address_rules {
+            policy.add_address_rule(rule);
+        }
+        policy.set_enforcement(builder.enforcement);
+        policy
     }
 }
 
@@ -112,6 +123,118 @@ fn parse_justification(raw: Option<&str>) -> Result<Option<String>> {
         )),
         other => Ok(other.map(str::to_string)),
     }
+}
+
+/// A value given for one of guard's own optional parameters, where an explicit `None` means
+/// "not given" (unlike the reference's builtins, whose optional strings refuse `None`).
+fn given(value: Option<Value<'_>>) -> Option<Value<'_>> {
+    value.filter(|value| !value.is_none())
+}
+
+/// `justification=` of guard's own builtins: `None` or a string that is not blank.
+fn parse_optional_justification(builtin: &str, value: Option<Value<'_>>) -> Result<Option<String>> {
+    let Some(value) = given(value) else {
+        return Ok(None);
+    };
+    let text = value.unpack_str().ok_or_else(|| {
+        PolicyError::InvalidRule(format!(
+            "{builtin} justification must be a string (got {})",
+            value.get_type()
+        ))
+    })?;
+    parse_justification(Some(text))
+}
+
+/// `addresses=[...]` of `address_rule`: a non-empty list of strings.
+fn parse_addresses(addresses: UnpackList<Value<'_>>) -> Result<Vec<super::rule::AddressTarget>> {
+    if addresses.items.is_empty() {
+        return Err(PolicyError::InvalidRule(
+            "address_rule addresses cannot be empty".to_string(),
+        ));
+    }
+    let mut targets = Vec::new();
+    for value in addresses.items {
+        let raw = value.unpack_str().ok_or_else(|| {
+            PolicyError::InvalidRule(format!(
+                "address_rule addresses must be strings (got {})",
+                value.get_type()
+            ))
+        })?;
+        let target = parse_address_target(raw)?;
+        if !targets.contains(&target) {
+            targets.push(target);
+        }
+    }
+    Ok(targets)
+}
+
+/// `ports=` of `address_rule`: `None` (any port) or a non-empty list of ints 1..=65535.
+fn parse_ports(value: Option<Value<'_>>) -> Result<Option<Vec<u16>>> {
+    let Some(value) = given(value) else {
+        return Ok(None);
+    };
+    let Some(list) = ListRef::from_value(value) else {
+        return Err(PolicyError::InvalidRule(format!(
+            "address_rule ports must be a list of port numbers or None (got {})",
+            value.get_type()
+        )));
+    };
+    if list.is_empty() {
+        return Err(PolicyError::InvalidRule(
+            "address_rule ports cannot be empty (leave ports out to mean any port)".to_string(),
+        ));
+    }
+    let mut ports = Vec::new();
+    for item in list.content() {
+        let port = match (item.get_type(), item.unpack_i32()) {
+            ("int", Some(port)) => parse_port(i64::from(port))?,
+            ("int", None) => {
+                return Err(PolicyError::InvalidRule(format!(
+                    "invalid port {} in address_rule: ports are 1 to 65535",
+                    item.to_repr()
+                )));
+            }
+            (other, _) => {
+                return Err(PolicyError::InvalidRule(format!(
+                    "address_rule ports must be integers (got {other})"
+                )));
+            }
+        };
+        if !ports.contains(&port) {
+            ports.push(port);
+        }
+    }
+    Ok(Some(ports))
+}
+
+/// `unmatched_exec=` / `unmatched_network=` of `enforcement`: `None` or allow/prompt/deny.
+fn parse_enforcement_decision(key: &str, value: Option<Value<'_>>) -> Result<Option<Decision>> {
+    let Some(value) = given(value) else {
+        return Ok(None);
+    };
+    value
+        .unpack_str()
+        .and_then(|raw| parse_network_decision(raw).ok())
+        .map(Some)
+        .ok_or_else(|| {
+            PolicyError::InvalidRule(format!(
+                "enforcement {key} must be \"allow\", \"prompt\" or \"deny\" (got {})",
+                value.to_repr()
+            ))
+        })
+}
+
+/// `audit_only=` of `enforcement`: `None`, `True` or `False`.
+fn parse_enforcement_audit_only(value: Option<Value<'_>>) -> Result<Option<bool>> {
+    let Some(value) = given(value) else {
+        return Ok(None);
+    };
+    value.unpack_bool().map(Some).ok_or_else(|| {
+        PolicyError::InvalidRule(format!(
+            "enforcement audit_only must be True or False (got {})",
+            value.to_repr()
+        ))
+    })
 }
 
 fn parse_pattern(pattern: UnpackList<Value<'_>>) -> Result<Vec<PatternToken>> {
@@ -198,15 +321,19 @@ fn parse_host_executable_path(name: &str, value: Value<'_>) -> Result<PathBuf> {
 
 #[starlark_module]
 fn policy_builtins(globals: &mut GlobalsBuilder) {
-    /// `prefix_rule(pattern, decision="allow", match=[], not_match=[], justification=None)`
+    /// `prefix_rule(pattern, decision="allow", match=[], not_match=[], justification=None,
+    /// audit_only=False)`. `audit_only` is guard's: the kernel records the decision and lets
+    /// the exec through.
     fn prefix_rule<'v>(
         pattern: UnpackList<Value<'v>>,
         decision: Option<&'v str>,
         r#match: Option<UnpackList<Value<'v>>>,
         not_match: Option<UnpackList<Value<'v>>>,
         justification: Option<&'v str>,
+        audit_only: Option<bool>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<NoneType> {
+        let audit_only = audit_only.unwrap_or(false);
         let decision = decision.map_or(Ok(Decision::Allow), parse_decision)?;
         let justification = parse_justification(justification)?;
         let tokens = parse_pattern(pattern)?;
@@ -233,6 +360,7 @@ fn policy_builtins(globals: &mut GlobalsBuilder) {
                 decision,
                 justification: justification.clone(),
                 origin: origin.clone(),
+                audit_only,
             })
             .collect();
         let mut builder = policy_builder(eval);
@@ -268,6 +396,55 @@ fn policy_builtins(globals: &mut GlobalsBuilder) {
             justification,
             origin,
         });
+        Ok(NoneType)
+    }
+
+    /// `address_rule(addresses, decision, ports=None, transport="any", justification=None,
+    /// audit_only=False)`: destinations by IP address, CIDR or host name (guard's own builtin).
+    fn address_rule<'v>(
+        addresses: UnpackList<Value<'v>>,
+        decision: &'v str,
+        ports: Option<Value<'v>>,
+        transport: Option<&'v str>,
+        justification: Option<Value<'v>>,
+        audit_only: Option<bool>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<NoneType> {
+        let addresses = parse_addresses(addresses)?;
+        let decision = parse_network_decision(decision)?;
+        let ports = parse_ports(ports)?;
+        let transport = transport.map_or(Ok(Transport::Any), parse_transport)?;
+        let justification = parse_optional_justification("address_rule", justification)?;
+        let origin = origin_of(&location_of_call(eval));
+        policy_builder(eval).address_rules.push(AddressRule {
+            id: RuleId(0),
+            addresses,
+            ports,
+            transport,
+            decision,
+            justification,
+            audit_only: audit_only.unwrap_or(false),
+            origin,
+        });
+        Ok(NoneType)
+    }
+
+    /// `enforcement(unmatched_exec=None, unmatched_network=None, audit_only=None)`: what the
+    /// kernel does where no rule speaks, and global audit-only mode. Each call sets only the
+    /// keys it gives (`None` is "not given"); a later call overrides earlier keys.
+    fn enforcement<'v>(
+        unmatched_exec: Option<Value<'v>>,
+        unmatched_network: Option<Value<'v>>,
+        audit_only: Option<Value<'v>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<NoneType> {
+        let later = EnforcementOverrides {
+            unmatched_exec: parse_enforcement_decision("unmatched_exec", unmatched_exec)?,
+            unmatched_network: parse_enforcement_decision("unmatched_network", unmatched_network)?,
+            audit_only: parse_enforcement_audit_only(audit_only)?,
+        };
+        let mut builder = policy_builder(eval);
+        builder.enforcement = builder.enforcement.then(later);
         Ok(NoneType)
     }
 

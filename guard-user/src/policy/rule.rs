@@ -4,10 +4,12 @@
 //! made in the kernel or by `guard check` can name the rule, its file and its line.
 
 use std::fmt;
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use guard_common::Decision;
+use ipnetwork::IpNetwork;
 
 use super::error::{PolicyError, Result};
 
@@ -89,10 +91,13 @@ pub struct PrefixRule {
     pub decision: Decision,
     pub justification: Option<String>,
     pub origin: Option<RuleOrigin>,
+    /// `audit_only=True`: the kernel records the decision but lets the exec through. `guard
+    /// check` decides as if it were enforced.
+    pub audit_only: bool,
 }
 
-/// The reference's derived `Debug` shape, which example-validation errors quote verbatim; the id
-/// and origin are guard's own and stay out of it.
+/// The reference's derived `Debug` shape, which example-validation errors quote verbatim; the id,
+/// origin and audit-only flag are guard's own and stay out of it.
 impl fmt::Debug for PrefixRule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PrefixRule")
@@ -242,6 +247,228 @@ pub struct NetworkRule {
     pub origin: Option<RuleOrigin>,
 }
 
+impl NetworkProtocol {
+    /// The (transport, port) pairs a connection over this protocol uses, as the kernel sees
+    /// them: `http` is TCP 80, `https` is TCP 443 and UDP 443 (HTTP/3), the SOCKS5 forms are
+    /// their transport on any port. `None` means any port.
+    pub fn endpoints(self) -> &'static [(Transport, Option<u16>)] {
+        match self {
+            Self::Http => &[(Transport::Tcp, Some(80))],
+            Self::Https => &[(Transport::Tcp, Some(443)), (Transport::Udp, Some(443))],
+            Self::Socks5Tcp => &[(Transport::Tcp, None)],
+            Self::Socks5Udp => &[(Transport::Udp, None)],
+        }
+    }
+}
+
+/// The transport a destination rule applies to; `Any` covers both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    Tcp,
+    Udp,
+    Any,
+}
+
+impl Transport {
+    /// `tcp`, `udp` or `any`: the spelling of `address_rule(transport=...)`.
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "tcp" => Some(Self::Tcp),
+            "udp" => Some(Self::Udp),
+            "any" => Some(Self::Any),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Tcp => "tcp",
+            Self::Udp => "udp",
+            Self::Any => "any",
+        }
+    }
+
+    /// Whether a rule for `self` covers a connection over `actual` (`Any` on either side
+    /// covers everything).
+    pub fn covers(self, actual: Transport) -> bool {
+        self == Transport::Any || actual == Transport::Any || self == actual
+    }
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One element of `address_rule(addresses=[...])`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AddressTarget {
+    /// An IP address (a /32 or /128) or a CIDR, with host bits cleared and IPv4-mapped IPv6
+    /// written as IPv4.
+    Network(IpNetwork),
+    /// A host name, normalised like a `network_rule` host; its addresses come from DNS.
+    Host(String),
+}
+
+impl AddressTarget {
+    /// A one-address network for `ip` (IPv4-mapped IPv6 becomes IPv4).
+    pub fn single(ip: IpAddr) -> IpNetwork {
+        IpNetwork::from(canonical_ip(ip))
+    }
+}
+
+impl fmt::Display for AddressTarget {
+    /// `10.0.0.0/8`, `10.0.0.1` (a single address without its length), `example.com`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AddressTarget::Network(network) => f.write_str(&render_network(network)),
+            AddressTarget::Host(host) => f.write_str(host),
+        }
+    }
+}
+
+/// `10.0.0.1` for a single address, `10.0.0.0/8` otherwise.
+pub fn render_network(network: &IpNetwork) -> String {
+    let full = if network.is_ipv4() { 32 } else { 128 };
+    if network.prefix() == full {
+        network.ip().to_string()
+    } else {
+        format!("{}/{}", network.ip(), network.prefix())
+    }
+}
+
+/// IPv4-mapped IPv6 (`::ffff:10.0.0.1`) as the IPv4 address it stands for; anything else as is.
+/// The kernel looks such an address up as IPv4, and so does every comparison here.
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// `address_rule(addresses, decision, ports=None, transport="any", justification=None,
+/// audit_only=False)`: destinations by address, CIDR or host name, optionally by port and
+/// transport. guard's own builtin; the reference has no equivalent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AddressRule {
+    /// Position among the policy's address rules, in load order.
+    pub id: RuleId,
+    pub addresses: Vec<AddressTarget>,
+    /// `None`: any port.
+    pub ports: Option<Vec<u16>>,
+    pub transport: Transport,
+    pub decision: Decision,
+    pub justification: Option<String>,
+    pub audit_only: bool,
+    pub origin: Option<RuleOrigin>,
+}
+
+impl AddressRule {
+    /// Whether the rule's port and transport cover a connection to `port` over `transport`.
+    pub fn covers_port(&self, port: u16, transport: Transport) -> bool {
+        self.transport.covers(transport)
+            && self.ports.as_ref().is_none_or(|ports| ports.contains(&port))
+    }
+}
+
+/// What the kernel does where no rule speaks, and whether it enforces at all
+/// (`enforcement(...)`).
+///
+/// The defaults (allow, allow, enforced) never lock anyone out of their own machine: only what
+/// a rule names is asked about or refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct EnforcementSettings {
+    /// The decision for an exec no prefix rule matches.
+    pub unmatched_exec: Decision,
+    /// The decision for a destination no network or address rule matches.
+    pub unmatched_network: Decision,
+    /// Global audit-only mode: every decision is recorded, none is enforced.
+    pub audit_only: bool,
+}
+
+impl Default for EnforcementSettings {
+    fn default() -> Self {
+        EnforcementSettings {
+            unmatched_exec: Decision::Allow,
+            unmatched_network: Decision::Allow,
+            audit_only: false,
+        }
+    }
+}
+
+/// The keys `enforcement(...)` calls have set; a later call overrides earlier keys.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EnforcementOverrides {
+    pub unmatched_exec: Option<Decision>,
+    pub unmatched_network: Option<Decision>,
+    pub audit_only: Option<bool>,
+}
+
+impl EnforcementOverrides {
+    /// `later`'s keys replace these where `later` sets them (one file's later call).
+    pub fn then(self, later: EnforcementOverrides) -> Self {
+        EnforcementOverrides {
+            unmatched_exec: later.unmatched_exec.or(self.unmatched_exec),
+            unmatched_network: later.unmatched_network.or(self.unmatched_network),
+            audit_only: later.audit_only.or(self.audit_only),
+        }
+    }
+
+    /// An overlay on top of a base: it can only tighten the unmatched decisions (strongest of
+    /// both); `audit_only` is the base's unless the overlay sets it.
+    pub fn overlaid_by(self, overlay: EnforcementOverrides) -> Self {
+        let strongest = |base: Option<Decision>, over: Option<Decision>| match (base, over) {
+            (Some(a), Some(b)) => Some(a.strongest(b)),
+            (a, b) => a.or(b),
+        };
+        EnforcementOverrides {
+            unmatched_exec: strongest(self.unmatched_exec, overlay.unmatched_exec),
+            unmatched_network: strongest(self.unmatched_network, overlay.unmatched_network),
+            audit_only: overlay.audit_only.or(self.audit_only),
+        }
+    }
+
+    /// The settings in force: what was set, the defaults for the rest.
+    pub fn settings(self) -> EnforcementSettings {
+        let defaults = EnforcementSettings::default();
+        EnforcementSettings {
+            unmatched_exec: self.unmatched_exec.unwrap_or(defaults.unmatched_exec),
+            unmatched_network: self.unmatched_network.unwrap_or(defaults.unmatched_network),
+            audit_only: self.audit_only.unwrap_or(defaults.audit_only),
+        }
+    }
+}
+
+/// Which builtin a rule was written with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleKind {
+    Prefix,
+    Network,
+    Address,
+}
+
+impl RuleKind {
+    /// The builtin's name: `prefix_rule`, `network_rule`, `address_rule`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleKind::Prefix => "prefix_rule",
+            RuleKind::Network => "network_rule",
+            RuleKind::Address => "address_rule",
+        }
+    }
+}
+
+impl fmt::Display for RuleKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// `decision=` of `prefix_rule` (and of `network_rule` after its `deny` alias).
 pub fn parse_decision(raw: &str) -> Result<Decision> {
     Decision::from_rules_str(raw).ok_or_else(|| PolicyError::InvalidDecision(raw.to_string()))
@@ -303,6 +530,7 @@ mod tests {
             decision: Decision::Allow,
             justification: None,
             origin: None,
+            audit_only: true,
         };
         assert_eq!(
             format!("{rule:?}"),

@@ -1,0 +1,82 @@
+//! The record the kernel programs put in the ring buffer for every refusal and every
+//! audit-only match.
+
+use crate::limits::{ARGV_LEN, PATH_LEN};
+
+/// What the event is about.
+pub mod kind {
+    pub const EXEC: u8 = 1;
+    pub const CONNECT: u8 = 2;
+    /// UDP `sendmsg`/`sendto` with a destination, on an unconnected socket.
+    pub const SENDMSG: u8 = 3;
+}
+
+/// What the kernel did.
+pub mod action {
+    /// Recorded only (audit-only).
+    pub const NONE: u8 = 0;
+    /// The call failed with EPERM (`lsm` hooks, `cgroup` sock_addr hooks).
+    pub const EPERM: u8 = 1;
+    /// The process was killed before the new image ran (exec on the `cgroup` backend).
+    pub const SIGKILL: u8 = 2;
+}
+
+/// [`Event::flags`].
+pub mod flag {
+    /// Recorded but not enforced.
+    pub const AUDIT_ONLY: u8 = 1;
+    /// No rule matched; the policy's unmatched default decided.
+    pub const UNMATCHED: u8 = 2;
+    /// argv was longer than the event holds.
+    pub const ARGV_TRUNCATED: u8 = 4;
+    /// The decision came from the `lsm` backend's hook.
+    pub const LSM: u8 = 8;
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Event {
+    /// `CLOCK_BOOTTIME` nanoseconds.
+    pub time_ns: u64,
+    pub cgroup_id: u64,
+    /// Exec: the executed file's identity.
+    pub dev: u64,
+    pub ino: u64,
+    pub kind: u8,
+    pub decision: u8,
+    pub action: u8,
+    pub flags: u8,
+    /// Kernel rule id, or `NO_RULE`.
+    pub rule: u32,
+    pub pid: u32,
+    pub tgid: u32,
+    pub ppid: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// `AF_INET` / `AF_INET6` (connect, sendmsg).
+    pub family: u16,
+    /// Destination port, host order.
+    pub port: u16,
+    pub transport: u8,
+    pub _pad: [u8; 3],
+    pub exe_len: u16,
+    pub argv_len: u16,
+    /// Destination address: 4 bytes for IPv4 (IPv4-mapped IPv6 is reported as IPv4), else 16.
+    pub addr: [u8; 16],
+    pub comm: [u8; 16],
+    /// Exec: the path given to `execve`; connect: the path of the process's last exec.
+    pub exe: [u8; PATH_LEN],
+    /// NUL-separated argv.
+    pub argv: [u8; ARGV_LEN],
+}
+
+/// What the exec tracepoint remembers about each scoped process, for its connect events.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct TaskInfo {
+    pub ppid: u32,
+    pub exe_len: u16,
+    pub argv_len: u16,
+    pub exe: [u8; PATH_LEN],
+    pub argv: [u8; ARGV_LEN],
+}

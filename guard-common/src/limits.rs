@@ -1,0 +1,32 @@
+//! Bounds the kernel programs work within. Past a bound the programs take the safe answer
+//! (see `argv`): an allow rule that cannot be compared in full does not allow.
+
+/// Bytes of one argv token the argv trie compares. Longer tokens are compared on this prefix
+/// and marked [`TOKEN_LONG`].
+pub const TOKEN_LEN: usize = 32;
+/// The `len` of an [`crate::maps::ArgvEdge`] whose token is longer than [`TOKEN_LEN`].
+pub const TOKEN_LONG: u8 = TOKEN_LEN as u8 + 1;
+/// argv tokens (program name included) the kernel walks through the argv trie.
+pub const MAX_ARGV_TOKENS: usize = 8;
+/// Longest argv token the kernel can step over to reach the next one.
+pub const TOKEN_SCAN_LEN: usize = 256;
+/// Bytes of an executed file's name (the dentry name) used for name rules.
+pub const NAME_LEN: usize = 64;
+/// Bytes of the executable path carried in events.
+pub const PATH_LEN: usize = 256;
+/// Bytes of argv (NUL-separated) carried in events.
+pub const ARGV_LEN: usize = 512;
+/// cgroup levels searched for a scoped ancestor.
+pub const MAX_SCOPE_DEPTH: u32 = 16;
+/// Capacity of the exec maps (identities, names, argv trie edges).
+pub const MAX_EXEC_ENTRIES: u32 = 262_144;
+/// Capacity of each destination trie (IPv4, IPv6).
+pub const MAX_NET_ENTRIES: u32 = 262_144;
+/// Capacity of the scope map (cgroups under enforcement).
+pub const MAX_SCOPES: u32 = 1024;
+/// Processes whose exec details are remembered for their connect events.
+pub const MAX_TASKS: u32 = 16_384;
+/// Size of the event ring buffer, in bytes (a power of two, a multiple of the page size).
+pub const EVENTS_BYTES: u32 = 4 << 20;
+/// `Verdict::rule` when no rule decided (the policy's unmatched default).
+pub const NO_RULE: u32 = u32::MAX;

@@ -1,0 +1,271 @@
+//! Map keys and values, shared by the kernel programs and the userspace map sync.
+
+use crate::decision::Decision;
+use crate::limits::{NAME_LEN, NO_RULE, TOKEN_LEN, TOKEN_LONG};
+
+/// No decision stored here (an argv trie node that only leads further).
+pub const DECISION_NONE: u8 = 0xff;
+/// [`Verdict::flags`]: the rule is audit-only (record, let through).
+pub const VERDICT_AUDIT_ONLY: u8 = 1;
+
+/// A rule's decision as the kernel stores it: the decision code, flags and the kernel rule id
+/// (an index into the userspace rule table, which maps it back to file and line).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub decision: u8,
+    pub flags: u8,
+    pub _pad: u16,
+    pub rule: u32,
+}
+
+impl Verdict {
+    pub const NONE: Verdict = Verdict {
+        decision: DECISION_NONE,
+        flags: 0,
+        _pad: 0,
+        rule: NO_RULE,
+    };
+
+    pub const fn new(decision: Decision, rule: u32, audit_only: bool) -> Self {
+        Verdict {
+            decision: decision as u8,
+            flags: if audit_only { VERDICT_AUDIT_ONLY } else { 0 },
+            _pad: 0,
+            rule,
+        }
+    }
+
+    pub const fn is_none(&self) -> bool {
+        self.decision == DECISION_NONE
+    }
+
+    pub const fn audit_only(&self) -> bool {
+        self.flags & VERDICT_AUDIT_ONLY != 0
+    }
+
+    /// Strongest wins (`forbidden` > `prompt` > `allow` > none); on a tie the first is kept, so
+    /// the rule that decided first is the one reported. An enforced verdict beats an audit-only
+    /// one of the same decision.
+    #[inline(always)]
+    pub fn strongest(self, other: Verdict) -> Verdict {
+        if self.is_none() {
+            return other;
+        }
+        if other.is_none() {
+            return self;
+        }
+        if other.decision > self.decision
+            || (other.decision == self.decision && self.audit_only() && !other.audit_only())
+        {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+/// Settings the programs read on every decision (one entry, index 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Decision code for an exec no rule matches.
+    pub unmatched_exec: u8,
+    /// Decision code for a destination no rule matches.
+    pub unmatched_network: u8,
+    /// Non-zero: record every decision, enforce none (global audit-only mode).
+    pub audit_only: u8,
+    /// Non-zero: the exec tracepoint also decides by identity and name (the `cgroup` backend);
+    /// zero when `lsm/bprm_check_security` does that (the `lsm` backend).
+    pub identity_in_tracepoint: u8,
+    /// Non-zero once userspace has filled the maps; before that every program lets calls through.
+    pub ready: u8,
+    pub _pad: [u8; 3],
+}
+
+/// Program identity: the executed file's device (kernel `dev_t`: major << 20 | minor) and inode.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ExecIdentity {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// An executed file's name (its last path component), NUL-padded.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ExecName {
+    pub name: [u8; NAME_LEN],
+}
+
+impl ExecName {
+    /// `None` when the name does not fit (such a rule cannot be held by name).
+    pub fn new(name: &[u8]) -> Option<Self> {
+        if name.is_empty() || name.len() >= NAME_LEN {
+            return None;
+        }
+        let mut out = [0u8; NAME_LEN];
+        out[..name.len()].copy_from_slice(name);
+        Some(ExecName { name: out })
+    }
+}
+
+/// An edge of the argv trie: from node `parent` (0 is the root) on token `token`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ArgvEdge {
+    pub parent: u32,
+    /// Token length, or [`TOKEN_LONG`] for a token longer than [`TOKEN_LEN`] (compared on its
+    /// first [`TOKEN_LEN`] bytes).
+    pub len: u8,
+    pub _pad: [u8; 3],
+    pub token: [u8; TOKEN_LEN],
+}
+
+impl ArgvEdge {
+    pub fn new(parent: u32, token: &[u8]) -> Self {
+        let mut out = [0u8; TOKEN_LEN];
+        let kept = token.len().min(TOKEN_LEN);
+        out[..kept].copy_from_slice(&token[..kept]);
+        let len = if token.len() > TOKEN_LEN {
+            TOKEN_LONG
+        } else {
+            token.len() as u8
+        };
+        ArgvEdge {
+            parent,
+            len,
+            _pad: [0; 3],
+            token: out,
+        }
+    }
+}
+
+/// An argv trie node: the rule that ends here (if any) and the strongest rule anywhere below
+/// it, which the kernel takes when it cannot read further tokens (the safe answer).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArgvNode {
+    pub id: u32,
+    pub here: Verdict,
+    pub below: Verdict,
+}
+
+/// Transport codes in destination keys and events (IP protocol numbers; 0 = any).
+pub const TRANSPORT_ANY: u8 = 0;
+pub const TRANSPORT_TCP: u8 = 6;
+pub const TRANSPORT_UDP: u8 = 17;
+
+/// The bits of a destination trie key before the address: transport (8) and port (16), always
+/// compared in full. The prefix length of a key is `DEST_HEAD_BITS` + the address prefix.
+pub const DEST_HEAD_BITS: u32 = 24;
+
+/// IPv4 destination trie key data: transport, port (network order), address (network order).
+pub type DestV4 = [u8; 7];
+/// IPv6 destination trie key data: transport, port (network order), address.
+pub type DestV6 = [u8; 19];
+
+/// Builds a destination key's data; `port` 0 means any port.
+pub fn dest_key<const N: usize>(transport: u8, port: u16, addr: &[u8]) -> [u8; N] {
+    let mut out = [0u8; N];
+    out[0] = transport;
+    out[1..3].copy_from_slice(&port.to_be_bytes());
+    let kept = addr.len().min(N - 3);
+    out[3..3 + kept].copy_from_slice(&addr[..kept]);
+    out
+}
+
+/// Counter slots of the per-CPU `COUNTERS` array.
+pub mod counter {
+    pub const EXEC_ALLOW: u32 = 0;
+    pub const EXEC_PROMPT: u32 = 1;
+    pub const EXEC_FORBIDDEN: u32 = 2;
+    pub const NET_ALLOW: u32 = 3;
+    pub const NET_PROMPT: u32 = 4;
+    pub const NET_FORBIDDEN: u32 = 5;
+    /// Decisions recorded but not enforced (audit-only).
+    pub const AUDIT_ONLY: u32 = 6;
+    /// Events that did not fit in the ring buffer.
+    pub const EVENTS_LOST: u32 = 7;
+    /// Execs whose argv could not be read (decided on what could be read, safe side).
+    pub const ARGV_UNREADABLE: u32 = 8;
+    pub const COUNT: u32 = 9;
+    pub const NAMES: [&str; COUNT as usize] = [
+        "exec_allow",
+        "exec_prompt",
+        "exec_forbidden",
+        "net_allow",
+        "net_prompt",
+        "net_forbidden",
+        "audit_only",
+        "events_lost",
+        "argv_unreadable",
+    ];
+}
+
+/// Kernel struct member offsets, read from the running kernel's BTF by userspace and patched
+/// into the programs before load (Rust BPF has no CO-RE relocations).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelOffsets {
+    pub bprm_file: u32,
+    pub bprm_filename: u32,
+    pub file_f_inode: u32,
+    /// `file.f_path.dentry`.
+    pub file_dentry: u32,
+    /// `dentry.d_name.name`.
+    pub dentry_name: u32,
+    pub inode_i_ino: u32,
+    pub inode_i_sb: u32,
+    pub sb_s_dev: u32,
+    pub task_mm: u32,
+    pub task_real_parent: u32,
+    pub task_tgid: u32,
+    pub mm_arg_start: u32,
+    pub mm_arg_end: u32,
+    pub socket_type: u32,
+    pub msghdr_msg_name: u32,
+    pub msghdr_msg_namelen: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strongest_prefers_stronger_then_enforced_then_first() {
+        let allow = Verdict::new(Decision::Allow, 1, false);
+        let prompt = Verdict::new(Decision::Prompt, 2, false);
+        let forbid = Verdict::new(Decision::Forbidden, 3, false);
+        let forbid_audit = Verdict::new(Decision::Forbidden, 4, true);
+        assert_eq!(Verdict::NONE.strongest(allow), allow);
+        assert_eq!(allow.strongest(Verdict::NONE), allow);
+        assert_eq!(allow.strongest(prompt), prompt);
+        assert_eq!(forbid.strongest(prompt), forbid);
+        assert_eq!(forbid_audit.strongest(forbid), forbid);
+        assert_eq!(forbid.strongest(forbid_audit), forbid);
+        assert_eq!(prompt.strongest(Verdict::new(Decision::Prompt, 9, false)), prompt);
+    }
+
+    #[test]
+    fn long_tokens_are_marked_and_truncated() {
+        let long = [b'a'; TOKEN_LEN + 5];
+        let edge = ArgvEdge::new(7, &long);
+        assert_eq!(edge.len, TOKEN_LONG);
+        assert_eq!(edge.token, [b'a'; TOKEN_LEN]);
+        assert_eq!(ArgvEdge::new(0, b"push").len, 4);
+    }
+
+    #[test]
+    fn dest_keys_put_port_in_network_order() {
+        let key: DestV4 = dest_key(TRANSPORT_TCP, 443, &[127, 0, 0, 2]);
+        assert_eq!(key, [6, 1, 187, 127, 0, 0, 2]);
+    }
+
+    #[test]
+    fn names_must_fit() {
+        assert!(ExecName::new(b"git").is_some());
+        assert!(ExecName::new(&[b'x'; NAME_LEN]).is_none());
+        assert!(ExecName::new(b"").is_none());
+    }
+}

@@ -1,0 +1,15 @@
+//! `aya::Pod` for the map types, so userspace can read and write them. Every type is
+//! `#[repr(C)]`, `Copy`, and has no padding the kernel could read uninitialised (explicit `_pad`).
+use crate::event::{Event, TaskInfo};
+use crate::maps::{ArgvEdge, ArgvNode, ExecIdentity, ExecName, KernelOffsets, Settings, Verdict};
+
+// SAFETY: plain old data: repr(C), Copy, every bit pattern valid.
+unsafe impl aya::Pod for Verdict {}
+unsafe impl aya::Pod for Settings {}
+unsafe impl aya::Pod for ExecIdentity {}
+unsafe impl aya::Pod for ExecName {}
+unsafe impl aya::Pod for ArgvEdge {}
+unsafe impl aya::Pod for ArgvNode {}
+unsafe impl aya::Pod for KernelOffsets {}
+unsafe impl aya::Pod for Event {}
+unsafe impl aya::Pod for TaskInfo {}

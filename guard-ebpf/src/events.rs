@@ -1,0 +1,84 @@
+//! Ring-buffer records for refusals and audit-only matches. A record that does not fit is
+//! counted in `EVENTS_LOST`, never dropped silently.
+
+use aya_ebpf::helpers::generated::{bpf_get_current_cgroup_id, bpf_ktime_get_boot_ns};
+use aya_ebpf::helpers::{
+    bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_uid_gid,
+    bpf_probe_read_kernel_buf,
+};
+use guard_common::event::{Event, TaskInfo};
+use guard_common::maps::{Verdict, counter};
+
+use crate::maps::{EVENTS, TASKS, count};
+
+/// What a decision site knows about the call, beyond the current task.
+pub struct Subject<'a> {
+    pub kind: u8,
+    pub verdict: Verdict,
+    pub action: u8,
+    pub flags: u8,
+    /// Exec: the new image's details; connect: looked up in `TASKS`.
+    pub task: Option<&'a TaskInfo>,
+    pub dev: u64,
+    pub ino: u64,
+    pub family: u16,
+    pub port: u16,
+    pub transport: u8,
+    pub addr: [u8; 16],
+}
+
+#[inline(always)]
+pub fn emit(subject: &Subject) {
+    let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
+        count(counter::EVENTS_LOST);
+        return;
+    };
+    let event = entry.as_mut_ptr();
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let uid_gid = bpf_get_current_uid_gid();
+    // SAFETY: `event` points at reserved ring-buffer memory the size of an Event; every field
+    // userspace reads is written below (exe/argv are read only up to exe_len/argv_len).
+    unsafe {
+        (*event).time_ns = bpf_ktime_get_boot_ns();
+        (*event).cgroup_id = bpf_get_current_cgroup_id();
+        (*event).dev = subject.dev;
+        (*event).ino = subject.ino;
+        (*event).kind = subject.kind;
+        (*event).decision = subject.verdict.decision;
+        (*event).action = subject.action;
+        (*event).flags = subject.flags;
+        (*event).rule = subject.verdict.rule;
+        (*event).pid = pid_tgid as u32;
+        (*event).tgid = (pid_tgid >> 32) as u32;
+        (*event).uid = uid_gid as u32;
+        (*event).gid = (uid_gid >> 32) as u32;
+        (*event).family = subject.family;
+        (*event).port = subject.port;
+        (*event).transport = subject.transport;
+        (*event)._pad = [0; 3];
+        (*event).addr = subject.addr;
+        (*event).comm = bpf_get_current_comm().unwrap_or([0; 16]);
+        let tgid = (pid_tgid >> 32) as u32;
+        let task = match subject.task {
+            Some(task) => Some(task),
+            None => TASKS.get(&tgid),
+        };
+        match task {
+            Some(task) => {
+                (*event).ppid = task.ppid;
+                (*event).exe_len = task.exe_len;
+                (*event).argv_len = task.argv_len;
+                // One helper copy each: cheaper for the verifier than a byte loop.
+                let _ = bpf_probe_read_kernel_buf(task.exe.as_ptr(), &mut (*event).exe);
+                let _ = bpf_probe_read_kernel_buf(task.argv.as_ptr(), &mut (*event).argv);
+            }
+            None => {
+                // Not exec'd in scope (e.g. the first process): userspace fills in from /proc.
+                (*event).ppid = 0;
+                (*event).exe_len = 0;
+                (*event).argv_len = 0;
+            }
+        }
+    }
+    entry.submit(0);
+}

@@ -1,0 +1,310 @@
+//! Exec decisions: by program identity (device + inode of the file actually executed), by the
+//! executed file's name, and by argv prefix (the argv trie), strongest wins.
+//!
+//! `tp_btf/sched_process_exec` runs after the new image is installed and before it executes a
+//! single instruction: argv there is the new image's own (other threads are gone), so a racing
+//! thread cannot change what is compared. A refusal there is SIGKILL. `lsm/bprm_check_security`
+//! (where the kernel allows it) refuses by identity and name earlier, with EPERM.
+
+use aya_ebpf::helpers::generated::bpf_send_signal;
+use aya_ebpf::helpers::{
+    bpf_probe_read_kernel_str_bytes, bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
+};
+use aya_ebpf::macros::{btf_tracepoint, lsm};
+use aya_ebpf::programs::{BtfTracePointContext, LsmContext};
+use guard_common::Decision;
+use guard_common::event::{TaskInfo, action, flag, kind};
+use guard_common::limits::{ARGV_LEN, MAX_ARGV_TOKENS, NAME_LEN, NO_RULE, TOKEN_LEN, TOKEN_SCAN_LEN};
+use guard_common::maps::{ArgvEdge, ExecIdentity, ExecName, Settings, Verdict, counter};
+
+use crate::events::{Subject, emit};
+use crate::kernel::{file_identity, offsets, read_at};
+use crate::maps::{
+    ARGV_TRIE, EXEC_IDENTITIES, EXEC_NAMES, EXEC_SCRATCH, LSM_SCRATCH, TASKS, count, settings,
+};
+use crate::scope::current_in_scope;
+
+const SIGKILL: u32 = 9;
+const EPERM: i32 = 1;
+
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn sched_process_exec(ctx: BtfTracePointContext) -> i32 {
+    // An error reading kernel or user memory fails open for this exec: the tracepoint cannot
+    // refuse what it cannot see, and a half-read argv must not invent a match. Unreadable argv
+    // is counted (ARGV_UNREADABLE) and takes the strongest rule below the last matched token.
+    let _ = unsafe { try_sched_process_exec(&ctx) };
+    0
+}
+
+unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> {
+    // Not configured yet, or not ours: let it run (fails open; nothing is enforced before the
+    // maps are filled, and processes outside the scope are none of guard's business).
+    let Some(settings) = settings() else { return Ok(()) };
+    if !current_in_scope() {
+        return Ok(());
+    }
+    let task: *const u8 = ctx.arg(0);
+    let bprm: *const u8 = ctx.arg(2);
+    let scratch = unsafe { &mut *EXEC_SCRATCH.get_ptr_mut(0).ok_or(0)? };
+    let off = offsets();
+
+    let file: *const u8 = unsafe { read_at(bprm, off.bprm_file)? };
+    let identity = unsafe { file_identity(file, &mut scratch.name)? };
+    let mut verdict = identity_verdict(&identity, &scratch.name);
+
+    // The new image's argv, and what the events of this process will name.
+    let mm: *const u8 = unsafe { read_at(task, off.task_mm)? };
+    let arg_start: u64 = unsafe { read_at(mm, off.mm_arg_start)? };
+    let arg_end: u64 = unsafe { read_at(mm, off.mm_arg_end)? };
+    fill_task_info(task, bprm, arg_start, arg_end, scratch);
+
+    verdict = verdict.strongest(walk_argv(&scratch.name, arg_start, arg_end, &mut scratch.scan));
+
+    let mut flags = 0;
+    if verdict.is_none() {
+        verdict = Verdict {
+            decision: settings.unmatched_exec,
+            flags: 0,
+            _pad: 0,
+            rule: NO_RULE,
+        };
+        flags |= flag::UNMATCHED;
+    }
+    let tgid = (aya_ebpf::helpers::bpf_get_current_pid_tgid() >> 32) as u32;
+    let _ = TASKS.insert(&tgid, &scratch.task, 0);
+    if scratch.task.argv_len as u64 != arg_end.saturating_sub(arg_start) {
+        flags |= flag::ARGV_TRUNCATED;
+    }
+    decide(&settings, verdict, flags, &identity, Some(&scratch.task), || {
+        // SAFETY: signals the current task, the one exec'ing; it dies before the new image runs.
+        unsafe { bpf_send_signal(SIGKILL) };
+        action::SIGKILL
+    });
+    Ok(())
+}
+
+#[lsm(hook = "bprm_check_security")]
+pub fn bprm_check_security(ctx: LsmContext) -> i32 {
+    // A previous LSM's refusal stands.
+    let previous: i32 = ctx.arg(1);
+    if previous != 0 {
+        return previous;
+    }
+    // An error reading the bprm fails open here; sched_process_exec decides again (identity,
+    // name and argv) after the image is installed, and kills what it refuses.
+    unsafe { try_bprm_check_security(&ctx) }.unwrap_or(0)
+}
+
+unsafe fn try_bprm_check_security(ctx: &LsmContext) -> Result<i32, i32> {
+    let Some(settings) = settings() else { return Ok(0) };
+    if !current_in_scope() {
+        return Ok(0);
+    }
+    let bprm: *const u8 = ctx.arg(0);
+    let name = unsafe { &mut *LSM_SCRATCH.get_ptr_mut(0).ok_or(0)? };
+    let file: *const u8 = unsafe { read_at(bprm, offsets().bprm_file)? };
+    let identity = unsafe { file_identity(file, name)? };
+    // Only matched identity and name rules decide here: the unmatched default needs argv,
+    // which sched_process_exec has.
+    let verdict = identity_verdict(&identity, name);
+    if verdict.is_none() || verdict.decision == Decision::Allow as u8 {
+        return Ok(0);
+    }
+    let mut refused = false;
+    decide(&settings, verdict, flag::LSM, &identity, None, || {
+        refused = true;
+        action::EPERM
+    });
+    Ok(if refused { -EPERM } else { 0 })
+}
+
+#[inline(always)]
+fn identity_verdict(identity: &ExecIdentity, name: &ExecName) -> Verdict {
+    let mut verdict = Verdict::NONE;
+    // SAFETY: lookups with plain keys.
+    if let Some(v) = unsafe { EXEC_IDENTITIES.get(identity) } {
+        verdict = verdict.strongest(*v);
+    }
+    if let Some(v) = unsafe { EXEC_NAMES.get(name) } {
+        verdict = verdict.strongest(*v);
+    }
+    verdict
+}
+
+/// Counts the decision, and for a refusal or an audit-only match emits the event; `enforce`
+/// applies a refusal and returns the action code it took.
+#[inline(always)]
+fn decide(
+    settings: &Settings,
+    verdict: Verdict,
+    mut flags: u8,
+    identity: &ExecIdentity,
+    task: Option<&TaskInfo>,
+    enforce: impl FnOnce() -> u8,
+) {
+    let Some(act) = enforcement(settings, verdict, &mut flags, enforce) else { return };
+    emit(&Subject {
+        kind: kind::EXEC,
+        verdict,
+        action: act,
+        flags,
+        task,
+        dev: identity.dev,
+        ino: identity.ino,
+        family: 0,
+        port: 0,
+        transport: 0,
+        addr: [0; 16],
+    });
+}
+
+/// The shared tail of every exec decision: count it; `None` for an allow (no event), else the
+/// action taken (none when audit-only).
+#[inline(always)]
+fn enforcement(
+    settings: &Settings,
+    verdict: Verdict,
+    flags: &mut u8,
+    enforce: impl FnOnce() -> u8,
+) -> Option<u8> {
+    count(match verdict.decision {
+        0 => counter::EXEC_ALLOW,
+        1 => counter::EXEC_PROMPT,
+        _ => counter::EXEC_FORBIDDEN,
+    });
+    if verdict.decision == Decision::Allow as u8 {
+        return None;
+    }
+    if settings.audit_only != 0 || verdict.audit_only() {
+        *flags |= flag::AUDIT_ONLY;
+        count(counter::AUDIT_ONLY);
+        return Some(action::NONE);
+    }
+    Some(enforce())
+}
+
+/// Walks the argv trie: token 0 is the executed file's name (never `argv[0]`, which the caller
+/// chooses), tokens 1.. are the new image's argv. Every node passed contributes the rule that
+/// ends there. Where the walk cannot go on (argv unreadable, a token too long to step over, or
+/// more tokens than the bound) the strongest rule below the last node is taken: the safe answer.
+#[inline(always)]
+fn walk_argv(name: &ExecName, arg_start: u64, arg_end: u64, scan: &mut [u8; TOKEN_SCAN_LEN]) -> Verdict {
+    let mut edge = ArgvEdge {
+        parent: 0,
+        len: 0,
+        _pad: [0; 3],
+        token: [0; TOKEN_LEN],
+    };
+    let name_len = str_len(&name.name);
+    set_token(&mut edge, &name.name, name_len);
+    // SAFETY: lookups with plain keys.
+    let Some(mut node) = (unsafe { ARGV_TRIE.get(&edge) }).copied() else {
+        return Verdict::NONE;
+    };
+    let mut verdict = node.here;
+    // argv[0] is skipped: the program is token 0 already.
+    let mut pos = arg_start;
+    // SAFETY (both reads): user memory of the new image into our scratch buffer.
+    let Ok(argv0) = (unsafe { bpf_probe_read_user_str_bytes(pos as *const u8, &mut scan[..]) })
+    else {
+        count(counter::ARGV_UNREADABLE);
+        return verdict.strongest(node.below);
+    };
+    let argv0_len = argv0.len();
+    if argv0_len >= TOKEN_SCAN_LEN - 1 {
+        count(counter::ARGV_UNREADABLE);
+        return verdict.strongest(node.below);
+    }
+    pos += argv0_len as u64 + 1;
+    let mut compared = 1;
+    while compared < MAX_ARGV_TOKENS {
+        if pos >= arg_end {
+            return verdict;
+        }
+        let len = match unsafe { bpf_probe_read_user_str_bytes(pos as *const u8, &mut scan[..]) } {
+            Ok(bytes) => bytes.len(),
+            Err(_) => {
+                count(counter::ARGV_UNREADABLE);
+                return verdict.strongest(node.below);
+            }
+        };
+        edge.parent = node.id;
+        set_token(&mut edge, scan, len);
+        // SAFETY: lookup with a plain key.
+        match unsafe { ARGV_TRIE.get(&edge) } {
+            Some(next) => {
+                node = *next;
+                verdict = verdict.strongest(node.here);
+            }
+            None => return verdict,
+        }
+        if len >= TOKEN_SCAN_LEN - 1 {
+            // Too long to find where the next token starts.
+            return verdict.strongest(node.below);
+        }
+        pos += len as u64 + 1;
+        compared += 1;
+    }
+    // More tokens than the kernel compares: the rules below count as matched.
+    if pos < arg_end {
+        verdict.strongest(node.below)
+    } else {
+        verdict
+    }
+}
+
+#[inline(always)]
+fn str_len(bytes: &[u8; NAME_LEN]) -> usize {
+    let mut i = 0;
+    while i < NAME_LEN {
+        if bytes[i] == 0 {
+            return i;
+        }
+        i += 1;
+    }
+    NAME_LEN
+}
+
+/// Copies the first `TOKEN_LEN` bytes of a `len`-byte token into the edge key, zero-padded.
+#[inline(always)]
+fn set_token(edge: &mut ArgvEdge, bytes: &[u8], len: usize) {
+    let mut i = 0;
+    while i < TOKEN_LEN {
+        edge.token[i] = if i < len && i < bytes.len() { bytes[i] } else { 0 };
+        i += 1;
+    }
+    edge.len = if len > TOKEN_LEN { TOKEN_LEN as u8 + 1 } else { len as u8 };
+}
+
+/// Fills the per-CPU TaskInfo: parent, the path given to exec, and argv (bounded).
+#[inline(always)]
+fn fill_task_info(
+    task: *const u8,
+    bprm: *const u8,
+    arg_start: u64,
+    arg_end: u64,
+    scratch: &mut crate::maps::ExecScratch,
+) {
+    let off = offsets();
+    let info = &mut scratch.task;
+    info.ppid = unsafe {
+        read_at::<*const u8>(task, off.task_real_parent)
+            .and_then(|parent| read_at::<u32>(parent, off.task_tgid))
+            .unwrap_or(0)
+    };
+    info.exe_len = 0;
+    if let Ok(filename) = unsafe { read_at::<*const u8>(bprm, off.bprm_filename) } {
+        if let Ok(path) = unsafe { bpf_probe_read_kernel_str_bytes(filename, &mut info.exe) } {
+            info.exe_len = path.len() as u16;
+        }
+    }
+    let total = arg_end.saturating_sub(arg_start);
+    let len = if total > ARGV_LEN as u64 { ARGV_LEN } else { total as usize };
+    info.argv_len = 0;
+    if len > 0 && len <= ARGV_LEN {
+        // SAFETY: user memory of the new image into the scratch buffer.
+        if unsafe { bpf_probe_read_user_buf(arg_start as *const u8, &mut info.argv[..len]) }.is_ok() {
+            info.argv_len = len as u16;
+        }
+    }
+}

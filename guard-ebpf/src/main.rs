@@ -1,0 +1,30 @@
+//! guard's kernel programs: one module per hook family. Entry points are thin; each says whether
+//! an error lets the call through (fails open) or refuses it (fails closed), and why.
+//!
+//! Backends (DESIGN.md, "Enforcement backends"):
+//! - `cgroup`: `tp_btf/sched_process_exec` decides every exec (identity, name, argv) after the new
+//!   image is installed and kills it with SIGKILL before it runs; `cgroup/connect4|6` and
+//!   `cgroup/sendmsg4|6` refuse destinations with EPERM.
+//! - `lsm`: `lsm/bprm_check_security` refuses by identity and name with EPERM before the exec,
+//!   `lsm/socket_connect` and `lsm/socket_sendmsg` refuse destinations; argv rules still go
+//!   through `sched_process_exec`, because only there is argv the new image's own.
+#![no_std]
+#![no_main]
+
+mod events;
+mod exec;
+mod kernel;
+mod maps;
+mod net;
+mod scope;
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // SAFETY: BPF programs cannot panic at run time; the verifier rejects unreachable loops.
+    unsafe { core::hint::unreachable_unchecked() }
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

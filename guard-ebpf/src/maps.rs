@@ -1,0 +1,72 @@
+//! The maps the programs share. Userspace (guard-user `kernel::maps`) is their one writer.
+
+use aya_ebpf::macros::map;
+use aya_ebpf::maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray, RingBuf};
+use guard_common::event::TaskInfo;
+use guard_common::limits::{
+    EVENTS_BYTES, MAX_EXEC_ENTRIES, MAX_NET_ENTRIES, MAX_SCOPES, MAX_TASKS, TOKEN_SCAN_LEN,
+};
+use guard_common::maps::{
+    ArgvEdge, ArgvNode, DestV4, DestV6, ExecIdentity, ExecName, Settings, Verdict, counter,
+};
+
+#[map]
+pub static SETTINGS: Array<Settings> = Array::with_max_entries(1, 0);
+
+/// cgroup v2 ids under enforcement (a process is in scope when its cgroup or an ancestor is).
+#[map]
+pub static SCOPES: HashMap<u64, u32> = HashMap::with_max_entries(MAX_SCOPES, 0);
+
+#[map]
+pub static EXEC_IDENTITIES: HashMap<ExecIdentity, Verdict> =
+    HashMap::with_max_entries(MAX_EXEC_ENTRIES, 0);
+
+#[map]
+pub static EXEC_NAMES: HashMap<ExecName, Verdict> = HashMap::with_max_entries(MAX_EXEC_ENTRIES, 0);
+
+#[map]
+pub static ARGV_TRIE: HashMap<ArgvEdge, ArgvNode> = HashMap::with_max_entries(MAX_EXEC_ENTRIES, 0);
+
+#[map]
+pub static DEST_V4: LpmTrie<DestV4, Verdict> = LpmTrie::with_max_entries(MAX_NET_ENTRIES, 0);
+
+#[map]
+pub static DEST_V6: LpmTrie<DestV6, Verdict> = LpmTrie::with_max_entries(MAX_NET_ENTRIES, 0);
+
+/// What each scoped process last executed, so its connect events can name it.
+#[map]
+pub static TASKS: LruHashMap<u32, TaskInfo> = LruHashMap::with_max_entries(MAX_TASKS, 0);
+
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES, 0);
+
+#[map]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+/// Scratch space too big for the 512-byte BPF stack, one per CPU. Each program family has its
+/// own, since programs on one CPU can interleave (preemptible kernel).
+#[repr(C)]
+pub struct ExecScratch {
+    pub task: TaskInfo,
+    pub scan: [u8; TOKEN_SCAN_LEN],
+    pub name: ExecName,
+}
+
+#[map]
+pub static EXEC_SCRATCH: PerCpuArray<ExecScratch> = PerCpuArray::with_max_entries(1, 0);
+
+#[map]
+pub static LSM_SCRATCH: PerCpuArray<ExecName> = PerCpuArray::with_max_entries(1, 0);
+
+#[inline(always)]
+pub fn settings() -> Option<Settings> {
+    SETTINGS.get(0).copied().filter(|s| s.ready != 0)
+}
+
+#[inline(always)]
+pub fn count(slot: u32) {
+    if let Some(ptr) = COUNTERS.get_ptr_mut(slot) {
+        // SAFETY: per-CPU slot; only this CPU writes it.
+        unsafe { *ptr += 1 };
+    }
+}

@@ -1,0 +1,281 @@
+//! Destination decisions: `connect` (TCP and UDP) and UDP `sendmsg` with an address, IPv4 and
+//! IPv6, IPv4-mapped IPv6 looked up as IPv4. Each family has one LPM trie keyed by (transport,
+//! port, address); four lookups cover exact and any transport × exact and any port, and the
+//! strongest verdict wins (userspace stores every entry already combined with the entries whose
+//! prefixes contain it, so the longest match carries the strongest covering verdict).
+
+use aya_ebpf::macros::{cgroup_sock_addr, lsm};
+use aya_ebpf::maps::lpm_trie::Key;
+use aya_ebpf::programs::{LsmContext, SockAddrContext};
+use guard_common::Decision;
+use guard_common::event::{action, flag, kind};
+use guard_common::limits::NO_RULE;
+use guard_common::maps::{
+    DEST_HEAD_BITS, DestV4, DestV6, TRANSPORT_ANY, TRANSPORT_TCP, TRANSPORT_UDP, Verdict, counter,
+    dest_key,
+};
+
+use crate::events::{Subject, emit};
+use crate::kernel::{offsets, read_at};
+use crate::maps::{DEST_V4, DEST_V6, count, settings};
+use crate::scope::current_in_scope;
+
+const AF_INET: u16 = 2;
+const AF_INET6: u16 = 10;
+const SOCK_STREAM: u16 = 1;
+const SOCK_DGRAM: u16 = 2;
+const EPERM: i32 = 1;
+
+/// A destination as the hooks see it: address bytes (4 for IPv4), port in host order.
+struct Destination {
+    family: u16,
+    addr: [u8; 16],
+    port: u16,
+    transport: u8,
+}
+
+// cgroup sock_addr programs: return 1 to let the call through, 0 to fail it with EPERM.
+
+#[cgroup_sock_addr(connect4)]
+pub fn connect4(ctx: SockAddrContext) -> i32 {
+    from_sock_addr(&ctx, false, kind::CONNECT)
+}
+
+#[cgroup_sock_addr(connect6)]
+pub fn connect6(ctx: SockAddrContext) -> i32 {
+    from_sock_addr(&ctx, true, kind::CONNECT)
+}
+
+#[cgroup_sock_addr(sendmsg4)]
+pub fn sendmsg4(ctx: SockAddrContext) -> i32 {
+    from_sock_addr(&ctx, false, kind::SENDMSG)
+}
+
+#[cgroup_sock_addr(sendmsg6)]
+pub fn sendmsg6(ctx: SockAddrContext) -> i32 {
+    from_sock_addr(&ctx, true, kind::SENDMSG)
+}
+
+#[inline(always)]
+fn from_sock_addr(ctx: &SockAddrContext, v6: bool, call: u8) -> i32 {
+    // SAFETY: the context pointer the kernel passed.
+    let sa = unsafe { &*ctx.sock_addr };
+    let port = u16::from_be(sa.user_port as u16);
+    let transport = sa.protocol as u8;
+    let destination = if v6 {
+        let mut addr = [0u8; 16];
+        let mut i = 0;
+        while i < 4 {
+            let word = sa.user_ip6[i].to_ne_bytes();
+            addr[i * 4..i * 4 + 4].copy_from_slice(&word);
+            i += 1;
+        }
+        Destination {
+            family: AF_INET6,
+            addr,
+            port,
+            transport,
+        }
+    } else {
+        let mut addr = [0u8; 16];
+        addr[..4].copy_from_slice(&sa.user_ip4.to_ne_bytes());
+        Destination {
+            family: AF_INET,
+            addr,
+            port,
+            transport,
+        }
+    };
+    if refuse(destination, call, action::EPERM, 0) { 0 } else { 1 }
+}
+
+/// Decides and records; `true` when the call must fail. Not configured or not in scope lets the
+/// call through (fails open: nothing is enforced before the maps are filled, and processes
+/// outside the scope are not guard's).
+#[inline(always)]
+fn refuse(mut destination: Destination, call: u8, act: u8, extra_flags: u8) -> bool {
+    let Some(settings) = settings() else { return false };
+    if !current_in_scope() {
+        return false;
+    }
+    let mut verdict = if destination.family == AF_INET6 && is_v4_mapped(&destination.addr) {
+        let mut v4 = [0u8; 16];
+        v4[..4].copy_from_slice(&destination.addr[12..16]);
+        destination.addr = v4;
+        destination.family = AF_INET;
+        lookup_v4(&destination)
+    } else if destination.family == AF_INET6 {
+        lookup_v6(&destination)
+    } else {
+        lookup_v4(&destination)
+    };
+    let mut flags = extra_flags;
+    if verdict.is_none() {
+        verdict = Verdict {
+            decision: settings.unmatched_network,
+            flags: 0,
+            _pad: 0,
+            rule: NO_RULE,
+        };
+        flags |= flag::UNMATCHED;
+    }
+    count(match verdict.decision {
+        0 => counter::NET_ALLOW,
+        1 => counter::NET_PROMPT,
+        _ => counter::NET_FORBIDDEN,
+    });
+    if verdict.decision == Decision::Allow as u8 {
+        return false;
+    }
+    let audit_only = settings.audit_only != 0 || verdict.audit_only();
+    if audit_only {
+        flags |= flag::AUDIT_ONLY;
+        count(counter::AUDIT_ONLY);
+    }
+    emit(&Subject {
+        kind: call,
+        verdict,
+        action: if audit_only { action::NONE } else { act },
+        flags,
+        task: None,
+        dev: 0,
+        ino: 0,
+        family: destination.family,
+        port: destination.port,
+        transport: destination.transport,
+        addr: destination.addr,
+    });
+    !audit_only
+}
+
+#[inline(always)]
+fn is_v4_mapped(addr: &[u8; 16]) -> bool {
+    let mut i = 0;
+    while i < 10 {
+        if addr[i] != 0 {
+            return false;
+        }
+        i += 1;
+    }
+    addr[10] == 0xff && addr[11] == 0xff
+}
+
+#[inline(always)]
+fn lookup_v4(d: &Destination) -> Verdict {
+    let mut verdict = Verdict::NONE;
+    for (transport, port) in classes(d) {
+        let key = Key::new(DEST_HEAD_BITS + 32, dest_key::<7>(transport, port, &d.addr[..4]));
+        let key: Key<DestV4> = key;
+        if let Some(v) = DEST_V4.get(&key) {
+            verdict = verdict.strongest(*v);
+        }
+    }
+    verdict
+}
+
+#[inline(always)]
+fn lookup_v6(d: &Destination) -> Verdict {
+    let mut verdict = Verdict::NONE;
+    for (transport, port) in classes(d) {
+        let key: Key<DestV6> = Key::new(DEST_HEAD_BITS + 128, dest_key::<19>(transport, port, &d.addr));
+        if let Some(v) = DEST_V6.get(&key) {
+            verdict = verdict.strongest(*v);
+        }
+    }
+    verdict
+}
+
+/// The (transport, port) classes a destination belongs to: exact and any, for each.
+#[inline(always)]
+fn classes(d: &Destination) -> [(u8, u16); 4] {
+    [
+        (d.transport, d.port),
+        (d.transport, 0),
+        (TRANSPORT_ANY, d.port),
+        (TRANSPORT_ANY, 0),
+    ]
+}
+
+// lsm backend: socket_connect(sock, address, addrlen) and socket_sendmsg(sock, msg, size); the
+// last context slot is the previous LSM program's return value, which stands if non-zero.
+
+#[lsm(hook = "socket_connect")]
+pub fn socket_connect(ctx: LsmContext) -> i32 {
+    let previous: i32 = ctx.arg(3);
+    if previous != 0 {
+        return previous;
+    }
+    // An unreadable socket or address fails open: the cgroup hooks are not attached on this
+    // backend, so this is a real gap, counted by nothing; it needs a kernel bug to happen.
+    unsafe { try_socket_connect(&ctx) }.unwrap_or(0)
+}
+
+unsafe fn try_socket_connect(ctx: &LsmContext) -> Result<i32, i32> {
+    let sock: *const u8 = ctx.arg(0);
+    let address: *const u8 = ctx.arg(1);
+    let Some(transport) = (unsafe { socket_transport(sock)? }) else { return Ok(0) };
+    let Some(destination) = (unsafe { read_sockaddr(address, transport)? }) else { return Ok(0) };
+    Ok(if refuse(destination, kind::CONNECT, action::EPERM, flag::LSM) { -EPERM } else { 0 })
+}
+
+#[lsm(hook = "socket_sendmsg")]
+pub fn socket_sendmsg(ctx: LsmContext) -> i32 {
+    let previous: i32 = ctx.arg(3);
+    if previous != 0 {
+        return previous;
+    }
+    // Fails open on unreadable memory, as socket_connect.
+    unsafe { try_socket_sendmsg(&ctx) }.unwrap_or(0)
+}
+
+unsafe fn try_socket_sendmsg(ctx: &LsmContext) -> Result<i32, i32> {
+    let sock: *const u8 = ctx.arg(0);
+    let msg: *const u8 = ctx.arg(1);
+    // Only UDP sends carry a destination of their own; TCP was decided at connect.
+    let Some(transport) = (unsafe { socket_transport(sock)? }) else { return Ok(0) };
+    if transport != TRANSPORT_UDP {
+        return Ok(0);
+    }
+    let name: *const u8 = unsafe { read_at(msg, offsets().msghdr_msg_name)? };
+    if name.is_null() {
+        // A connected socket: its destination was decided at connect.
+        return Ok(0);
+    }
+    let Some(destination) = (unsafe { read_sockaddr(name, transport)? }) else { return Ok(0) };
+    Ok(if refuse(destination, kind::SENDMSG, action::EPERM, flag::LSM) { -EPERM } else { 0 })
+}
+
+/// TCP for stream sockets, UDP for datagram sockets, `None` (not ruled on) for the rest.
+#[inline(always)]
+unsafe fn socket_transport(sock: *const u8) -> Result<Option<u8>, i32> {
+    let ty: u16 = unsafe { read_at(sock, offsets().socket_type)? };
+    Ok(match ty {
+        SOCK_STREAM => Some(TRANSPORT_TCP),
+        SOCK_DGRAM => Some(TRANSPORT_UDP),
+        _ => None,
+    })
+}
+
+/// Reads a kernel copy of a `sockaddr_in`/`sockaddr_in6`; other families are not ruled on.
+#[inline(always)]
+unsafe fn read_sockaddr(address: *const u8, transport: u8) -> Result<Option<Destination>, i32> {
+    let family: u16 = unsafe { read_at(address, 0)? };
+    let port_be: u16 = unsafe { read_at(address, 2)? };
+    let mut addr = [0u8; 16];
+    match family {
+        AF_INET => {
+            let v4: [u8; 4] = unsafe { read_at(address, 4)? };
+            addr[..4].copy_from_slice(&v4);
+        }
+        AF_INET6 => {
+            addr = unsafe { read_at(address, 8)? };
+        }
+        _ => return Ok(None),
+    }
+    Ok(Some(Destination {
+        family,
+        addr,
+        port: u16::from_be(port_be),
+        transport,
+    }))
+}

@@ -1,0 +1,40 @@
+//! `guard doctor`: which enforcement backend this kernel allows, found by loading programs.
+
+use std::process::ExitCode;
+
+use anstream::println;
+use clap::Args;
+
+use super::output;
+use crate::kernel::doctor;
+
+#[derive(Args, Debug)]
+#[command(after_help = "Each check loads real programs (root needed): a kernel can list `bpf` among
+its LSMs and still refuse LSM programs, so configuration is never trusted.
+Exit status: 0 when some backend works, 1 when none does.")]
+pub struct DoctorArgs {
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: &DoctorArgs) -> ExitCode {
+    let report = doctor::run();
+    if args.json {
+        output::print_json(&serde_json::to_value(&report).unwrap_or_default());
+    } else {
+        for check in &report.checks {
+            let (mark, style) = if check.ok {
+                ("ok     ", output::decision_style(Some(crate::policy::Decision::Allow)))
+            } else {
+                ("refused", output::decision_style(Some(crate::policy::Decision::Forbidden)))
+            };
+            println!("{style}{mark}{style:#} {}: {}", check.name, check.detail);
+        }
+        match report.backend {
+            Some(backend) => println!("backend: {} (the one `guard run` uses)", backend.as_str()),
+            None => println!("backend: none: guard cannot enforce on this kernel"),
+        }
+    }
+    if report.backend.is_some() { ExitCode::SUCCESS } else { ExitCode::from(1) }
+}

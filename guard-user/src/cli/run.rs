@@ -1,0 +1,122 @@
+//! `guard run`: run one command under the policy, enforced by the kernel, in a fresh scope.
+
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use super::RulesArgs;
+use super::output;
+use crate::kernel::Backend;
+use crate::session::{Session, SessionOptions};
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  guard run -- git push origin main          # the embedded default policy (or /etc/guard/rules)
+  guard run --rules team.rules -- make deploy
+  guard run --audit-only --rules draft.rules -- ./ci.sh   # record what would be refused, refuse nothing
+
+Each refusal prints one line to stderr as it happens:
+  guard: refused exec of `git push origin main`: policy forbids commands starting with `git push` (team.rules:3)
+
+The exit status is the command's (128+N when a signal N ended it; a refused exec on the cgroup
+backend is SIGKILL, so 137). guard needs root; `guard doctor` says which backend this kernel allows.")]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub rules: RulesArgs,
+    /// Record every decision, enforce none.
+    #[arg(long)]
+    pub audit_only: bool,
+    /// `lsm` or `cgroup`; default: the preferred one this kernel allows.
+    #[arg(long, value_parser = parse_backend)]
+    pub backend: Option<Backend>,
+    /// Resolve `network_rule` host names with this DNS server (IP:PORT, over UDP) instead of
+    /// the system's resolver configuration.
+    #[arg(long, value_name = "IP:PORT")]
+    pub nameserver: Option<std::net::SocketAddr>,
+    /// Print each refusal as a JSON line on stderr instead of a sentence.
+    #[arg(long)]
+    pub json_events: bool,
+    /// The command and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+fn parse_backend(raw: &str) -> Result<Backend, String> {
+    match raw {
+        "lsm" => Ok(Backend::Lsm),
+        "cgroup" => Ok(Backend::Cgroup),
+        _ => Err(format!("unknown backend `{raw}`: use lsm or cgroup")),
+    }
+}
+
+pub fn run(args: &RunArgs) -> ExitCode {
+    let loaded = match args.rules.load() {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    let options = SessionOptions {
+        backend: args.backend,
+        audit_only: args.audit_only,
+        nameserver: args.nameserver,
+    };
+    let mut session = match Session::start(loaded.policy, &options) {
+        Ok(session) => session,
+        Err(err) => {
+            output::say(&format!("guard: cannot enforce: {err:#}"));
+            output::say("guard: run `guard doctor` to see what this kernel allows (guard needs root).");
+            return ExitCode::from(125);
+        }
+    };
+    for warning in &session.image().warnings {
+        output::say(&format!("guard: note: {warning}"));
+    }
+    let mut command = Command::new(&args.command[0]);
+    command.args(&args.command[1..]);
+    let mut child = match session.spawn(&mut command) {
+        Ok(child) => child,
+        Err(err) => {
+            output::say(&format!("guard: cannot run `{}`: {err:#}", args.command[0]));
+            return ExitCode::from(127);
+        }
+    };
+    let status = loop {
+        report(&mut session, Duration::from_millis(50), args.json_events);
+        if session.next_dns_refresh().is_some_and(|due| due <= Instant::now())
+            && let Err(err) = session.refresh_dns()
+        {
+            output::say(&format!("guard: DNS refresh failed: {err:#}"));
+        }
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) => {}
+            Err(err) => {
+                output::say(&format!("guard: waiting for the command: {err}"));
+                return ExitCode::from(125);
+            }
+        }
+    };
+    // Events of the last moments (a refused exec is reported right before the exit).
+    report(&mut session, Duration::from_millis(20), args.json_events);
+    drop(session);
+    use std::os::unix::process::ExitStatusExt;
+    let code = match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(signal)) => 128 + signal,
+        _ => 1,
+    };
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+fn report(session: &mut Session, wait: Duration, json: bool) {
+    for event in session.poll_events(wait) {
+        if json {
+            let mut value = serde_json::to_value(&event).unwrap_or_default();
+            value["message"] = session.describe(&event).into();
+            eprintln!("{value}");
+        } else {
+            output::say(&session.describe(&event));
+        }
+    }
+}
+

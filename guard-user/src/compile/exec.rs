@@ -1,0 +1,191 @@
+//! Prefix rules → exec tables: one-token rules become program identities (device + inode of
+//! every file the name stands for) and a name entry; longer rules become argv rules.
+//!
+//! Why both identity and name: the kernel never trusts `argv[0]`. The identity catches the file
+//! however it is reached (a symlink, `./git`, a copy of the path); the name entry catches a file
+//! of that name that was not on PATH when the policy was compiled.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use super::CompileEnv;
+use super::image::{ArgvRule, IdentityEntry, NameEntry, Verdict};
+use crate::policy::{Policy, PrefixRule};
+
+/// What the exec side of the image holds.
+#[derive(Default)]
+pub(super) struct ExecTables {
+    pub identities: Vec<IdentityEntry>,
+    pub names: Vec<NameEntry>,
+    pub argv_rules: Vec<ArgvRule>,
+    pub warnings: Vec<String>,
+}
+
+/// A file found for a program: its kernel identity and canonical path.
+#[derive(Clone)]
+struct FoundFile {
+    dev: u64,
+    ino: u64,
+    path: PathBuf,
+}
+
+/// The kernel's `dev_t` encoding (`MKDEV`: major << 20 | minor), which is what
+/// `inode->i_sb->s_dev` holds; userspace `st_dev` uses another layout.
+pub fn kernel_dev(st_dev: u64) -> u64 {
+    let major = u64::from(libc::major(st_dev as libc::dev_t));
+    let minor = u64::from(libc::minor(st_dev as libc::dev_t));
+    (major << 20) | minor
+}
+
+/// The regular file at `path` (symlinks followed), if there is one.
+fn regular_file(path: &Path) -> Option<FoundFile> {
+    let metadata = std::fs::metadata(path).ok()?;
+    if !metadata.is_file() {
+        return None;
+    }
+    Some(FoundFile {
+        dev: kernel_dev(metadata.dev()),
+        ino: metadata.ino(),
+        path: std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
+    })
+}
+
+fn where_written(rule: &PrefixRule) -> String {
+    match &rule.origin {
+        Some(origin) => format!(" at {origin}"),
+        None => String::new(),
+    }
+}
+
+impl ExecTables {
+    fn add_identity(&mut self, index: &mut HashMap<(u64, u64), usize>, file: FoundFile, verdict: Verdict) {
+        match index.get(&(file.dev, file.ino)) {
+            Some(&slot) => {
+                let kept = &mut self.identities[slot];
+                if verdict.beats(&kept.verdict) {
+                    kept.verdict = verdict;
+                }
+            }
+            None => {
+                index.insert((file.dev, file.ino), self.identities.len());
+                self.identities.push(IdentityEntry {
+                    dev: file.dev,
+                    ino: file.ino,
+                    path: file.path,
+                    verdict,
+                });
+            }
+        }
+    }
+
+    fn add_name(&mut self, index: &mut HashMap<String, usize>, name: &str, verdict: Verdict) {
+        match index.get(name) {
+            Some(&slot) => {
+                let kept = &mut self.names[slot];
+                if verdict.beats(&kept.verdict) {
+                    kept.verdict = verdict;
+                }
+            }
+            None => {
+                index.insert(name.to_string(), self.names.len());
+                self.names.push(NameEntry {
+                    name: name.to_string(),
+                    verdict,
+                });
+            }
+        }
+    }
+}
+
+/// Compiles every prefix rule; rule `i` of [`Policy::prefix_rules`] is kernel rule `i`.
+pub(super) fn compile_exec(policy: &Policy, env: &CompileEnv) -> ExecTables {
+    let mut tables = ExecTables::default();
+    let mut identity_index = HashMap::new();
+    let mut name_index = HashMap::new();
+    // The files a bare name stands for, looked up once per name.
+    let mut found_for_name: HashMap<String, Vec<FoundFile>> = HashMap::new();
+
+    for (position, rule) in policy.prefix_rules().iter().enumerate() {
+        let verdict = Verdict {
+            decision: rule.decision,
+            rule: position as u32,
+            audit_only: rule.audit_only,
+        };
+        let program = rule.program();
+        if !rule.pattern.rest.is_empty() {
+            if program.contains('/') {
+                tables.warnings.push(format!(
+                    "prefix_rule{}: the kernel compares token 0 with the executed file's name, so \
+                     a program written as a path (`{program}`) never matches there; write the bare \
+                     name instead",
+                    where_written(rule)
+                ));
+            }
+            tables.argv_rules.push(ArgvRule {
+                program: program.to_string(),
+                rest: rule
+                    .pattern
+                    .rest
+                    .iter()
+                    .map(|token| token.alternatives().to_vec())
+                    .collect(),
+                verdict,
+            });
+            continue;
+        }
+        if program.starts_with('/') {
+            match regular_file(Path::new(program)) {
+                Some(file) => tables.add_identity(&mut identity_index, file, verdict),
+                None => tables.warnings.push(format!(
+                    "prefix_rule{}: `{program}` is not an existing regular file, so the kernel \
+                     holds nothing for it until the policy is compiled again",
+                    where_written(rule)
+                )),
+            }
+            continue;
+        }
+        if program.contains('/') {
+            tables.warnings.push(format!(
+                "prefix_rule{}: `{program}` is a relative path, which names no one file; the \
+                 kernel holds nothing for it (write the bare name or an absolute path)",
+                where_written(rule)
+            ));
+            continue;
+        }
+        tables.add_name(&mut name_index, program, verdict);
+        let found = found_for_name
+            .entry(program.to_string())
+            .or_insert_with(|| files_for_name(policy, env, program));
+        if found.is_empty() {
+            tables.warnings.push(format!(
+                "prefix_rule{}: no executable `{program}` in the PATH folders or its \
+                 host_executable paths; the kernel matches it by file name only",
+                where_written(rule)
+            ));
+        }
+        for file in found.clone() {
+            tables.add_identity(&mut identity_index, file, verdict);
+        }
+    }
+    tables
+}
+
+/// Every regular file at `DIR/name` for the PATH folders, then at `name`'s `host_executable`
+/// paths; one per identity, first found first.
+fn files_for_name(policy: &Policy, env: &CompileEnv, name: &str) -> Vec<FoundFile> {
+    let host_paths = policy
+        .host_executables()
+        .get(name)
+        .map(|paths| paths.to_vec())
+        .unwrap_or_default();
+    let mut found: Vec<FoundFile> = Vec::new();
+    for path in env.path_dirs.iter().map(|dir| dir.join(name)).chain(host_paths) {
+        if let Some(file) = regular_file(&path)
+            && !found.iter().any(|f| (f.dev, f.ino) == (file.dev, file.ino))
+        {
+            found.push(file);
+        }
+    }
+    found
+}

@@ -1,0 +1,131 @@
+//! Policy → [`EnforcementImage`]: what the kernel programs need to decide, with every entry
+//! pointing back at the rule (file and line) it came from. Host names are resolved through a
+//! [`HostResolver`] snapshot (the DNS module keeps one fresh).
+//!
+//! [`compile`] is pure apart from `stat`: the same policy, resolver snapshot and PATH give the
+//! same image. How each rule becomes kernel entries:
+//!
+//! - a one-token `prefix_rule` becomes a program identity (device + inode) for every file the
+//!   name is on PATH or at one of its `host_executable` paths, plus a name entry (an absolute
+//!   first token: that file's identity only);
+//! - a longer `prefix_rule` becomes an argv rule;
+//! - a `network_rule` host becomes destination entries with its §2.4 decision, on the ports its
+//!   protocols use (`http` TCP 80, `https` TCP+UDP 443, `socks5_tcp`/`socks5_udp` any port);
+//! - an `address_rule` becomes one entry per address (or resolved name) and port.
+pub mod dns;
+mod exec;
+pub mod image;
+mod network;
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+pub use exec::kernel_dev;
+pub use image::{
+    ArgvRule, DestinationEntry, EnforcementImage, IdentityEntry, KernelRule, KernelRuleKind,
+    NameEntry, Verdict,
+};
+
+use crate::policy::Policy;
+use crate::policy::render::{
+    address_rule_summary, address_rule_text, network_rule_summary, network_rule_text,
+    prefix_rule_summary, prefix_rule_text,
+};
+
+/// Addresses known for a host name at compile time. The DNS module implements it over its
+/// cache; tests use a fixed table.
+pub trait HostResolver {
+    /// The addresses `host` (a normalised host name, never an IP literal) resolves to now;
+    /// empty when unknown.
+    fn lookup(&self, host: &str) -> Vec<IpAddr>;
+}
+
+/// A resolver that knows nothing: every name is unresolved.
+pub struct NoResolver;
+
+impl HostResolver for NoResolver {
+    fn lookup(&self, _host: &str) -> Vec<IpAddr> {
+        Vec::new()
+    }
+}
+
+/// What compiling reads from the machine: where bare program names are looked up.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CompileEnv {
+    /// The folders a bare name is looked up in, in order (absolute paths only).
+    pub path_dirs: Vec<PathBuf>,
+}
+
+/// `PATH` when the process has none: the usual system folders.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+impl CompileEnv {
+    /// The folders of this process's `$PATH` ([`DEFAULT_PATH`] when unset). Empty and relative
+    /// entries are dropped: they depend on a current directory, which the kernel does not share.
+    pub fn from_process() -> Self {
+        let path = std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_PATH.into());
+        Self::from_path_var(&path)
+    }
+
+    /// The folders of a `PATH`-style value.
+    pub fn from_path_var(path: &std::ffi::OsStr) -> Self {
+        CompileEnv {
+            path_dirs: std::env::split_paths(path)
+                .filter(|dir| dir.is_absolute())
+                .collect(),
+        }
+    }
+}
+
+/// Compiles `policy` into the tables the kernel decides with. Host names are looked up in
+/// `resolver` (names it does not know end up in `unresolved_hosts`), bare program names in
+/// `env.path_dirs`.
+pub fn compile(policy: &Policy, resolver: &dyn HostResolver, env: &CompileEnv) -> EnforcementImage {
+    let rules = kernel_rules(policy);
+    let network_base = policy.prefix_rules().len() as u32;
+    let address_base = network_base + policy.network_rules().len() as u32;
+    let exec = exec::compile_exec(policy, env);
+    let net = network::compile_destinations(policy, resolver, network_base, address_base);
+    EnforcementImage {
+        settings: policy.enforcement(),
+        rules,
+        identities: exec.identities,
+        names: exec.names,
+        argv_rules: exec.argv_rules,
+        destinations: net.destinations,
+        unresolved_hosts: net.unresolved_hosts,
+        warnings: exec.warnings,
+    }
+}
+
+/// Every rule of the policy, in the order prefix rules, network rules, address rules.
+fn kernel_rules(policy: &Policy) -> Vec<KernelRule> {
+    let prefix = policy.prefix_rules().iter().map(|rule| KernelRule {
+        kind: KernelRuleKind::Prefix,
+        text: prefix_rule_text(rule),
+        summary: prefix_rule_summary(rule),
+        decision: rule.decision,
+        justification: rule.justification.clone(),
+        origin: rule.origin.clone(),
+    });
+    let network = policy.network_rules().iter().map(|rule| KernelRule {
+        kind: KernelRuleKind::Network,
+        text: network_rule_text(rule),
+        summary: network_rule_summary(rule),
+        decision: rule.decision,
+        justification: rule.justification.clone(),
+        origin: rule.origin.clone(),
+    });
+    let address = policy.address_rules().iter().map(|rule| KernelRule {
+        kind: KernelRuleKind::Address,
+        text: address_rule_text(rule),
+        summary: address_rule_summary(rule),
+        decision: rule.decision,
+        justification: rule.justification.clone(),
+        origin: rule.origin.clone(),
+    });
+    prefix.chain(network).chain(address).collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,202 @@
+//! Reading the kernel's ring buffer into [`KernelEvent`]s.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, Result};
+use aya::maps::{Map, MapData, RingBuf};
+use guard_common::Decision;
+use guard_common::event::{Event, action, flag, kind};
+use guard_common::limits::NO_RULE;
+use guard_common::maps::{TRANSPORT_TCP, TRANSPORT_UDP};
+use serde::Serialize;
+
+use super::maps::decision_from_code;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventKind {
+    Exec,
+    Connect,
+    Sendmsg,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Recorded only (audit-only).
+    None,
+    Eperm,
+    Sigkill,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EventDestination {
+    pub address: IpAddr,
+    pub port: u16,
+    pub transport: &'static str,
+}
+
+/// One decision the kernel recorded: a refusal or an audit-only match.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelEvent {
+    #[serde(with = "time_serde")]
+    pub time: SystemTime,
+    pub kind: EventKind,
+    pub decision: Decision,
+    pub action: Action,
+    pub audit_only: bool,
+    /// No rule matched: the policy's unmatched default decided.
+    pub unmatched: bool,
+    /// The kernel rule id (an index into the image's rule table).
+    pub rule: Option<u32>,
+    pub pid: u32,
+    pub tgid: u32,
+    pub ppid: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub cgroup_id: u64,
+    pub comm: String,
+    pub exe: String,
+    pub argv: Vec<String>,
+    pub argv_truncated: bool,
+    pub dev: u64,
+    pub ino: u64,
+    pub destination: Option<EventDestination>,
+}
+
+mod time_serde {
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    pub fn serialize<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+        let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+        s.serialize_f64(d.as_secs_f64())
+    }
+}
+
+fn cstr(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+fn clock(id: libc::clockid_t) -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+impl KernelEvent {
+    /// Decodes a ring-buffer record; `None` for a record of the wrong size.
+    pub fn decode(bytes: &[u8]) -> Option<KernelEvent> {
+        if bytes.len() < std::mem::size_of::<Event>() {
+            return None;
+        }
+        // SAFETY: size checked; Event is plain old data, read unaligned.
+        let e: Event = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+        let boot_now = clock(libc::CLOCK_BOOTTIME);
+        let age = boot_now.saturating_sub(Duration::from_nanos(e.time_ns));
+        let time = SystemTime::now() - age;
+        let exe_len = (e.exe_len as usize).min(e.exe.len());
+        let argv_len = (e.argv_len as usize).min(e.argv.len());
+        let argv = e.argv[..argv_len]
+            .split(|b| *b == 0)
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect::<Vec<_>>();
+        let mut argv = argv;
+        if argv.last().is_some_and(|s| s.is_empty()) {
+            argv.pop();
+        }
+        let kind = match e.kind {
+            kind::EXEC => EventKind::Exec,
+            kind::CONNECT => EventKind::Connect,
+            _ => EventKind::Sendmsg,
+        };
+        let destination = (kind != EventKind::Exec).then(|| {
+            let address = if e.family == libc::AF_INET6 as u16 {
+                IpAddr::V6(Ipv6Addr::from(e.addr))
+            } else {
+                IpAddr::V4(Ipv4Addr::new(e.addr[0], e.addr[1], e.addr[2], e.addr[3]))
+            };
+            EventDestination {
+                address,
+                port: e.port,
+                transport: match e.transport {
+                    TRANSPORT_TCP => "tcp",
+                    TRANSPORT_UDP => "udp",
+                    _ => "other",
+                },
+            }
+        });
+        Some(KernelEvent {
+            time,
+            kind,
+            decision: decision_from_code(e.decision).unwrap_or(Decision::Forbidden),
+            action: match e.action {
+                action::EPERM => Action::Eperm,
+                action::SIGKILL => Action::Sigkill,
+                _ => Action::None,
+            },
+            audit_only: e.flags & flag::AUDIT_ONLY != 0,
+            unmatched: e.flags & flag::UNMATCHED != 0,
+            rule: (e.rule != NO_RULE).then_some(e.rule),
+            pid: e.pid,
+            tgid: e.tgid,
+            ppid: e.ppid,
+            uid: e.uid,
+            gid: e.gid,
+            cgroup_id: e.cgroup_id,
+            comm: cstr(&e.comm),
+            exe: String::from_utf8_lossy(&e.exe[..exe_len]).into_owned(),
+            argv,
+            argv_truncated: e.flags & flag::ARGV_TRUNCATED != 0,
+            dev: e.dev,
+            ino: e.ino,
+            destination,
+        })
+    }
+}
+
+/// The ring buffer, read by polling its file descriptor.
+pub struct EventReader {
+    ring: RingBuf<MapData>,
+}
+
+impl EventReader {
+    pub fn new(map: Map) -> Result<Self> {
+        let ring = RingBuf::try_from(map).context("the EVENTS map is not a ring buffer")?;
+        Ok(EventReader { ring })
+    }
+
+    /// Waits up to `timeout` for records, then returns all that are there.
+    pub fn poll(&mut self, timeout: Duration) -> Vec<KernelEvent> {
+        let mut out = self.drain();
+        if !out.is_empty() {
+            return out;
+        }
+        let mut pfd = libc::pollfd {
+            fd: self.ring.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
+        out.extend(self.drain());
+        out
+    }
+
+    /// Every record already in the buffer.
+    pub fn drain(&mut self) -> Vec<KernelEvent> {
+        let mut out = Vec::new();
+        while let Some(item) = self.ring.next() {
+            if let Some(event) = KernelEvent::decode(&item) {
+                out.push(event);
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,396 @@
+//! Keeps the BPF maps equal to an [`EnforcementImage`], one writer (this process).
+//!
+//! An update never has a moment where neither the old nor the new rule holds: new and changed
+//! entries are written first (argv trie children before their parents, so a parent never
+//! points at a half-built subtree), and stale entries are removed last. Trie node ids are keyed
+//! by the token path, so a path keeps its id across updates and changes in place.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+
+use anyhow::{Context, Result, anyhow};
+use aya::Ebpf;
+use aya::maps::lpm_trie::{Key, LpmTrie};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
+use guard_common::Decision;
+use guard_common::maps::{
+    ArgvEdge, ArgvNode, DEST_HEAD_BITS, DestV4, DestV6, ExecIdentity, ExecName, Settings,
+    TRANSPORT_ANY, TRANSPORT_TCP, TRANSPORT_UDP, Verdict, counter, dest_key,
+};
+
+use crate::compile::image::{EnforcementImage, Verdict as ImageVerdict};
+use crate::policy::rule::Transport;
+
+/// What one [`MapSync::apply`] wrote.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SyncStats {
+    pub identities: usize,
+    pub names: usize,
+    pub argv_edges: usize,
+    pub destinations_v4: usize,
+    pub destinations_v6: usize,
+    pub removed: usize,
+}
+
+/// The last state written, to compute what to add and remove next time.
+#[derive(Default)]
+pub struct MapSync {
+    identities: HashMap<ExecIdentity, Verdict>,
+    names: HashMap<ExecName, Verdict>,
+    edges: HashMap<ArgvEdge, ArgvNode>,
+    node_ids: HashMap<Vec<ArgvToken>, u32>,
+    next_node: u32,
+    v4: HashMap<(u32, DestV4), Verdict>,
+    v6: HashMap<(u32, DestV6), Verdict>,
+}
+
+type ArgvToken = (u8, [u8; guard_common::limits::TOKEN_LEN]);
+
+fn kernel_verdict(v: &ImageVerdict) -> Verdict {
+    Verdict::new(v.decision, v.rule, v.audit_only)
+}
+
+impl MapSync {
+    pub fn new() -> Self {
+        MapSync {
+            next_node: 1,
+            ..MapSync::default()
+        }
+    }
+
+    pub fn apply(&mut self, ebpf: &mut Ebpf, image: &EnforcementImage) -> Result<SyncStats> {
+        let mut stats = SyncStats::default();
+
+        let identities = merge(image.identities.iter().map(|e| {
+            (
+                ExecIdentity {
+                    dev: e.dev,
+                    ino: e.ino,
+                },
+                kernel_verdict(&e.verdict),
+            )
+        }));
+        let names = merge(image.names.iter().filter_map(|e| {
+            ExecName::new(e.name.as_bytes()).map(|name| (name, kernel_verdict(&e.verdict)))
+        }));
+        let (edges, order) = self.build_trie(image);
+        let (v4, v6) = destination_entries(image);
+        stats.identities = identities.len();
+        stats.names = names.len();
+        stats.argv_edges = edges.len();
+        stats.destinations_v4 = v4.len();
+        stats.destinations_v6 = v6.len();
+
+        // 1. Write what is new or changed.
+        {
+            let mut map: BpfHashMap<_, ExecIdentity, Verdict> = hash_map(ebpf, "EXEC_IDENTITIES")?;
+            write_changed(&identities, &self.identities, |k, v| map.insert(k, v, 0))?;
+        }
+        {
+            let mut map: BpfHashMap<_, ExecName, Verdict> = hash_map(ebpf, "EXEC_NAMES")?;
+            write_changed(&names, &self.names, |k, v| map.insert(k, v, 0))?;
+        }
+        {
+            let mut map: BpfHashMap<_, ArgvEdge, ArgvNode> = hash_map(ebpf, "ARGV_TRIE")?;
+            // Deepest first: a parent edge is written only after its subtree.
+            for edge in order.iter().rev() {
+                let node = edges[edge];
+                if self.edges.get(edge) != Some(&node) {
+                    map.insert(edge, node, 0).context("writing ARGV_TRIE")?;
+                }
+            }
+        }
+        {
+            let mut map: LpmTrie<_, DestV4, Verdict> = lpm(ebpf, "DEST_V4")?;
+            write_changed(&v4, &self.v4, |(len, data), v| map.insert(&Key::new(*len, *data), v, 0))?;
+        }
+        {
+            let mut map: LpmTrie<_, DestV6, Verdict> = lpm(ebpf, "DEST_V6")?;
+            write_changed(&v6, &self.v6, |(len, data), v| map.insert(&Key::new(*len, *data), v, 0))?;
+        }
+        // 2. Settings, which also marks the maps ready on the first apply.
+        {
+            let mut map: Array<_, Settings> = Array::try_from(
+                ebpf.map_mut("SETTINGS").ok_or_else(|| anyhow!("no SETTINGS map"))?,
+            )?;
+            let settings = Settings {
+                unmatched_exec: image.settings.unmatched_exec as u8,
+                unmatched_network: image.settings.unmatched_network as u8,
+                audit_only: image.settings.audit_only as u8,
+                identity_in_tracepoint: 1,
+                ready: 1,
+                _pad: [0; 3],
+            };
+            map.set(0, settings, 0).context("writing SETTINGS")?;
+        }
+        // 3. Remove what is gone.
+        {
+            let mut map: BpfHashMap<_, ExecIdentity, Verdict> = hash_map(ebpf, "EXEC_IDENTITIES")?;
+            stats.removed += remove_stale(&identities, &self.identities, |k| map.remove(k))?;
+        }
+        {
+            let mut map: BpfHashMap<_, ExecName, Verdict> = hash_map(ebpf, "EXEC_NAMES")?;
+            stats.removed += remove_stale(&names, &self.names, |k| map.remove(k))?;
+        }
+        {
+            let mut map: BpfHashMap<_, ArgvEdge, ArgvNode> = hash_map(ebpf, "ARGV_TRIE")?;
+            stats.removed += remove_stale(&edges, &self.edges, |k| map.remove(k))?;
+        }
+        {
+            let mut map: LpmTrie<_, DestV4, Verdict> = lpm(ebpf, "DEST_V4")?;
+            stats.removed += remove_stale(&v4, &self.v4, |(len, data)| map.remove(&Key::new(*len, *data)))?;
+        }
+        {
+            let mut map: LpmTrie<_, DestV6, Verdict> = lpm(ebpf, "DEST_V6")?;
+            stats.removed += remove_stale(&v6, &self.v6, |(len, data)| map.remove(&Key::new(*len, *data)))?;
+        }
+        self.identities = identities;
+        self.names = names;
+        self.edges = edges;
+        self.v4 = v4;
+        self.v6 = v6;
+        Ok(stats)
+    }
+
+    /// The argv trie as edges, with `order` listing edges parents-first (so writing it reversed
+    /// puts children first). Alternatives at a position fan out from every node reached so far;
+    /// a shared prefix shares nodes.
+    fn build_trie(&mut self, image: &EnforcementImage) -> (HashMap<ArgvEdge, ArgvNode>, Vec<ArgvEdge>) {
+        // path -> (here, children paths)
+        let mut here: BTreeMap<Vec<ArgvToken>, Verdict> = BTreeMap::new();
+        for rule in &image.argv_rules {
+            let program = rule.program.rsplit('/').next().unwrap_or(&rule.program);
+            let mut frontier: Vec<Vec<ArgvToken>> = vec![vec![token(program)]];
+            here.entry(frontier[0].clone()).or_insert(Verdict::NONE);
+            for alternatives in &rule.rest {
+                let mut next = Vec::new();
+                for path in &frontier {
+                    for alt in alternatives {
+                        let mut child = path.clone();
+                        child.push(token(alt));
+                        here.entry(child.clone()).or_insert(Verdict::NONE);
+                        next.push(child);
+                    }
+                }
+                frontier = next;
+            }
+            let verdict = kernel_verdict(&rule.verdict);
+            for path in frontier {
+                let slot = here.get_mut(&path).expect("inserted above");
+                *slot = slot.strongest(verdict);
+            }
+        }
+        // below(path) = strongest `here` of every strict descendant. BTreeMap order puts a path
+        // before its descendants, so walk it backwards.
+        let mut below: HashMap<Vec<ArgvToken>, Verdict> = HashMap::new();
+        for (path, verdict) in here.iter().rev() {
+            let mine = below.get(path).copied().unwrap_or(Verdict::NONE);
+            if path.len() > 1 {
+                let parent = path[..path.len() - 1].to_vec();
+                let slot = below.entry(parent).or_insert(Verdict::NONE);
+                *slot = slot.strongest(*verdict).strongest(mine);
+            }
+        }
+        let mut edges = HashMap::new();
+        let mut order = Vec::new();
+        let mut ids = HashMap::new();
+        for (path, verdict) in &here {
+            let id = match self.node_ids.get(path) {
+                Some(id) => *id,
+                None => {
+                    let id = self.next_node;
+                    self.next_node += 1;
+                    id
+                }
+            };
+            ids.insert(path.clone(), id);
+            let parent = if path.len() == 1 { 0 } else { ids[&path[..path.len() - 1]] };
+            let (len, bytes) = path[path.len() - 1];
+            let edge = ArgvEdge {
+                parent,
+                len,
+                _pad: [0; 3],
+                token: bytes,
+            };
+            edges.insert(
+                edge,
+                ArgvNode {
+                    id,
+                    here: *verdict,
+                    below: below.get(path).copied().unwrap_or(Verdict::NONE),
+                },
+            );
+            order.push(edge);
+        }
+        self.node_ids = ids;
+        (edges, order)
+    }
+
+    pub fn add_scope(&mut self, ebpf: &mut Ebpf, cgroup_id: u64) -> Result<()> {
+        let mut map: BpfHashMap<_, u64, u32> = hash_map(ebpf, "SCOPES")?;
+        map.insert(cgroup_id, 1, 0).context("adding the scope")?;
+        Ok(())
+    }
+
+    pub fn remove_scope(&mut self, ebpf: &mut Ebpf, cgroup_id: u64) -> Result<()> {
+        let mut map: BpfHashMap<_, u64, u32> = hash_map(ebpf, "SCOPES")?;
+        map.remove(&cgroup_id).context("removing the scope")?;
+        Ok(())
+    }
+}
+
+fn token(text: &str) -> ArgvToken {
+    let edge = ArgvEdge::new(0, text.as_bytes());
+    (edge.len, edge.token)
+}
+
+/// One entry per key, strongest verdict kept.
+fn merge<K: std::hash::Hash + Eq>(entries: impl Iterator<Item = (K, Verdict)>) -> HashMap<K, Verdict> {
+    let mut out: HashMap<K, Verdict> = HashMap::new();
+    for (key, verdict) in entries {
+        let slot = out.entry(key).or_insert(Verdict::NONE);
+        *slot = slot.strongest(verdict);
+    }
+    out
+}
+
+fn write_changed<K: std::hash::Hash + Eq, V: PartialEq + Copy>(
+    new: &HashMap<K, V>,
+    old: &HashMap<K, V>,
+    mut write: impl FnMut(&K, V) -> Result<(), aya::maps::MapError>,
+) -> Result<()> {
+    for (key, value) in new {
+        if old.get(key) != Some(value) {
+            write(key, *value).context("writing a map entry")?;
+        }
+    }
+    Ok(())
+}
+
+fn remove_stale<K: std::hash::Hash + Eq, V>(
+    new: &HashMap<K, V>,
+    old: &HashMap<K, V>,
+    mut remove: impl FnMut(&K) -> Result<(), aya::maps::MapError>,
+) -> Result<usize> {
+    let mut removed = 0;
+    for key in old.keys().filter(|k| !new.contains_key(k)) {
+        remove(key).context("removing a map entry")?;
+        removed += 1;
+    }
+    Ok(removed)
+}
+
+fn hash_map<'a, K: aya::Pod, V: aya::Pod>(
+    ebpf: &'a mut Ebpf,
+    name: &str,
+) -> Result<BpfHashMap<&'a mut MapData, K, V>> {
+    let map = ebpf.map_mut(name).ok_or_else(|| anyhow!("no {name} map"))?;
+    BpfHashMap::try_from(map).with_context(|| format!("map {name}"))
+}
+
+fn lpm<'a, K: aya::Pod, V: aya::Pod>(ebpf: &'a mut Ebpf, name: &str) -> Result<LpmTrie<&'a mut MapData, K, V>> {
+    let map = ebpf.map_mut(name).ok_or_else(|| anyhow!("no {name} map"))?;
+    LpmTrie::try_from(map).with_context(|| format!("map {name}"))
+}
+
+fn transport_code(t: Transport) -> u8 {
+    match t {
+        Transport::Tcp => TRANSPORT_TCP,
+        Transport::Udp => TRANSPORT_UDP,
+        Transport::Any => TRANSPORT_ANY,
+    }
+}
+
+/// Trie entries per family: `(prefix length incl. the transport/port head, key data)`. Each
+/// entry's verdict is combined with every entry of the same (transport, port) class whose
+/// prefix contains it, so the longest match the kernel finds carries the strongest covering
+/// verdict: strongest wins, as in `guard check`.
+#[allow(clippy::type_complexity)]
+fn destination_entries(
+    image: &EnforcementImage,
+) -> (HashMap<(u32, DestV4), Verdict>, HashMap<(u32, DestV6), Verdict>) {
+    // (transport, port, is_v6) -> (prefix, masked address bytes) -> verdict
+    let mut classes: HashMap<(u8, u16, bool), HashMap<(u8, Vec<u8>), Verdict>> = HashMap::new();
+    for entry in &image.destinations {
+        let (bytes, prefix, v6) = match entry.network.ip() {
+            IpAddr::V4(a) => (a.octets().to_vec(), entry.network.prefix(), false),
+            IpAddr::V6(a) => match a.to_ipv4_mapped() {
+                Some(v4) => (v4.octets().to_vec(), entry.network.prefix().saturating_sub(96), false),
+                None => (a.octets().to_vec(), entry.network.prefix(), true),
+            },
+        };
+        let class = (transport_code(entry.transport), entry.port.unwrap_or(0), v6);
+        let slot = classes
+            .entry(class)
+            .or_default()
+            .entry((prefix, mask(&bytes, prefix)))
+            .or_insert(Verdict::NONE);
+        *slot = slot.strongest(kernel_verdict(&entry.verdict));
+    }
+    let mut v4 = HashMap::new();
+    let mut v6 = HashMap::new();
+    for ((transport, port, is_v6), entries) in &classes {
+        for ((prefix, bytes), verdict) in entries {
+            let mut combined = *verdict;
+            for shorter in 0..*prefix {
+                if let Some(cover) = entries.get(&(shorter, mask(bytes, shorter))) {
+                    combined = combined.strongest(*cover);
+                }
+            }
+            let len = DEST_HEAD_BITS + *prefix as u32;
+            if *is_v6 {
+                v6.insert((len, dest_key::<19>(*transport, *port, bytes)), combined);
+            } else {
+                v4.insert((len, dest_key::<7>(*transport, *port, bytes)), combined);
+            }
+        }
+    }
+    (v4, v6)
+}
+
+fn mask(bytes: &[u8], prefix: u8) -> Vec<u8> {
+    bytes
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let bits = (prefix as usize).saturating_sub(i * 8).min(8);
+            if bits == 0 { 0 } else { b & (0xffu8 << (8 - bits)) }
+        })
+        .collect()
+}
+
+/// Sums the per-CPU counters.
+pub fn read_counters(ebpf: &Ebpf) -> Result<Vec<(&'static str, u64)>> {
+    let map = ebpf.map("COUNTERS").ok_or_else(|| anyhow!("no COUNTERS map"))?;
+    let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(map)?;
+    let mut out = Vec::new();
+    for slot in 0..counter::COUNT {
+        let values = counters.get(&slot, 0).context("reading COUNTERS")?;
+        out.push((counter::NAMES[slot as usize], values.iter().sum()));
+    }
+    Ok(out)
+}
+
+/// Names of decisions in counters and events.
+pub fn decision_from_code(code: u8) -> Option<Decision> {
+    match code {
+        0 => Some(Decision::Allow),
+        1 => Some(Decision::Prompt),
+        2 => Some(Decision::Forbidden),
+        _ => None,
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::mask;
+
+    #[test]
+    fn masks_keep_the_prefix_bits_only() {
+        assert_eq!(mask(&[10, 1, 2, 3], 8), vec![10, 0, 0, 0]);
+        assert_eq!(mask(&[10, 255, 2, 3], 12), vec![10, 240, 0, 0]);
+        assert_eq!(mask(&[10, 1, 2, 3], 32), vec![10, 1, 2, 3]);
+        assert_eq!(mask(&[10, 1, 2, 3], 0), vec![0, 0, 0, 0]);
+    }
+}

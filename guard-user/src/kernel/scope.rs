@@ -1,0 +1,123 @@
+//! Scopes: the cgroup v2 groups whose processes guard enforces on. `guard run` makes a fresh
+//! one per command and removes it at exit.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow};
+
+/// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup` or, on hybrid systems,
+/// `/sys/fs/cgroup/unified`).
+pub fn cgroup2_root() -> Result<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
+    mounts
+        .lines()
+        .find_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let fstype = right.split_whitespace().next()?;
+            let mount_point = left.split_whitespace().nth(4)?;
+            (fstype == "cgroup2").then(|| PathBuf::from(mount_point))
+        })
+        .ok_or_else(|| anyhow!("no cgroup v2 hierarchy is mounted (mount -t cgroup2 none /sys/fs/cgroup)"))
+}
+
+/// The cgroup id the kernel's `bpf_get_current_cgroup_id` reports: the directory's inode number.
+pub fn cgroup_id(path: &Path) -> Result<u64> {
+    Ok(std::fs::metadata(path)
+        .with_context(|| format!("reading cgroup {}", path.display()))?
+        .ino())
+}
+
+/// A fresh cgroup, removed (its processes killed first) on drop.
+pub struct ScopeCgroup {
+    path: PathBuf,
+    id: u64,
+    procs: CString,
+}
+
+impl ScopeCgroup {
+    /// Creates `<cgroup2 root>/guard/<name>`.
+    pub fn create(name: &str) -> Result<Self> {
+        let parent = cgroup2_root()?.join("guard");
+        std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
+        let path = parent.join(name);
+        std::fs::create_dir(&path).with_context(|| format!("creating cgroup {}", path.display()))?;
+        let id = cgroup_id(&path)?;
+        let procs = CString::new(path.join("cgroup.procs").as_os_str().as_bytes())?;
+        Ok(ScopeCgroup { path, id, procs })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// `cgroup.procs` of this cgroup, for a child to move itself in between fork and exec
+    /// (only async-signal-safe calls there): see [`join_from_pre_exec`].
+    pub fn procs_path(&self) -> &CString {
+        &self.procs
+    }
+
+    /// Moves a running process in.
+    pub fn add_pid(&self, pid: u32) -> Result<()> {
+        std::fs::write(self.path.join("cgroup.procs"), pid.to_string())
+            .with_context(|| format!("moving pid {pid} into {}", self.path.display()))
+    }
+
+    pub fn pids(&self) -> Vec<u32> {
+        std::fs::read_to_string(self.path.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+}
+
+/// Moves the calling process into the cgroup whose `cgroup.procs` is `procs`. Only
+/// async-signal-safe calls: usable between fork and exec.
+pub fn join_from_pre_exec(procs: &CString) -> std::io::Result<()> {
+    // SAFETY: open/write/close on a NUL-terminated path and a static buffer.
+    unsafe {
+        let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+        let err = std::io::Error::last_os_error();
+        libc::close(fd);
+        if written != 1 {
+            return Err(err);
+        }
+    }
+    Ok(())
+}
+
+impl Drop for ScopeCgroup {
+    fn drop(&mut self) {
+        // Kill what is left (bounded: 2 s), then remove the directory.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let kill = self.path.join("cgroup.kill");
+        while Instant::now() < deadline {
+            let pids = self.pids();
+            if pids.is_empty() {
+                break;
+            }
+            if std::fs::write(&kill, "1").is_err() {
+                for pid in pids {
+                    // SAFETY: sending a signal.
+                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        while std::fs::remove_dir(&self.path).is_err() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! Destination evaluation: what the policy decides for a connection to an address and port,
+//! and which `network_rule`s and `address_rule`s say so.
+//!
+//! This walks the rules themselves, never the compiled kernel image, so that a parity test can
+//! compare the kernel (built from the image) against it. The semantics:
+//!
+//! - An IPv4-mapped IPv6 address is looked up as IPv4.
+//! - A `network_rule` host matches when it is that IP literal or a name the resolver maps to
+//!   the address. It speaks with its host's §2.4 decision (the last allow/deny for the host wins,
+//!   prompt otherwise), over the ports and transports of every protocol its host's rules name:
+//!   `http` TCP 80, `https` TCP and UDP 443, `socks5_tcp` any TCP port, `socks5_udp` any UDP port.
+//! - An `address_rule` matches when one of its addresses contains the address (or is a name
+//!   resolving to it) and its ports and transport cover the connection.
+//! - The strongest decision over every match wins; with no match, the policy's
+//!   `enforcement(unmatched_network=...)` decides (allow by default).
+
+use std::net::IpAddr;
+
+use crate::compile::HostResolver;
+
+use super::model::Policy;
+use super::render::{address_rule_text, network_rule_text};
+use super::rule::{
+    AddressTarget, Decision, RuleKind, RuleOrigin, Transport, canonical_ip,
+};
+
+/// The decision for one destination and every rule that went into it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DestinationEvaluation {
+    /// The strongest decision among the matches, or the unmatched-network setting.
+    pub decision: Decision,
+    /// In order: network hosts (first-seen order), then address rules (load order).
+    pub matched: Vec<DestinationMatch>,
+    /// True when no rule matched and `decision` is the policy's unmatched-network setting.
+    pub unmatched: bool,
+}
+
+/// One rule that matched a destination.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DestinationMatch {
+    /// `Network` or `Address`.
+    pub kind: RuleKind,
+    /// Index into [`Policy::network_rules`] (the rule that decided its host) or
+    /// [`Policy::address_rules`].
+    pub rule_index: usize,
+    /// The rule as it would be written.
+    pub text: String,
+    pub origin: Option<RuleOrigin>,
+    /// The decision it contributes: for a network rule, its host's compiled decision.
+    pub decision: Decision,
+    pub justification: Option<String>,
+    /// The rule is audit-only: the kernel records its decision but lets the connection through.
+    pub audit_only: bool,
+    /// The host name through which it matched, if it matched by name.
+    pub host: Option<String>,
+}
+
+/// What is being connected to: an address, or (without DNS) a host name compared as text.
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    Ip(IpAddr),
+    Name(&'a str),
+}
+
+impl Policy {
+    /// The decision for a connection to `ip`:`port` over `transport` (TCP or UDP), resolving the
+    /// rules' host names with `resolver`. See the module documentation for the rules.
+    pub fn check_destination(
+        &self,
+        ip: IpAddr,
+        port: u16,
+        transport: Transport,
+        resolver: &dyn HostResolver,
+    ) -> DestinationEvaluation {
+        self.evaluate_destination(Target::Ip(canonical_ip(ip)), port, transport, resolver)
+    }
+
+    /// The decision for a connection to the host name `host` (normalised, not an IP literal):
+    /// the rules naming that host match by name, and the rules for any address `resolver` gives
+    /// for it match as in [`Policy::check_destination`]. With [`crate::compile::NoResolver`]
+    /// only rules written with that very name match.
+    pub fn check_destination_name(
+        &self,
+        host: &str,
+        port: u16,
+        transport: Transport,
+        resolver: &dyn HostResolver,
+    ) -> DestinationEvaluation {
+        self.evaluate_destination(Target::Name(host), port, transport, resolver)
+    }
+
+    fn evaluate_destination(
+        &self,
+        target: Target<'_>,
+        port: u16,
+        transport: Transport,
+        resolver: &dyn HostResolver,
+    ) -> DestinationEvaluation {
+        let resolved_target: Vec<IpAddr> = match target {
+            Target::Ip(ip) => vec![ip],
+            Target::Name(name) => resolver.lookup(name).into_iter().map(canonical_ip).collect(),
+        };
+        let name_matches = |candidate: &str| matches!(target, Target::Name(name) if name == candidate);
+        // A rule's host (an IP literal or a name) reaches the target when it is the target's
+        // name, or one of its addresses is one of the target's addresses.
+        let host_reaches = |host: &str| -> bool {
+            if name_matches(host) {
+                return true;
+            }
+            let addresses: Vec<IpAddr> = match host.parse::<IpAddr>() {
+                Ok(ip) => vec![canonical_ip(ip)],
+                Err(_) => resolver.lookup(host).into_iter().map(canonical_ip).collect(),
+            };
+            addresses.iter().any(|ip| resolved_target.contains(ip))
+        };
+
+        let mut matched = Vec::new();
+        for host in self.network_hosts() {
+            let covers = host.protocols.iter().any(|protocol| {
+                protocol.endpoints().iter().any(|(rule_transport, rule_port)| {
+                    rule_transport.covers(transport) && rule_port.is_none_or(|p| p == port)
+                })
+            });
+            if !covers || !host_reaches(&host.host) {
+                continue;
+            }
+            let rule = &self.network_rules()[host.deciding_rule];
+            let is_name = host.host.parse::<IpAddr>().is_err();
+            matched.push(DestinationMatch {
+                kind: RuleKind::Network,
+                rule_index: host.deciding_rule,
+                text: network_rule_text(rule),
+                origin: rule.origin.clone(),
+                decision: host.decision,
+                justification: rule.justification.clone(),
+                audit_only: false,
+                host: is_name.then(|| host.host.clone()),
+            });
+        }
+        for (index, rule) in self.address_rules().iter().enumerate() {
+            if !rule.covers_port(port, transport) {
+                continue;
+            }
+            let through = rule.addresses.iter().find_map(|address| match address {
+                AddressTarget::Network(network) => resolved_target
+                    .iter()
+                    .any(|ip| network.contains(*ip))
+                    .then_some(None),
+                AddressTarget::Host(name) => host_reaches(name).then(|| Some(name.clone())),
+            });
+            let Some(host) = through else {
+                continue;
+            };
+            matched.push(DestinationMatch {
+                kind: RuleKind::Address,
+                rule_index: index,
+                text: address_rule_text(rule),
+                origin: rule.origin.clone(),
+                decision: rule.decision,
+                justification: rule.justification.clone(),
+                audit_only: rule.audit_only,
+                host,
+            });
+        }
+        match matched.iter().map(|found| found.decision).max() {
+            Some(decision) => DestinationEvaluation {
+                decision,
+                matched,
+                unmatched: false,
+            },
+            None => DestinationEvaluation {
+                decision: self.enforcement().unmatched_network,
+                matched,
+                unmatched: true,
+            },
+        }
+    }
+}

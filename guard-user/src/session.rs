@@ -1,0 +1,209 @@
+//! One enforcement session: a compiled policy held in the kernel for one scope (a fresh
+//! cgroup), with its events and DNS refreshes. `guard run` is one session around one command;
+//! the integration tests drive sessions directly.
+
+use std::net::SocketAddr;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
+use crate::compile::image::EnforcementImage;
+use crate::compile::{CompileEnv, NoResolver, compile};
+use crate::kernel::events::{Action, EventKind, EventReader, KernelEvent};
+use crate::kernel::scope::{ScopeCgroup, join_from_pre_exec};
+use crate::kernel::{Backend, Enforcer};
+use crate::policy::{Decision, Policy};
+
+/// How a session is set up.
+#[derive(Clone, Debug, Default)]
+pub struct SessionOptions {
+    /// `None`: the preferred backend this kernel allows.
+    pub backend: Option<Backend>,
+    /// Record every decision, enforce none.
+    pub audit_only: bool,
+    /// Where host names are resolved (`None`: the system's resolver configuration).
+    pub nameserver: Option<SocketAddr>,
+}
+
+pub struct Session {
+    policy: Policy,
+    image: EnforcementImage,
+    // Dropped in field order: the scope's processes are killed and the cgroup removed before
+    // the programs are detached.
+    scope: ScopeCgroup,
+    enforcer: Enforcer,
+    events: EventReader,
+    dns: Option<(tokio::runtime::Runtime, DnsResolver, DnsCache)>,
+    env: CompileEnv,
+    audit_only: bool,
+}
+
+static SESSION_COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+impl Session {
+    /// Compiles `policy`, loads the programs, makes a fresh scope cgroup and enforces there.
+    pub fn start(policy: Policy, options: &SessionOptions) -> Result<Session> {
+        let backend = match options.backend {
+            Some(backend) => backend,
+            None => Backend::detect()?.0,
+        };
+        let env = CompileEnv::from_process();
+        let names = compile(&policy, &NoResolver, &env).unresolved_hosts;
+        let dns = if names.is_empty() {
+            None
+        } else {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the DNS runtime")?;
+            let resolver = DnsResolver::new(&DnsConfig {
+                nameserver: options.nameserver,
+            })?;
+            let cache = runtime.block_on(resolver.resolve(&names));
+            Some((runtime, resolver, cache))
+        };
+        let mut image = match &dns {
+            Some((_, _, cache)) => compile(&policy, cache, &env),
+            None => compile(&policy, &NoResolver, &env),
+        };
+        if options.audit_only {
+            image.settings.audit_only = true;
+        }
+        let mut enforcer = Enforcer::load(backend)?;
+        let events = enforcer.events()?;
+        enforcer.apply(&image)?;
+        let n = SESSION_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let scope = ScopeCgroup::create(&format!("run-{}-{n}", std::process::id()))?;
+        enforcer.attach_cgroup(scope.path())?;
+        enforcer.add_scope(scope.id())?;
+        Ok(Session {
+            policy,
+            image,
+            scope,
+            enforcer,
+            events,
+            dns,
+            env,
+            audit_only: options.audit_only,
+        })
+    }
+
+    pub fn image(&self) -> &EnforcementImage {
+        &self.image
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.enforcer.backend()
+    }
+
+    pub fn scope(&self) -> &ScopeCgroup {
+        &self.scope
+    }
+
+    pub fn enforcer(&self) -> &Enforcer {
+        &self.enforcer
+    }
+
+    /// Starts `command` inside the scope: it joins the cgroup between fork and exec, so its
+    /// very first exec is already decided.
+    pub fn spawn(&self, command: &mut Command) -> Result<Child> {
+        use std::os::unix::process::CommandExt;
+        let procs = self.scope.procs_path().clone();
+        // SAFETY: the closure only makes async-signal-safe calls (open/write/close).
+        unsafe { command.pre_exec(move || join_from_pre_exec(&procs)) };
+        command.spawn().context("starting the command")
+    }
+
+    /// Events that arrived, waiting up to `timeout` for the first.
+    pub fn poll_events(&mut self, timeout: Duration) -> Vec<KernelEvent> {
+        self.events.poll(timeout)
+    }
+
+    /// When the next DNS refresh is due.
+    pub fn next_dns_refresh(&self) -> Option<Instant> {
+        self.dns.as_ref().and_then(|(_, resolver, cache)| resolver.next_refresh(cache))
+    }
+
+    /// Re-resolves names whose TTL ran out; when an answer changed, recompiles and updates the
+    /// maps (new addresses are written before old ones are removed). Returns whether anything
+    /// changed.
+    pub fn refresh_dns(&mut self) -> Result<bool> {
+        let Some((runtime, resolver, cache)) = self.dns.as_mut() else {
+            return Ok(false);
+        };
+        let changes = runtime.block_on(resolver.refresh(cache, Instant::now()));
+        if changes.is_empty() {
+            return Ok(false);
+        }
+        let mut image = compile(&self.policy, &*cache, &self.env);
+        image.settings.audit_only |= self.audit_only;
+        self.enforcer.apply(&image)?;
+        self.image = image;
+        Ok(true)
+    }
+
+    /// The one-line message for a refusal or an audit-only match.
+    pub fn describe(&self, event: &KernelEvent) -> String {
+        describe_event(&self.image, event)
+    }
+}
+
+/// `guard: refused exec of `git push origin main`: policy forbids commands starting with
+/// `git push` (team.rules:3)`.
+pub fn describe_event(image: &EnforcementImage, event: &KernelEvent) -> String {
+    let what = match (&event.kind, &event.destination) {
+        (EventKind::Exec, _) => {
+            let argv = if event.argv.is_empty() { vec![event.exe.clone()] } else { event.argv.clone() };
+            let shown = shlex::try_join(argv.iter().map(String::as_str)).unwrap_or_else(|_| argv.join(" "));
+            format!("exec of `{shown}`")
+        }
+        (kind, Some(d)) => {
+            let verb = if *kind == EventKind::Connect { "connect to" } else { "send to" };
+            let addr = match d.address {
+                std::net::IpAddr::V6(a) => format!("[{a}]"),
+                a => a.to_string(),
+            };
+            format!("{verb} {addr}:{}/{}", d.port, d.transport)
+        }
+        (_, None) => "call".to_string(),
+    };
+    let verb = if event.audit_only || event.action == Action::None {
+        "audit-only, would refuse"
+    } else {
+        "refused"
+    };
+    let why = match event.rule.and_then(|id| image.rules.get(id as usize)) {
+        Some(rule) => {
+            let location = rule
+                .origin
+                .as_ref()
+                .map(|o| format!(" ({}:{})", short_file(&o.file), o.line))
+                .unwrap_or_default();
+            let reason = match event.decision {
+                Decision::Prompt => format!("{} requires approval", rule.summary),
+                _ => format!("policy forbids {}", rule.summary),
+            };
+            let justification = rule
+                .justification
+                .as_deref()
+                .map(|j| format!(": {j}"))
+                .unwrap_or_default();
+            format!("{reason}{justification}{location}")
+        }
+        None => format!(
+            "no rule matches, and this policy's default for unmatched {} is `{}`",
+            if event.kind == EventKind::Exec { "execs" } else { "destinations" },
+            event.decision.as_str()
+        ),
+    };
+    format!("guard: {verb} {what}: {why}")
+}
+
+fn short_file(file: &str) -> &str {
+    std::path::Path::new(file)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(file)
+}

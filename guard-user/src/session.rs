@@ -25,6 +25,9 @@ pub struct SessionOptions {
     pub audit_only: bool,
     /// Where host names are resolved (`None`: the system's resolver configuration).
     pub nameserver: Option<SocketAddr>,
+    /// Folders searched for one-token rules' programs before `$PATH` (tests put their own
+    /// programs here instead of changing the process environment).
+    pub extra_path_dirs: Vec<std::path::PathBuf>,
 }
 
 pub struct Session {
@@ -49,7 +52,8 @@ impl Session {
             Some(backend) => backend,
             None => Backend::detect()?.0,
         };
-        let env = CompileEnv::from_process();
+        let mut env = CompileEnv::from_process();
+        env.path_dirs.splice(0..0, options.extra_path_dirs.iter().cloned());
         let names = compile(&policy, &NoResolver, &env).unresolved_hosts;
         let dns = if names.is_empty() {
             None
@@ -104,6 +108,16 @@ impl Session {
 
     pub fn enforcer(&self) -> &Enforcer {
         &self.enforcer
+    }
+
+    /// `(name, kernel program id)` of each of this session's programs that is loaded, so a test
+    /// can check that dropping the session unloads exactly these.
+    pub fn program_ids(&mut self) -> Vec<(String, u32)> {
+        self.enforcer
+            .ebpf_mut()
+            .programs()
+            .filter_map(|(name, program)| Some((name.to_string(), program.info().ok()?.id())))
+            .collect()
     }
 
     /// Starts `command` inside the scope: it joins the cgroup between fork and exec, so its
@@ -182,7 +196,7 @@ pub fn describe_event(image: &EnforcementImage, event: &KernelEvent) -> String {
                 .map(|o| format!(" ({}:{})", short_file(&o.file), o.line))
                 .unwrap_or_default();
             let reason = match event.decision {
-                Decision::Prompt => format!("{} requires approval", rule.summary),
+                Decision::Prompt => format!("approval required for {}", rule.summary),
                 _ => format!("policy forbids {}", rule.summary),
             };
             let justification = rule

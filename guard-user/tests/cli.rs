@@ -1778,3 +1778,346 @@ fn host_amendment_requires_protocol() {
     assert_eq!(out.stdout, "");
     assert!(!file.exists());
 }
+
+// ---------------------------------------------------------------------------------------------
+// guard check --dest, --kernel, and the kernel-only builtins in guard policy
+// ---------------------------------------------------------------------------------------------
+
+const DEST_RULES: &str = "\
+network_rule(host=\"Example.COM\", protocol=\"https\", decision=\"deny\", justification=\"no paste\")
+address_rule(addresses=[\"10.0.0.0/8\"], decision=\"deny\", justification=\"internal\")
+address_rule(addresses=[\"10.0.0.5\", \"db.internal\"], decision=\"prompt\", ports=[5432], transport=\"tcp\", audit_only=True)
+address_rule(addresses=[\"fd00::/8\"], decision=\"prompt\", transport=\"udp\")
+network_rule(host=\"127.0.0.1\", protocol=\"http\", decision=\"prompt\")
+network_rule(host=\"127.0.0.1\", protocol=\"https\", decision=\"allow\")
+";
+
+impl Sandbox {
+    /// `guard check --json --rules <rules> --dest <dest> [options...]`, parsed.
+    fn check_dest_json(&self, rules: &str, dest: &str, options: &[&str]) -> Value {
+        let mut args = vec!["check", "--json", "--rules", rules, "--dest", dest];
+        args.extend_from_slice(options);
+        self.run(&args).json()
+    }
+}
+
+#[test]
+fn check_dest_json_reports_every_matching_rule_and_the_strongest_decision() {
+    let sandbox = Sandbox::new();
+    let file = display(&sandbox.write("d.rules", DEST_RULES));
+    assert_eq!(
+        sandbox.check_dest_json(&file, "10.0.0.5:5432", &[]),
+        json!({
+            "destination": {"address": "10.0.0.5", "port": 5432, "transport": "tcp"},
+            "decision": "forbidden",
+            "unmatched": false,
+            "matchedRules": [
+                {
+                    "kind": "address_rule",
+                    "text": "address_rule(addresses=[\"10.0.0.0/8\"], decision=\"deny\", justification=\"internal\")",
+                    "decision": "forbidden",
+                    "auditOnly": false,
+                    "file": file,
+                    "line": 2,
+                    "justification": "internal",
+                },
+                {
+                    "kind": "address_rule",
+                    "text": "address_rule(addresses=[\"10.0.0.5\", \"db.internal\"], decision=\"prompt\", ports=[5432], transport=\"tcp\", audit_only=True)",
+                    "decision": "prompt",
+                    "auditOnly": true,
+                    "file": file,
+                    "line": 3,
+                },
+            ],
+        })
+    );
+    // The port and the transport filter: only the CIDR rule matches UDP.
+    let value = sandbox.check_dest_json(&file, "10.0.0.5:5432", &["--transport", "udp"]);
+    assert_eq!(value["destination"]["transport"], "udp");
+    assert_eq!(value["matchedRules"].as_array().unwrap().len(), 1);
+    assert_eq!(value["matchedRules"][0]["line"], 2);
+}
+
+#[test]
+fn check_dest_ipv6_and_ipv4_mapped_addresses() {
+    let sandbox = Sandbox::new();
+    let file = display(&sandbox.write("d.rules", DEST_RULES));
+    let value = sandbox.check_dest_json(&file, "[::ffff:10.9.9.9]:443", &[]);
+    assert_eq!(value["destination"]["address"], "10.9.9.9");
+    assert_eq!(value["decision"], "forbidden");
+    let value = sandbox.check_dest_json(&file, "[fd00::1]:53", &["--transport", "udp"]);
+    assert_eq!(value["destination"]["address"], "fd00::1");
+    assert_eq!(value["decision"], "prompt");
+    let value = sandbox.check_dest_json(&file, "[fd00::1]:53", &[]);
+    assert_eq!(
+        (value["decision"].clone(), value["unmatched"].clone()),
+        (json!("allow"), json!(true))
+    );
+}
+
+#[test]
+fn check_dest_network_rules_use_their_hosts_last_allow_or_deny_and_protocol_ports() {
+    let sandbox = Sandbox::new();
+    let file = display(&sandbox.write("d.rules", DEST_RULES));
+    // 127.0.0.1: prompt (http) then allow (https): allow, on port 80 too.
+    for port in ["80", "443"] {
+        let value = sandbox.check_dest_json(&file, &format!("127.0.0.1:{port}"), &[]);
+        assert_eq!(value["decision"], "allow", "port {port}");
+        assert_eq!(value["matchedRules"][0]["line"], 6, "port {port}");
+        assert_eq!(value["matchedRules"][0]["kind"], "network_rule");
+    }
+    // https also covers UDP 443 (HTTP/3); no protocol covers port 22.
+    let value = sandbox.check_dest_json(&file, "127.0.0.1:443", &["--transport", "udp"]);
+    assert_eq!(value["unmatched"], false);
+    let value = sandbox.check_dest_json(&file, "127.0.0.1:22", &[]);
+    assert_eq!(value["unmatched"], true);
+}
+
+#[test]
+fn check_dest_host_names_match_rules_written_with_that_name() {
+    let sandbox = Sandbox::new();
+    let file = display(&sandbox.write("d.rules", DEST_RULES));
+    assert_eq!(
+        sandbox.check_dest_json(&file, "EXAMPLE.com.:443", &[]),
+        json!({
+            "destination": {"host": "example.com", "port": 443, "transport": "tcp"},
+            "decision": "forbidden",
+            "unmatched": false,
+            "matchedRules": [{
+                "kind": "network_rule",
+                "text": "network_rule(host=\"example.com\", protocol=\"https\", decision=\"deny\", justification=\"no paste\")",
+                "decision": "forbidden",
+                "auditOnly": false,
+                "file": file,
+                "line": 1,
+                "justification": "no paste",
+                "host": "example.com",
+            }],
+        })
+    );
+    let value = sandbox.check_dest_json(&file, "db.internal:5432", &[]);
+    assert_eq!(value["decision"], "prompt");
+    assert_eq!(value["matchedRules"][0]["host"], "db.internal");
+    // A name is not resolved: the address rules for 10.0.0.0/8 do not match it.
+    let value = sandbox.check_dest_json(&file, "example.com:80", &[]);
+    assert_eq!(value["unmatched"], true);
+    assert_eq!(value["matchedRules"], json!([]));
+}
+
+#[test]
+fn check_dest_unmatched_follows_the_enforcement_setting() {
+    let sandbox = Sandbox::new();
+    let open = display(&sandbox.write(
+        "open.rules",
+        "address_rule(addresses=[\"10.0.0.0/8\"], decision=\"deny\")\n",
+    ));
+    let value = sandbox.check_dest_json(&open, "192.168.0.1:443", &[]);
+    assert_eq!(
+        (value["decision"].clone(), value["unmatched"].clone()),
+        (json!("allow"), json!(true))
+    );
+    let strict =
+        display(&sandbox.write("strict.rules", "enforcement(unmatched_network=\"deny\")\n"));
+    let value = sandbox.check_dest_json(&strict, "192.168.0.1:443", &[]);
+    assert_eq!(
+        (value["decision"].clone(), value["unmatched"].clone()),
+        (json!("forbidden"), json!(true))
+    );
+    // An overlay can tighten the unmatched decision.
+    let value = sandbox
+        .run([
+            "check",
+            "--json",
+            "--rules",
+            &open,
+            "--overlay",
+            &strict,
+            "--dest",
+            "192.168.0.1:443",
+        ])
+        .json();
+    assert_eq!(value["decision"], "forbidden");
+}
+
+#[test]
+fn check_dest_human_output_explains_the_decision() {
+    let sandbox = Sandbox::new();
+    let file = display(&sandbox.write("d.rules", DEST_RULES));
+    let out = sandbox.run(["check", "--rules", &file, "--dest", "10.0.0.5:5432"]);
+    out.assert_success();
+    let stdout = &out.stdout;
+    assert!(
+        stdout.starts_with("forbidden  10.0.0.5:5432 (tcp)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains(&format!("{file}:2")), "{stdout}");
+    assert!(stdout.contains(&format!("{file}:3")), "{stdout}");
+    assert!(stdout.contains("justification: internal"), "{stdout}");
+    assert!(stdout.contains("audit only"), "{stdout}");
+    assert!(
+        stdout.contains("To change it: edit or remove the forbidden rule at"),
+        "{stdout}"
+    );
+
+    let out = sandbox.run(["check", "--rules", &file, "--dest", "[2001:db8::1]:443"]);
+    out.assert_success();
+    assert!(
+        out.stdout.starts_with("allow  [2001:db8::1]:443 (tcp)"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("no rule matches"), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("address_rule(addresses=[\"2001:db8::1\"]"),
+        "{}",
+        out.stdout
+    );
+
+    let out = sandbox.run(["check", "--rules", &file, "--dest", "example.com:443"]);
+    out.assert_success();
+    assert!(
+        out.stdout.contains("guard allow-host example.com"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("not resolved"), "{}", out.stdout);
+}
+
+#[test]
+fn check_dest_usage_errors() {
+    let sandbox = Sandbox::new();
+    let file = display(&sandbox.write("d.rules", DEST_RULES));
+    for (dest, want) in [
+        ("example.com", "has no port"),
+        ("::1:443", "write an IPv6 address in brackets"),
+        ("example.com:0", "the port must be a number from 1 to 65535"),
+        ("*.x:443", "wildcards are not allowed"),
+    ] {
+        let out = sandbox.run(["check", "--rules", &file, "--dest", dest]);
+        out.assert_code(2);
+        assert_eq!(out.stdout, "");
+        assert!(out.stderr.contains(want), "{dest}: {}", out.stderr);
+    }
+    // A destination and a command together, or --transport alone, are usage errors.
+    let out = sandbox.run(["check", "--rules", &file, "--dest", "a.com:1", "--", "git"]);
+    out.assert_code(2);
+    let out = sandbox.run(["check", "--rules", &file, "--transport", "udp", "--", "git"]);
+    out.assert_code(2);
+    let out = sandbox.run([
+        "check",
+        "--rules",
+        &file,
+        "--dest",
+        "a.com:1",
+        "--transport",
+        "sctp",
+    ]);
+    out.assert_code(2);
+    // Help mentions the new flags.
+    let out = sandbox.run(["check", "--help"]);
+    for flag in ["--dest", "--transport", "--kernel"] {
+        assert!(out.stdout.contains(flag), "{flag} missing:\n{}", out.stdout);
+    }
+}
+
+#[test]
+fn check_kernel_reports_what_the_kernel_decides_for_the_exec() {
+    let sandbox = Sandbox::new();
+    let file = display(&sandbox.write(
+        "k.rules",
+        "prefix_rule(pattern=[\"git\", \"push\"], decision=\"prompt\")\nprefix_rule(pattern=[\"git\"], decision=\"allow\")\nenforcement(unmatched_exec=\"prompt\")\n",
+    ));
+    let value = sandbox.check_json(&["--rules", &file, "--kernel"], &["git", "push"]);
+    assert_eq!(value["decision"], "prompt");
+    assert_eq!(value["kernelDecision"], "prompt");
+    // No rule: the check says none, the kernel applies unmatched_exec.
+    let value = sandbox.check_json(&["--rules", &file, "--kernel"], &["ls"]);
+    assert_eq!(value["decision"], "none");
+    assert_eq!(value["kernelDecision"], "prompt");
+    // The kernel matches the executed file's name: /usr/bin/git is `git` there.
+    let value = sandbox.check_json(&["--rules", &file, "--kernel"], &["/usr/bin/git", "status"]);
+    assert_eq!(value["decision"], "none");
+    assert_eq!(value["kernelDecision"], "allow");
+    // Without --kernel the contract is unchanged.
+    let value = sandbox.check_json(&["--rules", &file], &["git", "push"]);
+    assert!(value.get("kernelDecision").is_none(), "{value}");
+    let out = sandbox.check(&["--rules", &file, "--kernel"], &["ls"]);
+    out.assert_success();
+    assert!(out.stdout.contains("kernel: prompt"), "{}", out.stdout);
+}
+
+#[test]
+fn policy_show_json_lists_address_rules_and_enforcement() {
+    let sandbox = Sandbox::new();
+    let file = display(&sandbox.write(
+        "s.rules",
+        "address_rule(addresses=[\"10.1.2.3/8\", \"Example.COM\", \"::1\"], decision=\"deny\", ports=[443, 80], transport=\"tcp\", justification=\"why\", audit_only=True)\naddress_rule(addresses=[\"fd00::/8\"], decision=\"allow\")\nenforcement(unmatched_exec=\"prompt\", audit_only=True)\nprefix_rule(pattern=[\"rm\"], decision=\"forbidden\", audit_only=True)\n",
+    ));
+    let value = sandbox.policy_show_json(&file);
+    assert_eq!(
+        value["address_rules"],
+        json!([
+            {"id": 0, "addresses": ["10.0.0.0/8", "example.com", "::1"], "ports": [443, 80], "transport": "tcp", "decision": "forbidden", "audit_only": true, "justification": "why", "file": file, "line": 1},
+            {"id": 1, "addresses": ["fd00::/8"], "ports": null, "transport": "any", "decision": "allow", "audit_only": false, "file": file, "line": 2},
+        ])
+    );
+    assert_eq!(
+        value["enforcement"],
+        json!({"unmatched_exec": "prompt", "unmatched_network": "allow", "audit_only": true})
+    );
+    assert_eq!(value["prefix_rules"][0]["audit_only"], true);
+
+    // A reference file: no address rules, the defaults, and prefix rules without audit_only.
+    let plain = display(&sandbox.write("p.rules", "prefix_rule(pattern=[\"git\"])\n"));
+    let value = sandbox.policy_show_json(&plain);
+    assert_eq!(value["address_rules"], json!([]));
+    assert_eq!(
+        value["enforcement"],
+        json!({"unmatched_exec": "allow", "unmatched_network": "allow", "audit_only": false})
+    );
+    assert!(value["prefix_rules"][0].get("audit_only").is_none());
+}
+
+#[test]
+fn policy_show_text_lists_address_rules_and_enforcement() {
+    let sandbox = Sandbox::new();
+    let file = display(&sandbox.write(
+        "s.rules",
+        "address_rule(addresses=[\"10.0.0.0/8\"], decision=\"deny\", ports=[22])\nenforcement(unmatched_network=\"prompt\")\n",
+    ));
+    let out = sandbox.run(["policy", "show", "--rules", &file]);
+    out.assert_success();
+    let stdout = &out.stdout;
+    assert!(stdout.contains("Address rules (1)"), "{stdout}");
+    assert!(stdout.contains("10.0.0.0/8"), "{stdout}");
+    assert!(stdout.contains(&format!("{file}:1")), "{stdout}");
+    assert!(stdout.contains("Enforcement"), "{stdout}");
+    assert!(
+        stdout.contains("unmatched exec:    allow (default)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("unmatched network: prompt\n"), "{stdout}");
+}
+
+#[test]
+fn policy_validate_counts_address_rules_and_reports_their_errors() {
+    let sandbox = Sandbox::new();
+    let good = sandbox.write(
+        "g.rules",
+        "address_rule(addresses=[\"10.0.0.0/8\"], decision=\"deny\")\n",
+    );
+    let out = sandbox.run(["policy", "validate", &display(&good)]);
+    out.assert_success();
+    assert!(out.stdout.contains(", 1 address rule(s)"), "{}", out.stdout);
+    let bad = sandbox.write(
+        "bad.rules",
+        "\naddress_rule(addresses=[\"10.0.0.0/33\"], decision=\"deny\")\n",
+    );
+    let out = sandbox.run(["policy", "validate", &display(&bad)]);
+    out.assert_policy_error(&format!(
+        "{}:2: error: invalid rule: invalid address \"10.0.0.0/33\" in address_rule: prefix length 33 is more than 32, the most an IPv4 network has (problem is on or around line 2)",
+        display(&bad)
+    ));
+}

@@ -1,4 +1,5 @@
-//! `guard check`: evaluate one command line and explain the decision.
+//! `guard check`: evaluate one command line (or, with `--dest`, one destination) and explain
+//! the decision.
 
 use std::process::ExitCode;
 
@@ -7,14 +8,17 @@ use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
 use super::RulesArgs;
-use super::output::{decision_name, decision_style, dim, print_json};
+use super::output::{decision_name, decision_style, dim, print_json, usage_error};
 use crate::policy::heuristics::heuristics_decision;
 use crate::policy::load::{EMBEDDED_DEFAULT_NAME, SYSTEM_RULES_DIR};
 use crate::policy::reason::decision_reason;
 use crate::policy::shell::commands_for_exec_policy;
 use crate::policy::{
-    Decision, Evaluation, Fallback, MatchOptions, Policy, RuleMatch, render_example,
+    Decision, Evaluation, Fallback, MatchOptions, Policy, RuleMatch, Transport, render_example,
 };
+
+#[path = "check_dest.rs"]
+mod dest;
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
@@ -33,9 +37,35 @@ pub struct CheckArgs {
     /// Print one JSON object instead of an explanation.
     #[arg(long)]
     json: bool,
+    /// Also say what the kernel decides for an exec of ARGV (`kernelDecision` in JSON): the
+    /// strongest matching rule by the executed file's name, else the policy's unmatched_exec.
+    #[arg(long, conflicts_with = "dest")]
+    kernel: bool,
+    /// Check a destination instead of a command: HOST_OR_IP:PORT (IPv6 as `[::1]:443`). A host
+    /// name is not resolved: it matches the rules written with that name.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["argv", "split_shell", "fallback", "resolve_host_executables"])]
+    dest: Option<String>,
+    /// The transport of `--dest` [default: tcp].
+    #[arg(long, value_enum)]
+    transport: Option<TransportArg>,
     /// The command to evaluate (after `--`). May be empty.
     #[arg(last = true, value_name = "ARGV")]
     argv: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum TransportArg {
+    Tcp,
+    Udp,
+}
+
+impl TransportArg {
+    fn transport(self) -> Transport {
+        match self {
+            TransportArg::Tcp => Transport::Tcp,
+            TransportArg::Udp => Transport::Udp,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -64,10 +94,26 @@ struct CommandResult {
 }
 
 pub fn run(args: &CheckArgs) -> ExitCode {
+    // Checked here, not with clap's `requires`: clap waives a requirement when an argument that
+    // conflicts with it (ARGV) is present.
+    if args.transport.is_some() && args.dest.is_none() {
+        return usage_error("--transport applies to --dest HOST:PORT only");
+    }
+    let dest = match args.dest.as_deref().map(dest::parse_dest).transpose() {
+        Ok(dest) => dest,
+        Err(message) => return usage_error(&message),
+    };
     let loaded = match args.rules.load() {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
+    if let Some(dest) = dest {
+        let transport = args
+            .transport
+            .map_or(Transport::Tcp, TransportArg::transport);
+        dest::check(&loaded.policy, &dest, transport, args.json);
+        return ExitCode::SUCCESS;
+    }
     let (commands, used_complex_parsing) = if args.split_shell {
         let split = commands_for_exec_policy(&args.argv);
         (split.commands, split.used_complex_parsing)
@@ -81,10 +127,17 @@ pub fn run(args: &CheckArgs) -> ExitCode {
             .flat_map(|result| result.matches.iter().cloned())
             .collect(),
     );
+    let kernel = args
+        .kernel
+        .then(|| loaded.policy.kernel_exec_decision(&args.argv));
     if args.json {
-        print_json(&check_json(&results, &evaluation, used_complex_parsing));
+        let mut value = check_json(&results, &evaluation, used_complex_parsing);
+        if let Some(kernel) = kernel {
+            value["kernelDecision"] = json!(kernel.as_str());
+        }
+        print_json(&value);
     } else {
-        explain(&args.argv, &results, &evaluation);
+        explain(&args.argv, &results, &evaluation, kernel);
     }
     ExitCode::SUCCESS
 }
@@ -151,7 +204,12 @@ fn check_json(results: &[CommandResult], evaluation: &Evaluation, complex: bool)
     })
 }
 
-fn explain(argv: &[String], results: &[CommandResult], evaluation: &Evaluation) {
+fn explain(
+    argv: &[String],
+    results: &[CommandResult],
+    evaluation: &Evaluation,
+    kernel: Option<Decision>,
+) {
     let style = decision_style(evaluation.decision);
     let dim = dim();
     println!(
@@ -172,6 +230,14 @@ fn explain(argv: &[String], results: &[CommandResult], evaluation: &Evaluation) 
     }
     if let Some(reason) = decision_reason(argv, evaluation) {
         println!("  {dim}reason:{dim:#} {reason}");
+    }
+    if let Some(kernel) = kernel {
+        let style = decision_style(Some(kernel));
+        println!(
+            "  {dim}kernel:{dim:#} {style}{}{style:#} {dim}(for an exec of this argv under `guard \
+             run`: the kernel matches the executed file's name){dim:#}",
+            kernel.as_str()
+        );
     }
     println!("{}", how_to_change(argv, evaluation));
 }

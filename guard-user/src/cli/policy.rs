@@ -11,14 +11,15 @@ use super::RulesArgs;
 use super::output::{decision_style, dim, print_json};
 use crate::policy::heuristics::{is_dangerous_command, is_known_safe_command};
 use crate::policy::load::{LoadedPolicy, RulesSource};
-use crate::policy::{PatternToken, Policy, PrefixRule};
+use crate::policy::{AddressRule, PatternToken, Policy, PrefixRule};
 
 #[derive(Subcommand, Debug)]
 pub enum PolicyCommand {
     /// Parse rules files (and check their examples) without using them. Exit 0 with one summary
     /// line, or exit 2 with `PATH:LINE: MESSAGE` first on stderr.
     Validate(ValidateArgs),
-    /// Print the loaded policy: prefix rules, network rules and domains, host executables.
+    /// Print the loaded policy: prefix rules, network rules and domains, host executables,
+    /// address rules and the enforcement settings.
     Show(ShowArgs),
     /// Say whether a command is known-safe (read-only) or dangerous, as the heuristics judge it.
     Classify(ClassifyArgs),
@@ -72,7 +73,7 @@ fn validate(args: ValidateArgs) -> ExitCode {
     };
     let policy = &loaded.policy;
     println!(
-        "ok: {} file(s){}: {} prefix rule(s), {} network rule(s), {} host executable(s)",
+        "ok: {} file(s){}: {} prefix rule(s), {} network rule(s), {} host executable(s){}",
         loaded.sources.len(),
         match loaded.overlay_sources.len() {
             0 => String::new(),
@@ -80,7 +81,11 @@ fn validate(args: ValidateArgs) -> ExitCode {
         },
         policy.prefix_rules().len(),
         policy.network_rules().len(),
-        policy.host_executables().len()
+        policy.host_executables().len(),
+        match policy.address_rules().len() {
+            0 => String::new(),
+            n => format!(", {n} address rule(s)"),
+        }
     );
     ExitCode::SUCCESS
 }
@@ -130,6 +135,22 @@ fn sorted_host_executables(policy: &Policy) -> Vec<(&String, Vec<String>)> {
     entries
 }
 
+fn address_rule_json(rule: &AddressRule) -> Value {
+    let addresses: Vec<String> = rule.addresses.iter().map(ToString::to_string).collect();
+    let mut object = json!({
+        "id": rule.id,
+        "addresses": addresses,
+        "ports": rule.ports,
+        "transport": rule.transport.as_str(),
+        "decision": rule.decision.as_str(),
+        "audit_only": rule.audit_only,
+    });
+    if let Some(justification) = &rule.justification {
+        object["justification"] = json!(justification);
+    }
+    with_origin(object, rule.origin.as_ref())
+}
+
 fn show_json(loaded: &LoadedPolicy) -> Value {
     let policy = &loaded.policy;
     let network_rules: Vec<Value> = policy
@@ -159,9 +180,18 @@ fn show_json(loaded: &LoadedPolicy) -> Value {
             if let Some(justification) = &rule.justification {
                 object["justification"] = json!(justification);
             }
+            if rule.audit_only {
+                object["audit_only"] = json!(true);
+            }
             with_origin(object, rule.origin.as_ref())
         })
         .collect();
+    let address_rules: Vec<Value> = policy
+        .address_rules()
+        .iter()
+        .map(address_rule_json)
+        .collect();
+    let enforcement = policy.enforcement();
     let host_executables: serde_json::Map<String, Value> = sorted_host_executables(policy)
         .into_iter()
         .map(|(name, paths)| (name.clone(), json!(paths)))
@@ -175,6 +205,12 @@ fn show_json(loaded: &LoadedPolicy) -> Value {
         "allowed_prefixes": policy.allowed_prefixes(),
         "host_executables": host_executables,
         "prefix_rules": prefix_rules,
+        "address_rules": address_rules,
+        "enforcement": {
+            "unmatched_exec": enforcement.unmatched_exec.as_str(),
+            "unmatched_network": enforcement.unmatched_network.as_str(),
+            "audit_only": enforcement.audit_only,
+        },
         "sources": names(&loaded.sources),
         "overlay_sources": names(&loaded.overlay_sources),
     })
@@ -205,8 +241,13 @@ fn show_text(loaded: &LoadedPolicy) {
             .as_ref()
             .map(ToString::to_string)
             .unwrap_or_default();
+        let audit = if rule.audit_only {
+            format!(" {dim}(audit only){dim:#}")
+        } else {
+            String::new()
+        };
         println!(
-            "  {style}{:<9}{style:#} {}  {dim}{origin}{dim:#}",
+            "  {style}{:<9}{style:#} {}{audit}  {dim}{origin}{dim:#}",
             rule.decision.as_str(),
             pattern.join(" ")
         );
@@ -240,6 +281,59 @@ fn show_text(loaded: &LoadedPolicy) {
     };
     println!("  allowed: {}", list(&domains.allowed));
     println!("  denied:  {}", list(&domains.denied));
+    println!(
+        "{heading}Address rules{heading:#} ({})",
+        policy.address_rules().len()
+    );
+    for rule in policy.address_rules() {
+        let style = decision_style(Some(rule.decision));
+        let origin = rule
+            .origin
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let addresses: Vec<String> = rule.addresses.iter().map(ToString::to_string).collect();
+        let ports = match &rule.ports {
+            Some(ports) => ports
+                .iter()
+                .map(u16::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            None => "any port".to_string(),
+        };
+        let audit = if rule.audit_only { ", audit only" } else { "" };
+        println!(
+            "  {style}{:<9}{style:#} {} {dim}({ports}, {}{audit}){dim:#}  {dim}{origin}{dim:#}",
+            rule.decision.as_str(),
+            addresses.join(", "),
+            rule.transport
+        );
+    }
+    let enforcement = policy.enforcement();
+    let overrides = policy.enforcement_overrides();
+    let default_mark = |set: bool| {
+        if set {
+            String::new()
+        } else {
+            format!(" {dim}(default){dim:#}")
+        }
+    };
+    println!("{heading}Enforcement{heading:#}");
+    println!(
+        "  unmatched exec:    {}{}",
+        enforcement.unmatched_exec.as_str(),
+        default_mark(overrides.unmatched_exec.is_some())
+    );
+    println!(
+        "  unmatched network: {}{}",
+        enforcement.unmatched_network.as_str(),
+        default_mark(overrides.unmatched_network.is_some())
+    );
+    println!(
+        "  audit only:        {}{}",
+        if enforcement.audit_only { "yes" } else { "no" },
+        default_mark(overrides.audit_only.is_some())
+    );
     println!("{heading}Host executables{heading:#}");
     let host_executables = sorted_host_executables(policy);
     if host_executables.is_empty() {

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::RulesArgs;
-use super::output;
 use crate::kernel::Backend;
 use crate::session::{Session, SessionOptions};
 
@@ -34,6 +33,11 @@ pub struct RunArgs {
     /// the system's resolver configuration.
     #[arg(long, value_name = "IP:PORT")]
     pub nameserver: Option<std::net::SocketAddr>,
+    /// Also print notes about rules the kernel can only partly hold (e.g. a program found on no
+    /// PATH folder, matched by file name only), and the kernel's decision counters at exit
+    /// (including events lost to a full ring buffer).
+    #[arg(long, short)]
+    pub verbose: bool,
     /// Print each refusal as a JSON line on stderr instead of a sentence.
     #[arg(long)]
     pub json_events: bool,
@@ -59,24 +63,25 @@ pub fn run(args: &RunArgs) -> ExitCode {
         backend: args.backend,
         audit_only: args.audit_only,
         nameserver: args.nameserver,
+        extra_path_dirs: Vec::new(),
     };
     let mut session = match Session::start(loaded.policy, &options) {
         Ok(session) => session,
         Err(err) => {
-            output::say(&format!("guard: cannot enforce: {err:#}"));
-            output::say("guard: run `guard doctor` to see what this kernel allows (guard needs root).");
+            eprintln!("guard: cannot enforce: {err:#}");
+            eprintln!("guard: run `guard doctor` to see what this kernel allows (guard needs root).");
             return ExitCode::from(125);
         }
     };
-    for warning in &session.image().warnings {
-        output::say(&format!("guard: note: {warning}"));
+    for warning in session.image().warnings.iter().filter(|_| args.verbose) {
+        eprintln!("guard: note: {warning}");
     }
     let mut command = Command::new(&args.command[0]);
     command.args(&args.command[1..]);
     let mut child = match session.spawn(&mut command) {
         Ok(child) => child,
         Err(err) => {
-            output::say(&format!("guard: cannot run `{}`: {err:#}", args.command[0]));
+            eprintln!("guard: cannot run `{}`: {err:#}", args.command[0]);
             return ExitCode::from(127);
         }
     };
@@ -85,19 +90,25 @@ pub fn run(args: &RunArgs) -> ExitCode {
         if session.next_dns_refresh().is_some_and(|due| due <= Instant::now())
             && let Err(err) = session.refresh_dns()
         {
-            output::say(&format!("guard: DNS refresh failed: {err:#}"));
+            eprintln!("guard: DNS refresh failed: {err:#}");
         }
         match child.try_wait() {
             Ok(Some(status)) => break status,
             Ok(None) => {}
             Err(err) => {
-                output::say(&format!("guard: waiting for the command: {err}"));
+                eprintln!("guard: waiting for the command: {err}");
                 return ExitCode::from(125);
             }
         }
     };
     // Events of the last moments (a refused exec is reported right before the exit).
     report(&mut session, Duration::from_millis(20), args.json_events);
+    if args.verbose
+        && let Ok(counters) = session.enforcer().counters()
+    {
+        let line: Vec<String> = counters.iter().map(|(name, n)| format!("{name}={n}")).collect();
+        eprintln!("guard: kernel counters: {}", line.join(" "));
+    }
     drop(session);
     use std::os::unix::process::ExitStatusExt;
     let code = match (status.code(), status.signal()) {
@@ -115,7 +126,7 @@ fn report(session: &mut Session, wait: Duration, json: bool) {
             value["message"] = session.describe(&event).into();
             eprintln!("{value}");
         } else {
-            output::say(&session.describe(&event));
+            eprintln!("{}", session.describe(&event));
         }
     }
 }

@@ -61,10 +61,12 @@ pub const NEGATIVE_TTL_WITHOUT_SOA: Duration = Duration::from_secs(5);
 /// The bound on one host's lookup (A and AAAA together), retries included: one unresponsive
 /// server must not stall a refresh of every other host.
 pub const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
-/// hickory's per-request timeout; with [`ATTEMPTS`] it fits inside [`LOOKUP_TIMEOUT`].
+/// hickory's per-request timeout. With [`RETRIES`], `(1 + RETRIES) * REQUEST_TIMEOUT` fits
+/// inside [`LOOKUP_TIMEOUT`], so a dead server is reported by hickory's own error (more
+/// precise than our timeout's).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
-/// hickory's attempts per request.
-const ATTEMPTS: usize = 2;
+/// hickory's retries after a failed request (its `attempts` option counts retries).
+const RETRIES: usize = 1;
 
 /// Where host names are resolved.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -181,7 +183,9 @@ impl DnsCache {
                 sorted(addrs)
             }
             Answer::Failed(error) => {
-                errors.push(error);
+                if !errors.contains(&error) {
+                    errors.push(error);
+                }
                 previous.to_vec()
             }
         };
@@ -313,7 +317,7 @@ impl DnsResolver {
         // `lookup_host`, which also clears the host's entries before each lookup).
         opts.cache_size = 0;
         opts.timeout = REQUEST_TIMEOUT;
-        opts.attempts = ATTEMPTS;
+        opts.attempts = RETRIES;
         let resolver =
             TokioResolver::builder_with_config(resolver_config, TokioRuntimeProvider::default())
                 .with_options(opts)
@@ -331,7 +335,6 @@ impl DnsResolver {
     /// that fails to resolve is in the cache with no addresses, its error
     /// ([`DnsCache::error`]) and a retry time. Must run inside a tokio runtime.
     pub async fn resolve(&self, hosts: &[String]) -> DnsCache {
-        let now = Instant::now();
         let mut cache = DnsCache::new();
         let hosts: BTreeSet<String> = hosts.iter().map(|h| normalise(h)).collect();
         let results = self.lookup_all(hosts.into_iter().collect()).await;

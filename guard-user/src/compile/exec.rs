@@ -59,7 +59,12 @@ fn where_written(rule: &PrefixRule) -> String {
 }
 
 impl ExecTables {
-    fn add_identity(&mut self, index: &mut HashMap<(u64, u64), usize>, file: FoundFile, verdict: Verdict) {
+    fn add_identity(
+        &mut self,
+        index: &mut HashMap<(u64, u64), usize>,
+        file: FoundFile,
+        verdict: Verdict,
+    ) {
         match index.get(&(file.dev, file.ino)) {
             Some(&slot) => {
                 let kept = &mut self.identities[slot];
@@ -180,7 +185,12 @@ fn files_for_name(policy: &Policy, env: &CompileEnv, name: &str) -> Vec<FoundFil
         .map(|paths| paths.to_vec())
         .unwrap_or_default();
     let mut found: Vec<FoundFile> = Vec::new();
-    for path in env.path_dirs.iter().map(|dir| dir.join(name)).chain(host_paths) {
+    for path in env
+        .path_dirs
+        .iter()
+        .map(|dir| dir.join(name))
+        .chain(host_paths)
+    {
         if let Some(file) = regular_file(&path)
             && !found.iter().any(|f| (f.dev, f.ino) == (file.dev, file.ino))
         {

@@ -12,8 +12,8 @@ use ipnetwork::IpNetwork;
 
 use super::HostResolver;
 use super::image::{DestinationEntry, Verdict};
-use crate::policy::{AddressTarget, Policy, Transport};
 use crate::policy::rule::canonical_ip;
+use crate::policy::{AddressTarget, Policy, Transport};
 
 #[derive(Default)]
 pub(super) struct DestinationTables {
@@ -41,7 +41,11 @@ impl DestinationTables {
 
     /// The networks a host stands for: itself if it is an IP literal, else what the resolver
     /// knows (nothing: the name is recorded as unresolved).
-    fn networks_of_host(&mut self, host: &str, resolver: &dyn HostResolver) -> (Vec<IpNetwork>, bool) {
+    fn networks_of_host(
+        &mut self,
+        host: &str,
+        resolver: &dyn HostResolver,
+    ) -> (Vec<IpNetwork>, bool) {
         if let Ok(ip) = host.parse::<IpAddr>() {
             return (vec![AddressTarget::single(ip)], false);
         }
@@ -108,7 +112,9 @@ pub(super) fn compile_destinations(
         for target in &rule.addresses {
             let (networks, host) = match target {
                 AddressTarget::Network(network) => (vec![*network], None),
-                AddressTarget::Host(name) => (tables.networks_of_host(name, resolver).0, Some(name)),
+                AddressTarget::Host(name) => {
+                    (tables.networks_of_host(name, resolver).0, Some(name))
+                }
             };
             for network in networks {
                 for &port in &ports {

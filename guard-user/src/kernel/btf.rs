@@ -54,7 +54,7 @@ pub fn member_offset(btf: &Btf, strukt: &str, path: &[&str]) -> Result<u32> {
             };
         }
     }
-    if bits % 8 != 0 {
+    if !bits.is_multiple_of(8) {
         bail!("{strukt}.{} is a bitfield", path.join("."));
     }
     Ok(bits / 8)

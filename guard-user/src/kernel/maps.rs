@@ -159,8 +159,9 @@ impl MapSync {
         // path -> (here, children paths)
         let mut here: BTreeMap<Vec<ArgvToken>, Verdict> = BTreeMap::new();
         for rule in &image.argv_rules {
-            let program = rule.program.rsplit('/').next().unwrap_or(&rule.program);
-            let mut frontier: Vec<Vec<ArgvToken>> = vec![vec![token(program)]];
+            // A program written as a path never equals a file name, so such a rule holds nothing
+            // in the kernel (compile warns about it), as `Policy::kernel_exec_decision` says.
+            let mut frontier: Vec<Vec<ArgvToken>> = vec![vec![token(&rule.program)]];
             here.entry(frontier[0].clone()).or_insert(Verdict::NONE);
             for alternatives in &rule.rest {
                 let mut next = Vec::new();

@@ -70,7 +70,9 @@ fn parse_cidr(raw: &str, address: &str, length: &str) -> Result<IpNetwork> {
         _ => {
             return Err(invalid_address(
                 raw,
-                format!("prefix length {length} is more than {most}, the most an {family} network has"),
+                format!(
+                    "prefix length {length} is more than {most}, the most an {family} network has"
+                ),
             ));
         }
     };
@@ -231,7 +233,9 @@ mod tests {
         for raw in ["TCP", "", "sctp", "both"] {
             assert_eq!(
                 parse_transport(raw).unwrap_err().to_string(),
-                format!("invalid rule: address_rule transport must be one of tcp, udp, any (got {raw})")
+                format!(
+                    "invalid rule: address_rule transport must be one of tcp, udp, any (got {raw})"
+                )
             );
         }
         assert_eq!(parse_port(1).unwrap(), 1);

@@ -20,9 +20,7 @@ use crate::compile::HostResolver;
 
 use super::model::Policy;
 use super::render::{address_rule_text, network_rule_text};
-use super::rule::{
-    AddressTarget, Decision, RuleKind, RuleOrigin, Transport, canonical_ip,
-};
+use super::rule::{AddressTarget, Decision, RuleKind, RuleOrigin, Transport, canonical_ip};
 
 /// The decision for one destination and every rule that went into it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,9 +96,14 @@ impl Policy {
     ) -> DestinationEvaluation {
         let resolved_target: Vec<IpAddr> = match target {
             Target::Ip(ip) => vec![ip],
-            Target::Name(name) => resolver.lookup(name).into_iter().map(canonical_ip).collect(),
+            Target::Name(name) => resolver
+                .lookup(name)
+                .into_iter()
+                .map(canonical_ip)
+                .collect(),
         };
-        let name_matches = |candidate: &str| matches!(target, Target::Name(name) if name == candidate);
+        let name_matches =
+            |candidate: &str| matches!(target, Target::Name(name) if name == candidate);
         // A rule's host (an IP literal or a name) reaches the target when it is the target's
         // name, or one of its addresses is one of the target's addresses.
         let host_reaches = |host: &str| -> bool {
@@ -109,7 +112,11 @@ impl Policy {
             }
             let addresses: Vec<IpAddr> = match host.parse::<IpAddr>() {
                 Ok(ip) => vec![canonical_ip(ip)],
-                Err(_) => resolver.lookup(host).into_iter().map(canonical_ip).collect(),
+                Err(_) => resolver
+                    .lookup(host)
+                    .into_iter()
+                    .map(canonical_ip)
+                    .collect(),
             };
             addresses.iter().any(|ip| resolved_target.contains(ip))
         };
@@ -117,9 +124,12 @@ impl Policy {
         let mut matched = Vec::new();
         for host in self.network_hosts() {
             let covers = host.protocols.iter().any(|protocol| {
-                protocol.endpoints().iter().any(|(rule_transport, rule_port)| {
-                    rule_transport.covers(transport) && rule_port.is_none_or(|p| p == port)
-                })
+                protocol
+                    .endpoints()
+                    .iter()
+                    .any(|(rule_transport, rule_port)| {
+                        rule_transport.covers(transport) && rule_port.is_none_or(|p| p == port)
+                    })
             });
             if !covers || !host_reaches(&host.host) {
                 continue;
@@ -176,3 +186,7 @@ impl Policy {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "destination_tests.rs"]
+mod tests;

@@ -148,16 +148,16 @@ impl Policy {
             .iter()
             .filter(|rule| rule.matches(&renamed).is_some())
             .map(|rule| rule.decision);
-        let by_identity = program.starts_with('/')
-            .then(|| {
-                let path = super::paths::normalize_lexically(std::path::Path::new(program));
+        let mut by_identity = Vec::new();
+        if program.starts_with('/') {
+            let path = super::paths::normalize_lexically(std::path::Path::new(program));
+            by_identity.extend(
                 self.rules_for_program(&path.to_string_lossy())
                     .iter()
                     .filter(|rule| rule.pattern.rest.is_empty())
-                    .map(|rule| rule.decision)
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default();
+                    .map(|rule| rule.decision),
+            );
+        }
         by_name
             .chain(by_identity)
             .max()

@@ -17,8 +17,8 @@ pub mod render;
 pub mod rule;
 pub mod shell;
 
-pub use error::{LoadError, PolicyError};
 pub use destination::{DestinationEvaluation, DestinationMatch};
+pub use error::{LoadError, PolicyError};
 pub use evaluate::{Evaluation, Fallback, MatchOptions};
 pub use examples::render_example;
 pub use model::{NetworkDomains, NetworkHost, Policy};

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use super::error::{PolicyError, Result};
 use super::host::normalize_network_host;
 use super::rule::{
-    AddressRule, Decision, EnforcementOverrides, EnforcementSettings, NetworkProtocol,
-    NetworkRule, PatternToken, PrefixPattern, PrefixRule, RuleId,
+    AddressRule, Decision, EnforcementOverrides, EnforcementSettings, NetworkProtocol, NetworkRule,
+    PatternToken, PrefixPattern, PrefixRule, RuleId,
 };
 
 /// A loaded policy.

@@ -472,3 +472,7 @@ fn policy_builtins(globals: &mut GlobalsBuilder) {
 #[cfg(test)]
 #[path = "parser_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "kernel_builtins_tests.rs"]
+mod kernel_builtins_tests;

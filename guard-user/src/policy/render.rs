@@ -79,7 +79,10 @@ pub fn address_rule_text(rule: &AddressRule) -> String {
     if rule.transport != super::rule::Transport::Any {
         text.push_str(&format!(", transport=\"{}\"", rule.transport));
     }
-    text.push_str(&optional_tail(rule.justification.as_deref(), rule.audit_only));
+    text.push_str(&optional_tail(
+        rule.justification.as_deref(),
+        rule.audit_only,
+    ));
     text.push(')');
     text
 }

@@ -343,9 +343,7 @@ pub fn render_network(network: &IpNetwork) -> String {
 /// The kernel looks such an address up as IPv4, and so does every comparison here.
 pub fn canonical_ip(ip: IpAddr) -> IpAddr {
     match ip {
-        IpAddr::V6(v6) => v6
-            .to_ipv4_mapped()
-            .map_or(IpAddr::V6(v6), IpAddr::V4),
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,
     }
 }
@@ -371,7 +369,10 @@ impl AddressRule {
     /// Whether the rule's port and transport cover a connection to `port` over `transport`.
     pub fn covers_port(&self, port: u16, transport: Transport) -> bool {
         self.transport.covers(transport)
-            && self.ports.as_ref().is_none_or(|ports| ports.contains(&port))
+            && self
+                .ports
+                .as_ref()
+                .is_none_or(|ports| ports.contains(&port))
     }
 }
 

@@ -6,7 +6,7 @@
 //! thread cannot change what is compared. A refusal there is SIGKILL. `lsm/bprm_check_security`
 //! (where the kernel allows it) refuses by identity and name earlier, with EPERM.
 
-use aya_ebpf::helpers::generated::bpf_send_signal;
+use aya_ebpf::helpers::generated::{bpf_get_current_task, bpf_send_signal};
 use aya_ebpf::helpers::{
     bpf_probe_read_kernel_str_bytes, bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
 };
@@ -14,11 +14,13 @@ use aya_ebpf::macros::{btf_tracepoint, lsm};
 use aya_ebpf::programs::{BtfTracePointContext, LsmContext};
 use guard_common::Decision;
 use guard_common::event::{TaskInfo, action, flag, kind};
-use guard_common::limits::{ARGV_LEN, MAX_ARGV_TOKENS, NAME_LEN, NO_RULE, TOKEN_LEN, TOKEN_SCAN_LEN};
+use guard_common::limits::{
+    ARGV_LEN, MAX_ARGV_TOKENS, NAME_LEN, NO_RULE, PATH_LEN, TOKEN_LEN, TOKEN_SCAN_LEN,
+};
 use guard_common::maps::{ArgvEdge, ExecIdentity, ExecName, Settings, Verdict, counter};
 
 use crate::events::{Subject, emit};
-use crate::kernel::{file_identity, offsets, read_at};
+use crate::kernel::{file_identity, lsm_return, offsets, read_at};
 use crate::maps::{
     ARGV_TRIE, EXEC_IDENTITIES, EXEC_NAMES, EXEC_SCRATCH, LSM_SCRATCH, TASKS, count, settings,
 };
@@ -88,11 +90,11 @@ pub fn bprm_check_security(ctx: LsmContext) -> i32 {
     // A previous LSM's refusal stands.
     let previous: i32 = ctx.arg(1);
     if previous != 0 {
-        return previous;
+        return lsm_return(previous);
     }
     // An error reading the bprm fails open here; sched_process_exec decides again (identity,
     // name and argv) after the image is installed, and kills what it refuses.
-    unsafe { try_bprm_check_security(&ctx) }.unwrap_or(0)
+    lsm_return(unsafe { try_bprm_check_security(&ctx) }.unwrap_or(0))
 }
 
 unsafe fn try_bprm_check_security(ctx: &LsmContext) -> Result<i32, i32> {
@@ -101,20 +103,29 @@ unsafe fn try_bprm_check_security(ctx: &LsmContext) -> Result<i32, i32> {
         return Ok(0);
     }
     let bprm: *const u8 = ctx.arg(0);
-    let name = unsafe { &mut *LSM_SCRATCH.get_ptr_mut(0).ok_or(0)? };
+    let scratch = unsafe { &mut *LSM_SCRATCH.get_ptr_mut(0).ok_or(0)? };
     let file: *const u8 = unsafe { read_at(bprm, offsets().bprm_file)? };
-    let identity = unsafe { file_identity(file, name)? };
+    let identity = unsafe { file_identity(file, &mut scratch.name)? };
     // Only matched identity and name rules decide here: the unmatched default needs argv,
     // which sched_process_exec has.
-    let verdict = identity_verdict(&identity, name);
+    let verdict = identity_verdict(&identity, &scratch.name);
     if verdict.is_none() || verdict.decision == Decision::Allow as u8 {
         return Ok(0);
     }
+    // The event describes this exec, not what TASKS remembers of the caller's last one (nothing,
+    // for a process that has not exec'd in scope yet; the wrong program, for one that has).
+    // SAFETY: the current task, as the helper returns it.
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    let info = &mut scratch.task;
+    info.ppid = parent_tgid(task);
+    info.exe_len = exec_path(bprm, &mut info.exe);
+    info.argv_len = 0;
     let mut refused = false;
-    decide(&settings, verdict, flag::LSM, &identity, None, || {
+    let refuse = || {
         refused = true;
         action::EPERM
-    });
+    };
+    decide(&settings, verdict, flag::LSM, &identity, Some(&scratch.task), refuse);
     Ok(if refused { -EPERM } else { 0 })
 }
 
@@ -285,19 +296,9 @@ fn fill_task_info(
     arg_end: u64,
     scratch: &mut crate::maps::ExecScratch,
 ) {
-    let off = offsets();
     let info = &mut scratch.task;
-    info.ppid = unsafe {
-        read_at::<*const u8>(task, off.task_real_parent)
-            .and_then(|parent| read_at::<u32>(parent, off.task_tgid))
-            .unwrap_or(0)
-    };
-    info.exe_len = 0;
-    if let Ok(filename) = unsafe { read_at::<*const u8>(bprm, off.bprm_filename) } {
-        if let Ok(path) = unsafe { bpf_probe_read_kernel_str_bytes(filename, &mut info.exe) } {
-            info.exe_len = path.len() as u16;
-        }
-    }
+    info.ppid = parent_tgid(task);
+    info.exe_len = exec_path(bprm, &mut info.exe);
     let total = arg_end.saturating_sub(arg_start);
     let len = if total > ARGV_LEN as u64 { ARGV_LEN } else { total as usize };
     info.argv_len = 0;
@@ -306,5 +307,30 @@ fn fill_task_info(
         if unsafe { bpf_probe_read_user_buf(arg_start as *const u8, &mut info.argv[..len]) }.is_ok() {
             info.argv_len = len as u16;
         }
+    }
+}
+
+/// The tgid of `task`'s parent (0 when unreadable).
+#[inline(always)]
+fn parent_tgid(task: *const u8) -> u32 {
+    let off = offsets();
+    // SAFETY: kernel reads through the helper; a failure reads as 0.
+    unsafe {
+        read_at::<*const u8>(task, off.task_real_parent)
+            .and_then(|parent| read_at::<u32>(parent, off.task_tgid))
+            .unwrap_or(0)
+    }
+}
+
+/// Copies the path given to exec (`bprm->filename`) into `exe`; its length (0 when unreadable).
+#[inline(always)]
+fn exec_path(bprm: *const u8, exe: &mut [u8; PATH_LEN]) -> u16 {
+    // SAFETY: kernel reads through the helpers.
+    let Ok(filename) = (unsafe { read_at::<*const u8>(bprm, offsets().bprm_filename) }) else {
+        return 0;
+    };
+    match unsafe { bpf_probe_read_kernel_str_bytes(filename, exe) } {
+        Ok(path) => path.len() as u16,
+        Err(_) => 0,
     }
 }

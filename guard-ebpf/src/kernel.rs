@@ -56,3 +56,24 @@ pub unsafe fn file_identity(file: *const u8, name: &mut ExecName) -> Result<Exec
         })
     }
 }
+
+/// The largest errno an LSM hook may return (the kernel's `MAX_ERRNO`).
+const MAX_ERRNO: i32 = 4095;
+
+/// What an LSM program returns, in the range the verifier accepts. Since Linux 6.12 the verifier
+/// loads an LSM program only if it can prove every return value is 0 or -errno (-4095..=0), and
+/// two of ours are unknown to it: a previous BPF program's refusal read from the context, and
+/// `-EPERM`, which LLVM computes as the negation of a flag (the 6.12 verifier knows nothing of a
+/// negated register). So the value is clamped, and first passed through a volatile stack slot so
+/// that LLVM, which knows the range already, keeps the clamp: two compare-and-set branches on one
+/// register, which the verifier follows. Values already in range are unchanged.
+#[inline(always)]
+pub fn lsm_return(ret: i32) -> i32 {
+    let mut slot = 0i32;
+    // SAFETY: a local, written then read.
+    let ret = unsafe {
+        core::ptr::write_volatile(&mut slot, ret);
+        core::ptr::read_volatile(&slot)
+    };
+    ret.max(-MAX_ERRNO).min(0)
+}

@@ -55,8 +55,16 @@ pub struct ExecScratch {
 #[map]
 pub static EXEC_SCRATCH: PerCpuArray<ExecScratch> = PerCpuArray::with_max_entries(1, 0);
 
+/// `lsm/bprm_check_security`'s scratch: the file's name, and what its events say about the exec
+/// (the path given to it and the parent; argv is not readable yet, the new image does not exist).
+#[repr(C)]
+pub struct LsmScratch {
+    pub task: TaskInfo,
+    pub name: ExecName,
+}
+
 #[map]
-pub static LSM_SCRATCH: PerCpuArray<ExecName> = PerCpuArray::with_max_entries(1, 0);
+pub static LSM_SCRATCH: PerCpuArray<LsmScratch> = PerCpuArray::with_max_entries(1, 0);
 
 #[inline(always)]
 pub fn settings() -> Option<Settings> {

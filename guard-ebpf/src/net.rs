@@ -16,7 +16,7 @@ use guard_common::maps::{
 };
 
 use crate::events::{Subject, emit};
-use crate::kernel::{offsets, read_at};
+use crate::kernel::{lsm_return, offsets, read_at};
 use crate::maps::{DEST_V4, DEST_V6, count, settings};
 use crate::scope::current_in_scope;
 
@@ -203,11 +203,11 @@ fn classes(d: &Destination) -> [(u8, u16); 4] {
 pub fn socket_connect(ctx: LsmContext) -> i32 {
     let previous: i32 = ctx.arg(3);
     if previous != 0 {
-        return previous;
+        return lsm_return(previous);
     }
     // An unreadable socket or address fails open: the cgroup hooks are not attached on this
     // backend, so this is a real gap, counted by nothing; it needs a kernel bug to happen.
-    unsafe { try_socket_connect(&ctx) }.unwrap_or(0)
+    lsm_return(unsafe { try_socket_connect(&ctx) }.unwrap_or(0))
 }
 
 unsafe fn try_socket_connect(ctx: &LsmContext) -> Result<i32, i32> {
@@ -222,10 +222,10 @@ unsafe fn try_socket_connect(ctx: &LsmContext) -> Result<i32, i32> {
 pub fn socket_sendmsg(ctx: LsmContext) -> i32 {
     let previous: i32 = ctx.arg(3);
     if previous != 0 {
-        return previous;
+        return lsm_return(previous);
     }
     // Fails open on unreadable memory, as socket_connect.
-    unsafe { try_socket_sendmsg(&ctx) }.unwrap_or(0)
+    lsm_return(unsafe { try_socket_sendmsg(&ctx) }.unwrap_or(0))
 }
 
 unsafe fn try_socket_sendmsg(ctx: &LsmContext) -> Result<i32, i32> {

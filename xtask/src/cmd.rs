@@ -20,6 +20,26 @@ pub fn cargo_program() -> OsString {
     std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
 }
 
+/// Puts `$CARGO_HOME/bin` (default `~/.cargo/bin`) first on `PATH`, for this process and every
+/// command it runs: `cargo install` puts bpf-linker there, and the BPF build looks it up on `PATH`.
+pub fn put_cargo_bin_on_path() {
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cargo")));
+    let Some(bin) = cargo_home.map(|home| home.join("bin")) else {
+        return;
+    };
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if std::env::split_paths(&path).any(|dir| dir == bin) {
+        return;
+    }
+    let joined = std::env::join_paths(std::iter::once(bin).chain(std::env::split_paths(&path)));
+    if let Ok(joined) = joined {
+        // SAFETY: called first thing in main, before any thread exists.
+        unsafe { std::env::set_var("PATH", joined) };
+    }
+}
+
 /// `cargo ARGS...`, run from the workspace root.
 pub fn cargo<I, S>(args: I) -> Command
 where

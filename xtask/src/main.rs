@@ -1,13 +1,15 @@
 //! `cargo xtask <command>`: what cargo cannot do alone (the alias is in `.cargo/config.toml`).
 //!
 //! - `setup`: check (and install, where it can) what the machine needs.
-//! - `test`: setup, then the tests, the benchmarks' build, clippy and rustfmt.
-//! - `bench`: setup, then the policy benchmarks.
+//! - `test`: setup, then the tests, the benchmarks' build, clippy, rustfmt and `vm-test`.
+//! - `vm-test`: the kernel integration tests in a qemu VM whose kernel allows BPF LSM.
+//! - `bench`: setup, then the policy and kernel enforcement benchmarks.
 //! - `run`: setup, then the `guard` CLI in release mode (or a demo of the default policy).
 
 mod cmd;
 mod setup;
 mod test_counts;
+mod vm;
 
 use std::process::ExitCode;
 
@@ -29,7 +31,8 @@ enum Task {
     /// Idempotent: prints one line per item, `ok` or `installed`.
     Setup,
     /// Setup, then `cargo test` on the host crates, a build of the benchmarks, clippy
-    /// (`-D warnings`) and `cargo fmt --check`. Every step runs; fails if any step failed.
+    /// (`-D warnings`), `cargo fmt --check` and `vm-test`. Every step runs; fails if any step
+    /// failed. The closing `tests:` line counts the VM's tests too.
     ///
     /// Arguments after `--` go to `cargo test` (`cargo xtask test -- policy -- --nocapture`).
     Test {
@@ -37,9 +40,56 @@ enum Task {
         #[arg(last = true, value_name = "CARGO_TEST_ARGS")]
         args: Vec<String>,
     },
-    /// Setup, then `cargo bench -p guard-user --bench policy`.
+    /// Run guard's kernel integration tests in a qemu VM whose kernel allows BPF LSM.
     ///
-    /// Arguments after `--` go to `cargo bench` (`cargo xtask bench -- check/`).
+    /// This machine's kernel refuses BPF LSM programs, so the tests here exercise the `cgroup`
+    /// backend; in the VM the same test binaries exercise the `lsm` backend. Steps (cached under
+    /// target/vm/ where they can be), in order:
+    ///
+    ///   setup      qemu-system-x86 and cpio (apt-get install --no-install-recommends)
+    ///   kernel     the package linux-image-6.12-cloud-amd64 depends on: apt-get download
+    ///              (not installed), vmlinuz extracted with dpkg-deb
+    ///   build      guard-tests' bins and the VM's integration tests (loading, kernel_exec,
+    ///              kernel_net; names not written yet are skipped), debug profile
+    ///   initramfs  /init = vm-init, /tests/NAME = each test, /helpers/BIN = the other bins
+    ///              (debug info stripped), their shared libraries, /bin/sh and the few
+    ///              programs the tests exec, /etc/passwd, /etc/group
+    ///   qemu       -accel tcg (KVM does not work here), 2 CPUs, 2 GiB, booted with
+    ///              lsm=lockdown,capability,landlock,bpf; console in target/vm/console.txt
+    ///
+    /// In the VM, vm-init (PID 1) mounts proc, sysfs, devtmpfs, securityfs, cgroup2, bpffs and
+    /// tmpfs, brings lo up, fails unless `bpf` is an active LSM, and runs each test binary with
+    /// --test-threads=1 and GUARD_TEST_BACKEND=lsm (300 s each), printing a VM-RESULT line per
+    /// binary and a VM-RESULT-TOTAL line; it powers off through isa-debug-exit.
+    ///
+    /// Passes only when every binary passed, VM-RESULT-TOTAL says ok=yes and qemu exited 1
+    /// (isa-debug-exit). On failure the console is printed (at most 4000 lines of it; all of it
+    /// is in target/vm/console.txt).
+    #[command(verbatim_doc_comment)]
+    VmTest {
+        /// Run only this integration test of guard-tests (repeatable); default: the VM list.
+        #[arg(long = "test", value_name = "NAME")]
+        tests: Vec<String>,
+        /// Seconds (wall clock) qemu may run before it is killed.
+        #[arg(long, value_name = "SECS", default_value_t = vm::Options::default().timeout_secs)]
+        timeout: u64,
+        /// Echo the whole console, not only vm-init's VM- lines.
+        #[arg(long, short)]
+        verbose: bool,
+        /// Add a word to the kernel command line (repeatable): `guard.test_timeout=SECS` sets
+        /// vm-init's limit per test binary (default 300); a later `lsm=...` replaces guard's.
+        #[arg(long = "kernel-arg", value_name = "WORD")]
+        kernel_args: Vec<String>,
+    },
+    /// Setup, then the benchmarks: `cargo bench -p guard-user --bench policy` (criterion: parse
+    /// and check times), then `cargo bench -p guard-tests --bench enforcement` (what kernel
+    /// enforcement costs fork+exec, a loopback connect and getppid with 10 to 100 000 rules;
+    /// needs root, else it says why and is skipped; results also in
+    /// target/bench/enforcement.json). Every benchmark runs; fails if any failed.
+    ///
+    /// Arguments after `--` go to each `cargo bench` (`cargo xtask bench -- check/`). A first
+    /// argument `policy` or `enforcement` runs only that one, the rest going to its `cargo bench`
+    /// (`cargo xtask bench -- enforcement -- --quick`).
     Bench {
         /// Passed to `cargo bench` (a benchmark filter, or `-- --quick`...).
         #[arg(last = true, value_name = "CARGO_BENCH_ARGS")]
@@ -57,10 +107,24 @@ enum Task {
 }
 
 fn main() -> ExitCode {
+    cmd::put_cargo_bin_on_path();
     let cli = Cli::parse();
     let result = match cli.task {
-        Task::Setup => setup::setup(&[Need::Build, Need::Test], Report::Stdout).map(|()| 0),
+        Task::Setup => {
+            setup::setup(&[Need::Build, Need::Test, Need::VmTest], Report::Stdout).map(|()| 0)
+        }
         Task::Test { args } => test(&args),
+        Task::VmTest {
+            tests,
+            timeout,
+            verbose,
+            kernel_args,
+        } => vm_test(vm::Options {
+            tests,
+            timeout_secs: timeout,
+            verbose,
+            kernel_args,
+        }),
         Task::Bench { args } => bench(&args),
         Task::Run { args } if args.is_empty() => demo(),
         Task::Run { args } => run(&args),
@@ -123,6 +187,23 @@ fn test(args: &[String]) -> Result<i32> {
             }
         }
     }
+    // Last, as the slowest: the same kernel tests again, in a VM, against the `lsm` backend.
+    eprintln!("==> vm-test");
+    match vm::run(&vm::Options::default()) {
+        Ok(outcome) => {
+            counts.add(outcome.counts);
+            if !outcome.passed {
+                eprintln!("==> vm-test: FAILED");
+                failed.push("vm-test");
+            }
+        }
+        Err(err) => {
+            eprintln!("==> vm-test: FAILED ({err:#})");
+            // Its tests did not run: one failure, so the total below never reads clean.
+            counts.failed += 1;
+            failed.push("vm-test");
+        }
+    }
     // One closing total for people and for CI, which reads the last result line.
     println!(
         "tests: {} passed, {} failed, {} skipped",
@@ -136,11 +217,32 @@ fn test(args: &[String]) -> Result<i32> {
     }
 }
 
+fn vm_test(options: vm::Options) -> Result<i32> {
+    setup::setup(&[Need::Build], Report::Stderr)?;
+    let outcome = vm::run(&options)?;
+    Ok(if outcome.passed { 0 } else { 1 })
+}
+
+/// `cargo xtask bench`'s benchmarks, in the order they run: (name, package).
+const BENCHES: [(&str, &str); 2] = [("policy", "guard-user"), ("enforcement", "guard-tests")];
+
 fn bench(args: &[String]) -> Result<i32> {
     setup::setup(&[Need::Build], Report::Stderr)?;
-    let status =
-        cmd::status(cmd::cargo(["bench", "-p", "guard-user", "--bench", "policy"]).args(args))?;
-    Ok(cmd::exit_code(status))
+    // A first argument naming one of them selects it; the rest go to its `cargo bench`.
+    let (selected, args) = match args.split_first() {
+        Some((first, rest)) if BENCHES.iter().any(|(name, _)| name == first) => {
+            (vec![first.as_str()], rest)
+        }
+        _ => (BENCHES.iter().map(|(name, _)| *name).collect(), args),
+    };
+    let mut code = 0;
+    for (name, package) in BENCHES.iter().filter(|(name, _)| selected.contains(name)) {
+        let status = cmd::status(cmd::cargo(["bench", "-p", package, "--bench", name]).args(args))?;
+        if !status.success() && code == 0 {
+            code = cmd::exit_code(status);
+        }
+    }
+    Ok(code)
 }
 
 /// `cargo run --release --quiet -p guard-user --bin guard -- ARGS...`
@@ -189,6 +291,16 @@ const DEMO: &[&[&str]] = &[
         "bash",
         "-lc",
         "ls && rm -rf /",
+    ],
+    // The kernel holds the same policy: `git status` runs, `git push` (a `prompt` rule) is
+    // killed before it runs. The remote does not exist, so even an unguarded push does nothing.
+    &[
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "git status --short >/dev/null && echo 'git status: ran'; \
+         git push --dry-run guard-demo-no-such-remote main; echo \"git push: exit status $?\"",
     ],
 ];
 

@@ -24,6 +24,9 @@ pub enum Need {
     Build,
     /// Only `cargo xtask test` (lints and formatting).
     Test,
+    /// `cargo xtask vm-test` (and the VM step of `cargo xtask test`): qemu, cpio and Debian's
+    /// package tools, to boot a kernel that allows BPF LSM.
+    VmTest,
 }
 
 /// One thing the project needs on the machine.
@@ -41,8 +44,15 @@ pub enum Fix {
     /// Debian packages, installed with `apt-get install -y` (after one `apt-get update` per run;
     /// recommended packages too: `gcc` needs `libc6-dev`); needs root.
     Apt(&'static [&'static str]),
+    /// Debian packages, installed with `apt-get install -y --no-install-recommends`: for qemu,
+    /// whose recommends are a GUI, firmware and block drivers the VM does not use.
+    AptNoRecommends(&'static [&'static str]),
     /// A `rustup` command, e.g. `["component", "add", "clippy"]`.
     Rustup(&'static [&'static str]),
+    /// `cargo install ARGS` (into `$CARGO_HOME/bin`, which every xtask puts on `PATH`).
+    CargoInstall(&'static [&'static str]),
+    /// Nothing setup can install; what to do instead.
+    Manual(&'static str),
 }
 
 /// Everything the project needs, in the order it is checked.
@@ -56,6 +66,32 @@ pub const ITEMS: &[Item] = &[
         fix: Fix::Apt(&["gcc"]),
     },
     Item {
+        // The BPF object is built with nightly and `-Z build-std=core` (bpfel-unknown-none is a
+        // tier-3 target with no prebuilt std), which needs the standard library's sources.
+        name: "nightly Rust with rust-src",
+        need: Need::Build,
+        present: nightly_rust_src_present,
+        fix: Fix::Rustup(&["component", "add", "rust-src", "--toolchain", "nightly"]),
+    },
+    Item {
+        // bpf-linker 0.10.4 loads the nightly toolchain's own libLLVM (its `rust-llvm-22`
+        // feature), so it needs no system LLVM; it works while that LLVM is 22.
+        name: "nightly Rust on LLVM 22 (what bpf-linker 0.10.4 loads)",
+        need: Need::Build,
+        present: || nightly_llvm_major() == Some(22),
+        fix: Fix::Manual(
+            "the nightly toolchain is not on LLVM 22: install bpf-linker >= 0.11 built for its LLVM \
+             (cargo install bpf-linker --no-default-features --features llvm-NN with LLVM NN's dev \
+             package) and update BPF_LINKER_VERSION in xtask/src/setup.rs",
+        ),
+    },
+    Item {
+        name: "bpf-linker 0.10.4",
+        need: Need::Build,
+        present: bpf_linker_present,
+        fix: Fix::CargoInstall(&["bpf-linker@0.10.4", "--locked"]),
+    },
+    Item {
         name: "clippy",
         need: Need::Test,
         present: || cargo_subcommand_works("clippy"),
@@ -66,6 +102,42 @@ pub const ITEMS: &[Item] = &[
         need: Need::Test,
         present: || cargo_subcommand_works("fmt"),
         fix: Fix::Rustup(&["component", "add", "rustfmt"]),
+    },
+    Item {
+        // The VM's kernel is a Debian package, downloaded (never installed) and unpacked.
+        name: "Debian package tools (apt-cache, apt-get, dpkg-deb)",
+        need: Need::VmTest,
+        present: || {
+            ["apt-cache", "apt-get", "dpkg-deb"]
+                .iter()
+                .all(|tool| find_on_path(tool).is_some())
+        },
+        fix: Fix::Manual(
+            "the VM tests fetch a Debian kernel package: run them on Debian or Ubuntu",
+        ),
+    },
+    Item {
+        // Software emulation only (KVM fails on the project's machines): qemu-system-x86_64 -accel
+        // tcg. Note: on an image with a newer qemu-utils from backports (10.x), installing
+        // bookworm's qemu-system-x86 (7.2) removes it: qemu-utils 10 `Breaks` qemu-system-common
+        // (<< 8.0), recommends or not.
+        name: "qemu (qemu-system-x86_64)",
+        need: Need::VmTest,
+        present: || find_on_path("qemu-system-x86_64").is_some(),
+        fix: Fix::AptNoRecommends(&["qemu-system-x86"]),
+    },
+    Item {
+        name: "cpio",
+        need: Need::VmTest,
+        present: || find_on_path("cpio").is_some(),
+        fix: Fix::AptNoRecommends(&["cpio"]),
+    },
+    Item {
+        // Strips debug info from the test binaries, which is most of their size.
+        name: "objcopy (binutils)",
+        need: Need::VmTest,
+        present: || find_on_path("objcopy").is_some(),
+        fix: Fix::AptNoRecommends(&["binutils"]),
     },
 ];
 
@@ -96,18 +168,35 @@ impl Installer {
     fn apply(&mut self, fix: &Fix) -> Result<()> {
         match fix {
             Fix::Apt(packages) => {
-                if !self.apt_updated {
-                    cmd::run(apt_get().arg("update"))?;
-                    self.apt_updated = true;
-                }
+                self.apt_update()?;
                 cmd::run(apt_get().args(["install", "-y"]).args(*packages))
             }
+            Fix::AptNoRecommends(packages) => {
+                self.apt_update()?;
+                cmd::run(
+                    apt_get()
+                        .args(["install", "-y", "--no-install-recommends"])
+                        .args(*packages),
+                )
+            }
             Fix::Rustup(args) => cmd::run(Command::new("rustup").args(*args)),
+            Fix::CargoInstall(args) => cmd::run(cmd::cargo(["install"]).args(*args)),
+            Fix::Manual(what) => bail!("{what}"),
         }
+    }
+
+    /// `apt-get update`, once per run.
+    fn apt_update(&mut self) -> Result<()> {
+        if !self.apt_updated {
+            cmd::run(apt_get().arg("update"))?;
+            self.apt_updated = true;
+        }
+        Ok(())
     }
 }
 
-fn apt_get() -> Command {
+/// `apt-get`, never asking questions.
+pub fn apt_get() -> Command {
     let mut command = Command::new("apt-get");
     command.env("DEBIAN_FRONTEND", "noninteractive");
     command
@@ -117,9 +206,14 @@ impl Fix {
     /// Why this fix cannot be applied here, if it cannot.
     fn unavailable(&self) -> Option<&'static str> {
         match self {
-            Fix::Apt(_) if find_on_path("apt-get").is_none() => Some("apt-get is not available"),
-            Fix::Apt(_) if !is_root() => Some("installing packages needs root"),
+            Fix::Apt(_) | Fix::AptNoRecommends(_) if find_on_path("apt-get").is_none() => {
+                Some("apt-get is not available")
+            }
+            Fix::Apt(_) | Fix::AptNoRecommends(_) if !is_root() => {
+                Some("installing packages needs root")
+            }
             Fix::Rustup(_) if find_on_path("rustup").is_none() => Some("rustup is not available"),
+            Fix::Manual(_) => Some("setup cannot install it"),
             _ => None,
         }
     }
@@ -131,7 +225,13 @@ impl Fix {
                 "sudo apt-get update && sudo apt-get install -y {}",
                 packages.join(" ")
             ),
+            Fix::AptNoRecommends(packages) => format!(
+                "sudo apt-get update && sudo apt-get install -y --no-install-recommends {}",
+                packages.join(" ")
+            ),
             Fix::Rustup(args) => format!("rustup {}", args.join(" ")),
+            Fix::CargoInstall(args) => format!("cargo install {}", args.join(" ")),
+            Fix::Manual(what) => what.to_string(),
         }
     }
 }
@@ -187,6 +287,48 @@ fn c_compiler_present() -> bool {
     }
 }
 
+/// The version bpf-linker must report.
+const BPF_LINKER_VERSION: &str = "0.10.4";
+
+fn bpf_linker_present() -> bool {
+    Command::new("bpf-linker")
+        .arg("--version")
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|out| {
+            out.status.success()
+                && String::from_utf8_lossy(&out.stdout).contains(BPF_LINKER_VERSION)
+        })
+}
+
+fn nightly_output(args: &[&str]) -> Option<String> {
+    let out = Command::new("rustup")
+        .args(["run", "nightly"])
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn nightly_rust_src_present() -> bool {
+    nightly_output(&["rustc", "--print", "sysroot"]).is_some_and(|sysroot| {
+        Path::new(&sysroot)
+            .join("lib/rustlib/src/rust/library/core/Cargo.toml")
+            .is_file()
+    })
+}
+
+fn nightly_llvm_major() -> Option<u32> {
+    let verbose = nightly_output(&["rustc", "-vV"])?;
+    let version = verbose
+        .lines()
+        .find_map(|l| l.strip_prefix("LLVM version: "))?;
+    version.split('.').next()?.trim().parse().ok()
+}
+
 fn cargo_subcommand_works(subcommand: &str) -> bool {
     cmd::cargo([subcommand, "--version"])
         .stdout(Stdio::null())
@@ -209,7 +351,7 @@ fn is_executable(path: &Path) -> bool {
 }
 
 /// Whether we run as root (effective uid 0), read from `/proc/self/status`.
-fn is_root() -> bool {
+pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
         status
             .lines()

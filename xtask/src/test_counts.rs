@@ -17,6 +17,13 @@ pub struct TestCounts {
 }
 
 impl TestCounts {
+    /// Adds another run's counts (the VM's, in `cargo xtask test`).
+    pub fn add(&mut self, other: TestCounts) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+        self.ignored += other.ignored;
+    }
+
     /// Adds one `test result: ok. 12 passed; 0 failed; 1 ignored; ...` line; other lines are
     /// left alone.
     pub fn add_line(&mut self, line: &str) {

@@ -3,17 +3,40 @@
 //! Rust BPF code gets no CO-RE relocations, so the programs read kernel structs at offsets
 //! userspace looks up here and patches into their `OFFSETS` global before load.
 
+use std::sync::OnceLock;
+
 use anyhow::{Context, Result, anyhow, bail};
 use btf_rs::{Btf, Type};
 use guard_common::maps::KernelOffsets;
 
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
-/// Every offset the programs use, for this kernel.
+/// Every offset the programs use, for this kernel. Read once per process: parsing the kernel's
+/// BTF takes a noticeable fraction of a second (and far longer under emulation).
 pub fn kernel_offsets() -> Result<KernelOffsets> {
-    let btf = Btf::from_file(VMLINUX_BTF)
-        .with_context(|| format!("reading the kernel's BTF from {VMLINUX_BTF}"))?;
-    offsets_from(&btf)
+    static OFFSETS: OnceLock<Result<KernelOffsets, String>> = OnceLock::new();
+    OFFSETS
+        .get_or_init(|| {
+            let read = || -> Result<KernelOffsets> {
+                let bytes = std::fs::read(VMLINUX_BTF)
+                    .with_context(|| format!("reading the kernel's BTF from {VMLINUX_BTF}"))?;
+                let btf = Btf::from_bytes(&bytes)
+                    .with_context(|| format!("parsing the kernel's BTF from {VMLINUX_BTF}"))?;
+                offsets_from(&btf)
+            };
+            read().map_err(|err| format!("{err:#}"))
+        })
+        .clone()
+        .map_err(|err| anyhow!(err))
+}
+
+/// The kernel's BTF as aya reads it (for loading `tp_btf` and `lsm` programs), parsed once per
+/// process.
+pub fn aya_kernel_btf() -> Result<&'static aya::Btf> {
+    static BTF: OnceLock<Result<aya::Btf, String>> = OnceLock::new();
+    BTF.get_or_init(|| aya::Btf::from_sys_fs().map_err(|err| format!("reading the kernel's BTF: {err}")))
+        .as_ref()
+        .map_err(|err| anyhow!("{err}"))
 }
 
 fn offsets_from(btf: &Btf) -> Result<KernelOffsets> {

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use aya::programs::{BtfTracePoint, CgroupAttachMode, CgroupSockAddr, Lsm};
 use aya::{Btf, Ebpf, EbpfLoader};
 
-use super::btf::kernel_offsets;
+use super::btf::{aya_kernel_btf, kernel_offsets};
 use super::maps::MapSync;
 
 /// The BPF object built by `build.rs` from `guard-ebpf`.
@@ -48,11 +48,11 @@ impl Backend {
 /// and attaches programs that never run).
 pub fn try_load_lsm() -> Result<()> {
     let active = std::fs::read_to_string("/sys/kernel/security/lsm").unwrap_or_default();
-    let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
-    let mut ebpf = load_object(&btf)?;
+    let btf = aya_kernel_btf()?;
+    let mut ebpf = load_object(btf)?;
     let program: &mut Lsm = program(&mut ebpf, "bprm_check_security")?;
     program
-        .load("bprm_check_security", &btf)
+        .load("bprm_check_security", btf)
         .context("the kernel refused to load lsm/bprm_check_security")?;
     if !active.split(',').any(|lsm| lsm.trim() == "bpf") {
         bail!(
@@ -97,11 +97,11 @@ impl Enforcer {
     /// tracepoint, and on the `lsm` backend the LSM hooks. Nothing is enforced until
     /// [`MapSync::apply`] marks the maps ready and a scope is added.
     pub fn load(backend: Backend) -> Result<Self> {
-        let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
-        let mut ebpf = load_object(&btf)?;
+        let btf = aya_kernel_btf()?;
+        let mut ebpf = load_object(btf)?;
         {
             let exec: &mut BtfTracePoint = program(&mut ebpf, "sched_process_exec")?;
-            exec.load("sched_process_exec", &btf)
+            exec.load("sched_process_exec", btf)
                 .context("loading tp_btf/sched_process_exec")?;
             exec.attach().context("attaching tp_btf/sched_process_exec")?;
         }
@@ -112,7 +112,7 @@ impl Enforcer {
                 ("socket_sendmsg", "socket_sendmsg"),
             ] {
                 let lsm: &mut Lsm = program(&mut ebpf, name)?;
-                lsm.load(hook, &btf).with_context(|| format!("loading lsm/{hook}"))?;
+                lsm.load(hook, btf).with_context(|| format!("loading lsm/{hook}"))?;
                 lsm.attach().with_context(|| format!("attaching lsm/{hook}"))?;
             }
         }

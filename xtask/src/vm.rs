@@ -1,0 +1,223 @@
+//! `cargo xtask vm-test`: guard's kernel integration tests on a kernel that allows BPF LSM, booted
+//! under qemu, so the same tests that exercise the `cgroup` backend on the project's machines
+//! exercise the `lsm` backend too (DESIGN.md, "Enforcement backends"; `notes/vm-probe.md` records
+//! how this was found to work, and what did not).
+//!
+//! The steps, each cached where it can be:
+//!
+//! 1. set-up: `qemu-system-x86` and `cpio` (setup items of [`Need::VmTest`]);
+//! 2. kernel: the Debian package that [`kernel::KERNEL_META_PACKAGE`] depends on, downloaded with
+//!    `apt-get download` into `target/vm/` (never installed) and its `vmlinuz` extracted;
+//! 3. binaries: the integration tests named in [`VM_TESTS`] and the bins of `guard-tests`
+//!    (`vm-init` and the helpers the tests spawn), debug profile, host target;
+//! 4. initramfs: `/init` = vm-init, `/tests/<name>` = each test binary, `/helpers/<bin>` = each
+//!    other bin, the shared libraries they and a few programs the tests exec
+//!    ([`initramfs::GUEST_PROGRAMS`]) need, `/etc/passwd` and `/etc/group`;
+//! 5. qemu (software emulation: KVM does not work on the project's machines), console captured
+//!    to `target/vm/console.txt`; vm-init prints one `VM-RESULT:` line per test binary and a
+//!    `VM-RESULT-TOTAL:` line, then leaves through `isa-debug-exit` (qemu exits 1 = all passed).
+//!
+//! The verdict needs both the lines and the exit status: either alone has been seen to lie (qemu
+//! exits 0 on a kernel panic; a missing line can mean the VM never got that far).
+
+mod build;
+mod initramfs;
+mod kernel;
+mod qemu;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use crate::cmd;
+use crate::setup::{self, Need, Report};
+use crate::test_counts::TestCounts;
+
+/// The integration tests (`tests/tests/<name>.rs` of `guard-tests`) that run in the VM. A name
+/// with no such test yet is skipped with a note, so a test can be listed before it is written.
+pub const VM_TESTS: &[&str] = &["loading", "kernel_exec", "kernel_net"];
+
+/// What `vm::run` is asked to do.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Only these integration tests (names from [`VM_TESTS`] or any other of `guard-tests`);
+    /// empty: all of [`VM_TESTS`] that exist.
+    pub tests: Vec<String>,
+    /// Wall-clock seconds qemu may run before it is killed.
+    pub timeout_secs: u64,
+    /// Echo the whole console, not only vm-init's `VM-` lines.
+    pub verbose: bool,
+    /// Words added to the end of [`qemu::KERNEL_CMDLINE`] (`guard.test_timeout=SECS` for
+    /// vm-init's per-binary limit; a later `lsm=` replaces the earlier one).
+    pub kernel_args: Vec<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            tests: Vec::new(),
+            timeout_secs: 600,
+            verbose: false,
+            kernel_args: Vec::new(),
+        }
+    }
+}
+
+/// How a run ended: its test counts (for `cargo xtask test`'s total) and the verdict.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Outcome {
+    pub counts: TestCounts,
+    pub passed: bool,
+}
+
+/// Runs all the steps and prints a `vm-test: PASS|FAIL ...` summary line. An error means the VM
+/// could not be prepared or started (a missing tool, no kernel package...), not a test failure.
+pub fn run(options: &Options) -> Result<Outcome> {
+    let start = Instant::now();
+    let mut times = Vec::new();
+    let mut step = |name: &'static str, since: Instant| times.push((name, since.elapsed()));
+
+    let t = Instant::now();
+    setup::setup(&[Need::VmTest], Report::Stderr)?;
+    step("setup", t);
+
+    let dirs = Dirs::new()?;
+    let t = Instant::now();
+    let kernel = kernel::kernel(&dirs).context("getting the VM's kernel")?;
+    step("kernel", t);
+
+    let t = Instant::now();
+    let binaries = build::build(options).context("building the VM's binaries")?;
+    step("build", t);
+
+    let t = Instant::now();
+    let initramfs = initramfs::initramfs(&dirs, &binaries).context("making the initramfs")?;
+    step("initramfs", t);
+
+    let t = Instant::now();
+    let boot = qemu::boot(&dirs, &kernel, &initramfs, options).context("running qemu")?;
+    step("qemu", t);
+
+    let verdict = qemu::Verdict::new(&boot, &binaries.tests);
+    let times = times
+        .iter()
+        .map(|(name, took)| format!("{name} {:.1} s", took.as_secs_f64()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    eprintln!(
+        "vm-test: times: {times}; total {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    if !verdict.passed {
+        if !options.verbose {
+            echo_console(&boot.console, &dirs.console());
+        }
+        if !boot.qemu_stderr.trim().is_empty() {
+            eprintln!("vm-test: qemu's stderr:\n{}", boot.qemu_stderr.trim_end());
+        }
+        for problem in &verdict.problems {
+            eprintln!("vm-test: {problem}");
+        }
+    }
+    println!(
+        "vm-test: {} ({} passed, {} failed, {} ignored in {} test binaries; qemu {})",
+        if verdict.passed { "PASS" } else { "FAIL" },
+        verdict.counts.passed,
+        verdict.counts.failed,
+        verdict.counts.ignored,
+        binaries.tests.len(),
+        boot.exit,
+    );
+    Ok(Outcome {
+        counts: verdict.counts,
+        passed: verdict.passed,
+    })
+}
+
+/// At most this many console lines are echoed on failure (a verifier log runs to thousands of
+/// lines per test, and each failing test prints its own); the file always has them all.
+const CONSOLE_ECHO_LINES: usize = 4000;
+
+/// The console on failure: whole, or its start (the boot) and its end (libtest's summaries).
+fn echo_console(console: &str, path: &Path) {
+    let lines: Vec<&str> = console.lines().collect();
+    if lines.len() <= CONSOLE_ECHO_LINES {
+        eprintln!("vm-test: the whole console ({}):", path.display());
+        eprintln!("{console}");
+        return;
+    }
+    let (head, tail) = (CONSOLE_ECHO_LINES / 4, CONSOLE_ECHO_LINES * 3 / 4);
+    eprintln!(
+        "vm-test: the console's first {head} and last {tail} of {} lines (all in {}):",
+        lines.len(),
+        path.display()
+    );
+    eprintln!("{}", lines[..head].join("\n"));
+    eprintln!(
+        "[... {} lines left out: see {} ...]",
+        lines.len() - head - tail,
+        path.display()
+    );
+    eprintln!("{}", lines[lines.len() - tail..].join("\n"));
+}
+
+/// Where everything goes: `target/vm/` of the workspace's target directory.
+struct Dirs {
+    vm: PathBuf,
+}
+
+impl Dirs {
+    fn new() -> Result<Dirs> {
+        let vm = target_directory()?.join("vm");
+        std::fs::create_dir_all(&vm).with_context(|| format!("creating {}", vm.display()))?;
+        Ok(Dirs { vm })
+    }
+
+    fn console(&self) -> PathBuf {
+        self.vm.join("console.txt")
+    }
+}
+
+/// cargo's target directory (honours `CARGO_TARGET_DIR` and `build.target-dir`).
+fn target_directory() -> Result<PathBuf> {
+    let metadata = cargo_metadata()?;
+    let dir = metadata["target_directory"]
+        .as_str()
+        .context("`cargo metadata` gave no target_directory")?;
+    Ok(PathBuf::from(dir))
+}
+
+fn cargo_metadata() -> Result<serde_json::Value> {
+    let output = cmd::cargo(["metadata", "--no-deps", "--format-version", "1"])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("could not run `cargo metadata`")?;
+    anyhow::ensure!(output.status.success(), "`cargo metadata` failed");
+    serde_json::from_slice(&output.stdout).context("parsing `cargo metadata`")
+}
+
+/// Runs `command`, returning its stdout; its stderr goes to ours.
+fn output(command: &mut Command) -> Result<String> {
+    let line = cmd::display(command);
+    let output = command
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("could not start `{line}`"))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "`{line}` failed ({})",
+        output.status
+    );
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+fn remove_dir_if_present(dir: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+            Err(err).with_context(|| format!("removing {}", dir.display()))
+        }
+        _ => Ok(()),
+    }
+}

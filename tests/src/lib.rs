@@ -1,1 +1,3 @@
-//! Integration tests live in `tests/`.
+//! Shared helpers for guard's integration tests (the tests themselves live in `tests/`).
+pub mod dns;
+pub mod kernel;

@@ -1,0 +1,75 @@
+//! `net-probe tcp|udp-connect|udp-sendto ADDR PORT`: makes one socket call and says how it went,
+//! `ok` (exit 0) or `errno N` (exit 1). The kernel network tests spawn it inside a session's
+//! scope, so the call is one guard decides (the test's own threads are outside the scope).
+//!
+//! - `tcp`: a TCP connect (5 s at most);
+//! - `udp-connect`: `connect` on a UDP socket;
+//! - `udp-sendto`: one datagram with `sendto` on an unconnected UDP socket.
+//!
+//! Anything else it cannot do (bad arguments, a socket it cannot make) exits 2 with a message.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
+use std::process::ExitCode;
+use std::time::Duration;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [call, addr, port] = args.as_slice() else {
+        eprintln!("usage: net-probe tcp|udp-connect|udp-sendto ADDR PORT");
+        return ExitCode::from(2);
+    };
+    let (Ok(ip), Ok(port)) = (addr.parse::<IpAddr>(), port.parse::<u16>()) else {
+        eprintln!("net-probe: {addr:?} is not an IP address or {port:?} not a port");
+        return ExitCode::from(2);
+    };
+    let target = SocketAddr::new(ip, port);
+    let result = match call.as_str() {
+        "tcp" => TcpStream::connect_timeout(&target, Duration::from_secs(5)).map(drop),
+        "udp-connect" | "udp-sendto" => {
+            // A failure here is not the call under test: say so instead of printing an errno.
+            let socket = match udp_socket(ip) {
+                Ok(socket) => socket,
+                Err(err) => {
+                    eprintln!("net-probe: cannot make a UDP socket: {err}");
+                    return ExitCode::from(2);
+                }
+            };
+            if call == "udp-connect" {
+                socket.connect(target)
+            } else {
+                socket.send_to(b"guard", target).map(drop)
+            }
+        }
+        other => {
+            eprintln!("net-probe: unknown call {other:?} (tcp, udp-connect, udp-sendto)");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => {
+            println!("ok");
+            ExitCode::SUCCESS
+        }
+        Err(err) => match err.raw_os_error() {
+            Some(errno) => {
+                println!("errno {errno}");
+                ExitCode::from(1)
+            }
+            None => {
+                eprintln!("net-probe: {err}");
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+/// An unconnected UDP socket of `ip`'s family, bound to an ephemeral port (an IPv6 one also
+/// reaches IPv4-mapped addresses).
+fn udp_socket(ip: IpAddr) -> io::Result<UdpSocket> {
+    let any = match ip {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    };
+    UdpSocket::bind(SocketAddr::new(any, 0))
+}

@@ -1,0 +1,315 @@
+//! Helpers for the tests that load guard's programs into the running kernel (`kernel_exec`,
+//! `kernel_net`): a [`Session`] per test over rules written to a file of its own, the backend to
+//! use, skipping (or failing, in CI) where the kernel cannot run them, and bounded waits.
+//!
+//! Every test makes its own session: its own programs, maps and a fresh cgroup, and only what it
+//! spawns through [`Session::spawn`] is in that scope. Nothing here changes the process
+//! environment, so tests may run in parallel threads.
+
+use std::io;
+use std::ops::{Deref, DerefMut};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use guard::kernel::Backend;
+use guard::kernel::events::KernelEvent;
+use guard::policy::load::load_policy;
+use guard::session::{Session, SessionOptions};
+
+/// What `GUARD_TEST_BACKEND` may say: `lsm` or `cgroup`.
+pub const BACKEND_ENV: &str = "GUARD_TEST_BACKEND";
+/// A folder holding the helper programs (`argv-racer`, `net-probe`) when they are not where
+/// cargo built them (e.g. in the VM of `cargo xtask vm-test`).
+pub const HELPERS_ENV: &str = "GUARD_TEST_HELPERS";
+
+/// Whether this run must not skip (`CI=true`): a test that cannot reach the kernel fails there.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Prints one `skipped: <why>` line, or panics with it when [`in_ci`].
+pub fn skip(why: &str) {
+    if in_ci() {
+        panic!("CI=true, so this test may not skip: {why}");
+    }
+    println!("skipped: {why}");
+}
+
+/// The backend the tests use: `GUARD_TEST_BACKEND` (`lsm` or `cgroup`), else the preferred one
+/// this kernel allows.
+pub fn backend() -> Backend {
+    match std::env::var(BACKEND_ENV).as_deref() {
+        Ok("lsm") => Backend::Lsm,
+        Ok("cgroup") => Backend::Cgroup,
+        Ok(other) => panic!("{BACKEND_ENV}={other:?}: use lsm or cgroup"),
+        Err(_) => match Backend::detect() {
+            Ok((backend, _)) => backend,
+            Err(err) => panic!("detecting the backend: {err:#}"),
+        },
+    }
+}
+
+/// A running session with the rules file it came from and a temporary folder the test can use
+/// (removed on drop, after the session).
+pub struct TestSession {
+    pub session: Session,
+    /// The rules file, as rule origins name it.
+    pub rules_file: PathBuf,
+    /// The rules text, for [`TestSession::line_of`].
+    pub rules: String,
+    pub dir: tempfile::TempDir,
+}
+
+impl Deref for TestSession {
+    type Target = Session;
+    fn deref(&self) -> &Session {
+        &self.session
+    }
+}
+
+impl DerefMut for TestSession {
+    fn deref_mut(&mut self) -> &mut Session {
+        &mut self.session
+    }
+}
+
+impl TestSession {
+    /// The temporary folder.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The 1-based line of the rules text that contains `needle` (the first one); panics when
+    /// none does.
+    pub fn line_of(&self, needle: &str) -> usize {
+        self.rules
+            .lines()
+            .position(|line| line.contains(needle))
+            .map(|i| i + 1)
+            .unwrap_or_else(|| panic!("no line of the rules contains {needle:?}"))
+    }
+
+    /// Runs `command` inside the scope, waiting at most `timeout`; the spawn error when the exec
+    /// failed (e.g. `PermissionDenied`: refused on the `lsm` backend).
+    pub fn run(&self, command: &mut Command, timeout: Duration) -> io::Result<Output> {
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let child = match self.session.spawn(command) {
+            Ok(child) => child,
+            Err(err) => {
+                return Err(match err.downcast::<io::Error>() {
+                    Ok(io) => io,
+                    Err(other) => io::Error::other(format!("{other:#}")),
+                });
+            }
+        };
+        Ok(wait_output(child, timeout))
+    }
+
+    /// Polls events until one satisfies `wanted` or `timeout` passes; every event seen, in
+    /// order (the matching one last, if any).
+    pub fn events_until(
+        &mut self,
+        timeout: Duration,
+        wanted: impl Fn(&KernelEvent) -> bool,
+    ) -> Vec<KernelEvent> {
+        let deadline = Instant::now() + timeout;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let batch = self
+                .session
+                .poll_events(left.min(Duration::from_millis(100)));
+            for event in batch {
+                let found = wanted(&event);
+                seen.push(event);
+                if found {
+                    return seen;
+                }
+            }
+            if Instant::now() >= deadline {
+                return seen;
+            }
+        }
+    }
+
+    /// The first event satisfying `wanted` within `timeout`; panics naming what did arrive.
+    pub fn expect_event(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        wanted: impl Fn(&KernelEvent) -> bool,
+    ) -> KernelEvent {
+        let seen = self.events_until(timeout, &wanted);
+        match seen.last() {
+            Some(event) if wanted(event) => event.clone(),
+            _ => panic!("no event for {what} within {timeout:?}; got {seen:#?}"),
+        }
+    }
+
+    /// Every event that arrives within `quiet` of the last one (at most `limit` in all).
+    pub fn drain_events(&mut self, quiet: Duration, limit: Duration) -> Vec<KernelEvent> {
+        let deadline = Instant::now() + limit;
+        let mut seen = Vec::new();
+        while Instant::now() < deadline {
+            let batch = self.session.poll_events(quiet);
+            if batch.is_empty() {
+                break;
+            }
+            seen.extend(batch);
+        }
+        seen
+    }
+}
+
+/// Starts a session over `rules` (written to `<tempdir>/test.rules` and loaded the way `guard`
+/// loads files, so rule origins have file and line), on [`backend`] unless `options` names one.
+/// `None` after printing `skipped: ...` when not root or when the kernel cannot run guard's
+/// programs (a panic instead when [`in_ci`]). A rules file that does not parse panics.
+pub fn session_or_skip(rules: &str, options: SessionOptions) -> Option<TestSession> {
+    session_in_or_skip(
+        tempfile::tempdir().expect("making a temporary folder"),
+        rules,
+        options,
+    )
+}
+
+/// [`session_or_skip`] with a temporary folder the test has already filled (for example with
+/// programs that the rules name and `options.extra_path_dirs` points at).
+pub fn session_in_or_skip(
+    dir: tempfile::TempDir,
+    rules: &str,
+    mut options: SessionOptions,
+) -> Option<TestSession> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skip("guard's kernel tests need root (they load BPF programs and make cgroups)");
+        return None;
+    }
+    let rules_file = dir.path().join("test.rules");
+    std::fs::write(&rules_file, rules).expect("writing the rules file");
+    let loaded = load_policy(std::slice::from_ref(&rules_file), &[])
+        .unwrap_or_else(|err| panic!("the test's rules do not load: {err}\n{rules}"));
+    let backend = options.backend.unwrap_or_else(backend);
+    options.backend = Some(backend);
+    match Session::start(loaded.policy, &options) {
+        Ok(session) => Some(TestSession {
+            session,
+            rules_file,
+            rules: rules.to_string(),
+            dir,
+        }),
+        Err(err) => {
+            skip(&format!(
+                "the kernel cannot run guard's programs on the {} backend: {err:#}",
+                backend.as_str()
+            ));
+            None
+        }
+    }
+}
+
+/// Waits for `child` at most `timeout` (killing it then, and panicking), collecting its output.
+pub fn wait_output(mut child: Child, timeout: Duration) -> Output {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => {
+                return child
+                    .wait_with_output()
+                    .expect("reading the child's output");
+            }
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "pid {} did not finish within {timeout:?}; killed",
+                    child.id()
+                );
+            }
+            Err(err) => panic!("waiting for pid {}: {err}", child.id()),
+        }
+    }
+}
+
+/// Waits for `child` at most `timeout` (killing it then, and panicking).
+pub fn wait_status(child: &mut Child, timeout: Duration) -> ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "pid {} did not finish within {timeout:?}; killed",
+                    child.id()
+                );
+            }
+            Err(err) => panic!("waiting for pid {}: {err}", child.id()),
+        }
+    }
+}
+
+/// Whether a status is death by SIGKILL (how the `cgroup` backend refuses an exec, and how
+/// either backend refuses by argv).
+pub fn killed(status: &ExitStatus) -> bool {
+    status.signal() == Some(libc::SIGKILL)
+}
+
+/// A helper program of this package (`argv-racer`, `net-probe`): in `$GUARD_TEST_HELPERS`, else
+/// where cargo built it (`built`, the test's `env!("CARGO_BIN_EXE_<name>")`), else in a
+/// `helpers` folder beside the folder of the running test binary.
+pub fn helper(name: &str, built: &str) -> PathBuf {
+    let mut candidates = Vec::new();
+    if let Some(dir) = std::env::var_os(HELPERS_ENV) {
+        candidates.push(PathBuf::from(dir).join(name));
+    }
+    candidates.push(PathBuf::from(built));
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent()?.parent().map(Path::to_path_buf))
+    {
+        candidates.push(dir.join("helpers").join(name));
+    }
+    candidates
+        .iter()
+        .find(|path| path.is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!("the helper program {name} is in none of {candidates:?} (set {HELPERS_ENV})")
+        })
+}
+
+/// The first of `paths` that is a file; panics when none is.
+pub fn system_program(paths: &[&str]) -> PathBuf {
+    paths
+        .iter()
+        .map(PathBuf::from)
+        .find(|path| path.is_file())
+        .unwrap_or_else(|| panic!("none of {paths:?} exists"))
+}
+
+/// `touch` (the side effect every exec test looks for: a file that appears or does not).
+pub fn touch_program() -> PathBuf {
+    system_program(&["/usr/bin/touch", "/bin/touch"])
+}
+
+/// `sh`.
+pub fn shell_program() -> PathBuf {
+    system_program(&["/bin/sh", "/usr/bin/sh"])
+}
+
+/// Copies `program` to `dir/name` (a new file: its own inode), keeping its permissions.
+pub fn copy_program(program: &Path, dir: &Path, name: &str) -> PathBuf {
+    let to = dir.join(name);
+    std::fs::copy(program, &to)
+        .unwrap_or_else(|err| panic!("copying {} to {}: {err}", program.display(), to.display()));
+    to
+}

@@ -6,7 +6,8 @@
 //! binary then carries an empty object and says so when asked to enforce.
 fn main() -> anyhow::Result<()> {
     let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
-    let skip = std::env::var("AYA_BUILD_SKIP").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+    let skip =
+        std::env::var("AYA_BUILD_SKIP").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
     if skip {
         std::fs::write(out_dir.join("guard"), b"")?;
         println!("cargo:rerun-if-env-changed=AYA_BUILD_SKIP");

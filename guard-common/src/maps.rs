@@ -244,7 +244,10 @@ mod tests {
         assert_eq!(forbid.strongest(prompt), forbid);
         assert_eq!(forbid_audit.strongest(forbid), forbid);
         assert_eq!(forbid.strongest(forbid_audit), forbid);
-        assert_eq!(prompt.strongest(Verdict::new(Decision::Prompt, 9, false)), prompt);
+        assert_eq!(
+            prompt.strongest(Verdict::new(Decision::Prompt, 9, false)),
+            prompt
+        );
     }
 
     #[test]

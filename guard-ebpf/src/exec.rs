@@ -41,7 +41,9 @@ pub fn sched_process_exec(ctx: BtfTracePointContext) -> i32 {
 unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> {
     // Not configured yet, or not ours: let it run (fails open; nothing is enforced before the
     // maps are filled, and processes outside the scope are none of guard's business).
-    let Some(settings) = settings() else { return Ok(()) };
+    let Some(settings) = settings() else {
+        return Ok(());
+    };
     if !current_in_scope() {
         return Ok(());
     }
@@ -60,7 +62,12 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
     let arg_end: u64 = unsafe { read_at(mm, off.mm_arg_end)? };
     fill_task_info(task, bprm, arg_start, arg_end, scratch);
 
-    verdict = verdict.strongest(walk_argv(&scratch.name, arg_start, arg_end, &mut scratch.scan));
+    verdict = verdict.strongest(walk_argv(
+        &scratch.name,
+        arg_start,
+        arg_end,
+        &mut scratch.scan,
+    ));
 
     let mut flags = 0;
     if verdict.is_none() {
@@ -77,11 +84,18 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
     if scratch.task.argv_len as u64 != arg_end.saturating_sub(arg_start) {
         flags |= flag::ARGV_TRUNCATED;
     }
-    decide(&settings, verdict, flags, &identity, Some(&scratch.task), || {
-        // SAFETY: signals the current task, the one exec'ing; it dies before the new image runs.
-        unsafe { bpf_send_signal(SIGKILL) };
-        action::SIGKILL
-    });
+    decide(
+        &settings,
+        verdict,
+        flags,
+        &identity,
+        Some(&scratch.task),
+        || {
+            // SAFETY: signals the current task, the one exec'ing; it dies before the new image runs.
+            unsafe { bpf_send_signal(SIGKILL) };
+            action::SIGKILL
+        },
+    );
     Ok(())
 }
 
@@ -98,7 +112,9 @@ pub fn bprm_check_security(ctx: LsmContext) -> i32 {
 }
 
 unsafe fn try_bprm_check_security(ctx: &LsmContext) -> Result<i32, i32> {
-    let Some(settings) = settings() else { return Ok(0) };
+    let Some(settings) = settings() else {
+        return Ok(0);
+    };
     if !current_in_scope() {
         return Ok(0);
     }
@@ -125,7 +141,14 @@ unsafe fn try_bprm_check_security(ctx: &LsmContext) -> Result<i32, i32> {
         refused = true;
         action::EPERM
     };
-    decide(&settings, verdict, flag::LSM, &identity, Some(&scratch.task), refuse);
+    decide(
+        &settings,
+        verdict,
+        flag::LSM,
+        &identity,
+        Some(&scratch.task),
+        refuse,
+    );
     Ok(if refused { -EPERM } else { 0 })
 }
 
@@ -153,7 +176,9 @@ fn decide(
     task: Option<&TaskInfo>,
     enforce: impl FnOnce() -> u8,
 ) {
-    let Some(act) = enforcement(settings, verdict, &mut flags, enforce) else { return };
+    let Some(act) = enforcement(settings, verdict, &mut flags, enforce) else {
+        return;
+    };
     emit(&Subject {
         kind: kind::EXEC,
         verdict,
@@ -199,7 +224,12 @@ fn enforcement(
 /// ends there. Where the walk cannot go on (argv unreadable, a token too long to step over, or
 /// more tokens than the bound) the strongest rule below the last node is taken: the safe answer.
 #[inline(always)]
-fn walk_argv(name: &ExecName, arg_start: u64, arg_end: u64, scan: &mut [u8; TOKEN_SCAN_LEN]) -> Verdict {
+fn walk_argv(
+    name: &ExecName,
+    arg_start: u64,
+    arg_end: u64,
+    scan: &mut [u8; TOKEN_SCAN_LEN],
+) -> Verdict {
     let mut edge = ArgvEdge {
         parent: 0,
         len: 0,
@@ -281,10 +311,18 @@ fn str_len(bytes: &[u8; NAME_LEN]) -> usize {
 fn set_token(edge: &mut ArgvEdge, bytes: &[u8], len: usize) {
     let mut i = 0;
     while i < TOKEN_LEN {
-        edge.token[i] = if i < len && i < bytes.len() { bytes[i] } else { 0 };
+        edge.token[i] = if i < len && i < bytes.len() {
+            bytes[i]
+        } else {
+            0
+        };
         i += 1;
     }
-    edge.len = if len > TOKEN_LEN { TOKEN_LEN as u8 + 1 } else { len as u8 };
+    edge.len = if len > TOKEN_LEN {
+        TOKEN_LEN as u8 + 1
+    } else {
+        len as u8
+    };
 }
 
 /// Fills the per-CPU TaskInfo: parent, the path given to exec, and argv (bounded).
@@ -300,11 +338,16 @@ fn fill_task_info(
     info.ppid = parent_tgid(task);
     info.exe_len = exec_path(bprm, &mut info.exe);
     let total = arg_end.saturating_sub(arg_start);
-    let len = if total > ARGV_LEN as u64 { ARGV_LEN } else { total as usize };
+    let len = if total > ARGV_LEN as u64 {
+        ARGV_LEN
+    } else {
+        total as usize
+    };
     info.argv_len = 0;
     if len > 0 && len <= ARGV_LEN {
         // SAFETY: user memory of the new image into the scratch buffer.
-        if unsafe { bpf_probe_read_user_buf(arg_start as *const u8, &mut info.argv[..len]) }.is_ok() {
+        if unsafe { bpf_probe_read_user_buf(arg_start as *const u8, &mut info.argv[..len]) }.is_ok()
+        {
             info.argv_len = len as u16;
         }
     }

@@ -86,7 +86,11 @@ fn from_sock_addr(ctx: &SockAddrContext, v6: bool, call: u8) -> i32 {
             transport,
         }
     };
-    if refuse(destination, call, action::EPERM, 0) { 0 } else { 1 }
+    if refuse(destination, call, action::EPERM, 0) {
+        0
+    } else {
+        1
+    }
 }
 
 /// Decides and records; `true` when the call must fail. Not configured or not in scope lets the
@@ -94,7 +98,9 @@ fn from_sock_addr(ctx: &SockAddrContext, v6: bool, call: u8) -> i32 {
 /// outside the scope are not guard's).
 #[inline(always)]
 fn refuse(mut destination: Destination, call: u8, act: u8, extra_flags: u8) -> bool {
-    let Some(settings) = settings() else { return false };
+    let Some(settings) = settings() else {
+        return false;
+    };
     if !current_in_scope() {
         return false;
     }
@@ -164,7 +170,10 @@ fn is_v4_mapped(addr: &[u8; 16]) -> bool {
 fn lookup_v4(d: &Destination) -> Verdict {
     let mut verdict = Verdict::NONE;
     for (transport, port) in classes(d) {
-        let key = Key::new(DEST_HEAD_BITS + 32, dest_key::<7>(transport, port, &d.addr[..4]));
+        let key = Key::new(
+            DEST_HEAD_BITS + 32,
+            dest_key::<7>(transport, port, &d.addr[..4]),
+        );
         let key: Key<DestV4> = key;
         if let Some(v) = DEST_V4.get(&key) {
             verdict = verdict.strongest(*v);
@@ -177,7 +186,10 @@ fn lookup_v4(d: &Destination) -> Verdict {
 fn lookup_v6(d: &Destination) -> Verdict {
     let mut verdict = Verdict::NONE;
     for (transport, port) in classes(d) {
-        let key: Key<DestV6> = Key::new(DEST_HEAD_BITS + 128, dest_key::<19>(transport, port, &d.addr));
+        let key: Key<DestV6> = Key::new(
+            DEST_HEAD_BITS + 128,
+            dest_key::<19>(transport, port, &d.addr),
+        );
         if let Some(v) = DEST_V6.get(&key) {
             verdict = verdict.strongest(*v);
         }
@@ -213,9 +225,19 @@ pub fn socket_connect(ctx: LsmContext) -> i32 {
 unsafe fn try_socket_connect(ctx: &LsmContext) -> Result<i32, i32> {
     let sock: *const u8 = ctx.arg(0);
     let address: *const u8 = ctx.arg(1);
-    let Some(transport) = (unsafe { socket_transport(sock)? }) else { return Ok(0) };
-    let Some(destination) = (unsafe { read_sockaddr(address, transport)? }) else { return Ok(0) };
-    Ok(if refuse(destination, kind::CONNECT, action::EPERM, flag::LSM) { -EPERM } else { 0 })
+    let Some(transport) = (unsafe { socket_transport(sock)? }) else {
+        return Ok(0);
+    };
+    let Some(destination) = (unsafe { read_sockaddr(address, transport)? }) else {
+        return Ok(0);
+    };
+    Ok(
+        if refuse(destination, kind::CONNECT, action::EPERM, flag::LSM) {
+            -EPERM
+        } else {
+            0
+        },
+    )
 }
 
 #[lsm(hook = "socket_sendmsg")]
@@ -232,7 +254,9 @@ unsafe fn try_socket_sendmsg(ctx: &LsmContext) -> Result<i32, i32> {
     let sock: *const u8 = ctx.arg(0);
     let msg: *const u8 = ctx.arg(1);
     // Only UDP sends carry a destination of their own; TCP was decided at connect.
-    let Some(transport) = (unsafe { socket_transport(sock)? }) else { return Ok(0) };
+    let Some(transport) = (unsafe { socket_transport(sock)? }) else {
+        return Ok(0);
+    };
     if transport != TRANSPORT_UDP {
         return Ok(0);
     }
@@ -241,8 +265,16 @@ unsafe fn try_socket_sendmsg(ctx: &LsmContext) -> Result<i32, i32> {
         // A connected socket: its destination was decided at connect.
         return Ok(0);
     }
-    let Some(destination) = (unsafe { read_sockaddr(name, transport)? }) else { return Ok(0) };
-    Ok(if refuse(destination, kind::SENDMSG, action::EPERM, flag::LSM) { -EPERM } else { 0 })
+    let Some(destination) = (unsafe { read_sockaddr(name, transport)? }) else {
+        return Ok(0);
+    };
+    Ok(
+        if refuse(destination, kind::SENDMSG, action::EPERM, flag::LSM) {
+            -EPERM
+        } else {
+            0
+        },
+    )
 }
 
 /// TCP for stream sockets, UDP for datagram sockets, `None` (not ruled on) for the rest.

@@ -53,7 +53,8 @@ impl Session {
             None => Backend::detect()?.0,
         };
         let mut env = CompileEnv::from_process();
-        env.path_dirs.splice(0..0, options.extra_path_dirs.iter().cloned());
+        env.path_dirs
+            .splice(0..0, options.extra_path_dirs.iter().cloned());
         let names = compile(&policy, &NoResolver, &env).unresolved_hosts;
         let dns = if names.is_empty() {
             None
@@ -137,7 +138,9 @@ impl Session {
 
     /// When the next DNS refresh is due.
     pub fn next_dns_refresh(&self) -> Option<Instant> {
-        self.dns.as_ref().and_then(|(_, resolver, cache)| resolver.next_refresh(cache))
+        self.dns
+            .as_ref()
+            .and_then(|(_, resolver, cache)| resolver.next_refresh(cache))
     }
 
     /// Re-resolves names whose TTL ran out; when an answer changed, recompiles and updates the
@@ -169,12 +172,21 @@ impl Session {
 pub fn describe_event(image: &EnforcementImage, event: &KernelEvent) -> String {
     let what = match (&event.kind, &event.destination) {
         (EventKind::Exec, _) => {
-            let argv = if event.argv.is_empty() { vec![event.exe.clone()] } else { event.argv.clone() };
-            let shown = shlex::try_join(argv.iter().map(String::as_str)).unwrap_or_else(|_| argv.join(" "));
+            let argv = if event.argv.is_empty() {
+                vec![event.exe.clone()]
+            } else {
+                event.argv.clone()
+            };
+            let shown =
+                shlex::try_join(argv.iter().map(String::as_str)).unwrap_or_else(|_| argv.join(" "));
             format!("exec of `{shown}`")
         }
         (kind, Some(d)) => {
-            let verb = if *kind == EventKind::Connect { "connect to" } else { "send to" };
+            let verb = if *kind == EventKind::Connect {
+                "connect to"
+            } else {
+                "send to"
+            };
             let addr = match d.address {
                 std::net::IpAddr::V6(a) => format!("[{a}]"),
                 a => a.to_string(),
@@ -208,7 +220,11 @@ pub fn describe_event(image: &EnforcementImage, event: &KernelEvent) -> String {
         }
         None => format!(
             "no rule matches, and this policy's default for unmatched {} is `{}`",
-            if event.kind == EventKind::Exec { "execs" } else { "destinations" },
+            if event.kind == EventKind::Exec {
+                "execs"
+            } else {
+                "destinations"
+            },
             event.decision.as_str()
         ),
     };

@@ -9,9 +9,11 @@ use super::output;
 use crate::kernel::doctor;
 
 #[derive(Args, Debug)]
-#[command(after_help = "Each check loads real programs (root needed): a kernel can list `bpf` among
+#[command(
+    after_help = "Each check loads real programs (root needed): a kernel can list `bpf` among
 its LSMs and still refuse LSM programs, so configuration is never trusted.
-Exit status: 0 when some backend works, 1 when none does.")]
+Exit status: 0 when some backend works, 1 when none does."
+)]
 pub struct DoctorArgs {
     /// Print the report as JSON.
     #[arg(long)]
@@ -25,9 +27,15 @@ pub fn run(args: &DoctorArgs) -> ExitCode {
     } else {
         for check in &report.checks {
             let (mark, style) = if check.ok {
-                ("ok     ", output::decision_style(Some(crate::policy::Decision::Allow)))
+                (
+                    "ok     ",
+                    output::decision_style(Some(crate::policy::Decision::Allow)),
+                )
             } else {
-                ("refused", output::decision_style(Some(crate::policy::Decision::Forbidden)))
+                (
+                    "refused",
+                    output::decision_style(Some(crate::policy::Decision::Forbidden)),
+                )
             };
             println!("{style}{mark}{style:#} {}: {}", check.name, check.detail);
         }
@@ -36,5 +44,9 @@ pub fn run(args: &DoctorArgs) -> ExitCode {
             None => println!("backend: none: guard cannot enforce on this kernel"),
         }
     }
-    if report.backend.is_some() { ExitCode::SUCCESS } else { ExitCode::from(1) }
+    if report.backend.is_some() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }

@@ -3,10 +3,10 @@
 
 mod amend;
 mod check;
+mod doctor;
 mod output;
 mod policy;
 mod run;
-mod doctor;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

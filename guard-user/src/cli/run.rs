@@ -42,7 +42,12 @@ pub struct RunArgs {
     #[arg(long)]
     pub json_events: bool,
     /// The command and its arguments.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
     pub command: Vec<String>,
 }
 
@@ -69,7 +74,9 @@ pub fn run(args: &RunArgs) -> ExitCode {
         Ok(session) => session,
         Err(err) => {
             eprintln!("guard: cannot enforce: {err:#}");
-            eprintln!("guard: run `guard doctor` to see what this kernel allows (guard needs root).");
+            eprintln!(
+                "guard: run `guard doctor` to see what this kernel allows (guard needs root)."
+            );
             return ExitCode::from(125);
         }
     };
@@ -87,7 +94,9 @@ pub fn run(args: &RunArgs) -> ExitCode {
     };
     let status = loop {
         report(&mut session, Duration::from_millis(50), args.json_events);
-        if session.next_dns_refresh().is_some_and(|due| due <= Instant::now())
+        if session
+            .next_dns_refresh()
+            .is_some_and(|due| due <= Instant::now())
             && let Err(err) = session.refresh_dns()
         {
             eprintln!("guard: DNS refresh failed: {err:#}");
@@ -106,7 +115,10 @@ pub fn run(args: &RunArgs) -> ExitCode {
     if args.verbose
         && let Ok(counters) = session.enforcer().counters()
     {
-        let line: Vec<String> = counters.iter().map(|(name, n)| format!("{name}={n}")).collect();
+        let line: Vec<String> = counters
+            .iter()
+            .map(|(name, n)| format!("{name}={n}"))
+            .collect();
         eprintln!("guard: kernel counters: {}", line.join(" "));
     }
     drop(session);
@@ -130,4 +142,3 @@ fn report(session: &mut Session, wait: Duration, json: bool) {
         }
     }
 }
-

@@ -34,9 +34,11 @@ pub fn kernel_offsets() -> Result<KernelOffsets> {
 /// process.
 pub fn aya_kernel_btf() -> Result<&'static aya::Btf> {
     static BTF: OnceLock<Result<aya::Btf, String>> = OnceLock::new();
-    BTF.get_or_init(|| aya::Btf::from_sys_fs().map_err(|err| format!("reading the kernel's BTF: {err}")))
-        .as_ref()
-        .map_err(|err| anyhow!("{err}"))
+    BTF.get_or_init(|| {
+        aya::Btf::from_sys_fs().map_err(|err| format!("reading the kernel's BTF: {err}"))
+    })
+    .as_ref()
+    .map_err(|err| anyhow!("{err}"))
 }
 
 fn offsets_from(btf: &Btf) -> Result<KernelOffsets> {
@@ -117,7 +119,9 @@ fn strip(btf: &Btf, mut t: Type) -> Result<Type> {
     for _ in 0..16 {
         t = match &t {
             Type::Typedef(x) => btf.resolve_chained_type(x)?,
-            Type::Const(x) | Type::Volatile(x) | Type::Restrict(x) => btf.resolve_chained_type(x)?,
+            Type::Const(x) | Type::Volatile(x) | Type::Restrict(x) => {
+                btf.resolve_chained_type(x)?
+            }
             Type::TypeTag(x) => btf.resolve_chained_type(x)?,
             _ => return Ok(t),
         };

@@ -21,7 +21,11 @@ pub struct Report {
 
 fn check(name: &'static str, result: anyhow::Result<String>) -> Check {
     match result {
-        Ok(detail) => Check { name, ok: true, detail },
+        Ok(detail) => Check {
+            name,
+            ok: true,
+            detail,
+        },
         Err(err) => Check {
             name,
             ok: false,
@@ -32,10 +36,21 @@ fn check(name: &'static str, result: anyhow::Result<String>) -> Check {
 
 pub fn run() -> Report {
     let mut checks = vec![
-        check("kernel BTF", kernel_offsets().map(|o| format!("offsets read (linux_binprm.file at {})", o.bprm_file))),
-        check("cgroup v2", cgroup2_root().map(|p| format!("mounted at {}", p.display()))),
+        check(
+            "kernel BTF",
+            kernel_offsets()
+                .map(|o| format!("offsets read (linux_binprm.file at {})", o.bprm_file)),
+        ),
+        check(
+            "cgroup v2",
+            cgroup2_root().map(|p| format!("mounted at {}", p.display())),
+        ),
     ];
-    let lsm = check("lsm backend", try_load_lsm().map(|()| "lsm/bprm_check_security loads and `bpf` is an active LSM".to_string()));
+    let lsm = check(
+        "lsm backend",
+        try_load_lsm()
+            .map(|()| "lsm/bprm_check_security loads and `bpf` is an active LSM".to_string()),
+    );
     let cgroup = check("cgroup backend", try_cgroup_backend());
     let backend = if lsm.ok {
         Some(Backend::Lsm)

@@ -184,7 +184,13 @@ impl EventReader {
             revents: 0,
         };
         // SAFETY: one valid pollfd.
-        unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
+        unsafe {
+            libc::poll(
+                &mut pfd,
+                1,
+                timeout.as_millis().min(i32::MAX as u128) as i32,
+            )
+        };
         out.extend(self.drain());
         out
     }

@@ -103,7 +103,8 @@ impl Enforcer {
             let exec: &mut BtfTracePoint = program(&mut ebpf, "sched_process_exec")?;
             exec.load("sched_process_exec", btf)
                 .context("loading tp_btf/sched_process_exec")?;
-            exec.attach().context("attaching tp_btf/sched_process_exec")?;
+            exec.attach()
+                .context("attaching tp_btf/sched_process_exec")?;
         }
         if backend == Backend::Lsm {
             for (name, hook) in [
@@ -112,8 +113,10 @@ impl Enforcer {
                 ("socket_sendmsg", "socket_sendmsg"),
             ] {
                 let lsm: &mut Lsm = program(&mut ebpf, name)?;
-                lsm.load(hook, btf).with_context(|| format!("loading lsm/{hook}"))?;
-                lsm.attach().with_context(|| format!("attaching lsm/{hook}"))?;
+                lsm.load(hook, btf)
+                    .with_context(|| format!("loading lsm/{hook}"))?;
+                lsm.attach()
+                    .with_context(|| format!("attaching lsm/{hook}"))?;
             }
         }
         let maps = MapSync::new();
@@ -138,11 +141,13 @@ impl Enforcer {
         if self.backend == Backend::Lsm {
             return Ok(());
         }
-        let dir = File::open(cgroup).with_context(|| format!("opening cgroup {}", cgroup.display()))?;
+        let dir =
+            File::open(cgroup).with_context(|| format!("opening cgroup {}", cgroup.display()))?;
         for name in ["connect4", "connect6", "sendmsg4", "sendmsg6"] {
             let hook: &mut CgroupSockAddr = program(&mut self.ebpf, name)?;
             if hook.fd().is_err() {
-                hook.load().with_context(|| format!("loading cgroup/{name}"))?;
+                hook.load()
+                    .with_context(|| format!("loading cgroup/{name}"))?;
             }
             // aya 0.14 passes BPF_F_ALLOW_MULTI to bpf_link_create with AllowMultiple, which
             // the kernel refuses; link-based attachments are multi-attach anyway.
@@ -161,7 +166,10 @@ impl Enforcer {
         self.maps.remove_scope(&mut self.ebpf, cgroup_id)
     }
 
-    pub fn apply(&mut self, image: &crate::compile::image::EnforcementImage) -> Result<super::maps::SyncStats> {
+    pub fn apply(
+        &mut self,
+        image: &crate::compile::image::EnforcementImage,
+    ) -> Result<super::maps::SyncStats> {
         self.maps.apply(&mut self.ebpf, image)
     }
 

@@ -102,16 +102,21 @@ impl MapSync {
         }
         {
             let mut map: LpmTrie<_, DestV4, Verdict> = lpm(ebpf, "DEST_V4")?;
-            write_changed(&v4, &self.v4, |(len, data), v| map.insert(&Key::new(*len, *data), v, 0))?;
+            write_changed(&v4, &self.v4, |(len, data), v| {
+                map.insert(&Key::new(*len, *data), v, 0)
+            })?;
         }
         {
             let mut map: LpmTrie<_, DestV6, Verdict> = lpm(ebpf, "DEST_V6")?;
-            write_changed(&v6, &self.v6, |(len, data), v| map.insert(&Key::new(*len, *data), v, 0))?;
+            write_changed(&v6, &self.v6, |(len, data), v| {
+                map.insert(&Key::new(*len, *data), v, 0)
+            })?;
         }
         // 2. Settings, which also marks the maps ready on the first apply.
         {
             let mut map: Array<_, Settings> = Array::try_from(
-                ebpf.map_mut("SETTINGS").ok_or_else(|| anyhow!("no SETTINGS map"))?,
+                ebpf.map_mut("SETTINGS")
+                    .ok_or_else(|| anyhow!("no SETTINGS map"))?,
             )?;
             let settings = Settings {
                 unmatched_exec: image.settings.unmatched_exec as u8,
@@ -138,11 +143,15 @@ impl MapSync {
         }
         {
             let mut map: LpmTrie<_, DestV4, Verdict> = lpm(ebpf, "DEST_V4")?;
-            stats.removed += remove_stale(&v4, &self.v4, |(len, data)| map.remove(&Key::new(*len, *data)))?;
+            stats.removed += remove_stale(&v4, &self.v4, |(len, data)| {
+                map.remove(&Key::new(*len, *data))
+            })?;
         }
         {
             let mut map: LpmTrie<_, DestV6, Verdict> = lpm(ebpf, "DEST_V6")?;
-            stats.removed += remove_stale(&v6, &self.v6, |(len, data)| map.remove(&Key::new(*len, *data)))?;
+            stats.removed += remove_stale(&v6, &self.v6, |(len, data)| {
+                map.remove(&Key::new(*len, *data))
+            })?;
         }
         self.identities = identities;
         self.names = names;
@@ -155,7 +164,10 @@ impl MapSync {
     /// The argv trie as edges, with `order` listing edges parents-first (so writing it reversed
     /// puts children first). Alternatives at a position fan out from every node reached so far;
     /// a shared prefix shares nodes.
-    fn build_trie(&mut self, image: &EnforcementImage) -> (HashMap<ArgvEdge, ArgvNode>, Vec<ArgvEdge>) {
+    fn build_trie(
+        &mut self,
+        image: &EnforcementImage,
+    ) -> (HashMap<ArgvEdge, ArgvNode>, Vec<ArgvEdge>) {
         // path -> (here, children paths)
         let mut here: BTreeMap<Vec<ArgvToken>, Verdict> = BTreeMap::new();
         for rule in &image.argv_rules {
@@ -205,7 +217,11 @@ impl MapSync {
                 }
             };
             ids.insert(path.clone(), id);
-            let parent = if path.len() == 1 { 0 } else { ids[&path[..path.len() - 1]] };
+            let parent = if path.len() == 1 {
+                0
+            } else {
+                ids[&path[..path.len() - 1]]
+            };
             let (len, bytes) = path[path.len() - 1];
             let edge = ArgvEdge {
                 parent,
@@ -246,7 +262,9 @@ fn token(text: &str) -> ArgvToken {
 }
 
 /// One entry per key, strongest verdict kept.
-fn merge<K: std::hash::Hash + Eq>(entries: impl Iterator<Item = (K, Verdict)>) -> HashMap<K, Verdict> {
+fn merge<K: std::hash::Hash + Eq>(
+    entries: impl Iterator<Item = (K, Verdict)>,
+) -> HashMap<K, Verdict> {
     let mut out: HashMap<K, Verdict> = HashMap::new();
     for (key, verdict) in entries {
         let slot = out.entry(key).or_insert(Verdict::NONE);
@@ -289,7 +307,10 @@ fn hash_map<'a, K: aya::Pod, V: aya::Pod>(
     BpfHashMap::try_from(map).with_context(|| format!("map {name}"))
 }
 
-fn lpm<'a, K: aya::Pod, V: aya::Pod>(ebpf: &'a mut Ebpf, name: &str) -> Result<LpmTrie<&'a mut MapData, K, V>> {
+fn lpm<'a, K: aya::Pod, V: aya::Pod>(
+    ebpf: &'a mut Ebpf,
+    name: &str,
+) -> Result<LpmTrie<&'a mut MapData, K, V>> {
     let map = ebpf.map_mut(name).ok_or_else(|| anyhow!("no {name} map"))?;
     LpmTrie::try_from(map).with_context(|| format!("map {name}"))
 }
@@ -309,14 +330,21 @@ fn transport_code(t: Transport) -> u8 {
 #[allow(clippy::type_complexity)]
 fn destination_entries(
     image: &EnforcementImage,
-) -> (HashMap<(u32, DestV4), Verdict>, HashMap<(u32, DestV6), Verdict>) {
+) -> (
+    HashMap<(u32, DestV4), Verdict>,
+    HashMap<(u32, DestV6), Verdict>,
+) {
     // (transport, port, is_v6) -> (prefix, masked address bytes) -> verdict
     let mut classes: HashMap<(u8, u16, bool), HashMap<(u8, Vec<u8>), Verdict>> = HashMap::new();
     for entry in &image.destinations {
         let (bytes, prefix, v6) = match entry.network.ip() {
             IpAddr::V4(a) => (a.octets().to_vec(), entry.network.prefix(), false),
             IpAddr::V6(a) => match a.to_ipv4_mapped() {
-                Some(v4) => (v4.octets().to_vec(), entry.network.prefix().saturating_sub(96), false),
+                Some(v4) => (
+                    v4.octets().to_vec(),
+                    entry.network.prefix().saturating_sub(96),
+                    false,
+                ),
                 None => (a.octets().to_vec(), entry.network.prefix(), true),
             },
         };
@@ -355,14 +383,20 @@ fn mask(bytes: &[u8], prefix: u8) -> Vec<u8> {
         .enumerate()
         .map(|(i, b)| {
             let bits = (prefix as usize).saturating_sub(i * 8).min(8);
-            if bits == 0 { 0 } else { b & (0xffu8 << (8 - bits)) }
+            if bits == 0 {
+                0
+            } else {
+                b & (0xffu8 << (8 - bits))
+            }
         })
         .collect()
 }
 
 /// Sums the per-CPU counters.
 pub fn read_counters(ebpf: &Ebpf) -> Result<Vec<(&'static str, u64)>> {
-    let map = ebpf.map("COUNTERS").ok_or_else(|| anyhow!("no COUNTERS map"))?;
+    let map = ebpf
+        .map("COUNTERS")
+        .ok_or_else(|| anyhow!("no COUNTERS map"))?;
     let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(map)?;
     let mut out = Vec::new();
     for slot in 0..counter::COUNT {
@@ -381,7 +415,6 @@ pub fn decision_from_code(code: u8) -> Option<Decision> {
         _ => None,
     }
 }
-
 
 #[cfg(test)]
 mod tests {

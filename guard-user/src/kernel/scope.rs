@@ -12,7 +12,8 @@ use anyhow::{Context, Result, anyhow};
 /// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup` or, on hybrid systems,
 /// `/sys/fs/cgroup/unified`).
 pub fn cgroup2_root() -> Result<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
+    let mounts =
+        std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
     mounts
         .lines()
         .find_map(|line| {
@@ -21,7 +22,9 @@ pub fn cgroup2_root() -> Result<PathBuf> {
             let mount_point = left.split_whitespace().nth(4)?;
             (fstype == "cgroup2").then(|| PathBuf::from(mount_point))
         })
-        .ok_or_else(|| anyhow!("no cgroup v2 hierarchy is mounted (mount -t cgroup2 none /sys/fs/cgroup)"))
+        .ok_or_else(|| {
+            anyhow!("no cgroup v2 hierarchy is mounted (mount -t cgroup2 none /sys/fs/cgroup)")
+        })
 }
 
 /// The cgroup id the kernel's `bpf_get_current_cgroup_id` reports: the directory's inode number.
@@ -42,9 +45,11 @@ impl ScopeCgroup {
     /// Creates `<cgroup2 root>/guard/<name>`.
     pub fn create(name: &str) -> Result<Self> {
         let parent = cgroup2_root()?.join("guard");
-        std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
+        std::fs::create_dir_all(&parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
         let path = parent.join(name);
-        std::fs::create_dir(&path).with_context(|| format!("creating cgroup {}", path.display()))?;
+        std::fs::create_dir(&path)
+            .with_context(|| format!("creating cgroup {}", path.display()))?;
         let id = cgroup_id(&path)?;
         let procs = CString::new(path.join("cgroup.procs").as_os_str().as_bytes())?;
         Ok(ScopeCgroup { path, id, procs })

@@ -150,7 +150,7 @@ fn test(args: &[String]) -> Result<i32> {
         // Benchmarks are only built, so they do not rot; `cargo xtask bench` runs them.
         (
             "benchmarks build",
-            cmd::cargo(["bench", "--no-run", "-p", "guard-user"]),
+            cmd::cargo(["bench", "--no-run", "-p", "guard-user", "-p", "guard-tests"]),
         ),
         (
             "clippy",

@@ -75,12 +75,9 @@ pub struct Settings {
     pub unmatched_network: u8,
     /// Non-zero: record every decision, enforce none (global audit-only mode).
     pub audit_only: u8,
-    /// Non-zero: the exec tracepoint also decides by identity and name (the `cgroup` backend);
-    /// zero when `lsm/bprm_check_security` does that (the `lsm` backend).
-    pub identity_in_tracepoint: u8,
     /// Non-zero once userspace has filled the maps; before that every program lets calls through.
     pub ready: u8,
-    pub _pad: [u8; 3],
+    pub _pad: [u8; 4],
 }
 
 /// Program identity: the executed file's device (kernel `dev_t`: major << 20 | minor) and inode.

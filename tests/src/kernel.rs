@@ -215,26 +215,10 @@ pub fn session_in_or_skip(
 
 /// Waits for `child` at most `timeout` (killing it then, and panicking), collecting its output.
 pub fn wait_output(mut child: Child, timeout: Duration) -> Output {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => {
-                return child
-                    .wait_with_output()
-                    .expect("reading the child's output");
-            }
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "pid {} did not finish within {timeout:?}; killed",
-                    child.id()
-                );
-            }
-            Err(err) => panic!("waiting for pid {}: {err}", child.id()),
-        }
-    }
+    wait_status(&mut child, timeout);
+    child
+        .wait_with_output()
+        .expect("reading the child's output")
 }
 
 /// Waits for `child` at most `timeout` (killing it then, and panicking).

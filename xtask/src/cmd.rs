@@ -40,6 +40,21 @@ pub fn put_cargo_bin_on_path() {
     }
 }
 
+/// Runs `command`, returning its stdout; its stderr goes to ours. A failure names the command.
+pub fn stdout_of(command: &mut Command) -> Result<String> {
+    let line = display(command);
+    let output = command
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("could not start `{line}`"))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "`{line}` failed ({})",
+        output.status
+    );
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
 /// `cargo ARGS...`, run from the workspace root.
 pub fn cargo<I, S>(args: I) -> Command
 where

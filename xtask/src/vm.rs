@@ -26,7 +26,7 @@ mod kernel;
 mod qemu;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -196,21 +196,6 @@ fn cargo_metadata() -> Result<serde_json::Value> {
         .context("could not run `cargo metadata`")?;
     anyhow::ensure!(output.status.success(), "`cargo metadata` failed");
     serde_json::from_slice(&output.stdout).context("parsing `cargo metadata`")
-}
-
-/// Runs `command`, returning its stdout; its stderr goes to ours.
-fn output(command: &mut Command) -> Result<String> {
-    let line = cmd::display(command);
-    let output = command
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("could not start `{line}`"))?;
-    anyhow::ensure!(
-        output.status.success(),
-        "`{line}` failed ({})",
-        output.status
-    );
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 fn remove_dir_if_present(dir: &Path) -> Result<()> {

@@ -129,3 +129,36 @@ fn kernel_rules(policy: &Policy) -> Vec<KernelRule> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::collections::HashMap;
+    use std::net::IpAddr;
+
+    use super::HostResolver;
+
+    /// A fixed name → addresses table.
+    pub struct Table(HashMap<String, Vec<IpAddr>>);
+
+    impl Table {
+        pub fn new(entries: &[(&str, &[&str])]) -> Self {
+            Table(
+                entries
+                    .iter()
+                    .map(|(name, ips)| {
+                        (
+                            name.to_string(),
+                            ips.iter().map(|ip| ip.parse().unwrap()).collect(),
+                        )
+                    })
+                    .collect(),
+            )
+        }
+    }
+
+    impl HostResolver for Table {
+        fn lookup(&self, host: &str) -> Vec<IpAddr> {
+            self.0.get(host).cloned().unwrap_or_default()
+        }
+    }
+}

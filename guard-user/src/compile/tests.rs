@@ -1,7 +1,6 @@
 //! Policy → EnforcementImage: exec identities, names and argv rules; destinations per host and
 //! per address rule; rule ids back to file and line; and parity with the evaluators.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -11,30 +10,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::policy::{Decision, PolicyParser, Transport};
 
-/// A fixed name → addresses table.
-struct Table(HashMap<String, Vec<IpAddr>>);
-
-impl Table {
-    fn new(entries: &[(&str, &[&str])]) -> Self {
-        Table(
-            entries
-                .iter()
-                .map(|(name, ips)| {
-                    (
-                        name.to_string(),
-                        ips.iter().map(|ip| ip.parse().unwrap()).collect(),
-                    )
-                })
-                .collect(),
-        )
-    }
-}
-
-impl HostResolver for Table {
-    fn lookup(&self, host: &str) -> Vec<IpAddr> {
-        self.0.get(host).cloned().unwrap_or_default()
-    }
-}
+use crate::compile::test_support::Table;
 
 fn parse(src: &str) -> Policy {
     parse_named("c.rules", src)

@@ -122,9 +122,8 @@ impl MapSync {
                 unmatched_exec: image.settings.unmatched_exec as u8,
                 unmatched_network: image.settings.unmatched_network as u8,
                 audit_only: image.settings.audit_only as u8,
-                identity_in_tracepoint: 1,
                 ready: 1,
-                _pad: [0; 3],
+                _pad: [0; 4],
             };
             map.set(0, settings, 0).context("writing SETTINGS")?;
         }

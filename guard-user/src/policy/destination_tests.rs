@@ -1,36 +1,12 @@
 //! `Policy::check_destination`: address and name matching, ports and transports, the §2.4
 //! decision per host, strongest-wins across rules, and the unmatched default.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 
 use super::*;
 use crate::policy::PolicyParser;
 
-/// A fixed name → addresses table.
-struct Table(HashMap<String, Vec<IpAddr>>);
-
-impl Table {
-    fn new(entries: &[(&str, &[&str])]) -> Self {
-        Table(
-            entries
-                .iter()
-                .map(|(name, ips)| {
-                    (
-                        name.to_string(),
-                        ips.iter().map(|ip| ip.parse().unwrap()).collect(),
-                    )
-                })
-                .collect(),
-        )
-    }
-}
-
-impl HostResolver for Table {
-    fn lookup(&self, host: &str) -> Vec<IpAddr> {
-        self.0.get(host).cloned().unwrap_or_default()
-    }
-}
+use crate::compile::test_support::Table;
 
 fn parse(src: &str) -> Policy {
     let mut parser = PolicyParser::new();

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
@@ -120,19 +120,10 @@ fn integration_tests() -> Result<BTreeSet<String>> {
 /// Runs a cargo command with `--message-format=json-*` and returns (first target kind, target
 /// name, executable) of each artifact that has an executable.
 fn executables(mut command: Command) -> Result<Vec<(String, String, PathBuf)>> {
-    let line = cmd::display(&command);
-    eprintln!("$ {line}");
-    let output = command
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("could not start `{line}`"))?;
-    anyhow::ensure!(
-        output.status.success(),
-        "`{line}` failed ({})",
-        output.status
-    );
+    eprintln!("$ {}", cmd::display(&command));
+    let stdout = cmd::stdout_of(&mut command)?;
     let mut found = Vec::new();
-    for text in String::from_utf8_lossy(&output.stdout).lines() {
+    for text in stdout.lines() {
         let Ok(message) = serde_json::from_str::<serde_json::Value>(text) else {
             continue;
         };

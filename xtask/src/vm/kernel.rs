@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result};
 
-use super::{Dirs, output, remove_dir_if_present};
+use super::{Dirs, remove_dir_if_present};
 use crate::{cmd, setup};
 
 /// Debian's meta package for the newest 6.12 cloud kernel: a third of the generic kernel's size,
@@ -100,7 +100,7 @@ fn kernel_package() -> Result<(String, String)> {
     let resolve = || -> Result<(String, String)> {
         // One `apt-cache` call (they take most of a second each here): the meta package's
         // Depends names the kernel package with its exact version, `linux-image-X (= V)`.
-        let show = output(Command::new("apt-cache").args([
+        let show = cmd::stdout_of(Command::new("apt-cache").args([
             "show",
             "--no-all-versions",
             KERNEL_META_PACKAGE,

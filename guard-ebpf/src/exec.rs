@@ -56,10 +56,10 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
     let identity = unsafe { file_identity(file, &mut scratch.name)? };
     let mut verdict = identity_verdict(&identity, &scratch.name);
 
-    // The new image's argv, and what the events of this process will name.
-    let mm: *const u8 = unsafe { read_at(task, off.task_mm)? };
-    let arg_start: u64 = unsafe { read_at(mm, off.mm_arg_start)? };
-    let arg_end: u64 = unsafe { read_at(mm, off.mm_arg_end)? };
+    // The new image's argv, and what the events of this process will name. Bounds that cannot
+    // be read must not let an identity refusal through: with (0, 0) the argv walk fails to
+    // read address 0 and takes the safe answer, and identity and name still decide.
+    let (arg_start, arg_end) = unsafe { argv_bounds(task) }.unwrap_or((0, 0));
     fill_task_info(task, bprm, arg_start, arg_end, scratch);
 
     verdict = verdict.strongest(walk_argv(
@@ -97,6 +97,16 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
         },
     );
     Ok(())
+}
+
+/// `mm->arg_start` and `mm->arg_end` of `task` (the new image, at sched_process_exec).
+#[inline(always)]
+unsafe fn argv_bounds(task: *const u8) -> Result<(u64, u64), i32> {
+    let off = offsets();
+    unsafe {
+        let mm: *const u8 = read_at(task, off.task_mm)?;
+        Ok((read_at(mm, off.mm_arg_start)?, read_at(mm, off.mm_arg_end)?))
+    }
 }
 
 #[lsm(hook = "bprm_check_security")]

@@ -45,11 +45,22 @@ impl ScopeCgroup {
     /// Creates `<cgroup2 root>/guard/<name>`.
     pub fn create(name: &str) -> Result<Self> {
         let parent = cgroup2_root()?.join("guard");
-        std::fs::create_dir_all(&parent)
-            .with_context(|| format!("creating {}", parent.display()))?;
         let path = parent.join(name);
-        std::fs::create_dir(&path)
-            .with_context(|| format!("creating cgroup {}", path.display()))?;
+        // Another scope's drop may remove the shared parent between the two calls: retry.
+        let mut attempts = 0;
+        loop {
+            std::fs::create_dir_all(&parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+            match std::fs::create_dir(&path) {
+                Ok(()) => break,
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound && attempts < 3 => {
+                    attempts += 1;
+                }
+                Err(err) => {
+                    return Err(err).with_context(|| format!("creating cgroup {}", path.display()));
+                }
+            }
+        }
         let id = cgroup_id(&path)?;
         let procs = CString::new(path.join("cgroup.procs").as_os_str().as_bytes())?;
         Ok(ScopeCgroup { path, id, procs })
@@ -123,6 +134,10 @@ impl Drop for ScopeCgroup {
         }
         while std::fs::remove_dir(&self.path).is_err() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
+        }
+        // The shared `guard` parent goes with the last scope (EBUSY while others remain).
+        if let Some(parent) = self.path.parent() {
+            let _ = std::fs::remove_dir(parent);
         }
     }
 }

@@ -138,6 +138,10 @@ unsafe fn try_bprm_check_security(ctx: &LsmContext) -> Result<i32, i32> {
     if verdict.is_none() || verdict.decision == Decision::Allow as u8 {
         return Ok(0);
     }
+    // Audit-only: nothing to refuse here; sched_process_exec records it once, with argv.
+    if settings.audit_only != 0 || verdict.audit_only() {
+        return Ok(0);
+    }
     // The event describes this exec, not what TASKS remembers of the caller's last one (nothing,
     // for a process that has not exec'd in scope yet; the wrong program, for one that has).
     // SAFETY: the current task, as the helper returns it.

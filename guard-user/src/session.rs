@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 
 use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
 use crate::compile::image::EnforcementImage;
-use crate::compile::{CompileEnv, NoResolver, compile};
+use crate::compile::{CompileEnv, NoResolver, compile, host_names};
 use crate::kernel::events::{Action, EventKind, EventReader, KernelEvent};
 use crate::kernel::scope::{ScopeCgroup, join_from_pre_exec};
 use crate::kernel::{Backend, Enforcer};
@@ -55,7 +55,7 @@ impl Session {
         let mut env = CompileEnv::from_process();
         env.path_dirs
             .splice(0..0, options.extra_path_dirs.iter().cloned());
-        let names = compile(&policy, &NoResolver, &env).unresolved_hosts;
+        let names = host_names(&policy);
         let dns = if names.is_empty() {
             None
         } else {

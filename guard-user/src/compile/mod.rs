@@ -17,6 +17,8 @@ mod exec;
 pub mod image;
 mod network;
 
+pub use network::host_names;
+
 use std::net::IpAddr;
 use std::path::PathBuf;
 

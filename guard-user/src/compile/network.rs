@@ -63,6 +63,28 @@ impl DestinationTables {
     }
 }
 
+/// Every host name (not IP literal) the policy's network and address rules name, sorted and
+/// deduplicated: what DNS must resolve before the policy can be held in full.
+pub fn host_names(policy: &Policy) -> Vec<String> {
+    let network = policy.network_rules().iter().map(|rule| rule.host.as_str());
+    let address = policy
+        .address_rules()
+        .iter()
+        .flat_map(|rule| &rule.addresses)
+        .filter_map(|target| match target {
+            AddressTarget::Host(name) => Some(name.as_str()),
+            AddressTarget::Network(_) => None,
+        });
+    let mut names: Vec<String> = network
+        .chain(address)
+        .filter(|host| host.parse::<IpAddr>().is_err())
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// Network rule `i` is kernel rule `network_base + i`, address rule `j` is
 /// `address_base + j`.
 pub(super) fn compile_destinations(

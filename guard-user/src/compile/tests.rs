@@ -852,3 +852,16 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn host_names_are_the_names_to_resolve_and_no_ip_literals() {
+    let policy = parse(
+        r#"
+network_rule(host="b.example", protocol="https", decision="allow")
+network_rule(host="127.0.0.2", protocol="http", decision="deny")
+network_rule(host="a.example", protocol="http", decision="prompt")
+address_rule(addresses=["10.0.0.0/8", "c.example", "a.example"], decision="deny")
+"#,
+    );
+    assert_eq!(host_names(&policy), ["a.example", "b.example", "c.example"]);
+}

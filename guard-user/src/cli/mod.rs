@@ -18,17 +18,21 @@ use crate::policy::load::{LoadedPolicy, load_policy};
 const ABOUT: &str = "guard: a kernel-enforced approval policy for the programs you run.
 
 People write which programs may run and which hosts may be reached in `.rules` files (the Codex
-CLI's format). guard evaluates commands against them, explains every decision, and appends
-approvals as amendment lines.";
+CLI's format). guard evaluates commands against them, explains every decision, appends
+approvals as amendment lines, and holds the policy in the kernel for the commands it runs
+(`guard run`: BPF programs decide every exec and connect).";
 
 const AFTER_HELP: &str = "Examples:
   guard check --rules my.rules -- git push origin main
   guard check --json --fallback heuristics --split-shell -- bash -lc 'ls && rm -rf build'
+  sudo guard run --rules my.rules -- make deploy
+  sudo guard doctor
   guard policy validate ~/.config/guard/rules
   guard allow-prefix --rules-file ~/.config/guard/rules/default.rules -- cargo test
   guard allow-host api.github.com --protocol https --rules-file ~/.config/guard/rules/default.rules
 
-Exit status: 0 when the command ran (whatever the decision), 2 on a policy or usage error.";
+Exit status: 0 when the command ran (whatever the decision), 2 on a policy or usage error;
+`guard run` exits with the status of the command it ran.";
 
 #[derive(Parser, Debug)]
 #[command(name = "guard", version, about = ABOUT, after_help = AFTER_HELP)]

@@ -11,9 +11,9 @@ use crate::session::{Session, SessionOptions};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
-  guard run -- git push origin main          # the embedded default policy (or /etc/guard/rules)
+  guard run -- git push origin main                     # the embedded default policy
   guard run --rules team.rules -- make deploy
-  guard run --audit-only --rules draft.rules -- ./ci.sh   # record what would be refused, refuse nothing
+  guard run --audit-only --rules draft.rules -- ./ci.sh  # record, refuse nothing
 
 Each refusal prints one line to stderr as it happens:
   guard: refused exec of `git push origin main`: policy forbids commands starting with `git push` (team.rules:3)

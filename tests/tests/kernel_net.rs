@@ -421,3 +421,49 @@ fn processes_outside_the_scope_are_untouched() {
     );
     drop(session);
 }
+
+#[test]
+fn a_full_ring_buffer_is_counted_so_every_refusal_is_accounted_for() {
+    // About four times what the 4 MiB ring buffer holds, sent while nobody reads it.
+    const SENDS: u64 = 20_000;
+    let rules = "address_rule(addresses=[\"127.0.0.9\"], ports=[9], transport=\"udp\", decision=\"deny\")\n";
+    let Some(mut session) = session_or_skip(rules, SessionOptions::default()) else {
+        return;
+    };
+    let output = session
+        .run(
+            Command::new(probe_path()).args(["udp-flood", "127.0.0.9", "9", &SENDS.to_string()]),
+            PROBE_TIMEOUT,
+        )
+        .expect("the flood starts");
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        said.trim(),
+        format!("refused {SENDS}"),
+        "every send is refused"
+    );
+    let received = session
+        .drain_events(Duration::from_millis(300), Duration::from_secs(20))
+        .iter()
+        .filter(|e| e.kind == EventKind::Sendmsg)
+        .count() as u64;
+    let counters = session.enforcer().counters().expect("reading the counters");
+    let counter = |name: &str| {
+        counters
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("no counter {name}"))
+    };
+    assert_eq!(counter("net_forbidden"), SENDS, "every refusal is counted");
+    let lost = counter("events_lost");
+    assert!(
+        lost > 0,
+        "the burst must overflow the buffer ({received} events arrived)"
+    );
+    assert_eq!(
+        received + lost,
+        SENDS,
+        "each refusal is either an event or counted as lost ({received} received, {lost} lost)"
+    );
+}

@@ -112,14 +112,24 @@ pub fn run(args: &RunArgs) -> ExitCode {
     };
     // Events of the last moments (a refused exec is reported right before the exit).
     report(&mut session, Duration::from_millis(20), args.json_events);
-    if args.verbose
-        && let Ok(counters) = session.enforcer().counters()
-    {
-        let line: Vec<String> = counters
+    if let Ok(counters) = session.enforcer().counters() {
+        let lost = counters
             .iter()
-            .map(|(name, n)| format!("{name}={n}"))
-            .collect();
-        eprintln!("guard: kernel counters: {}", line.join(" "));
+            .find(|(name, _)| *name == "events_lost")
+            .map_or(0, |(_, n)| *n);
+        if lost > 0 {
+            eprintln!(
+                "guard: warning: {lost} kernel events were lost to a full ring buffer (the \
+                 decisions were enforced; only their messages are missing)"
+            );
+        }
+        if args.verbose {
+            let line: Vec<String> = counters
+                .iter()
+                .map(|(name, n)| format!("{name}={n}"))
+                .collect();
+            eprintln!("guard: kernel counters: {}", line.join(" "));
+        }
     }
     drop(session);
     use std::os::unix::process::ExitStatusExt;

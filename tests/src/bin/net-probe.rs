@@ -4,7 +4,9 @@
 //!
 //! - `tcp`: a TCP connect (5 s at most);
 //! - `udp-connect`: `connect` on a UDP socket;
-//! - `udp-sendto`: one datagram with `sendto` on an unconnected UDP socket.
+//! - `udp-sendto`: one datagram with `sendto` on an unconnected UDP socket;
+//! - `udp-flood ADDR PORT COUNT`: COUNT datagrams with `sendto` on one socket, printing
+//!   `refused N` (how many got EPERM): a burst of refusals faster than anyone reads events.
 //!
 //! Anything else it cannot do (bad arguments, a socket it cannot make) exits 2 with a message.
 
@@ -15,6 +17,11 @@ use std::time::Duration;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [call, addr, port, count] = args.as_slice()
+        && call == "udp-flood"
+    {
+        return flood(addr, port, count);
+    }
     let [call, addr, port] = args.as_slice() else {
         eprintln!("usage: net-probe tcp|udp-connect|udp-sendto ADDR PORT");
         return ExitCode::from(2);
@@ -62,6 +69,34 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+fn flood(addr: &str, port: &str, count: &str) -> ExitCode {
+    let (Ok(ip), Ok(port), Ok(count)) = (
+        addr.parse::<IpAddr>(),
+        port.parse::<u16>(),
+        count.parse::<u32>(),
+    ) else {
+        eprintln!("usage: net-probe udp-flood ADDR PORT COUNT");
+        return ExitCode::from(2);
+    };
+    let socket = match udp_socket(ip) {
+        Ok(socket) => socket,
+        Err(err) => {
+            eprintln!("net-probe: cannot make a UDP socket: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let target = SocketAddr::new(ip, port);
+    let refused = (0..count)
+        .filter(|_| {
+            socket
+                .send_to(b"guard", target)
+                .is_err_and(|err| err.raw_os_error() == Some(1))
+        })
+        .count();
+    println!("refused {refused}");
+    ExitCode::SUCCESS
 }
 
 /// An unconnected UDP socket of `ip`'s family, bound to an ephemeral port (an IPv6 one also

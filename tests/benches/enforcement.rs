@@ -218,7 +218,7 @@ fn preflight() -> Result<Backend> {
         bail!("needs root (loading BPF programs and moving processes between cgroups)");
     }
     cgroup2_root()?;
-    let backend = Backend::detect()?.0;
+    let backend = Backend::detect().0;
     let mut parser = PolicyParser::new();
     parser
         .parse(

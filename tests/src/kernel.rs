@@ -44,10 +44,7 @@ pub fn backend() -> Backend {
         Ok("lsm") => Backend::Lsm,
         Ok("cgroup") => Backend::Cgroup,
         Ok(other) => panic!("{BACKEND_ENV}={other:?}: use lsm or cgroup"),
-        Err(_) => match Backend::detect() {
-            Ok((backend, _)) => backend,
-            Err(err) => panic!("detecting the backend: {err:#}"),
-        },
+        Err(_) => Backend::detect().0,
     }
 }
 

@@ -36,10 +36,10 @@ impl Backend {
     /// The preferred backend this kernel allows, found by loading (never by reading config:
     /// kernels that list `bpf` in their LSMs may still refuse the programs), with the reason the
     /// `lsm` backend was refused when it was.
-    pub fn detect() -> Result<(Backend, Option<String>)> {
+    pub fn detect() -> (Backend, Option<String>) {
         match try_load_lsm() {
-            Ok(()) => Ok((Backend::Lsm, None)),
-            Err(err) => Ok((Backend::Cgroup, Some(format!("{err:#}")))),
+            Ok(()) => (Backend::Lsm, None),
+            Err(err) => (Backend::Cgroup, Some(format!("{err:#}"))),
         }
     }
 }

@@ -236,11 +236,7 @@ fn show_text(loaded: &LoadedPolicy) {
         let pattern: Vec<String> = std::iter::once(rule.pattern.first.to_string())
             .chain(rule.pattern.rest.iter().map(PatternToken::render))
             .collect();
-        let origin = rule
-            .origin
-            .as_ref()
-            .map(ToString::to_string)
-            .unwrap_or_default();
+        let origin = origin_text(rule.origin.as_ref());
         let audit = if rule.audit_only {
             format!(" {dim}(audit only){dim:#}")
         } else {
@@ -258,11 +254,7 @@ fn show_text(loaded: &LoadedPolicy) {
     );
     for rule in policy.network_rules() {
         let style = decision_style(Some(rule.decision));
-        let origin = rule
-            .origin
-            .as_ref()
-            .map(ToString::to_string)
-            .unwrap_or_default();
+        let origin = origin_text(rule.origin.as_ref());
         println!(
             "  {style}{:<9}{style:#} {} {dim}({}){dim:#}  {dim}{origin}{dim:#}",
             rule.decision.as_str(),
@@ -287,11 +279,7 @@ fn show_text(loaded: &LoadedPolicy) {
     );
     for rule in policy.address_rules() {
         let style = decision_style(Some(rule.decision));
-        let origin = rule
-            .origin
-            .as_ref()
-            .map(ToString::to_string)
-            .unwrap_or_default();
+        let origin = origin_text(rule.origin.as_ref());
         let addresses: Vec<String> = rule.addresses.iter().map(ToString::to_string).collect();
         let ports = match &rule.ports {
             Some(ports) => ports
@@ -360,4 +348,9 @@ fn classify(args: &ClassifyArgs) -> ExitCode {
         );
     }
     ExitCode::SUCCESS
+}
+
+/// `file:line` of a rule, or nothing for a rule added in code.
+fn origin_text(origin: Option<&crate::policy::RuleOrigin>) -> String {
+    origin.map(ToString::to_string).unwrap_or_default()
 }

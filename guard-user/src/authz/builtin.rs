@@ -1,0 +1,79 @@
+//! The daemon's vocabulary (its actions and entities) and the built-in default policy.
+
+use std::collections::BTreeMap;
+
+use super::conditions::{RESOURCE_PREFIX, SUB_TEMPLATE};
+use super::policy::AuthzPolicy;
+use super::rule::{ANY_ACTION, Effect, Rule};
+
+/// The daemon's actions, each with what it lets the caller do.
+pub const ACTIONS: &[(&str, &str)] = &[
+    ("status", "read the daemon's status"),
+    ("prompts", "list pending asks"),
+    ("approve", "approve an ask"),
+    ("deny", "deny an ask"),
+    ("amend", "append an amendment line to the policy"),
+    ("reload", "re-read the policy"),
+    ("run", "run a command in a fresh scope of the daemon"),
+    ("audit", "read audit records"),
+];
+
+/// What an action may be about (a request's `entity`).
+pub const ENTITIES: &[(&str, &str)] = &[
+    ("policy", "the rules and their amendments"),
+    ("prompt", "a pending ask"),
+    ("audit", "an audit record"),
+    ("status", "the daemon's status"),
+];
+
+/// The subject attribute holding the caller's numeric user id, as a decimal string.
+pub const UID_ATTRIBUTE: &str = "uid";
+/// The subject attribute holding the names of the caller's groups.
+pub const GROUPS_ATTRIBUTE: &str = "groups";
+/// The resource attribute holding the `sub` of whoever a record belongs to.
+pub const OWNER_ATTRIBUTE: &str = "owner";
+
+pub fn is_known_action(action: &str) -> bool {
+    ACTIONS.iter().any(|(name, _)| *name == action)
+}
+
+pub fn is_known_entity(entity: &str) -> bool {
+    ENTITIES.iter().any(|(name, _)| *name == entity)
+}
+
+impl AuthzPolicy {
+    /// Root and `admin_group` may do everything; anyone else may read the audit records of
+    /// their own processes and nothing more. Written as ordinary rules so a decision can name
+    /// the one that made it.
+    pub fn builtin(admin_group: Option<&str>) -> Self {
+        let everything_when = |key: &str, value: &str| Rule {
+            effect: Effect::Allow,
+            actions: vec![ANY_ACTION.to_string()],
+            when: BTreeMap::from([(key.to_string(), vec![value.to_string()])]),
+            obligations: Vec::new(),
+        };
+        let mut rules = vec![everything_when(UID_ATTRIBUTE, "0")];
+        if let Some(group) = admin_group {
+            rules.push(everything_when(GROUPS_ATTRIBUTE, group));
+        }
+        rules.push(Rule {
+            effect: Effect::Allow,
+            actions: vec!["audit".to_string()],
+            when: BTreeMap::from([
+                ("entity".to_string(), vec!["audit".to_string()]),
+                (
+                    format!("{RESOURCE_PREFIX}{OWNER_ATTRIBUTE}"),
+                    vec![SUB_TEMPLATE.to_string()],
+                ),
+            ]),
+            obligations: Vec::new(),
+        });
+        AuthzPolicy { rules }
+    }
+}
+
+/// The built-in default as pretty JSON: where a custom policy starts
+/// (`guard authz default > /etc/guard/authz.json`).
+pub fn builtin_json(admin_group: Option<&str>) -> String {
+    AuthzPolicy::builtin(admin_group).to_json_pretty()
+}

@@ -2,6 +2,7 @@
 //! module; they share the rules-loading flags and the way errors are shown.
 
 mod amend;
+mod authz;
 mod check;
 mod doctor;
 mod output;
@@ -48,6 +49,9 @@ enum Command {
     /// Validate, show and classify policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Decide control-socket requests against an authorization policy; print the built-in one.
+    #[command(subcommand)]
+    Authz(authz::AuthzCommand),
     /// Append an "always allow" prefix rule to a rules file.
     AllowPrefix(amend::AllowPrefixArgs),
     /// Append `network_rule(host=HOST, decision="allow")` to a rules file.
@@ -87,6 +91,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Check(args) => check::run(&args),
         Command::Policy(command) => policy::run(command),
+        Command::Authz(command) => authz::run(command),
         Command::AllowPrefix(args) => amend::allow_prefix(&args),
         Command::AllowHost(args) => amend::host(&args, crate::policy::Decision::Allow),
         Command::AskHost(args) => amend::host(&args, crate::policy::Decision::Prompt),

@@ -2,6 +2,7 @@
 pub mod authz;
 pub mod cli;
 pub mod compile;
+pub mod daemon;
 pub mod kernel;
 pub mod policy;
 pub mod session;

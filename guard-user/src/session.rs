@@ -191,7 +191,10 @@ pub fn describe_event(image: &EnforcementImage, event: &KernelEvent) -> String {
                 std::net::IpAddr::V6(a) => format!("[{a}]"),
                 a => a.to_string(),
             };
-            format!("{verb} {addr}:{}/{}", d.port, d.transport)
+            let host = destination_host(image, event)
+                .map(|host| format!(" ({host})"))
+                .unwrap_or_default();
+            format!("{verb} {addr}:{}/{}{host}", d.port, d.transport)
         }
         (_, None) => "call".to_string(),
     };
@@ -229,6 +232,20 @@ pub fn describe_event(image: &EnforcementImage, event: &KernelEvent) -> String {
         ),
     };
     format!("guard: {verb} {what}: {why}")
+}
+
+/// The host name a refused destination's address came from: the name of the deciding entry
+/// that covers it (`None` for an address rule's CIDR, an IP literal, or the unmatched default).
+pub fn destination_host<'a>(image: &'a EnforcementImage, event: &KernelEvent) -> Option<&'a str> {
+    let d = event.destination.as_ref()?;
+    let rule = event.rule?;
+    let transport = crate::policy::Transport::parse(d.transport)?;
+    image
+        .destinations
+        .iter()
+        .filter(|entry| entry.verdict.rule == rule)
+        .filter(|entry| entry.covers(d.address, d.port, transport))
+        .find_map(|entry| entry.host.as_deref())
 }
 
 fn short_file(file: &str) -> &str {

@@ -1,7 +1,7 @@
 //! The amendment verbs: `guard allow-prefix` and `guard allow-host | ask-host | deny-host`.
 //!
-//! With `--rules-file` they append to that file directly. Without it they will go through the
-//! running daemon (the host-service issue); until then they say so and change nothing.
+//! With `--rules-file` they append to that file directly. Without it they go through the running
+//! daemon, which appends to its amendments file under the lock and applies the rule at once.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -13,13 +13,18 @@ use super::output::{print_json, say, usage_error};
 use crate::policy::amend::{
     AmendOutcome, append_line, network_amendment_line, prefix_amendment_line,
 };
+use crate::daemon::protocol::{Amendment, Request};
 use crate::policy::{Decision, NetworkProtocol};
 
 #[derive(Args, Debug)]
 pub struct AllowPrefixArgs {
-    /// The rules file to append to (created, with its folder, if missing).
+    /// The rules file to append to (created, with its folder, if missing). Without it the line
+    /// goes to the running daemon's amendments file and takes effect at once.
     #[arg(long, value_name = "FILE")]
     rules_file: Option<PathBuf>,
+    /// The daemon's control socket (when no --rules-file is given).
+    #[arg(long, value_name = "PATH", env = "GUARD_SOCKET", default_value = crate::daemon::config::DEFAULT_SOCKET)]
+    socket: PathBuf,
     /// Print `{"line": ..., "outcome": "appended"|"already_present"}`.
     #[arg(long)]
     json: bool,
@@ -38,21 +43,43 @@ pub struct HostArgs {
     /// Why; stored with the rule and shown with every match.
     #[arg(long, value_name = "TEXT")]
     justification: Option<String>,
-    /// The rules file to append to (created, with its folder, if missing).
+    /// The rules file to append to (created, with its folder, if missing). Without it the line
+    /// goes to the running daemon's amendments file and takes effect at once.
     #[arg(long, value_name = "FILE")]
     rules_file: Option<PathBuf>,
+    /// The daemon's control socket (when no --rules-file is given).
+    #[arg(long, value_name = "PATH", env = "GUARD_SOCKET", default_value = crate::daemon::config::DEFAULT_SOCKET)]
+    socket: PathBuf,
     /// Print `{"line": ..., "outcome": "appended"|"already_present"}`.
     #[arg(long)]
     json: bool,
 }
 
-fn require_rules_file(rules_file: &Option<PathBuf>) -> Result<&PathBuf, ExitCode> {
-    rules_file.as_ref().ok_or_else(|| {
-        usage_error(
-            "no --rules-file given. Amending through the guard daemon is not available yet; \
-             pass --rules-file FILE to append to a rules file directly.",
-        )
-    })
+/// Sends the amendment to the daemon and reports what it wrote and applied.
+fn through_daemon(socket: &Path, amendment: Amendment, json: bool) -> ExitCode {
+    let value = match super::control::call(socket, Request::Amend { amendment }) {
+        Ok(value) => value,
+        Err(code) => return code,
+    };
+    if json {
+        print_json(&value);
+    } else {
+        let line = value["line"].as_str().unwrap_or("");
+        let file = value["file"].as_str().unwrap_or("?");
+        match value["outcome"].as_str() {
+            Some("already_present") => say(&format!("already in {file}, nothing written: {line}")),
+            _ => say(&format!("appended to {file}: {line}")),
+        }
+        if value["applied"] == true {
+            say("applied: the daemon enforces it now");
+        } else {
+            eprintln!(
+                "guard: warning: written but not applied: {}",
+                value["error"].as_str().unwrap_or("the reload failed")
+            );
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 fn append_and_report(file: &Path, line: &str, json: bool) -> ExitCode {
@@ -80,9 +107,14 @@ fn append_and_report(file: &Path, line: &str, json: bool) -> ExitCode {
 }
 
 pub fn allow_prefix(args: &AllowPrefixArgs) -> ExitCode {
-    let file = match require_rules_file(&args.rules_file) {
-        Ok(file) => file,
-        Err(code) => return code,
+    let Some(file) = &args.rules_file else {
+        return through_daemon(
+            &args.socket,
+            Amendment::Prefix {
+                tokens: args.tokens.clone(),
+            },
+            args.json,
+        );
     };
     match prefix_amendment_line(&args.tokens) {
         Ok(line) => append_and_report(file, &line, args.json),
@@ -91,9 +123,22 @@ pub fn allow_prefix(args: &AllowPrefixArgs) -> ExitCode {
 }
 
 pub fn host(args: &HostArgs, decision: Decision) -> ExitCode {
-    let file = match require_rules_file(&args.rules_file) {
-        Ok(file) => file,
-        Err(code) => return code,
+    let Some(file) = &args.rules_file else {
+        let decision = match decision {
+            Decision::Allow => "allow",
+            Decision::Prompt => "prompt",
+            Decision::Forbidden => "deny",
+        };
+        return through_daemon(
+            &args.socket,
+            Amendment::Network {
+                host: args.host.clone(),
+                protocol: args.protocol.clone(),
+                decision: decision.to_string(),
+                justification: args.justification.clone(),
+            },
+            args.json,
+        );
     };
     let line = NetworkProtocol::parse(&args.protocol)
         .map_err(|err| format!("invalid network rule: {err}"))

@@ -4,10 +4,14 @@
 mod amend;
 mod authz;
 mod check;
+mod control;
+mod daemon;
 mod doctor;
 mod output;
 mod policy;
 mod run;
+mod run_daemon;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -52,18 +56,34 @@ enum Command {
     /// Decide control-socket requests against an authorization policy; print the built-in one.
     #[command(subcommand)]
     Authz(authz::AuthzCommand),
-    /// Append an "always allow" prefix rule to a rules file.
+    /// Append an "always allow" prefix rule to a rules file, or through the daemon.
     AllowPrefix(amend::AllowPrefixArgs),
-    /// Append `network_rule(host=HOST, decision="allow")` to a rules file.
+    /// Append `network_rule(host=HOST, decision="allow")` to a rules file, or through the daemon.
     AllowHost(amend::HostArgs),
-    /// Append `network_rule(host=HOST, decision="prompt")` to a rules file.
+    /// Append `network_rule(host=HOST, decision="prompt")` to a rules file, or through the daemon.
     AskHost(amend::HostArgs),
-    /// Append `network_rule(host=HOST, decision="deny")` to a rules file.
+    /// Append `network_rule(host=HOST, decision="deny")` to a rules file, or through the daemon.
     DenyHost(amend::HostArgs),
     /// Run a command under the policy, enforced by the kernel, in a fresh scope (root).
     Run(run::RunArgs),
     /// Say which enforcement backend this kernel allows, and why the other is refused.
     Doctor(doctor::DoctorArgs),
+    /// The host service: enforce the policy on its scopes, answer on the control socket (root).
+    Daemon(daemon::DaemonArgs),
+    /// List the daemon's pending asks, or answer them as they arrive (--watch).
+    Prompts(control::PromptsArgs),
+    /// Approve an ask: once, for the session, or always (an amendment line).
+    Approve(control::ApproveArgs),
+    /// Deny an ask; --always also appends a deny rule.
+    Deny(control::DenyArgs),
+    /// Make the daemon re-read its policy (a policy that fails to load keeps the old one).
+    Reload(control::ReloadArgs),
+    /// The daemon's backend, scopes, rules, addresses, asks, counters and uptime.
+    Status(control::StatusArgs),
+    /// The daemon's audit records you may read.
+    Audit(control::AuditArgs),
+    /// Break glass: detach the programs a stopped daemon left pinned.
+    Release(daemon::ReleaseArgs),
 }
 
 /// Where the policy comes from; shared by every subcommand that reads one.
@@ -98,6 +118,14 @@ pub fn main() -> ExitCode {
         Command::DenyHost(args) => amend::host(&args, crate::policy::Decision::Forbidden),
         Command::Run(args) => run::run(&args),
         Command::Doctor(args) => doctor::run(&args),
+        Command::Daemon(args) => daemon::daemon(&args),
+        Command::Prompts(args) => control::prompts(&args),
+        Command::Approve(args) => control::approve(&args),
+        Command::Deny(args) => control::deny(&args),
+        Command::Reload(args) => control::reload(&args),
+        Command::Status(args) => control::status(&args),
+        Command::Audit(args) => control::audit(&args),
+        Command::Release(args) => daemon::release(&args),
     }
 }
 

@@ -18,6 +18,10 @@ use crate::session::{Session, SessionOptions};
 Each refusal prints one line to stderr as it happens:
   guard: refused exec of `git push origin main`: policy forbids commands starting with `git push` (team.rules:3)
 
+With --socket (or, without --rules, when a guard daemon listens on /run/guard/guard.sock) the
+command runs in a fresh scope of the daemon instead: the daemon's policy applies, asks can be
+approved (`guard prompts`, `guard approve ID`) and the retry succeeds.
+
 The exit status is the command's (128+N when a signal N ended it; a refused exec on the cgroup
 backend is SIGKILL, so 137). guard needs root; `guard doctor` says which backend this kernel allows.")]
 pub struct RunArgs {
@@ -41,6 +45,11 @@ pub struct RunArgs {
     /// Print each refusal as a JSON line on stderr instead of a sentence.
     #[arg(long)]
     pub json_events: bool,
+    /// Run in a fresh scope of the guard daemon listening here: its policy applies and its
+    /// messages are printed as they happen. Without --rules/--overlay the daemon's default
+    /// socket is used when a daemon is running there.
+    #[arg(long, value_name = "PATH", env = "GUARD_SOCKET")]
+    pub socket: Option<std::path::PathBuf>,
     /// The command and its arguments.
     #[arg(
         required = true,
@@ -60,6 +69,22 @@ fn parse_backend(raw: &str) -> Result<Backend, String> {
 }
 
 pub fn run(args: &RunArgs) -> ExitCode {
+    let standalone = !args.rules.rules.is_empty() || !args.rules.overlays.is_empty();
+    let socket = match &args.socket {
+        Some(socket) => Some(socket.clone()),
+        None => {
+            let default = std::path::Path::new(crate::daemon::config::DEFAULT_SOCKET);
+            (!standalone && default.exists()).then(|| default.to_path_buf())
+        }
+    };
+    if let Some(socket) = socket {
+        if standalone || args.audit_only || args.backend.is_some() || args.nameserver.is_some() {
+            return super::output::usage_error(
+                "--rules, --overlay, --audit-only, --backend and --nameserver are the daemon's                  to choose; drop them to run under the daemon, or drop --socket to enforce on                  your own",
+            );
+        }
+        return super::run_daemon::run(&socket, &args.command, args.json_events);
+    }
     let loaded = match args.rules.load() {
         Ok(loaded) => loaded,
         Err(code) => return code,

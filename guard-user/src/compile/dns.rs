@@ -152,6 +152,19 @@ impl DnsCache {
         self.entries.get(&normalise(host))?.error.as_deref()
     }
 
+    /// Adds `other`'s hosts that this cache does not hold (a reload resolves only the names it
+    /// did not know, so a lookup failing then cannot take away addresses already held).
+    pub fn merge_new(&mut self, other: DnsCache) {
+        for (host, entry) in other.entries {
+            self.entries.entry(host).or_insert(entry);
+        }
+    }
+
+    /// Drops hosts not in `keep` (names no rule mentions any more).
+    pub fn retain_hosts(&mut self, keep: &[String]) {
+        self.entries.retain(|host, _| keep.iter().any(|k| normalise(k) == *host));
+    }
+
     /// The earliest time a host needs resolving again; `None` when the cache is empty.
     pub fn next_refresh(&self) -> Option<Instant> {
         self.entries.values().map(|e| e.expires).min()

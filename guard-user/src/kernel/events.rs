@@ -166,6 +166,13 @@ pub struct EventReader {
     ring: RingBuf<MapData>,
 }
 
+/// For an async runtime to wait on (readable = records are there).
+impl AsRawFd for EventReader {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.ring.as_raw_fd()
+    }
+}
+
 impl EventReader {
     pub fn new(map: Map) -> Result<Self> {
         let ring = RingBuf::try_from(map).context("the EVENTS map is not a ring buffer")?;

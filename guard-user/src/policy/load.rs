@@ -79,7 +79,18 @@ pub fn system_rules_dir() -> Option<PathBuf> {
 /// Loads `rules` (or the defaults when empty) with one parser, then `overlays` with another,
 /// merged on top. Any error refuses the whole policy: nothing is half-applied.
 pub fn load_policy(rules: &[PathBuf], overlays: &[PathBuf]) -> Result<LoadedPolicy, LoadError> {
-    let sources = if rules.is_empty() {
+    load_policy_with(rules, &[], overlays)
+}
+
+/// [`load_policy`] with `extra` files read after the rules (or the defaults), by the same parser
+/// and before the overlays: the daemon's amendments file. Extra files that do not exist are
+/// skipped (no amendment was written yet).
+pub fn load_policy_with(
+    rules: &[PathBuf],
+    extra: &[PathBuf],
+    overlays: &[PathBuf],
+) -> Result<LoadedPolicy, LoadError> {
+    let mut sources = if rules.is_empty() {
         match system_rules_dir() {
             Some(dir) => expand(&[dir])?,
             None => vec![RulesSource::EmbeddedDefault],
@@ -87,6 +98,12 @@ pub fn load_policy(rules: &[PathBuf], overlays: &[PathBuf]) -> Result<LoadedPoli
     } else {
         expand(rules)?
     };
+    sources.extend(
+        extra
+            .iter()
+            .filter(|path| path.exists())
+            .map(|path| RulesSource::File(path.clone())),
+    );
     let overlay_sources = expand(overlays)?;
     let base = parse_sources(&sources)?;
     let policy = if overlay_sources.is_empty() {

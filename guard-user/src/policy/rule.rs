@@ -197,7 +197,8 @@ impl fmt::Debug for RuleMatch {
 }
 
 /// The protocols a `network_rule` names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum NetworkProtocol {
     Http,
     Https,

@@ -1,0 +1,338 @@
+//! The control-socket clients: `guard prompts`, `approve`, `deny`, `reload`, `status`, `audit`.
+//! Each talks to the running daemon (`--socket`, default /run/guard/guard.sock or
+//! `$GUARD_SOCKET`); the daemon decides whether the caller may (SO_PEERCRED + its
+//! authorization policy).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anstream::{eprintln, println};
+use anstyle::{AnsiColor, Style};
+use clap::Args;
+use serde_json::Value;
+
+use super::output::{dim, print_json};
+use crate::daemon::client::{Client, ClientError};
+use crate::daemon::config::DEFAULT_SOCKET;
+use crate::daemon::protocol::{ApprovalMode, Request};
+
+#[derive(Args, Debug, Clone)]
+pub struct SocketArgs {
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", env = "GUARD_SOCKET", default_value = DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+}
+
+/// Prints a client error and gives its exit status (3 not authorized, 4 no daemon, 1 other).
+pub fn client_error(err: &ClientError) -> ExitCode {
+    let style = Style::new().fg_color(Some(AnsiColor::Red.into())).bold();
+    eprintln!("{style}error:{style:#} {err}");
+    ExitCode::from(err.exit_code())
+}
+
+/// One request, its result or the error.
+pub fn call(socket: &Path, request: Request) -> Result<Value, ExitCode> {
+    Client::connect(socket)
+        .and_then(|mut client| client.request(request))
+        .map_err(|err| client_error(&err))
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Without --watch, lists the pending asks. With --watch, shows each ask as \
+it arrives and takes one key:
+  o  approve once     (the same request succeeds when retried within asks.once_secs)
+  s  approve for this session (until the daemon stops or the run it came from ends)
+  a  approve always   (appends the amendment line to <state-dir>/rules/default.rules)
+  d  deny             D  deny always (appends a deny rule)
+  n  leave it for later, q  quit
+It works over ssh (any terminal); without a terminal it reads one key per line from stdin.")]
+pub struct PromptsArgs {
+    #[command(flatten)]
+    socket: SocketArgs,
+    /// An array of asks (objects with at least `id`, `message`, `kind`, `count`, `state`).
+    #[arg(long)]
+    json: bool,
+    /// Answer asks interactively as they arrive.
+    #[arg(long)]
+    watch: bool,
+}
+
+pub fn prompts(args: &PromptsArgs) -> ExitCode {
+    if args.watch {
+        return super::watch::watch(&args.socket.socket);
+    }
+    let asks = match call(&args.socket.socket, Request::Prompts) {
+        Ok(asks) => asks,
+        Err(code) => return code,
+    };
+    if args.json {
+        print_json(&asks);
+        return ExitCode::SUCCESS;
+    }
+    let list = asks.as_array().cloned().unwrap_or_default();
+    if list.is_empty() {
+        println!("no pending asks");
+        return ExitCode::SUCCESS;
+    }
+    for ask in &list {
+        println!("{}", ask_line(ask));
+    }
+    println!(
+        "{}answer with `guard approve ID [--once|--session|--always]` or `guard deny ID [--always]`{}",
+        dim().render(),
+        dim().render_reset()
+    );
+    ExitCode::SUCCESS
+}
+
+/// `  3  ×2  expires in 280s  Network access to "api.github.com" requires approval: ...`
+pub fn ask_line(ask: &Value) -> String {
+    let yellow = Style::new().fg_color(Some(AnsiColor::Yellow.into())).bold();
+    let id = ask["id"].as_u64().unwrap_or(0);
+    let count = ask["count"].as_u64().unwrap_or(1);
+    let expires = ask["expires_in"]
+        .as_u64()
+        .map(|s| format!("expires in {s}s"))
+        .unwrap_or_default();
+    let who = format!(
+        "pid {} {}",
+        ask["record"]["pid"].as_u64().unwrap_or(0),
+        ask["record"]["executable"].as_str().unwrap_or("")
+    );
+    format!(
+        "{yellow}{id:>4}{yellow:#}  ×{count:<3} {:<16} {}  {}({who}){}",
+        expires,
+        ask["message"].as_str().unwrap_or(""),
+        dim().render(),
+        dim().render_reset()
+    )
+}
+
+#[derive(Args, Debug)]
+pub struct ApproveArgs {
+    /// The ask's id (`guard prompts`).
+    id: u64,
+    /// The same request succeeds when retried within asks.once_secs (the default).
+    #[arg(long, conflicts_with_all = ["session", "always"])]
+    once: bool,
+    /// Until the daemon stops or the run the ask came from ends.
+    #[arg(long, conflicts_with = "always")]
+    session: bool,
+    /// Append the amendment line to the amendments file (a rule from then on).
+    #[arg(long)]
+    always: bool,
+    #[command(flatten)]
+    socket: SocketArgs,
+    /// Print the daemon's answer as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn approve(args: &ApproveArgs) -> ExitCode {
+    let mode = if args.always {
+        ApprovalMode::Always
+    } else if args.session {
+        ApprovalMode::Session
+    } else {
+        ApprovalMode::Once
+    };
+    answered(
+        call(&args.socket.socket, Request::Approve { id: args.id, mode }),
+        args.json,
+        &format!("approved ask {} ({})", args.id, mode.as_str()),
+    )
+}
+
+#[derive(Args, Debug)]
+pub struct DenyArgs {
+    /// The ask's id (`guard prompts`).
+    id: u64,
+    /// Also append a deny rule for it to the amendments file.
+    #[arg(long)]
+    always: bool,
+    #[command(flatten)]
+    socket: SocketArgs,
+    /// Print the daemon's answer as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn deny(args: &DenyArgs) -> ExitCode {
+    answered(
+        call(
+            &args.socket.socket,
+            Request::Deny {
+                id: args.id,
+                always: args.always,
+            },
+        ),
+        args.json,
+        &format!("denied ask {}", args.id),
+    )
+}
+
+/// Prints an answer: JSON, or the sentence and the line it wrote.
+fn answered(result: Result<Value, ExitCode>, json: bool, sentence: &str) -> ExitCode {
+    let value = match result {
+        Ok(value) => value,
+        Err(code) => return code,
+    };
+    if json {
+        print_json(&value);
+    } else {
+        println!("{sentence}");
+        if let Some(line) = value["line"]["line"].as_str() {
+            println!(
+                "appended to {}: {line}",
+                value["line"]["file"].as_str().unwrap_or("?")
+            );
+        }
+        if let Some(error) = value["line"]["error"].as_str() {
+            eprintln!("guard: warning: {error}");
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+#[derive(Args, Debug)]
+pub struct ReloadArgs {
+    #[command(flatten)]
+    socket: SocketArgs,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn reload(args: &ReloadArgs) -> ExitCode {
+    match call(&args.socket.socket, Request::Reload) {
+        Ok(value) if args.json => {
+            print_json(&value);
+            ExitCode::SUCCESS
+        }
+        Ok(value) => {
+            println!(
+                "reloaded: {} rules from {} files",
+                value["rules"],
+                value["files"].as_array().map_or(0, |f| f.len())
+            );
+            ExitCode::SUCCESS
+        }
+        Err(code) => code,
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    socket: SocketArgs,
+    /// The whole status as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn status(args: &StatusArgs) -> ExitCode {
+    let status = match call(&args.socket.socket, Request::Status) {
+        Ok(status) => status,
+        Err(code) => return code,
+    };
+    if args.json {
+        print_json(&status);
+        return ExitCode::SUCCESS;
+    }
+    let bold = Style::new().bold();
+    println!(
+        "{bold}guard daemon{bold:#} pid {} · backend {} · up {}s{}",
+        status["pid"],
+        status["backend"].as_str().unwrap_or("?"),
+        status["uptime_secs"],
+        if status["audit_only"] == true {
+            " · audit-only"
+        } else {
+            ""
+        }
+    );
+    println!("{bold}scopes{bold:#}");
+    for scope in status["scopes"].as_array().into_iter().flatten() {
+        println!(
+            "  {:<8} {}",
+            scope["kind"]["kind"].as_str().unwrap_or("?"),
+            scope["cgroup"].as_str().unwrap_or("")
+        );
+    }
+    println!("{bold}rules{bold:#}");
+    for file in status["rules"].as_array().into_iter().flatten() {
+        println!("  {:>6}  {}", file["rules"], file["file"].as_str().unwrap_or(""));
+    }
+    let addresses = status["addresses"].as_array().cloned().unwrap_or_default();
+    if !addresses.is_empty() {
+        println!("{bold}resolved{bold:#}");
+        for host in &addresses {
+            let list: Vec<&str> = host["addresses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            println!(
+                "  {} → {}",
+                host["host"].as_str().unwrap_or(""),
+                if list.is_empty() {
+                    "(none)".to_string()
+                } else {
+                    list.join(", ")
+                }
+            );
+        }
+    }
+    println!(
+        "{bold}asks{bold:#} {} pending · {bold}events lost{bold:#} {}",
+        status["asks_pending"], status["events_lost"]
+    );
+    let counters: Vec<String> = status["counters"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    println!("{bold}counters{bold:#} {}", counters.join(" "));
+    if let Some(error) = status["last_reload_error"].as_str() {
+        eprintln!("guard: the last reload failed: {error}");
+    }
+    ExitCode::SUCCESS
+}
+
+#[derive(Args, Debug)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    socket: SocketArgs,
+    /// At most this many records (the newest).
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+    /// The records as JSON lines.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn audit(args: &AuditArgs) -> ExitCode {
+    let records = match call(&args.socket.socket, Request::Audit { limit: args.limit }) {
+        Ok(records) => records,
+        Err(code) => return code,
+    };
+    for record in records.as_array().into_iter().flatten() {
+        if args.json {
+            print_json(record);
+        } else {
+            let detail = record["message"]
+                .as_str()
+                .map(str::to_string)
+                .or_else(|| record["line"].as_str().map(str::to_string))
+                .unwrap_or_default();
+            println!(
+                "{}  {:<16} {:<10} {detail}",
+                record["time"].as_str().unwrap_or(""),
+                record["type"].as_str().unwrap_or(""),
+                record["owner"].as_str().unwrap_or("")
+            );
+        }
+    }
+    ExitCode::SUCCESS
+}

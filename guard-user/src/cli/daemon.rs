@@ -1,0 +1,145 @@
+//! `guard daemon`, the host service, and `guard release`, its break-glass counterpart.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::output::usage_error;
+use crate::daemon::config::{Config, DEFAULT_CONFIG};
+
+#[derive(Args, Debug)]
+#[command(after_help = "The daemon loads the policy (the --rules paths, then the amendments file \
+<state-dir>/rules/default.rules, then the --overlay paths), holds it in the kernel for its scopes \
+(the host with `scope.host = true`, the cgroups in `scope.cgroups`, and every `guard run` it \
+starts), and answers on the control socket. Flags override the config file; every key of the \
+file and its default is in packaging/guard.toml.
+
+Signals: SIGHUP re-reads the policy (a policy that fails to load keeps the old one); SIGTERM
+stops the daemon within a second. The programs stay pinned in the kernel after it stops, so
+enforcement goes on until the next daemon takes over; `guard release` detaches them.
+
+Examples:
+  sudo guard daemon                                   # /etc/guard/guard.toml, or the defaults
+  sudo guard daemon --rules /etc/guard/rules --socket /run/guard/guard.sock
+  sudo systemctl enable --now guard                   # packaging/guard.service")]
+pub struct DaemonArgs {
+    /// The config file (TOML). Default: /etc/guard/guard.toml if it exists.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// A rules file or folder; repeat for several (replaces the config's `rules`).
+    #[arg(long = "rules", value_name = "PATH")]
+    rules: Vec<PathBuf>,
+    /// Rules merged on top (replaces the config's `overlays`).
+    #[arg(long = "overlay", value_name = "PATH")]
+    overlays: Vec<PathBuf>,
+    /// Where the amendments file lives (default /var/lib/guard).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// The control socket (default /run/guard/guard.sock).
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Where the programs are pinned, on a bpffs (default /sys/fs/bpf/guard).
+    #[arg(long, value_name = "DIR")]
+    pin_dir: Option<PathBuf>,
+    /// The audit log (default /var/log/guard/audit.jsonl).
+    #[arg(long, value_name = "FILE")]
+    audit_log: Option<PathBuf>,
+    /// Resolve host names with this DNS server (IP:PORT) instead of the system's.
+    #[arg(long, value_name = "IP:PORT")]
+    nameserver: Option<SocketAddr>,
+}
+
+/// The config file and the flags over it.
+fn config_from(args: &DaemonArgs) -> anyhow::Result<Config> {
+    let (path, required) = match &args.config {
+        Some(path) => (path.clone(), true),
+        None => (PathBuf::from(DEFAULT_CONFIG), false),
+    };
+    let mut config = Config::load(&path, required)?;
+    if !args.rules.is_empty() {
+        config.rules = args.rules.clone();
+    }
+    if !args.overlays.is_empty() {
+        config.overlays = args.overlays.clone();
+    }
+    if let Some(dir) = &args.state_dir {
+        config.state_dir = dir.clone();
+    }
+    if let Some(socket) = &args.socket {
+        config.socket = socket.clone();
+    }
+    if let Some(dir) = &args.pin_dir {
+        config.pin_dir = dir.clone();
+    }
+    if let Some(log) = &args.audit_log {
+        config.audit_log = log.clone();
+    }
+    if args.nameserver.is_some() {
+        config.nameserver = args.nameserver;
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+pub fn daemon(args: &DaemonArgs) -> ExitCode {
+    let config = match config_from(args) {
+        Ok(config) => config,
+        Err(err) => return usage_error(&format!("{err:#}")),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => return usage_error(&format!("starting the runtime: {err}")),
+    };
+    match runtime.block_on(crate::daemon::server::serve(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("guard daemon: cannot start: {err:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Break glass: with the daemon stopped (`systemctl stop guard`), \
+`guard release` detaches guard's programs from the kernel, so nothing is enforced until a daemon \
+starts again. By hand, the same is `rm -r /sys/fs/bpf/guard` (the pins are the only thing that \
+keeps the programs attached).")]
+pub struct ReleaseArgs {
+    /// The config file whose `pin_dir` to release. Default: /etc/guard/guard.toml if it exists.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The pin folder (overrides the config).
+    #[arg(long, value_name = "DIR")]
+    pin_dir: Option<PathBuf>,
+}
+
+pub fn release(args: &ReleaseArgs) -> ExitCode {
+    let (path, required) = match &args.config {
+        Some(path) => (path.clone(), true),
+        None => (PathBuf::from(DEFAULT_CONFIG), false),
+    };
+    let config = match Config::load(&path, required) {
+        Ok(config) => config,
+        Err(err) => return usage_error(&format!("{err:#}")),
+    };
+    let dir = args.pin_dir.clone().unwrap_or(config.pin_dir);
+    if crate::daemon::client::Client::connect(&config.socket).is_ok() && args.pin_dir.is_none() {
+        eprintln!(
+            "guard: note: a daemon answers at {}; it keeps enforcing through its own file \
+             descriptors until it stops",
+            config.socket.display()
+        );
+    }
+    match crate::kernel::pins::release(&dir) {
+        Ok(n) => {
+            println!("released {n} pinned links under {}", dir.display());
+            ExitCode::SUCCESS
+        }
+        Err(err) => usage_error(&format!("{err:#}")),
+    }
+}

@@ -1,0 +1,377 @@
+//! Asks: each `prompt` decision of the kernel becomes a pending request a person can approve or
+//! deny. Identical asks within the dedupe window are one ask (its count grows); an unanswered
+//! ask expires after the configured time and is then denied. Nothing here writes a rule: what
+//! an answer does to the policy is the daemon's (`approvals.rs`, amendments).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::Serialize;
+
+use super::protocol::ApprovalMode;
+use crate::policy::NetworkProtocol;
+
+/// What was asked for, in the terms an approval needs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum AskTarget {
+    /// An exec: `tokens[0]` is the executed file's name (what the kernel compares), then argv.
+    Exec {
+        tokens: Vec<String>,
+        /// A `prompt` rule decided (not the unmatched default): an allow rule cannot override
+        /// it, so `--always` has no amendment to write.
+        by_rule: bool,
+    },
+    /// A connection: the host name when the address came from one the policy names.
+    Network {
+        host: Option<String>,
+        address: IpAddr,
+        port: u16,
+        transport: String,
+        protocol: NetworkProtocol,
+    },
+}
+
+/// The blocked-request record (`../shared/spec/policy-language.md` §7, plus the process).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BlockedRequest {
+    /// The host name, or the address when no name is known.
+    pub host: String,
+    /// `http`, `https`, `socks5_tcp`, `socks5_udp`, or `exec`.
+    pub protocol: String,
+    pub port: Option<u16>,
+    /// §7 reason code: `not_allowed` (needs approval), `denied` (explicitly denied).
+    pub reason: String,
+    /// `ask` or `deny`.
+    pub decision: String,
+    /// `baseline_policy` (a rule decided) or `mode_guard` (the unmatched default decided).
+    pub source: String,
+    pub pid: u32,
+    pub uid: u32,
+    pub executable: String,
+    pub argv: Vec<String>,
+    /// RFC 3339, nanoseconds.
+    pub timestamp: String,
+    /// The deciding rule's `file:line`, when a rule decided.
+    pub rule: Option<String>,
+    pub justification: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "lowercase")]
+pub enum AskState {
+    Pending,
+    Approved { mode: ApprovalMode, by: String },
+    Denied { always: bool, by: String },
+    /// Expired unanswered, and denied.
+    Expired,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Ask {
+    pub id: u64,
+    pub target: AskTarget,
+    pub record: BlockedRequest,
+    /// The sentence a person reads.
+    pub message: String,
+    /// How many identical requests this ask stands for.
+    pub count: u64,
+    #[serde(flatten)]
+    pub state: AskState,
+    /// Seconds until it expires (pending asks only).
+    pub expires_in: Option<u64>,
+    /// The scope (cgroup id) the first request came from.
+    pub scope: u64,
+    #[serde(skip)]
+    first_seen: Instant,
+    #[serde(skip)]
+    last_seen: Instant,
+    #[serde(skip)]
+    resolved_at: Option<Instant>,
+}
+
+impl Ask {
+    pub fn is_pending(&self) -> bool {
+        self.state == AskState::Pending
+    }
+}
+
+/// What makes two asks the same: the target without the process.
+fn key(target: &AskTarget) -> String {
+    match target {
+        AskTarget::Exec { tokens, .. } => format!("exec\0{}", tokens.join("\0")),
+        AskTarget::Network {
+            host,
+            address,
+            port,
+            transport,
+            ..
+        } => format!(
+            "net\0{}\0{address}\0{port}\0{transport}",
+            host.as_deref().unwrap_or("")
+        ),
+    }
+}
+
+/// How long resolved asks stay listed (so `guard prompts` can show what just happened).
+const KEEP_RESOLVED: Duration = Duration::from_secs(600);
+/// The most asks kept; the oldest resolved ones go first.
+const MAX_ASKS: usize = 10_000;
+
+pub struct AskBook {
+    asks: BTreeMap<u64, Ask>,
+    next_id: u64,
+    dedupe: Duration,
+    timeout: Duration,
+}
+
+/// What [`AskBook::record`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recorded {
+    New(u64),
+    /// An identical ask is pending (or was answered within the dedupe window): counted there.
+    Repeat(u64),
+}
+
+impl Recorded {
+    pub fn id(self) -> u64 {
+        match self {
+            Recorded::New(id) | Recorded::Repeat(id) => id,
+        }
+    }
+}
+
+impl AskBook {
+    pub fn new(dedupe: Duration, timeout: Duration) -> Self {
+        AskBook {
+            asks: BTreeMap::new(),
+            next_id: 1,
+            dedupe,
+            timeout,
+        }
+    }
+
+    pub fn record(
+        &mut self,
+        target: AskTarget,
+        record: BlockedRequest,
+        message: String,
+        scope: u64,
+        now: Instant,
+    ) -> Recorded {
+        let k = key(&target);
+        let dedupe = self.dedupe;
+        if let Some(ask) = self.asks.values_mut().rev().find(|ask| {
+            key(&ask.target) == k
+                && (ask.is_pending()
+                    || ask
+                        .resolved_at
+                        .is_some_and(|at| now.saturating_duration_since(at) < dedupe)
+                    || now.saturating_duration_since(ask.last_seen) < dedupe)
+        }) {
+            ask.count += 1;
+            ask.last_seen = now;
+            return Recorded::Repeat(ask.id);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.asks.insert(
+            id,
+            Ask {
+                id,
+                target,
+                record,
+                message,
+                count: 1,
+                state: AskState::Pending,
+                expires_in: None,
+                scope,
+                first_seen: now,
+                last_seen: now,
+                resolved_at: None,
+            },
+        );
+        self.prune(now);
+        Recorded::New(id)
+    }
+
+    /// The ask `id` with `expires_in` filled in.
+    pub fn get(&self, id: u64, now: Instant) -> Option<Ask> {
+        self.asks.get(&id).map(|ask| self.view(ask, now))
+    }
+
+    fn view(&self, ask: &Ask, now: Instant) -> Ask {
+        let mut ask = ask.clone();
+        if ask.is_pending() {
+            let left = (ask.first_seen + self.timeout).saturating_duration_since(now);
+            ask.expires_in = Some(left.as_secs());
+        }
+        ask
+    }
+
+    /// Pending asks, oldest first.
+    pub fn pending(&self, now: Instant) -> Vec<Ask> {
+        self.asks
+            .values()
+            .filter(|a| a.is_pending())
+            .map(|a| self.view(a, now))
+            .collect()
+    }
+
+    pub fn pending_count(&self) -> usize {
+        self.asks.values().filter(|a| a.is_pending()).count()
+    }
+
+    /// Marks a pending ask answered; `None` if there is no pending ask `id`.
+    pub fn resolve(&mut self, id: u64, state: AskState, now: Instant) -> Option<Ask> {
+        let ask = self.asks.get_mut(&id).filter(|a| a.is_pending())?;
+        ask.state = state;
+        ask.resolved_at = Some(now);
+        Some(ask.clone())
+    }
+
+    /// Whether `id` exists at all (to tell "answered already" from "no such ask").
+    pub fn state(&self, id: u64) -> Option<&AskState> {
+        self.asks.get(&id).map(|a| &a.state)
+    }
+
+    /// Expires pending asks older than the timeout (they become denied); returns them.
+    pub fn expire(&mut self, now: Instant) -> Vec<Ask> {
+        let timeout = self.timeout;
+        let mut expired = Vec::new();
+        for ask in self.asks.values_mut() {
+            if ask.is_pending() && now.saturating_duration_since(ask.first_seen) >= timeout {
+                ask.state = AskState::Expired;
+                ask.resolved_at = Some(now);
+                expired.push(ask.clone());
+            }
+        }
+        self.prune(now);
+        expired
+    }
+
+    fn prune(&mut self, now: Instant) {
+        self.asks.retain(|_, ask| {
+            ask.resolved_at
+                .is_none_or(|at| now.saturating_duration_since(at) < KEEP_RESOLVED)
+        });
+        while self.asks.len() > MAX_ASKS {
+            let oldest = self
+                .asks
+                .values()
+                .find(|a| !a.is_pending())
+                .or_else(|| self.asks.values().next())
+                .map(|a| a.id);
+            match oldest {
+                Some(id) => self.asks.remove(&id),
+                None => break,
+            };
+        }
+    }
+}
+
+/// RFC 3339 with nanoseconds, UTC.
+pub fn timestamp(time: SystemTime) -> String {
+    humantime::format_rfc3339_nanos(time).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exec(argv: &[&str]) -> AskTarget {
+        AskTarget::Exec {
+            tokens: argv.iter().map(|s| s.to_string()).collect(),
+            by_rule: true,
+        }
+    }
+
+    fn record() -> BlockedRequest {
+        BlockedRequest {
+            host: String::new(),
+            protocol: "exec".into(),
+            port: None,
+            reason: "not_allowed".into(),
+            decision: "ask".into(),
+            source: "baseline_policy".into(),
+            pid: 1,
+            uid: 0,
+            executable: "/usr/bin/git".into(),
+            argv: vec![],
+            timestamp: timestamp(SystemTime::now()),
+            rule: None,
+            justification: None,
+        }
+    }
+
+    #[test]
+    fn identical_asks_within_the_window_are_one() {
+        let t0 = Instant::now();
+        let mut book = AskBook::new(Duration::from_secs(60), Duration::from_secs(300));
+        let a = book.record(exec(&["git", "push"]), record(), "m".into(), 7, t0);
+        let b = book.record(exec(&["git", "push"]), record(), "m".into(), 7, t0);
+        let c = book.record(exec(&["git", "pull"]), record(), "m".into(), 7, t0);
+        assert_eq!(a, Recorded::New(1));
+        assert_eq!(b, Recorded::Repeat(1));
+        assert_eq!(c, Recorded::New(2));
+        assert_eq!(book.get(1, t0).unwrap().count, 2);
+        // Denied, then asked again within the window: the same (answered) ask, no new prompt.
+        book.resolve(
+            1,
+            AskState::Denied {
+                always: false,
+                by: "root".into(),
+            },
+            t0,
+        );
+        let again = book.record(
+            exec(&["git", "push"]),
+            record(),
+            "m".into(),
+            7,
+            t0 + Duration::from_secs(10),
+        );
+        assert_eq!(again, Recorded::Repeat(1));
+        // Past the window: a new ask.
+        let later = book.record(
+            exec(&["git", "push"]),
+            record(),
+            "m".into(),
+            7,
+            t0 + Duration::from_secs(200),
+        );
+        assert_eq!(later, Recorded::New(3));
+    }
+
+    #[test]
+    fn unanswered_asks_expire_denied_and_cannot_be_answered_after() {
+        let t0 = Instant::now();
+        let mut book = AskBook::new(Duration::from_secs(5), Duration::from_secs(30));
+        book.record(exec(&["curl"]), record(), "m".into(), 7, t0);
+        assert_eq!(book.get(1, t0).unwrap().expires_in, Some(30));
+        assert!(book.expire(t0 + Duration::from_secs(29)).is_empty());
+        let expired = book.expire(t0 + Duration::from_secs(30));
+        assert_eq!(expired.len(), 1);
+        assert_eq!(expired[0].state, AskState::Expired);
+        assert_eq!(book.pending_count(), 0);
+        assert!(
+            book.resolve(
+                1,
+                AskState::Approved {
+                    mode: ApprovalMode::Always,
+                    by: "root".into()
+                },
+                t0
+            )
+            .is_none()
+        );
+        assert_eq!(book.state(1), Some(&AskState::Expired));
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339_with_nanoseconds() {
+        let t = SystemTime::UNIX_EPOCH + Duration::new(1_700_000_000, 5);
+        assert_eq!(timestamp(t), "2023-11-14T22:13:20.000000005Z");
+    }
+}

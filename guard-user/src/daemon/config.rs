@@ -1,0 +1,209 @@
+//! `guard.toml`: the daemon's configuration. Every key is optional; the defaults below are what a
+//! missing key means, and `guard daemon --help` and the README list them. Command-line flags
+//! override the file.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
+
+pub const DEFAULT_CONFIG: &str = "/etc/guard/guard.toml";
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/guard";
+pub const DEFAULT_SOCKET: &str = "/run/guard/guard.sock";
+pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/guard";
+
+/// The whole file. Unknown keys are an error (a typo must not silently fall back to a default).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Rules files or folders, read in order as one policy. Empty: /etc/guard/rules, else the
+    /// embedded default policy. The amendments file `<state_dir>/rules/default.rules` is always
+    /// read after these.
+    pub rules: Vec<PathBuf>,
+    /// Rules parsed on their own and merged on top (managed rules amendments cannot weaken).
+    pub overlays: Vec<PathBuf>,
+    /// Where the amendments file (`rules/default.rules`) lives.
+    pub state_dir: PathBuf,
+    /// The control socket.
+    pub socket: PathBuf,
+    /// The group that owns the control socket (mode 0660); a name or a number. Empty: root's.
+    pub socket_group: String,
+    /// Members of this group may do everything over the control socket (with the built-in
+    /// authorization policy). Empty: root only.
+    pub admin_group: String,
+    /// An authorization policy file (`{"rules": [...]}`); empty: the built-in default.
+    pub authz_policy: Option<PathBuf>,
+    /// Where the programs' links are pinned, so enforcement survives a restart of the daemon.
+    pub pin_dir: PathBuf,
+    /// The cgroup (under the cgroup2 mount) that holds the `guard run` scopes.
+    pub run_cgroup: String,
+    /// `lsm` or `cgroup`; empty: the preferred one this kernel allows.
+    pub backend: String,
+    /// Resolve host names with this DNS server (IP:PORT) instead of the system's configuration.
+    pub nameserver: Option<SocketAddr>,
+    /// Record every decision, enforce none.
+    pub audit_only: bool,
+    /// The audit log (JSON lines).
+    pub audit_log: PathBuf,
+    pub scope: ScopeConfig,
+    pub asks: AskConfig,
+    /// Extra attributes for the authorization policy, per user name:
+    /// `[users.alice] email = "alice@example.com"` and `attrs = { team = ["infra"] }`.
+    pub users: BTreeMap<String, UserConfig>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ScopeConfig {
+    /// Enforce on every process of the host (the daemon's own cgroup is exempt).
+    pub host: bool,
+    /// cgroup v2 folders (absolute, or relative to the cgroup2 mount) to enforce on, with
+    /// everything below them.
+    pub cgroups: Vec<PathBuf>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AskConfig {
+    /// An unanswered ask expires after this many seconds.
+    pub timeout_secs: u64,
+    /// What an expired ask becomes: `deny` (the request stays refused). Nothing an ask does by
+    /// itself is ever written to a rules file.
+    pub expire: String,
+    /// Identical asks within this many seconds are one ask.
+    pub dedupe_secs: u64,
+    /// `guard approve --once`: the same request succeeds when retried within this many seconds.
+    pub once_secs: u64,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UserConfig {
+    pub email: Option<String>,
+    pub attrs: BTreeMap<String, Vec<String>>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            rules: Vec::new(),
+            overlays: Vec::new(),
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            socket: PathBuf::from(DEFAULT_SOCKET),
+            socket_group: String::new(),
+            admin_group: String::new(),
+            authz_policy: None,
+            pin_dir: PathBuf::from(DEFAULT_PIN_DIR),
+            run_cgroup: "guard-daemon".to_string(),
+            backend: String::new(),
+            nameserver: None,
+            audit_only: false,
+            audit_log: PathBuf::from("/var/log/guard/audit.jsonl"),
+            scope: ScopeConfig::default(),
+            asks: AskConfig::default(),
+            users: BTreeMap::new(),
+        }
+    }
+}
+
+impl Default for AskConfig {
+    fn default() -> Self {
+        AskConfig {
+            timeout_secs: 300,
+            expire: "deny".to_string(),
+            dedupe_secs: 60,
+            once_secs: 60,
+        }
+    }
+}
+
+impl AskConfig {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout_secs)
+    }
+    pub fn dedupe(&self) -> Duration {
+        Duration::from_secs(self.dedupe_secs)
+    }
+    pub fn once(&self) -> Duration {
+        Duration::from_secs(self.once_secs)
+    }
+}
+
+impl Config {
+    /// Reads `path`; a missing file is the defaults only when `required` is false (the default
+    /// path may be absent, a path someone named must exist).
+    pub fn load(path: &Path, required: bool) -> Result<Config> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound && !required => {
+                return Ok(Config::default());
+            }
+            Err(err) => return Err(err).with_context(|| format!("reading {}", path.display())),
+        };
+        let config: Config = toml::from_str(&text).map_err(|err| {
+            anyhow::anyhow!("{}: {}", path.display(), err.to_string().trim_end())
+        })?;
+        config.validate().with_context(|| path.display().to_string())?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if self.asks.expire != "deny" {
+            bail!(
+                "asks.expire = {:?}: the only supported value is \"deny\"",
+                self.asks.expire
+            );
+        }
+        if !matches!(self.backend.as_str(), "" | "lsm" | "cgroup") {
+            bail!("backend = {:?}: use \"lsm\" or \"cgroup\"", self.backend);
+        }
+        if self.asks.once_secs == 0 || self.asks.timeout_secs == 0 {
+            bail!("asks.once_secs and asks.timeout_secs must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// The amendments file: approvals with `--always` and the amendment verbs append here.
+    pub fn amendments_file(&self) -> PathBuf {
+        self.state_dir.join("rules").join("default.rules")
+    }
+}
+
+/// The documented example config, every key at its default (shipped as `packaging/guard.toml`,
+/// and checked by a test to parse to [`Config::default`]).
+pub const EXAMPLE: &str = include_str!("../../../packaging/guard.toml");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_example_is_the_defaults() {
+        let parsed: Config = toml::from_str(EXAMPLE).expect("packaging/guard.toml parses");
+        let defaults = Config::default();
+        assert_eq!(format!("{parsed:?}"), format!("{defaults:?}"));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_errors_that_name_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("guard.toml");
+        std::fs::write(&path, "sokcet = \"/x\"\n").unwrap();
+        let err = format!("{:#}", Config::load(&path, true).unwrap_err());
+        assert!(err.contains("sokcet"), "{err}");
+        assert!(err.contains("guard.toml"), "{err}");
+        std::fs::write(&path, "[asks]\nexpire = \"allow\"\n").unwrap();
+        let err = format!("{:#}", Config::load(&path, true).unwrap_err());
+        assert!(err.contains("asks.expire"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_default_file_is_the_defaults_but_a_named_one_is_an_error() {
+        let missing = Path::new("/nonexistent/guard.toml");
+        assert!(Config::load(missing, false).is_ok());
+        assert!(Config::load(missing, true).is_err());
+    }
+}

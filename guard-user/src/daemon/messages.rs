@@ -1,0 +1,167 @@
+//! From a kernel event to what people and programs read: the blocked-request record, the
+//! human message (`../shared/spec/policy-language.md` §5.2 for execs, §7 for network), and for a
+//! `prompt`, the ask's target.
+
+use std::path::Path;
+
+use super::asks::{AskTarget, BlockedRequest, timestamp};
+use crate::compile::image::EnforcementImage;
+use crate::kernel::events::{EventKind, KernelEvent};
+use crate::policy::{Decision, NetworkProtocol};
+use crate::session::destination_host;
+
+/// The network protocol whose endpoints cover a destination (the one an amendment for it
+/// names): 80/tcp is http, 443 is https, any other port socks5 over its transport.
+pub fn protocol_for(port: u16, transport: &str) -> NetworkProtocol {
+    match (port, transport) {
+        (80, "tcp") => NetworkProtocol::Http,
+        (443, _) => NetworkProtocol::Https,
+        (_, "udp") => NetworkProtocol::Socks5Udp,
+        _ => NetworkProtocol::Socks5Tcp,
+    }
+}
+
+/// The command as a person would type it: the original argv, shell-quoted.
+fn shown_command(event: &KernelEvent) -> String {
+    let argv = if event.argv.is_empty() {
+        vec![event.exe.clone()]
+    } else {
+        event.argv.clone()
+    };
+    shlex::try_join(argv.iter().map(String::as_str)).unwrap_or_else(|_| argv.join(" "))
+}
+
+/// The executed file's name, as the kernel compares it (argv[0] is the caller's choice).
+fn executed_name(exe: &str) -> String {
+    let path = Path::new(exe);
+    let real = if path.is_absolute() {
+        std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+    } else {
+        path.to_path_buf()
+    };
+    real.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| exe.to_string())
+}
+
+/// What a refusal (or a prompt) says, and for a prompt what could be approved.
+pub struct Described {
+    pub record: BlockedRequest,
+    pub message: String,
+    /// `Some` for a `prompt` that an approval can answer.
+    pub target: Option<AskTarget>,
+}
+
+pub fn describe(image: &EnforcementImage, event: &KernelEvent) -> Described {
+    let rule = event.rule.and_then(|id| image.rules.get(id as usize));
+    let justification = rule.and_then(|r| r.justification.clone());
+    let location = rule
+        .and_then(|r| r.origin.as_ref())
+        .map(|o| format!("{}:{}", o.file, o.line));
+    let prompt = event.decision == Decision::Prompt;
+    let mut record = BlockedRequest {
+        host: String::new(),
+        protocol: "exec".to_string(),
+        port: None,
+        reason: if prompt { "not_allowed" } else { "denied" }.to_string(),
+        decision: if prompt { "ask" } else { "deny" }.to_string(),
+        source: if event.unmatched {
+            "mode_guard"
+        } else {
+            "baseline_policy"
+        }
+        .to_string(),
+        pid: event.tgid,
+        uid: event.uid,
+        executable: event.exe.clone(),
+        argv: event.argv.clone(),
+        timestamp: timestamp(event.time),
+        rule: location,
+        justification: justification.clone(),
+    };
+    match (&event.kind, &event.destination) {
+        (EventKind::Exec, _) => {
+            let cmd = shown_command(event);
+            let message = match (prompt, &justification, rule) {
+                (true, Some(j), _) => format!("`{cmd}` requires approval: {j}"),
+                (true, None, Some(_)) => format!("`{cmd}` requires approval by policy"),
+                (true, None, None) => format!(
+                    "`{cmd}` requires approval: no rule matches it, and this policy asks about \
+                     unmatched commands"
+                ),
+                (false, Some(j), _) => format!("`{cmd}` rejected: {j}"),
+                (false, None, Some(r)) => format!("`{cmd}` rejected: policy forbids {}", r.summary),
+                (false, None, None) => format!("`{cmd}` rejected: blocked by policy"),
+            };
+            let mut tokens = vec![executed_name(&event.exe)];
+            tokens.extend(event.argv.iter().skip(1).cloned());
+            let target = (prompt && !event.argv_truncated).then_some(AskTarget::Exec {
+                tokens,
+                by_rule: !event.unmatched,
+            });
+            Described {
+                record,
+                message,
+                target,
+            }
+        }
+        (_, Some(d)) => {
+            let host = destination_host(image, event).map(str::to_string);
+            let protocol = protocol_for(d.port, d.transport);
+            record.host = host.clone().unwrap_or_else(|| d.address.to_string());
+            record.protocol = protocol.as_str().to_string();
+            record.port = Some(d.port);
+            let detail = match (prompt, &justification) {
+                (true, Some(j)) => format!("requires approval: {j}"),
+                (true, None) => "was blocked: domain is not on the allowlist for the current \
+                                 sandbox mode"
+                    .to_string(),
+                (false, _) => "was blocked: domain is explicitly denied by policy and cannot be \
+                               approved from this prompt"
+                    .to_string(),
+            };
+            let message = format!("Network access to \"{}\" {detail}.", record.host);
+            let target = prompt.then(|| AskTarget::Network {
+                host,
+                address: d.address,
+                port: d.port,
+                transport: d.transport.to_string(),
+                protocol,
+            });
+            Described {
+                record,
+                message,
+                target,
+            }
+        }
+        (_, None) => Described {
+            record,
+            message: "Network access was blocked by policy.".to_string(),
+            target: None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_map_to_the_protocol_whose_endpoints_cover_them() {
+        assert_eq!(protocol_for(443, "tcp"), NetworkProtocol::Https);
+        assert_eq!(protocol_for(443, "udp"), NetworkProtocol::Https);
+        assert_eq!(protocol_for(80, "tcp"), NetworkProtocol::Http);
+        assert_eq!(protocol_for(80, "udp"), NetworkProtocol::Socks5Udp);
+        assert_eq!(protocol_for(22, "tcp"), NetworkProtocol::Socks5Tcp);
+        for (port, transport) in [(443, "tcp"), (80, "tcp"), (22, "tcp"), (53, "udp")] {
+            let t = crate::policy::Transport::parse(transport).unwrap();
+            assert!(
+                protocol_for(port, transport)
+                    .endpoints()
+                    .iter()
+                    .any(|(tr, p)| tr.covers(t) && p.is_none_or(|p| p == port)),
+                "{port}/{transport}"
+            );
+        }
+    }
+}

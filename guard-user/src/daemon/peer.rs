@@ -1,0 +1,113 @@
+//! Who is on the other end of the control socket: the kernel's credentials for the peer
+//! (SO_PEERCRED), turned into the authorization subject.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+
+use nix::unistd::{Gid, Group, Uid, User, getgrouplist};
+
+use super::config::Config;
+use crate::authz::Subject;
+
+/// The peer's credentials as the kernel gave them when it connected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerCredentials {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: Option<u32>,
+}
+
+/// A user's name, or its number when the user database has none.
+pub fn user_name(uid: u32) -> String {
+    match User::from_uid(Uid::from_raw(uid)) {
+        Ok(Some(user)) => user.name,
+        _ => uid.to_string(),
+    }
+}
+
+fn group_name(gid: u32) -> String {
+    match Group::from_gid(Gid::from_raw(gid)) {
+        Ok(Some(group)) => group.name,
+        _ => gid.to_string(),
+    }
+}
+
+/// The subject the authorization policy sees: `sub` = the user name; `attrs` = `uid`, `gid`,
+/// `groups` (the names of the primary group and every supplementary group the user database
+/// lists), plus what `[users.<name>]` in the config adds. The config cannot replace `uid`,
+/// `gid` or `groups`: those come from the kernel and the user database.
+pub fn subject(peer: &PeerCredentials, config: &Config) -> Subject {
+    let sub = user_name(peer.uid);
+    let mut groups = vec![group_name(peer.gid)];
+    if let Ok(Some(user)) = User::from_uid(Uid::from_raw(peer.uid))
+        && let Ok(name) = CString::new(user.name.clone())
+        && let Ok(list) = getgrouplist(&name, Gid::from_raw(peer.gid))
+    {
+        for gid in list {
+            let name = group_name(gid.as_raw());
+            if !groups.contains(&name) {
+                groups.push(name);
+            }
+        }
+    }
+    let mut attrs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let extra = config.users.get(&sub);
+    if let Some(extra) = extra {
+        attrs.extend(extra.attrs.clone());
+    }
+    attrs.insert("uid".to_string(), vec![peer.uid.to_string()]);
+    attrs.insert("gid".to_string(), vec![peer.gid.to_string()]);
+    attrs.insert("groups".to_string(), groups);
+    Subject {
+        sub,
+        email: extra.and_then(|e| e.email.clone()),
+        attrs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_is_named_and_its_group_listed() {
+        let subject = subject(
+            &PeerCredentials {
+                uid: 0,
+                gid: 0,
+                pid: None,
+            },
+            &Config::default(),
+        );
+        assert_eq!(subject.sub, "root");
+        assert_eq!(subject.attrs["uid"], vec!["0"]);
+        assert!(subject.attrs["groups"].contains(&"root".to_string()));
+    }
+
+    #[test]
+    fn an_unknown_uid_is_its_number_and_config_cannot_spoof_the_uid() {
+        let mut config = Config::default();
+        config.users.insert(
+            "64123".to_string(),
+            super::super::config::UserConfig {
+                email: Some("x@example.com".into()),
+                attrs: BTreeMap::from([
+                    ("uid".to_string(), vec!["0".to_string()]),
+                    ("team".to_string(), vec!["infra".to_string()]),
+                ]),
+            },
+        );
+        let subject = subject(
+            &PeerCredentials {
+                uid: 64123,
+                gid: 64123,
+                pid: None,
+            },
+            &config,
+        );
+        assert_eq!(subject.sub, "64123");
+        assert_eq!(subject.attrs["uid"], vec!["64123"]);
+        assert_eq!(subject.attrs["team"], vec!["infra"]);
+        assert_eq!(subject.email.as_deref(), Some("x@example.com"));
+    }
+}

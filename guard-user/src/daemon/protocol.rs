@@ -1,0 +1,216 @@
+//! The control socket's protocol: line-delimited JSON over a Unix stream socket, version 1.
+//!
+//! A client writes one request line, `{"v": 1, "op": "<op>", ...}`, and reads one response
+//! line, `{"v": 1, "ok": true, "result": ...}` or
+//! `{"v": 1, "ok": false, "error": {"code": "...", "message": "..."}}`. The streaming requests
+//! (`run`, `watch`) keep the connection open after their response: the daemon then writes one
+//! `{"v": 1, "event": "<kind>", ...}` line per event until the client closes. The peer's uid,
+//! gid and pid come from the kernel (SO_PEERCRED), never from the request. The README's
+//! "Control socket" section documents every op; `PROTOCOL_VERSION` changes only when a field
+//! changes meaning (new optional fields and ops do not bump it).
+
+use serde::{Deserialize, Serialize};
+
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Longest request line the daemon reads (a request is small; this bounds a hostile client).
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RequestLine {
+    pub v: u32,
+    #[serde(flatten)]
+    pub request: Request,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// The daemon's state: backend, scopes, rules per file, addresses, asks, counters, uptime.
+    Status,
+    /// The pending asks.
+    Prompts,
+    /// Streams `ask` events (a new or repeated ask) and `resolved` events.
+    Watch,
+    /// Approves a pending ask.
+    Approve { id: u64, mode: ApprovalMode },
+    /// Denies a pending ask; `always` also appends a deny rule.
+    Deny {
+        id: u64,
+        #[serde(default)]
+        always: bool,
+    },
+    /// Appends one amendment line to the amendments file and applies it at once.
+    Amend { amendment: Amendment },
+    /// Re-reads the policy; a policy that fails to load keeps the old one.
+    Reload,
+    /// Moves the requesting process into a fresh scope; then streams `blocked` events for it.
+    Run { argv: Vec<String> },
+    /// Audit records the caller may read, newest last.
+    Audit {
+        #[serde(default)]
+        limit: Option<usize>,
+    },
+}
+
+impl Request {
+    /// The authorization action (the names `guard authz check --action` takes).
+    pub fn action(&self) -> &'static str {
+        match self {
+            Request::Status => "status",
+            Request::Prompts | Request::Watch => "prompts",
+            Request::Approve { .. } => "approve",
+            Request::Deny { .. } => "deny",
+            Request::Amend { .. } => "amend",
+            Request::Reload => "reload",
+            Request::Run { .. } => "run",
+            Request::Audit { .. } => "audit",
+        }
+    }
+
+    /// What the request is about: the authorization `entity`.
+    pub fn entity(&self) -> &'static str {
+        match self {
+            Request::Status => "status",
+            Request::Prompts | Request::Watch | Request::Approve { .. } | Request::Deny { .. } => {
+                "prompt"
+            }
+            Request::Amend { .. } | Request::Reload | Request::Run { .. } => "policy",
+            Request::Audit { .. } => "audit",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovalMode {
+    /// The same request succeeds when retried within `asks.once_secs`.
+    Once,
+    /// Until the daemon stops or the scope the ask came from ends.
+    Session,
+    /// The amendment line is appended to the amendments file.
+    Always,
+}
+
+impl ApprovalMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalMode::Once => "once",
+            ApprovalMode::Session => "session",
+            ApprovalMode::Always => "always",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Amendment {
+    /// `prefix_rule(pattern=[...], decision="allow")`.
+    Prefix { tokens: Vec<String> },
+    /// `network_rule(host=..., protocol=..., decision=..., justification=...?)`.
+    Network {
+        host: String,
+        protocol: String,
+        /// `allow`, `prompt` or `deny`.
+        decision: String,
+        #[serde(default)]
+        justification: Option<String>,
+    },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ResponseLine {
+    pub v: u32,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The line is not a request of this version.
+    BadRequest,
+    /// The authorization policy refuses the request.
+    Unauthorized,
+    /// No pending ask has that id.
+    NotFound,
+    /// The request was understood but cannot be done (the message says why).
+    Failed,
+}
+
+impl ResponseLine {
+    pub fn ok(result: serde_json::Value) -> Self {
+        ResponseLine {
+            v: PROTOCOL_VERSION,
+            ok: true,
+            result: Some(result),
+            error: None,
+        }
+    }
+
+    pub fn error(code: ErrorCode, message: impl Into<String>) -> Self {
+        ResponseLine {
+            v: PROTOCOL_VERSION,
+            ok: false,
+            result: None,
+            error: Some(ErrorBody {
+                code,
+                message: message.into(),
+            }),
+        }
+    }
+}
+
+/// One line of a stream (after a `run` or `watch` response).
+pub fn event_line(kind: &str, body: serde_json::Value) -> String {
+    let mut value = serde_json::json!({"v": PROTOCOL_VERSION, "event": kind});
+    if let (Some(out), serde_json::Value::Object(fields)) = (value.as_object_mut(), body) {
+        out.extend(fields);
+    }
+    value.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_read_as_documented() {
+        let line: RequestLine =
+            serde_json::from_str(r#"{"v":1,"op":"approve","id":3,"mode":"always"}"#).unwrap();
+        assert_eq!(
+            line.request,
+            Request::Approve {
+                id: 3,
+                mode: ApprovalMode::Always
+            }
+        );
+        let line: RequestLine = serde_json::from_str(
+            r#"{"v":1,"op":"amend","amendment":{"kind":"network","host":"a.b","protocol":"https","decision":"allow"}}"#,
+        )
+        .unwrap();
+        assert_eq!(line.request.action(), "amend");
+        assert_eq!(line.request.entity(), "policy");
+        let written = serde_json::to_string(&RequestLine {
+            v: 1,
+            request: Request::Deny { id: 9, always: true },
+        })
+        .unwrap();
+        assert_eq!(written, r#"{"v":1,"op":"deny","id":9,"always":true}"#);
+    }
+
+    #[test]
+    fn event_lines_carry_the_version_and_kind() {
+        let line = event_line("blocked", serde_json::json!({"message": "m"}));
+        assert_eq!(line, r#"{"v":1,"event":"blocked","message":"m"}"#);
+    }
+}

@@ -1,0 +1,177 @@
+//! The daemon's scopes: the host, configured cgroups, and one fresh cgroup per `guard run`.
+//!
+//! Run scopes live under one parent cgroup (`<cgroup2>/guard-daemon/`) that is itself in scope,
+//! so a new run scope is enforced from the moment it exists. They outlive the daemon: a
+//! restarted daemon adopts the ones it finds and ends each when its last process is gone.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::kernel::scope::{cgroup_id, cgroup2_root};
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum ScopeKind {
+    /// Every process of the host (the daemon's own cgroup is exempt).
+    Host,
+    /// A cgroup from the config, with everything below it.
+    Cgroup,
+    /// The parent of the run scopes.
+    Runs,
+    /// One `guard run`.
+    Run {
+        uid: u32,
+        argv: Vec<String>,
+        /// A run the daemon found at start (its client talked to an earlier daemon).
+        adopted: bool,
+    },
+}
+
+pub struct Scope {
+    pub kind: ScopeKind,
+    pub path: PathBuf,
+    pub id: u64,
+    /// Where a run's blocked-request messages go while its client is connected.
+    pub listener: Option<UnboundedSender<String>>,
+}
+
+impl Scope {
+    pub fn is_run(&self) -> bool {
+        matches!(self.kind, ScopeKind::Run { .. })
+    }
+}
+
+/// The daemon's scopes, by cgroup id.
+pub struct Scopes {
+    pub by_id: BTreeMap<u64, Scope>,
+    runs_parent: PathBuf,
+    next_run: u64,
+    run_prefix: String,
+}
+
+impl Scopes {
+    /// `parent_name`: the run scopes' parent under the cgroup2 root (created if missing).
+    pub fn new(parent_name: &str) -> Result<Self> {
+        let runs_parent = cgroup2_root()?.join(parent_name);
+        std::fs::create_dir_all(&runs_parent)
+            .with_context(|| format!("creating cgroup {}", runs_parent.display()))?;
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        Ok(Scopes {
+            by_id: BTreeMap::new(),
+            runs_parent,
+            next_run: 1,
+            run_prefix: format!("run-{started}-{}", std::process::id()),
+        })
+    }
+
+    pub fn runs_parent(&self) -> &Path {
+        &self.runs_parent
+    }
+
+    pub fn insert(&mut self, kind: ScopeKind, path: PathBuf) -> Result<u64> {
+        let id = cgroup_id(&path)?;
+        self.by_id.insert(
+            id,
+            Scope {
+                kind,
+                path,
+                id,
+                listener: None,
+            },
+        );
+        Ok(id)
+    }
+
+    /// Run scopes left by an earlier daemon (folders under the parent), to adopt.
+    pub fn leftover_runs(&self) -> Vec<PathBuf> {
+        let Ok(entries) = std::fs::read_dir(&self.runs_parent) else {
+            return Vec::new();
+        };
+        let mut out: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Makes a fresh run scope and moves `pid` (the requesting client) into it.
+    pub fn create_run(&mut self, uid: u32, argv: Vec<String>, pid: u32) -> Result<u64> {
+        let path = self
+            .runs_parent
+            .join(format!("{}-{}", self.run_prefix, self.next_run));
+        self.next_run += 1;
+        std::fs::create_dir(&path).with_context(|| format!("creating {}", path.display()))?;
+        if let Err(err) = std::fs::write(path.join("cgroup.procs"), pid.to_string()) {
+            let _ = std::fs::remove_dir(&path);
+            return Err(err).with_context(|| format!("moving pid {pid} into {}", path.display()));
+        }
+        self.insert(
+            ScopeKind::Run {
+                uid,
+                argv,
+                adopted: false,
+            },
+            path,
+        )
+    }
+
+    /// Run scopes whose processes are all gone: removed from the map and their cgroups
+    /// deleted. Returns their ids.
+    pub fn end_finished_runs(&mut self) -> Vec<u64> {
+        let finished: Vec<u64> = self
+            .by_id
+            .values()
+            .filter(|s| s.is_run() && !populated(&s.path))
+            .map(|s| s.id)
+            .collect();
+        for id in &finished {
+            if let Some(scope) = self.by_id.remove(id) {
+                let _ = std::fs::remove_dir(&scope.path);
+            }
+        }
+        finished
+    }
+}
+
+/// Whether a cgroup still has processes (in it or below it). An unreadable `cgroup.events`
+/// (the folder is gone) counts as empty.
+pub fn populated(path: &Path) -> bool {
+    std::fs::read_to_string(path.join("cgroup.events"))
+        .map(|events| events.lines().any(|l| l.trim() == "populated 1"))
+        .unwrap_or(false)
+}
+
+/// The calling process's own cgroup v2 folder (`0::/path` in /proc/self/cgroup).
+pub fn own_cgroup() -> Result<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").context("reading /proc/self/cgroup")?;
+    let relative = text
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .context("this process has no cgroup v2 membership")?;
+    Ok(cgroup2_root()?.join(relative.trim_start_matches('/')))
+}
+
+/// A configured cgroup: absolute, or relative to the cgroup2 mount.
+pub fn configured_cgroup(path: &Path) -> Result<PathBuf> {
+    let full = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        cgroup2_root()?.join(path)
+    };
+    if !full.join("cgroup.procs").exists() {
+        anyhow::bail!(
+            "scope.cgroups: {} is not a cgroup v2 folder (no cgroup.procs)",
+            full.display()
+        );
+    }
+    Ok(full)
+}

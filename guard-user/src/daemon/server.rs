@@ -1,0 +1,264 @@
+//! The daemon's event loop and control socket. One task owns the [`Daemon`] and takes, one at a
+//! time: requests from the connection tasks, kernel events (the ring buffer's fd is polled by
+//! the runtime), the housekeeping tick, SIGHUP (reload) and SIGTERM/SIGINT (stop).
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::unix::AsyncFd;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{mpsc, oneshot};
+
+use super::config::Config;
+use super::peer::PeerCredentials;
+use super::protocol::{
+    ErrorCode, MAX_REQUEST_BYTES, PROTOCOL_VERSION, Request, RequestLine, ResponseLine,
+};
+use super::service::{Daemon, TICK, tracing_note};
+
+/// What a connection task asks of the daemon task.
+enum Command {
+    Request {
+        peer: PeerCredentials,
+        request: Request,
+        stream: Option<mpsc::UnboundedSender<String>>,
+        reply: oneshot::Sender<ResponseLine>,
+    },
+    /// A run's client asks for every event so far to be delivered (then `flushed`).
+    Flush(mpsc::UnboundedSender<String>),
+    /// A streaming client went away.
+    Detach(mpsc::UnboundedSender<String>),
+}
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub async fn serve(config: Config) -> Result<()> {
+    let mut daemon = Daemon::start(config).await?;
+    for note in std::mem::take(&mut daemon.notes) {
+        tracing_note(&note);
+    }
+    let listener = bind_socket(&daemon.config)?;
+    let socket_path = daemon.config.socket.clone();
+    let (tx, mut rx) = mpsc::channel::<Command>(64);
+    tokio::spawn(accept_loop(listener, tx));
+
+    // A duplicate of the ring buffer's fd for the runtime to poll: the daemon keeps the reader.
+    // SAFETY: the fd is the daemon's ring buffer, open for the daemon's lifetime.
+    let ring_fd: OwnedFd = unsafe { std::os::fd::BorrowedFd::borrow_raw(daemon.events.as_raw_fd()) }
+        .try_clone_to_owned()
+        .context("duplicating the ring buffer's fd")?;
+    // SAFETY: `ring_fd` is owned here and closed only when `ring` drops it.
+    let ring = unsafe { AsyncFd::register_with_interest(ring_fd, tokio::io::Interest::READABLE) }
+        .context("polling the ring buffer")?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut tick = tokio::time::interval(TICK);
+
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+    tracing_note(&format!(
+        "enforcing ({}), listening on {}",
+        daemon.status()["backend"].as_str().unwrap_or("?"),
+        socket_path.display()
+    ));
+    loop {
+        tokio::select! {
+            Some(command) = rx.recv() => match command {
+                Command::Request { peer, request, stream, reply } => {
+                    let response = daemon.handle(peer, request, stream).await;
+                    let _ = reply.send(response);
+                }
+                Command::Flush(stream) => daemon.flush(&stream),
+                Command::Detach(stream) => daemon.detach_listener(&stream),
+            },
+            ready = ring.readable() => {
+                if let Ok(mut guard) = ready {
+                    guard.clear_ready();
+                }
+                let events = daemon.events.drain();
+                daemon.on_events(events);
+            }
+            _ = tick.tick() => daemon.tick().await,
+            _ = hangup.recv() => {
+                match daemon.reload("root (SIGHUP)").await {
+                    Ok(_) => tracing_note("reloaded the policy (SIGHUP)"),
+                    Err(message) => tracing_note(&message),
+                }
+            }
+            _ = terminate.recv() => break,
+            _ = interrupt.recv() => break,
+        }
+    }
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    daemon.stop();
+    let _ = std::fs::remove_file(&socket_path);
+    tracing_note("stopped; the programs stay pinned until the next daemon takes over (break glass: `guard release`)");
+    Ok(())
+}
+
+/// Binds the control socket: mode 0660, group from the config. A socket file left by a daemon
+/// that is gone is replaced; one that answers belongs to a running daemon and is an error.
+fn bind_socket(config: &Config) -> Result<UnixListener> {
+    let path = &config.socket;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+    }
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            bail!(
+                "{} answers: another guard daemon is running (stop it first)",
+                path.display()
+            );
+        }
+        std::fs::remove_file(path).with_context(|| format!("removing stale {}", path.display()))?;
+    }
+    let listener =
+        UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    if !config.socket_group.is_empty() {
+        let gid = group_id(&config.socket_group)?;
+        std::os::unix::fs::chown(path, None, Some(gid))
+            .with_context(|| format!("giving {} to group {}", path.display(), config.socket_group))?;
+    }
+    Ok(listener)
+}
+
+fn group_id(group: &str) -> Result<u32> {
+    if let Ok(gid) = group.parse::<u32>() {
+        return Ok(gid);
+    }
+    match nix::unistd::Group::from_name(group) {
+        Ok(Some(g)) => Ok(g.gid.as_raw()),
+        _ => bail!("socket_group = {group:?}: no such group"),
+    }
+}
+
+async fn accept_loop(listener: UnixListener, tx: mpsc::Sender<Command>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(connection(stream, tx.clone()));
+            }
+            Err(err) => {
+                tracing_note(&format!("accepting a connection failed: {err}"));
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Reads one line of at most [`MAX_REQUEST_BYTES`]; `None` at end of stream.
+async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(reader: &mut R) -> Option<Result<String, String>> {
+    let mut buf = Vec::new();
+    let mut limited = reader.take(MAX_REQUEST_BYTES as u64 + 1);
+    match limited.read_until(b'\n', &mut buf).await {
+        Ok(0) => None,
+        Ok(_) if buf.len() > MAX_REQUEST_BYTES => Some(Err(format!(
+            "request longer than {MAX_REQUEST_BYTES} bytes"
+        ))),
+        Ok(_) => Some(String::from_utf8(buf).map_err(|_| "request is not UTF-8".to_string())),
+        Err(err) => Some(Err(err.to_string())),
+    }
+}
+
+fn parse_request(line: &str) -> Result<Request, ResponseLine> {
+    let value: Value = serde_json::from_str(line).map_err(|e| {
+        ResponseLine::error(ErrorCode::BadRequest, format!("not a JSON request line: {e}"))
+    })?;
+    let version = value.get("v").and_then(Value::as_u64);
+    if version != Some(PROTOCOL_VERSION as u64) {
+        return Err(ResponseLine::error(
+            ErrorCode::BadRequest,
+            format!(
+                "protocol version {} is not spoken here (this daemon speaks v{PROTOCOL_VERSION})",
+                version.map_or("missing".to_string(), |v| v.to_string())
+            ),
+        ));
+    }
+    serde_json::from_value::<RequestLine>(value)
+        .map(|line| line.request)
+        .map_err(|e| ResponseLine::error(ErrorCode::BadRequest, format!("bad request: {e}")))
+}
+
+async fn write_line(writer: &mut tokio::net::unix::OwnedWriteHalf, line: &str) -> bool {
+    let mut bytes = line.as_bytes().to_vec();
+    bytes.push(b'\n');
+    writer.write_all(&bytes).await.is_ok()
+}
+
+async fn connection(stream: UnixStream, tx: mpsc::Sender<Command>) {
+    let Ok(cred) = stream.peer_cred() else {
+        return;
+    };
+    let peer = PeerCredentials {
+        uid: cred.uid(),
+        gid: cred.gid(),
+        pid: cred.pid().and_then(|p| u32::try_from(p).ok()),
+    };
+    let (read, mut write) = stream.into_split();
+    let mut reader = BufReader::new(read);
+    while let Some(line) = read_line(&mut reader).await {
+        let request = match line.map_err(|m| ResponseLine::error(ErrorCode::BadRequest, m)) {
+            Ok(line) => parse_request(line.trim_end()),
+            Err(response) => Err(response),
+        };
+        let request = match request {
+            Ok(request) => request,
+            Err(response) => {
+                let _ = write_line(&mut write, &serde_json::to_string(&response).unwrap_or_default()).await;
+                continue;
+            }
+        };
+        let streaming = matches!(request, Request::Run { .. } | Request::Watch);
+        let (stream_tx, mut stream_rx) = mpsc::unbounded_channel::<String>();
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let sent = tx
+            .send(Command::Request {
+                peer,
+                request,
+                stream: streaming.then(|| stream_tx.clone()),
+                reply: reply_tx,
+            })
+            .await;
+        if sent.is_err() {
+            return;
+        }
+        let Ok(response) = reply_rx.await else {
+            return;
+        };
+        let ok = response.ok;
+        if !write_line(&mut write, &serde_json::to_string(&response).unwrap_or_default()).await {
+            return;
+        }
+        if !(streaming && ok) {
+            continue;
+        }
+        // A stream: forward the daemon's lines; the client may ask for a flush, and ends the
+        // stream by closing.
+        loop {
+            tokio::select! {
+                Some(line) = stream_rx.recv() => {
+                    if !write_line(&mut write, &line).await {
+                        break;
+                    }
+                }
+                incoming = read_line(&mut reader) => match incoming {
+                    Some(Ok(line)) if line.contains("\"flush\"") => {
+                        if tx.send(Command::Flush(stream_tx.clone())).await.is_err() {
+                            break;
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    _ => break,
+                },
+            }
+        }
+        let _ = tx.send(Command::Detach(stream_tx)).await;
+        return;
+    }
+}
+

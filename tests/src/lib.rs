@@ -1,3 +1,4 @@
 //! Shared helpers for guard's integration tests (the tests themselves live in `tests/`).
+pub mod daemon;
 pub mod dns;
 pub mod kernel;

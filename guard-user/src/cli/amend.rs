@@ -10,10 +10,10 @@ use clap::Args;
 use serde_json::json;
 
 use super::output::{print_json, say, usage_error};
+use crate::daemon::protocol::{Amendment, Request};
 use crate::policy::amend::{
     AmendOutcome, append_line, network_amendment_line, prefix_amendment_line,
 };
-use crate::daemon::protocol::{Amendment, Request};
 use crate::policy::{Decision, NetworkProtocol};
 
 #[derive(Args, Debug)]

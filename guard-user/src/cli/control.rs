@@ -38,14 +38,16 @@ pub fn call(socket: &Path, request: Request) -> Result<Value, ExitCode> {
 }
 
 #[derive(Args, Debug)]
-#[command(after_help = "Without --watch, lists the pending asks. With --watch, shows each ask as \
+#[command(
+    after_help = "Without --watch, lists the pending asks. With --watch, shows each ask as \
 it arrives and takes one key:
   o  approve once     (the same request succeeds when retried within asks.once_secs)
   s  approve for this session (until the daemon stops or the run it came from ends)
   a  approve always   (appends the amendment line to <state-dir>/rules/default.rules)
   d  deny             D  deny always (appends a deny rule)
   n  leave it for later, q  quit
-It works over ssh (any terminal); without a terminal it reads one key per line from stdin.")]
+It works over ssh (any terminal); without a terminal it reads one key per line from stdin."
+)]
 pub struct PromptsArgs {
     #[command(flatten)]
     socket: SocketArgs,
@@ -260,7 +262,11 @@ pub fn status(args: &StatusArgs) -> ExitCode {
     }
     println!("{bold}rules{bold:#}");
     for file in status["rules"].as_array().into_iter().flatten() {
-        println!("  {:>6}  {}", file["rules"], file["file"].as_str().unwrap_or(""));
+        println!(
+            "  {:>6}  {}",
+            file["rules"],
+            file["file"].as_str().unwrap_or("")
+        );
     }
     let addresses = status["addresses"].as_array().cloned().unwrap_or_default();
     if !addresses.is_empty() {

@@ -10,7 +10,8 @@ use super::output::usage_error;
 use crate::daemon::config::{Config, DEFAULT_CONFIG};
 
 #[derive(Args, Debug)]
-#[command(after_help = "The daemon loads the policy (the --rules paths, then the amendments file \
+#[command(
+    after_help = "The daemon loads the policy (the --rules paths, then the amendments file \
 <state-dir>/rules/default.rules, then the --overlay paths), holds it in the kernel for its scopes \
 (the host with `scope.host = true`, the cgroups in `scope.cgroups`, and every `guard run` it \
 starts), and answers on the control socket. Flags override the config file; every key of the \
@@ -23,7 +24,8 @@ enforcement goes on until the next daemon takes over; `guard release` detaches t
 Examples:
   sudo guard daemon                                   # /etc/guard/guard.toml, or the defaults
   sudo guard daemon --rules /etc/guard/rules --socket /run/guard/guard.sock
-  sudo systemctl enable --now guard                   # packaging/guard.service")]
+  sudo systemctl enable --now guard                   # packaging/guard.service"
+)]
 pub struct DaemonArgs {
     /// The config file (TOML). Default: /etc/guard/guard.toml if it exists.
     #[arg(long, value_name = "FILE")]
@@ -105,10 +107,12 @@ pub fn daemon(args: &DaemonArgs) -> ExitCode {
 }
 
 #[derive(Args, Debug)]
-#[command(after_help = "Break glass: with the daemon stopped (`systemctl stop guard`), \
+#[command(
+    after_help = "Break glass: with the daemon stopped (`systemctl stop guard`), \
 `guard release` detaches guard's programs from the kernel, so nothing is enforced until a daemon \
 starts again. By hand, the same is `rm -r /sys/fs/bpf/guard` (the pins are the only thing that \
-keeps the programs attached).")]
+keeps the programs attached)."
+)]
 pub struct ReleaseArgs {
     /// The config file whose `pin_dir` to release. Default: /etc/guard/guard.toml if it exists.
     #[arg(long, value_name = "FILE")]
@@ -128,7 +132,8 @@ pub fn release(args: &ReleaseArgs) -> ExitCode {
         Err(err) => return usage_error(&format!("{err:#}")),
     };
     let dir = args.pin_dir.clone().unwrap_or(config.pin_dir);
-    if crate::daemon::client::Client::connect(&config.socket).is_ok() && args.pin_dir.is_none() {
+    let daemon_answers = crate::daemon::client::Client::connect(&config.socket).is_ok();
+    if daemon_answers && args.pin_dir.is_none() {
         eprintln!(
             "guard: note: a daemon answers at {}; it keeps enforcing through its own file \
              descriptors until it stops",
@@ -138,8 +143,29 @@ pub fn release(args: &ReleaseArgs) -> ExitCode {
     match crate::kernel::pins::release(&dir) {
         Ok(n) => {
             println!("released {n} pinned links under {}", dir.display());
+            // The configured daemon's empty run scopes go too, unless it is running (it needs
+            // their parent) or another pin folder was named.
+            if !daemon_answers && args.pin_dir.is_none() {
+                remove_empty_run_scopes(&config.run_cgroup);
+            }
             ExitCode::SUCCESS
         }
         Err(err) => usage_error(&format!("{err:#}")),
     }
+}
+
+/// The run scopes' cgroups that no process uses any more, and their parent if it is empty.
+fn remove_empty_run_scopes(run_cgroup: &str) {
+    let Ok(root) = crate::kernel::scope::cgroup2_root() else {
+        return;
+    };
+    let parent = root.join(run_cgroup);
+    if let Ok(entries) = std::fs::read_dir(&parent) {
+        for entry in entries.filter_map(Result::ok) {
+            if !crate::daemon::scopes::populated(&entry.path()) {
+                let _ = std::fs::remove_dir(entry.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(&parent);
 }

@@ -130,9 +130,18 @@ pub fn watch(socket: &Path) -> ExitCode {
                     continue;
                 };
                 let request = match key {
-                    b'o' => Request::Approve { id, mode: ApprovalMode::Once },
-                    b's' => Request::Approve { id, mode: ApprovalMode::Session },
-                    b'a' => Request::Approve { id, mode: ApprovalMode::Always },
+                    b'o' => Request::Approve {
+                        id,
+                        mode: ApprovalMode::Once,
+                    },
+                    b's' => Request::Approve {
+                        id,
+                        mode: ApprovalMode::Session,
+                    },
+                    b'a' => Request::Approve {
+                        id,
+                        mode: ApprovalMode::Always,
+                    },
                     b'd' => Request::Deny { id, always: false },
                     b'D' => Request::Deny { id, always: true },
                     b'n' => {

@@ -162,7 +162,8 @@ impl DnsCache {
 
     /// Drops hosts not in `keep` (names no rule mentions any more).
     pub fn retain_hosts(&mut self, keep: &[String]) {
-        self.entries.retain(|host, _| keep.iter().any(|k| normalise(k) == *host));
+        self.entries
+            .retain(|host, _| keep.iter().any(|k| normalise(k) == *host));
     }
 
     /// The earliest time a host needs resolving again; `None` when the cache is empty.

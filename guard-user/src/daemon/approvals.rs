@@ -71,7 +71,8 @@ impl Approvals {
     /// Drops once-approvals whose window closed; whether any went.
     pub fn expire(&mut self, now: Instant) -> bool {
         let before = self.list.len();
-        self.list.retain(|a| a.until.is_none_or(|until| until > now));
+        self.list
+            .retain(|a| a.until.is_none_or(|until| until > now));
         self.list.len() != before
     }
 
@@ -110,7 +111,11 @@ impl Approvals {
                     .unwrap_or_else(|_| tokens.join(" "));
                 if let Err(err) = image.add_exec_approval(
                     tokens,
-                    format!("approval(ask={}, mode={})", approval.ask, approval.mode.as_str()),
+                    format!(
+                        "approval(ask={}, mode={})",
+                        approval.ask,
+                        approval.mode.as_str()
+                    ),
                     format!("`{shown}`, {}", approval.justification()),
                 ) {
                     errors.push(err.to_string());

@@ -62,8 +62,14 @@ pub struct BlockedRequest {
 #[serde(tag = "state", rename_all = "lowercase")]
 pub enum AskState {
     Pending,
-    Approved { mode: ApprovalMode, by: String },
-    Denied { always: bool, by: String },
+    Approved {
+        mode: ApprovalMode,
+        by: String,
+    },
+    Denied {
+        always: bool,
+        by: String,
+    },
     /// Expired unanswered, and denied.
     Expired,
 }
@@ -83,6 +89,8 @@ pub struct Ask {
     pub expires_in: Option<u64>,
     /// The scope (cgroup id) the first request came from.
     pub scope: u64,
+    /// That scope was a `guard run` (a session approval ends with it).
+    pub from_run: bool,
     #[serde(skip)]
     first_seen: Instant,
     #[serde(skip)]
@@ -157,7 +165,7 @@ impl AskBook {
         target: AskTarget,
         record: BlockedRequest,
         message: String,
-        scope: u64,
+        (scope, from_run): (u64, bool),
         now: Instant,
     ) -> Recorded {
         let k = key(&target);
@@ -187,6 +195,7 @@ impl AskBook {
                 state: AskState::Pending,
                 expires_in: None,
                 scope,
+                from_run,
                 first_seen: now,
                 last_seen: now,
                 resolved_at: None,
@@ -309,9 +318,9 @@ mod tests {
     fn identical_asks_within_the_window_are_one() {
         let t0 = Instant::now();
         let mut book = AskBook::new(Duration::from_secs(60), Duration::from_secs(300));
-        let a = book.record(exec(&["git", "push"]), record(), "m".into(), 7, t0);
-        let b = book.record(exec(&["git", "push"]), record(), "m".into(), 7, t0);
-        let c = book.record(exec(&["git", "pull"]), record(), "m".into(), 7, t0);
+        let a = book.record(exec(&["git", "push"]), record(), "m".into(), (7, true), t0);
+        let b = book.record(exec(&["git", "push"]), record(), "m".into(), (7, true), t0);
+        let c = book.record(exec(&["git", "pull"]), record(), "m".into(), (7, true), t0);
         assert_eq!(a, Recorded::New(1));
         assert_eq!(b, Recorded::Repeat(1));
         assert_eq!(c, Recorded::New(2));
@@ -329,7 +338,7 @@ mod tests {
             exec(&["git", "push"]),
             record(),
             "m".into(),
-            7,
+            (7, true),
             t0 + Duration::from_secs(10),
         );
         assert_eq!(again, Recorded::Repeat(1));
@@ -338,7 +347,7 @@ mod tests {
             exec(&["git", "push"]),
             record(),
             "m".into(),
-            7,
+            (7, true),
             t0 + Duration::from_secs(200),
         );
         assert_eq!(later, Recorded::New(3));
@@ -348,7 +357,7 @@ mod tests {
     fn unanswered_asks_expire_denied_and_cannot_be_answered_after() {
         let t0 = Instant::now();
         let mut book = AskBook::new(Duration::from_secs(5), Duration::from_secs(30));
-        book.record(exec(&["curl"]), record(), "m".into(), 7, t0);
+        book.record(exec(&["curl"]), record(), "m".into(), (7, true), t0);
         assert_eq!(book.get(1, t0).unwrap().expires_in, Some(30));
         assert!(book.expire(t0 + Duration::from_secs(29)).is_empty());
         let expired = book.expire(t0 + Duration::from_secs(30));

@@ -143,10 +143,11 @@ impl Config {
             }
             Err(err) => return Err(err).with_context(|| format!("reading {}", path.display())),
         };
-        let config: Config = toml::from_str(&text).map_err(|err| {
-            anyhow::anyhow!("{}: {}", path.display(), err.to_string().trim_end())
-        })?;
-        config.validate().with_context(|| path.display().to_string())?;
+        let config: Config = toml::from_str(&text)
+            .map_err(|err| anyhow::anyhow!("{}: {}", path.display(), err.to_string().trim_end()))?;
+        config
+            .validate()
+            .with_context(|| path.display().to_string())?;
         Ok(config)
     }
 

@@ -202,7 +202,10 @@ mod tests {
         assert_eq!(line.request.entity(), "policy");
         let written = serde_json::to_string(&RequestLine {
             v: 1,
-            request: Request::Deny { id: 9, always: true },
+            request: Request::Deny {
+                id: 9,
+                always: true,
+            },
         })
         .unwrap();
         assert_eq!(written, r#"{"v":1,"op":"deny","id":9,"always":true}"#);

@@ -7,8 +7,8 @@ use std::os::unix::fs::PermissionsExt;
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, oneshot};
@@ -19,6 +19,9 @@ use super::protocol::{
     ErrorCode, MAX_REQUEST_BYTES, PROTOCOL_VERSION, Request, RequestLine, ResponseLine,
 };
 use super::service::{Daemon, TICK, tracing_note};
+
+/// Events handled per turn of the loop.
+const EVENT_BATCH: usize = 64;
 
 /// What a connection task asks of the daemon task.
 enum Command {
@@ -47,9 +50,10 @@ pub async fn serve(config: Config) -> Result<()> {
 
     // A duplicate of the ring buffer's fd for the runtime to poll: the daemon keeps the reader.
     // SAFETY: the fd is the daemon's ring buffer, open for the daemon's lifetime.
-    let ring_fd: OwnedFd = unsafe { std::os::fd::BorrowedFd::borrow_raw(daemon.events.as_raw_fd()) }
-        .try_clone_to_owned()
-        .context("duplicating the ring buffer's fd")?;
+    let ring_fd: OwnedFd =
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(daemon.events.as_raw_fd()) }
+            .try_clone_to_owned()
+            .context("duplicating the ring buffer's fd")?;
     // SAFETY: `ring_fd` is owned here and closed only when `ring` drops it.
     let ring = unsafe { AsyncFd::register_with_interest(ring_fd, tokio::io::Interest::READABLE) }
         .context("polling the ring buffer")?;
@@ -66,6 +70,8 @@ pub async fn serve(config: Config) -> Result<()> {
     ));
     loop {
         tokio::select! {
+            // Requests first: a flood of kernel events must not keep a person waiting.
+            biased;
             Some(command) = rx.recv() => match command {
                 Command::Request { peer, request, stream, reply } => {
                     let response = daemon.handle(peer, request, stream).await;
@@ -75,11 +81,15 @@ pub async fn serve(config: Config) -> Result<()> {
                 Command::Detach(stream) => daemon.detach_listener(&stream),
             },
             ready = ring.readable() => {
-                if let Ok(mut guard) = ready {
+                // A bounded batch, so requests get their turn under a flood of events; the
+                // readiness is cleared only when the buffer is empty.
+                let events = daemon.events.drain_at_most(EVENT_BATCH);
+                if events.len() < EVENT_BATCH && let Ok(mut guard) = ready {
                     guard.clear_ready();
                 }
-                let events = daemon.events.drain();
                 daemon.on_events(events);
+                // Let the connection tasks (same thread) read their requests.
+                tokio::task::yield_now().await;
             }
             _ = tick.tick() => daemon.tick().await,
             _ = hangup.recv() => {
@@ -95,7 +105,9 @@ pub async fn serve(config: Config) -> Result<()> {
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     daemon.stop();
     let _ = std::fs::remove_file(&socket_path);
-    tracing_note("stopped; the programs stay pinned until the next daemon takes over (break glass: `guard release`)");
+    tracing_note(
+        "stopped; the programs stay pinned until the next daemon takes over (break glass: `guard release`)",
+    );
     Ok(())
 }
 
@@ -121,8 +133,9 @@ fn bind_socket(config: &Config) -> Result<UnixListener> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
     if !config.socket_group.is_empty() {
         let gid = group_id(&config.socket_group)?;
-        std::os::unix::fs::chown(path, None, Some(gid))
-            .with_context(|| format!("giving {} to group {}", path.display(), config.socket_group))?;
+        std::os::unix::fs::chown(path, None, Some(gid)).with_context(|| {
+            format!("giving {} to group {}", path.display(), config.socket_group)
+        })?;
     }
     Ok(listener)
 }
@@ -152,7 +165,9 @@ async fn accept_loop(listener: UnixListener, tx: mpsc::Sender<Command>) {
 }
 
 /// Reads one line of at most [`MAX_REQUEST_BYTES`]; `None` at end of stream.
-async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(reader: &mut R) -> Option<Result<String, String>> {
+async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
+    reader: &mut R,
+) -> Option<Result<String, String>> {
     let mut buf = Vec::new();
     let mut limited = reader.take(MAX_REQUEST_BYTES as u64 + 1);
     match limited.read_until(b'\n', &mut buf).await {
@@ -167,7 +182,10 @@ async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(reader: &mut R) -> Option
 
 fn parse_request(line: &str) -> Result<Request, ResponseLine> {
     let value: Value = serde_json::from_str(line).map_err(|e| {
-        ResponseLine::error(ErrorCode::BadRequest, format!("not a JSON request line: {e}"))
+        ResponseLine::error(
+            ErrorCode::BadRequest,
+            format!("not a JSON request line: {e}"),
+        )
     })?;
     let version = value.get("v").and_then(Value::as_u64);
     if version != Some(PROTOCOL_VERSION as u64) {
@@ -209,7 +227,11 @@ async fn connection(stream: UnixStream, tx: mpsc::Sender<Command>) {
         let request = match request {
             Ok(request) => request,
             Err(response) => {
-                let _ = write_line(&mut write, &serde_json::to_string(&response).unwrap_or_default()).await;
+                let _ = write_line(
+                    &mut write,
+                    &serde_json::to_string(&response).unwrap_or_default(),
+                )
+                .await;
                 continue;
             }
         };
@@ -231,7 +253,12 @@ async fn connection(stream: UnixStream, tx: mpsc::Sender<Command>) {
             return;
         };
         let ok = response.ok;
-        if !write_line(&mut write, &serde_json::to_string(&response).unwrap_or_default()).await {
+        if !write_line(
+            &mut write,
+            &serde_json::to_string(&response).unwrap_or_default(),
+        )
+        .await
+        {
             return;
         }
         if !(streaming && ok) {
@@ -261,4 +288,3 @@ async fn connection(stream: UnixStream, tx: mpsc::Sender<Command>) {
         return;
     }
 }
-

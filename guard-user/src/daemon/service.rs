@@ -17,9 +17,7 @@ use super::audit::AuditLog;
 use super::config::Config;
 use super::messages::describe;
 use super::peer::{PeerCredentials, subject, user_name};
-use super::protocol::{
-    Amendment, ApprovalMode, ErrorCode, Request, ResponseLine, event_line,
-};
+use super::protocol::{Amendment, ApprovalMode, ErrorCode, Request, ResponseLine, event_line};
 use super::scopes::{ScopeKind, Scopes, configured_cgroup, own_cgroup};
 use crate::authz::{Attributes, AuthzPolicy, Request as AuthzRequest};
 use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
@@ -61,11 +59,7 @@ pub struct Daemon {
 
 /// Loads the rules, the amendments file, then the overlays.
 fn load(config: &Config) -> Result<LoadedPolicy, crate::policy::LoadError> {
-    load_policy_with(
-        &config.rules,
-        &[config.amendments_file()],
-        &config.overlays,
-    )
+    load_policy_with(&config.rules, &[config.amendments_file()], &config.overlays)
 }
 
 fn load_authz(config: &Config) -> Result<(AuthzPolicy, String)> {
@@ -279,8 +273,6 @@ impl Daemon {
     /// Timers: expired asks and once-approvals, finished run scopes, DNS.
     pub async fn tick(&mut self) {
         let now = Instant::now();
-        let events = self.events.drain();
-        self.on_events(events);
         for ask in self.asks.expire(now) {
             self.audit.record(
                 "ask_expired",
@@ -300,6 +292,7 @@ impl Daemon {
             tracing_note(&format!("DNS refresh failed: {err:#}"));
         }
         self.watchers.retain(|w| !w.is_closed());
+        self.audit.flush();
     }
 
     /// Each kernel event: an ask for a `prompt`, the message to the run it came from, an audit
@@ -313,11 +306,16 @@ impl Daemon {
             if let Some(target) = described.target.clone()
                 && !event.audit_only
             {
+                let from_run = self
+                    .scopes
+                    .by_id
+                    .get(&event.cgroup_id)
+                    .is_some_and(|s| s.is_run());
                 let recorded = self.asks.record(
                     target,
                     described.record.clone(),
                     described.message.clone(),
-                    event.cgroup_id,
+                    (event.cgroup_id, from_run),
                     now,
                 );
                 ask_id = Some(recorded.id());
@@ -412,10 +410,7 @@ impl Daemon {
             Request::Approve { id, mode } => self.approve(id, mode, &by).await,
             Request::Deny { id, always } => self.deny(id, always, &by).await,
             Request::Amend { amendment } => self.amend(&amendment, &by).await,
-            Request::Reload => self
-                .reload(&by)
-                .await
-                .map_err(|m| (ErrorCode::Failed, m)),
+            Request::Reload => self.reload(&by).await.map_err(|m| (ErrorCode::Failed, m)),
             Request::Run { argv } => self.run(peer, argv, stream),
             Request::Audit { limit } => Ok(self.audit_records(&subject, limit)),
         };
@@ -624,12 +619,19 @@ impl Daemon {
         by: &str,
         target: ApprovalTarget,
     ) -> Result<(), (ErrorCode, String)> {
-        let run_scope = self
-            .scopes
-            .by_id
-            .get(&ask.scope)
-            .filter(|s| s.is_run())
-            .map(|s| s.id);
+        let run_scope = ask.from_run.then_some(ask.scope);
+        if mode == ApprovalMode::Session
+            && ask.from_run
+            && !self.scopes.by_id.contains_key(&ask.scope)
+        {
+            return Err((
+                ErrorCode::Failed,
+                format!(
+                    "ask {} came from a `guard run` that has ended, so there is no session to                      approve it for: approve it --once (retry within {} s) or --always",
+                    ask.id, self.config.asks.once_secs
+                ),
+            ));
+        }
         let approval = Approval {
             ask: ask.id,
             mode,
@@ -647,9 +649,12 @@ impl Daemon {
             trial.add(a.clone());
         }
         trial.add(approval);
-        let image = self
-            .compile_with(&trial)
-            .map_err(|e| (ErrorCode::Failed, format!("cannot approve ask {}: {e:#}", ask.id)))?;
+        let image = self.compile_with(&trial).map_err(|e| {
+            (
+                ErrorCode::Failed,
+                format!("cannot approve ask {}: {e:#}", ask.id),
+            )
+        })?;
         self.enforcer
             .apply(&image)
             .map_err(|e| (ErrorCode::Failed, format!("{e:#}")))?;
@@ -658,14 +663,18 @@ impl Daemon {
         Ok(())
     }
 
-    async fn deny(&mut self, id: u64, always: bool, by: &str) -> Result<Value, (ErrorCode, String)> {
+    async fn deny(
+        &mut self,
+        id: u64,
+        always: bool,
+        by: &str,
+    ) -> Result<Value, (ErrorCode, String)> {
         let ask = self.pending_ask(id)?;
         let mut result = json!({"ask": id, "always": always});
         if always {
             let line = match &ask.target {
-                AskTarget::Exec { tokens, .. } => prefix_amendment_line(tokens).map(|l| {
-                    l.replace("decision=\"allow\")", "decision=\"forbidden\")")
-                }),
+                AskTarget::Exec { tokens, .. } => prefix_amendment_line(tokens)
+                    .map(|l| l.replace("decision=\"allow\")", "decision=\"forbidden\")")),
                 AskTarget::Network { .. } => {
                     let (host, protocol) = network_target(&ask.target);
                     let justification = format!("Deny {} access to {host}", label(protocol));
@@ -695,7 +704,11 @@ impl Daemon {
         Ok(result)
     }
 
-    async fn amend(&mut self, amendment: &Amendment, by: &str) -> Result<Value, (ErrorCode, String)> {
+    async fn amend(
+        &mut self,
+        amendment: &Amendment,
+        by: &str,
+    ) -> Result<Value, (ErrorCode, String)> {
         let bad = |m: String| (ErrorCode::BadRequest, m);
         let line = match amendment {
             Amendment::Prefix { tokens } => {
@@ -721,7 +734,11 @@ impl Daemon {
 
     /// Appends one line to the amendments file (under its lock, deduplicated) and reloads, so
     /// it takes effect at once.
-    async fn append_and_reload(&mut self, line: &str, by: &str) -> Result<Value, (ErrorCode, String)> {
+    async fn append_and_reload(
+        &mut self,
+        line: &str,
+        by: &str,
+    ) -> Result<Value, (ErrorCode, String)> {
         let file = self.config.amendments_file();
         let outcome = append_line(&file, line).map_err(|e| (ErrorCode::Failed, e.to_string()))?;
         self.audit.record(
@@ -842,6 +859,7 @@ impl Daemon {
             "root",
             json!({"pinned": self.generation.display().to_string()}),
         );
+        self.audit.flush();
     }
 }
 

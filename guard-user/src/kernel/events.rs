@@ -204,8 +204,15 @@ impl EventReader {
 
     /// Every record already in the buffer.
     pub fn drain(&mut self) -> Vec<KernelEvent> {
+        self.drain_at_most(usize::MAX)
+    }
+
+    /// At most `limit` records (a busy reader that must also do other work takes them in turns).
+    pub fn drain_at_most(&mut self, limit: usize) -> Vec<KernelEvent> {
         let mut out = Vec::new();
-        while let Some(item) = self.ring.next() {
+        while out.len() < limit
+            && let Some(item) = self.ring.next()
+        {
             if let Some(event) = KernelEvent::decode(&item) {
                 out.push(event);
             }

@@ -7,16 +7,26 @@
 //! - `udp-sendto`: one datagram with `sendto` on an unconnected UDP socket;
 //! - `udp-flood ADDR PORT COUNT`: COUNT datagrams with `sendto` on one socket, printing
 //!   `refused N` (how many got EPERM): a burst of refusals faster than anyone reads events.
+//! - `udp-loop ALLOWED DENIED PORT STOPFILE MAX_SECS`: UDP connects in a loop, one to ALLOWED
+//!   (must succeed) and one to DENIED (must get EPERM) per round, until STOPFILE exists or
+//!   MAX_SECS pass; prints `rounds N wrong M` (and the first wrong answer): a policy change
+//!   while it runs must not make a single decision wrong.
 //!
 //! Anything else it cannot do (bad arguments, a socket it cannot make) exits 2 with a message.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
+use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [call, allowed, denied, port, stop, secs] = args.as_slice()
+        && call == "udp-loop"
+    {
+        return udp_loop(allowed, denied, port, Path::new(stop), secs);
+    }
     if let [call, addr, port, count] = args.as_slice()
         && call == "udp-flood"
     {
@@ -96,6 +106,42 @@ fn flood(addr: &str, port: &str, count: &str) -> ExitCode {
         })
         .count();
     println!("refused {refused}");
+    ExitCode::SUCCESS
+}
+
+fn udp_loop(allowed: &str, denied: &str, port: &str, stop: &Path, secs: &str) -> ExitCode {
+    let (Ok(allowed), Ok(denied), Ok(port), Ok(secs)) = (
+        allowed.parse::<IpAddr>(),
+        denied.parse::<IpAddr>(),
+        port.parse::<u16>(),
+        secs.parse::<u64>(),
+    ) else {
+        eprintln!("usage: net-probe udp-loop ALLOWED DENIED PORT STOPFILE MAX_SECS");
+        return ExitCode::from(2);
+    };
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let (mut rounds, mut wrong) = (0u64, 0u64);
+    let mut first_wrong = None;
+    while !stop.exists() && Instant::now() < deadline {
+        for (target, want_refused) in [(allowed, false), (denied, true)] {
+            let Ok(socket) = udp_socket(target) else {
+                eprintln!("net-probe: cannot make a UDP socket");
+                return ExitCode::from(2);
+            };
+            let refused = socket
+                .connect(SocketAddr::new(target, port))
+                .is_err_and(|err| err.raw_os_error() == Some(1));
+            if refused != want_refused {
+                wrong += 1;
+                first_wrong.get_or_insert(format!("round {rounds}: {target} refused={refused}"));
+            }
+        }
+        rounds += 1;
+    }
+    println!("rounds {rounds} wrong {wrong}");
+    if let Some(first) = first_wrong {
+        println!("first wrong: {first}");
+    }
     ExitCode::SUCCESS
 }
 

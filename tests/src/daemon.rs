@@ -1,0 +1,297 @@
+//! A `guard daemon` per test: its own config, rules, state folder, socket, audit log, a private
+//! bpffs for its pins and its own cgroup for run scopes. Drop stops it, releases the pins
+//! (detaching every program it left), unmounts the bpffs and removes the cgroups, so nothing is
+//! left attached whatever the test did.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::kernel::{in_ci, skip};
+
+/// The `guard` binary cargo built next to the test binaries (`GUARD_BIN` overrides).
+pub fn guard_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("GUARD_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    dir.join("guard")
+}
+
+/// Whether daemon tests can run here: root, a guard with BPF programs, a cgroup backend that
+/// loads. `false` after printing why (a panic under `CI=true`).
+pub fn can_run() -> bool {
+    // SAFETY: no arguments, no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        skip("the daemon tests need root (they load BPF programs and make cgroups)");
+        return false;
+    }
+    if !guard_bin().is_file() {
+        skip(&format!("no guard binary at {}", guard_bin().display()));
+        return false;
+    }
+    true
+}
+
+/// What a test changes in the daemon's config before it starts.
+#[derive(Clone, Debug, Default)]
+pub struct DaemonSetup {
+    /// The rules file's text.
+    pub rules: String,
+    /// Extra TOML lines appended to the generated config.
+    pub extra_config: String,
+    pub nameserver: Option<SocketAddr>,
+}
+
+pub struct TestDaemon {
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub rules_file: PathBuf,
+    pub socket: PathBuf,
+    pub state_dir: PathBuf,
+    pub audit_log: PathBuf,
+    pub pin_root: PathBuf,
+    pub pin_dir: PathBuf,
+    pub run_cgroup: String,
+    child: Option<Child>,
+    /// The daemon's stderr, line by line, as it arrives.
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+impl TestDaemon {
+    /// Writes the config and rules, mounts the private bpffs, and starts the daemon (waiting
+    /// until its socket answers). Panics with the daemon's output when it does not come up.
+    pub fn start(setup: &DaemonSetup) -> TestDaemon {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let rules_file = dir.path().join("team.rules");
+        std::fs::write(&rules_file, &setup.rules).expect("writing the rules");
+        let pin_root = dir.path().join("bpffs");
+        std::fs::create_dir(&pin_root).unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "bpf", "bpf"])
+            .arg(&pin_root)
+            .status()
+            .expect("running mount");
+        assert!(status.success(), "mount -t bpf failed");
+        let run_cgroup = format!("guard-test-{}-{n}", std::process::id());
+        let mut daemon = TestDaemon {
+            config: dir.path().join("guard.toml"),
+            socket: dir.path().join("guard.sock"),
+            state_dir: dir.path().join("state"),
+            audit_log: dir.path().join("audit.jsonl"),
+            pin_dir: pin_root.join("guard"),
+            pin_root,
+            rules_file,
+            run_cgroup,
+            child: None,
+            log: Default::default(),
+            dir,
+        };
+        let mut config = format!(
+            "rules = [{:?}]\nstate_dir = {:?}\nsocket = {:?}\npin_dir = {:?}\naudit_log = {:?}\n\
+             run_cgroup = {:?}\nbackend = \"cgroup\"\n",
+            daemon.rules_file,
+            daemon.state_dir,
+            daemon.socket,
+            daemon.pin_dir,
+            daemon.audit_log,
+            daemon.run_cgroup
+        );
+        if let Some(ns) = setup.nameserver {
+            config.push_str(&format!("nameserver = \"{ns}\"\n"));
+        }
+        config.push_str(&setup.extra_config);
+        std::fs::write(&daemon.config, config).expect("writing the config");
+        daemon.spawn();
+        daemon
+    }
+
+    /// Starts (or restarts) the daemon process on the same config.
+    pub fn spawn(&mut self) {
+        assert!(self.child.is_none(), "the daemon is already running");
+        let mut child = Command::new(guard_bin())
+            .arg("daemon")
+            .arg("--config")
+            .arg(&self.config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting guard daemon");
+        let stderr = child.stderr.take().unwrap();
+        let log = self.log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                log.lock().unwrap().push(line);
+            }
+        });
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                std::thread::sleep(Duration::from_millis(100));
+                panic!(
+                    "guard daemon exited ({status}) before answering:\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "guard daemon did not answer within 30 s:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// What the daemon wrote to stderr so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the daemon is running").id()
+    }
+
+    /// Sends `signal` and waits (up to 10 s) for the daemon to exit; how long it took.
+    pub fn stop_with(&mut self, signal: i32) -> Duration {
+        let mut child = self.child.take().expect("the daemon is running");
+        let started = Instant::now();
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let deadline = started + Duration::from_secs(10);
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                return started.elapsed();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the daemon did not exit within 10 s of signal {signal}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// `guard ARGS... --socket <this daemon's>` (the socket flag is added where it applies).
+    pub fn guard(&self, args: &[&str]) -> Output {
+        self.guard_command(args).output().expect("running guard")
+    }
+
+    pub fn guard_command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(guard_bin());
+        command.args(args).env("GUARD_SOCKET", &self.socket);
+        command
+    }
+
+    /// The same, as another user (uid and gid `id`, no supplementary groups).
+    pub fn guard_as(&self, id: u32, args: &[&str]) -> Output {
+        let mut command = self.guard_command(args);
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(id) != 0
+                    || libc::setuid(id) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        command.output().expect("running guard as another user")
+    }
+
+    /// `guard ... --json` parsed.
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.guard(args);
+        assert!(
+            out.status.success(),
+            "guard {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "guard {args:?} printed no JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    }
+
+    /// The amendments file.
+    pub fn amendments(&self) -> PathBuf {
+        self.state_dir.join("rules").join("default.rules")
+    }
+
+    /// The cgroup of the `guard run` scopes (`<cgroup2>/<run_cgroup>`).
+    pub fn runs_parent(&self) -> PathBuf {
+        guard::kernel::scope::cgroup2_root()
+            .expect("cgroup2")
+            .join(&self.run_cgroup)
+    }
+
+    /// A command started inside cgroup `cgroup` (it joins between fork and exec).
+    pub fn in_cgroup(cgroup: &Path, program: &Path, args: &[&str]) -> Output {
+        let procs = std::ffi::CString::new(
+            cgroup
+                .join("cgroup.procs")
+                .as_os_str()
+                .as_encoded_bytes()
+                .to_vec(),
+        )
+        .unwrap();
+        let mut command = Command::new(program);
+        command.args(args);
+        // SAFETY: join_from_pre_exec makes only async-signal-safe calls.
+        unsafe { command.pre_exec(move || guard::kernel::scope::join_from_pre_exec(&procs)) };
+        command.output().expect("running a command in a cgroup")
+    }
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = Command::new(guard_bin())
+            .args(["release", "--pin-dir"])
+            .arg(&self.pin_dir)
+            .output();
+        let _ = Command::new("umount").arg(&self.pin_root).status();
+        // Run scopes left behind: kill what is in them, then remove them and their parent.
+        let parent = self.runs_parent();
+        for _ in 0..100 {
+            let mut busy = false;
+            if let Ok(entries) = std::fs::read_dir(&parent) {
+                for entry in entries.filter_map(Result::ok) {
+                    if entry.path().join("cgroup.procs").exists() {
+                        let _ = std::fs::write(entry.path().join("cgroup.kill"), "1");
+                        busy |= std::fs::remove_dir(entry.path()).is_err();
+                    }
+                }
+            }
+            if !busy && (std::fs::remove_dir(&parent).is_ok() || !parent.exists()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if in_ci() && parent.exists() {
+            eprintln!("warning: {} was left behind", parent.display());
+        }
+    }
+}

@@ -1,0 +1,681 @@
+//! `guard daemon` against the real kernel: asks, approvals and amendments that take effect at
+//! once, reloads without a gap, restarts that keep enforcing, and who may ask what over the
+//! control socket. Each test runs its own daemon (see `guard_tests::daemon`): its own socket,
+//! state, pins on a private bpffs, and a cgroup of its own for run scopes; traffic goes to
+//! loopback addresses only.
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run};
+use guard_tests::dns::TestDns;
+use guard_tests::kernel::helper;
+use serde_json::Value;
+
+fn net_probe() -> PathBuf {
+    helper("net-probe", env!("CARGO_BIN_EXE_net-probe"))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `guard run -- net-probe ARGS...` under the daemon: (exit code, stdout, stderr).
+fn run_probe(daemon: &TestDaemon, args: &[&str]) -> (i32, String, String) {
+    let probe = net_probe();
+    let mut all = vec!["run", "--", probe.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let out = daemon.guard(&all);
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
+}
+
+/// `guard audit --json` (JSON lines) as root.
+fn audit(daemon: &TestDaemon) -> Vec<Value> {
+    let out = daemon.guard(&["audit", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// The pending asks.
+fn prompts(daemon: &TestDaemon) -> Vec<Value> {
+    daemon
+        .json(&["prompts", "--json"])
+        .as_array()
+        .cloned()
+        .unwrap()
+}
+
+#[test]
+fn an_ask_for_a_host_is_approved_always_and_the_retry_succeeds_without_a_restart() {
+    if !can_run() {
+        return;
+    }
+    let dns = TestDns::start();
+    let address = Ipv4Addr::new(127, 77, 1, 1);
+    dns.set_a("api.guard.test", &[address], 300);
+    let _listener = TcpListener::bind((address, 443)).expect("listening on 127.77.1.1:443");
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "network_rule(host=\"api.guard.test\", protocol=\"https\", decision=\"prompt\", \
+                justification=\"ask before talking to the API\")\n"
+            .to_string(),
+        nameserver: Some(dns.addr()),
+        ..Default::default()
+    });
+
+    let (code, stdout, stderr) = run_probe(&daemon, &["tcp", "127.77.1.1", "443"]);
+    assert_eq!(code, 1, "the connect must be refused: {stdout}{stderr}");
+    assert_eq!(stdout.trim(), "errno 1", "EPERM: {stderr}");
+    assert!(
+        stderr.contains("api.guard.test"),
+        "the blocked-request message names the host: {stderr}"
+    );
+
+    let asks = prompts(&daemon);
+    assert_eq!(asks.len(), 1, "one ask: {asks:?}");
+    let ask = &asks[0];
+    let id = ask["id"].as_u64().expect("the ask has an id");
+    assert_eq!(ask["record"]["host"], "api.guard.test");
+    assert_eq!(ask["record"]["protocol"], "https");
+    assert_eq!(ask["record"]["port"], 443);
+    assert_eq!(ask["record"]["decision"], "ask");
+    assert_eq!(ask["record"]["reason"], "not_allowed");
+
+    let out = daemon.guard(&["approve", &id.to_string(), "--always"]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    let written = std::fs::read_to_string(daemon.amendments()).expect("the amendments file");
+    assert_eq!(
+        written,
+        "network_rule(host=\"api.guard.test\", protocol=\"https\", decision=\"allow\", \
+         justification=\"Allow https_connect access to api.guard.test\")\n"
+    );
+
+    let (code, stdout, stderr) = run_probe(&daemon, &["tcp", "127.77.1.1", "443"]);
+    assert_eq!(
+        (code, stdout.trim()),
+        (0, "ok"),
+        "the retry connects: {stderr}"
+    );
+    assert!(prompts(&daemon).is_empty(), "the ask was answered");
+}
+
+#[test]
+fn sigterm_stops_the_daemon_within_seconds_and_a_broken_reload_keeps_the_old_policy() {
+    if !can_run() {
+        return;
+    }
+    let mut daemon = TestDaemon::start(&DaemonSetup {
+        rules: "address_rule(addresses=[\"127.77.2.1\"], decision=\"forbidden\")\n".to_string(),
+        ..Default::default()
+    });
+    let (code, stdout, _) = run_probe(&daemon, &["udp-connect", "127.77.2.1", "9"]);
+    assert_eq!((code, stdout.trim()), (1, "errno 1"));
+
+    std::fs::write(
+        &daemon.rules_file,
+        "address_rule(addresses=[\"127.77.2.1\"],\n  decision=\"nope\")\n",
+    )
+    .unwrap();
+    let out = daemon.guard(&["reload"]);
+    assert!(!out.status.success(), "a broken reload fails");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("team.rules:") && stderr.contains("old policy stays"),
+        "the error names the file and line and says the old policy stays: {stderr}"
+    );
+    let (code, stdout, _) = run_probe(&daemon, &["udp-connect", "127.77.2.1", "9"]);
+    assert_eq!((code, stdout.trim()), (1, "errno 1"), "still enforced");
+
+    std::fs::write(&daemon.rules_file, "").unwrap();
+    // SAFETY: signalling the daemon this test started.
+    unsafe { libc::kill(daemon.pid() as i32, libc::SIGHUP) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.2.1", "9"]);
+        if code == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "SIGHUP did not reload within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let took = daemon.stop_with(libc::SIGTERM);
+    assert!(took < Duration::from_secs(3), "SIGTERM took {took:?}");
+    assert!(!daemon.socket.exists(), "the socket file is removed");
+}
+
+#[test]
+fn a_connect_loop_sees_no_wrong_decision_during_100_reloads() {
+    if !can_run() {
+        return;
+    }
+    // 127.77.3.1 is denied by a rule present before and after every reload; 127.77.3.2 is
+    // allowed (the default). Each reload changes the policy (a new, unrelated rule first in the
+    // file shifts every rule id), so the maps are rewritten each time.
+    let fixed = "address_rule(addresses=[\"127.77.3.1\"], decision=\"forbidden\")\n";
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: fixed.to_string(),
+        ..Default::default()
+    });
+    let stop = daemon.dir.path().join("stop");
+    let probe = net_probe();
+    let looper = daemon
+        .guard_command(&[
+            "run",
+            "--",
+            probe.to_str().unwrap(),
+            "udp-loop",
+            "127.77.3.2",
+            "127.77.3.1",
+            "9",
+            stop.to_str().unwrap(),
+            "120",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    for round in 0..100 {
+        let mut rules = String::new();
+        for i in 0..=(round % 7) {
+            rules.push_str(&format!(
+                "address_rule(addresses=[\"127.78.{round}.{i}\"], decision=\"prompt\")\n"
+            ));
+        }
+        rules.push_str(fixed);
+        std::fs::write(&daemon.rules_file, rules).unwrap();
+        let out = daemon.guard(&["reload"]);
+        assert!(
+            out.status.success(),
+            "reload {round}: {}",
+            text(&out.stderr)
+        );
+    }
+    std::fs::write(&stop, "").unwrap();
+    let out = looper.wait_with_output().unwrap();
+    let stdout = text(&out.stdout);
+    let mut words = stdout.split_whitespace();
+    let (rounds, wrong): (u64, u64) = match (words.next(), words.next(), words.next(), words.next())
+    {
+        (Some("rounds"), Some(r), Some("wrong"), Some(w)) => {
+            (r.parse().unwrap(), w.parse().unwrap())
+        }
+        _ => panic!("unexpected output: {stdout}{}", text(&out.stderr)),
+    };
+    assert!(
+        rounds > 100,
+        "the loop ran through the reloads ({rounds} rounds)"
+    );
+    assert_eq!(wrong, 0, "wrong decisions during reloads: {stdout}");
+}
+
+#[test]
+fn a_non_root_user_is_refused_by_the_default_authorization_and_the_refusal_is_audited() {
+    if !can_run() {
+        return;
+    }
+    const UID: u32 = 64_321;
+    let daemon = TestDaemon::start(&DaemonSetup {
+        // The socket is the user's group's, so the connection itself is allowed by the file
+        // mode and the authorization policy is what refuses.
+        extra_config: format!("socket_group = \"{UID}\"\n"),
+        ..Default::default()
+    });
+    let out = daemon.guard_as(UID, &["status"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "not authorized: {}",
+        text(&out.stderr)
+    );
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("not authorized")
+            && stderr.contains(&format!("uid {UID}"))
+            && stderr.contains("`status`"),
+        "{stderr}"
+    );
+    let out = daemon.guard_as(UID, &["allow-host", "example.com", "--protocol", "https"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(!daemon.amendments().exists(), "nothing was written");
+
+    // Root reads the audit: the refusals are there, with who and what.
+    let records = audit(&daemon);
+    let refused: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["type"] == "control_refused")
+        .collect();
+    assert_eq!(refused.len(), 2, "{records:?}");
+    assert_eq!(refused[0]["uid"], UID);
+    assert_eq!(refused[0]["action"], "status");
+    assert_eq!(refused[1]["action"], "amend");
+
+    // The user may read the records about their own processes only: none of root's.
+    let out = daemon.guard_as(UID, &["audit", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let own: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        own.iter().all(|r| r["owner"] == UID.to_string()),
+        "only the user's own records: {own:?}"
+    );
+    assert_eq!(own.len(), 2, "the user's two refused requests: {own:?}");
+}
+
+#[test]
+fn a_custom_authorization_policy_lets_a_group_answer_asks() {
+    if !can_run() {
+        return;
+    }
+    const UID: u32 = 64_322;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("authz.json");
+    std::fs::write(
+        &policy,
+        format!(
+            r#"{{"rules": [
+                {{"effect": "allow", "actions": ["*"], "when": {{"uid": ["0"]}}}},
+                {{"effect": "allow", "actions": ["prompts", "status"], "when": {{"uid": ["{UID}"]}}, "obligations": ["audit"]}}
+            ]}}"#
+        ),
+    )
+    .unwrap();
+    let daemon = TestDaemon::start(&DaemonSetup {
+        extra_config: format!("socket_group = \"{UID}\"\nauthz_policy = {policy:?}\n"),
+        ..Default::default()
+    });
+    let out = daemon.guard_as(UID, &["prompts", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "[]");
+    let out = daemon.guard_as(UID, &["reload"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "reload is not in the user's rule"
+    );
+}
+
+#[test]
+fn identical_asks_are_one_and_an_unanswered_ask_expires_denied() {
+    if !can_run() {
+        return;
+    }
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "address_rule(addresses=[\"127.77.4.1\"], decision=\"prompt\")\n".to_string(),
+        extra_config: "[asks]\ntimeout_secs = 2\n".to_string(),
+        ..Default::default()
+    });
+    for _ in 0..3 {
+        let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.4.1", "53"]);
+        assert_eq!(code, 1);
+    }
+    let asks = prompts(&daemon);
+    assert_eq!(asks.len(), 1, "{asks:?}");
+    assert_eq!(asks[0]["count"], 3);
+    assert_eq!(asks[0]["record"]["protocol"], "socks5_udp");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !prompts(&daemon).is_empty() {
+        assert!(Instant::now() < deadline, "the ask did not expire");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let records = audit(&daemon);
+    assert!(
+        records
+            .iter()
+            .any(|r| r["type"] == "ask_expired" && r["decision"] == "deny"),
+        "{records:?}"
+    );
+    assert!(
+        !daemon.amendments().exists(),
+        "an expired ask writes no rule"
+    );
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.4.1", "53"]);
+    assert_eq!(code, 1, "still refused");
+}
+
+#[test]
+fn once_approvals_expire_and_session_approvals_hold_while_the_run_lives() {
+    if !can_run() {
+        return;
+    }
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "address_rule(addresses=[\"127.77.5.1\"], decision=\"prompt\")\n".to_string(),
+        extra_config: "[asks]\nonce_secs = 2\ndedupe_secs = 1\n".to_string(),
+        ..Default::default()
+    });
+    // Once: the retry within the window succeeds, after it the request is refused again.
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.5.1", "53"]);
+    assert_eq!(code, 1);
+    let id = prompts(&daemon)[0]["id"].as_u64().unwrap().to_string();
+    let out = daemon.guard(&["approve", &id, "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (code, stdout, _) = run_probe(&daemon, &["udp-connect", "127.77.5.1", "53"]);
+    assert_eq!(
+        (code, stdout.trim()),
+        (0, "ok"),
+        "retried within the window"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.5.1", "53"]);
+        if code == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the once approval did not expire"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_millis(1100));
+
+    // Session: a run that asks, waits for the approval, and retries.
+    let go = daemon.dir.path().join("go");
+    let probe = net_probe();
+    let script = format!(
+        "{p} udp-connect 127.77.5.1 53; i=0; while [ ! -e {go} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; {p} udp-connect 127.77.5.1 53",
+        p = probe.display(),
+        go = go.display()
+    );
+    let run = daemon
+        .guard_command(&["run", "--", "sh", "-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let id = loop {
+        if let Some(ask) = prompts(&daemon).first() {
+            break ask["id"].as_u64().unwrap().to_string();
+        }
+        assert!(Instant::now() < deadline, "no ask from the run");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = daemon.guard(&["approve", &id, "--session"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(&go, "").unwrap();
+    let out = run.wait_with_output().unwrap();
+    let lines: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+    assert_eq!(lines, ["errno 1", "ok"], "{}", text(&out.stderr));
+    // The run ended, and its session approval with it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = daemon.json(&["status", "--json"]);
+        if status["approvals"].as_array().is_some_and(|a| a.is_empty()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the session approval outlived its run: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.5.1", "53"]);
+    assert_eq!(code, 1, "refused again in a new run");
+}
+
+#[test]
+fn prompts_watch_answers_with_one_key_and_deny_always_writes_a_deny_rule() {
+    if !can_run() {
+        return;
+    }
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "network_rule(host=\"127.77.6.1\", protocol=\"socks5_udp\", decision=\"prompt\")\n"
+            .to_string(),
+        ..Default::default()
+    });
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.6.1", "53"]);
+    assert_eq!(code, 1);
+    // Without a terminal, --watch reads one key per line: D = deny always.
+    let mut watch = daemon
+        .guard_command(&["prompts", "--watch"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let stdin = watch.stdin.as_mut().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        stdin.write_all(b"D\n").unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        stdin.write_all(b"q\n").unwrap();
+    }
+    let out = watch.wait_with_output().unwrap();
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("127.77.6.1"), "the ask is shown: {stdout}");
+    assert!(
+        stdout.contains("done"),
+        "answered: {stdout}{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(daemon.amendments()).unwrap(),
+        "network_rule(host=\"127.77.6.1\", protocol=\"socks5_udp\", decision=\"deny\", \
+         justification=\"Deny socks5_udp access to 127.77.6.1\")\n"
+    );
+    assert!(prompts(&daemon).is_empty());
+    // Denied now, and no longer an ask: nothing to approve.
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.6.1", "53"]);
+    assert_eq!(code, 1);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        prompts(&daemon).is_empty(),
+        "a denied host does not ask again"
+    );
+}
+
+#[test]
+fn status_reports_backend_scopes_rules_addresses_asks_counters_and_uptime() {
+    if !can_run() {
+        return;
+    }
+    let dns = TestDns::start();
+    dns.set_a("status.guard.test", &[Ipv4Addr::new(127, 77, 7, 1)], 300);
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules:
+            "network_rule(host=\"status.guard.test\", protocol=\"https\", decision=\"prompt\")\n\
+                prefix_rule(pattern=[\"git\", \"push\"], decision=\"forbidden\")\n"
+                .to_string(),
+        nameserver: Some(dns.addr()),
+        ..Default::default()
+    });
+    let (code, _, _) = run_probe(&daemon, &["tcp", "127.77.7.1", "443"]);
+    assert_eq!(code, 1);
+    let status = daemon.json(&["status", "--json"]);
+    assert_eq!(status["backend"], "cgroup");
+    assert!(status["uptime_secs"].is_u64());
+    assert!(
+        status["scopes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["kind"]["kind"] == "runs"),
+        "{status}"
+    );
+    let rules = status["rules"].as_array().unwrap();
+    assert!(
+        rules
+            .iter()
+            .any(|r| r["file"].as_str().unwrap().ends_with("team.rules") && r["rules"] == 2),
+        "{status}"
+    );
+    assert_eq!(status["addresses"][0]["host"], "status.guard.test");
+    assert_eq!(status["addresses"][0]["addresses"][0], "127.77.7.1");
+    assert_eq!(status["asks_pending"], 1);
+    assert_eq!(status["counters"]["net_prompt"], 1);
+    assert_eq!(status["events_lost"], 0);
+    let human = daemon.guard(&["status"]);
+    let human = text(&human.stdout);
+    assert!(
+        human.contains("backend cgroup") && human.contains("status.guard.test → 127.77.7.1"),
+        "{human}"
+    );
+}
+
+/// The cgroup folder of the first `guard run` scope the daemon lists.
+fn run_scope(daemon: &TestDaemon) -> PathBuf {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = daemon.json(&["status", "--json"]);
+        if let Some(scope) = status["scopes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["kind"]["kind"] == "run")
+        {
+            return PathBuf::from(scope["cgroup"].as_str().unwrap());
+        }
+        assert!(Instant::now() < deadline, "no run scope: {status}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A UDP connect to 127.77.8.1 from a fresh process in `scope`: refused (`errno 1`) or not.
+fn refused_in(scope: &std::path::Path) -> bool {
+    let out = TestDaemon::in_cgroup(scope, &net_probe(), &["udp-connect", "127.77.8.1", "9"]);
+    match text(&out.stdout).trim() {
+        "errno 1" => true,
+        "ok" => false,
+        other => panic!("net-probe said {other:?}: {}", text(&out.stderr)),
+    }
+}
+
+#[test]
+fn enforcement_survives_kill_9_and_a_clean_restart_and_release_detaches_it() {
+    if !can_run() {
+        return;
+    }
+    let mut daemon = TestDaemon::start(&DaemonSetup {
+        rules: "address_rule(addresses=[\"127.77.8.1\"], decision=\"forbidden\")\n".to_string(),
+        ..Default::default()
+    });
+    let mut long_run = daemon
+        .guard_command(&["run", "--", "sleep", "60"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let scope = run_scope(&daemon);
+    assert!(refused_in(&scope), "enforced while the daemon runs");
+    let generations = |d: &TestDaemon| -> usize {
+        std::fs::read_dir(&d.pin_dir).map_or(0, |e| e.filter_map(Result::ok).count())
+    };
+    assert_eq!(generations(&daemon), 1);
+
+    daemon.stop_with(libc::SIGKILL);
+    assert!(
+        refused_in(&scope),
+        "still enforced with the daemon killed (-9)"
+    );
+    daemon.spawn();
+    assert!(refused_in(&scope), "enforced by the restarted daemon");
+    assert_eq!(
+        generations(&daemon),
+        1,
+        "the new daemon released the old pins"
+    );
+    let status = daemon.json(&["status", "--json"]);
+    assert!(
+        status["scopes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["kind"]["kind"] == "run"
+                && s["kind"]["adopted"] == true
+                && s["cgroup"] == scope.display().to_string()),
+        "the run scope was adopted: {status}"
+    );
+
+    let took = daemon.stop_with(libc::SIGTERM);
+    assert!(took < Duration::from_secs(3), "SIGTERM took {took:?}");
+    assert!(refused_in(&scope), "still enforced after a clean stop");
+    daemon.spawn();
+    assert!(refused_in(&scope), "enforced after a clean restart");
+
+    // Break glass: with the daemon stopped, `guard release` detaches everything.
+    daemon.stop_with(libc::SIGTERM);
+    let out = daemon.guard(&["release", "--pin-dir", daemon.pin_dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!refused_in(&scope), "nothing enforces after release");
+    let _ = long_run.kill();
+    let _ = long_run.wait();
+}
+
+#[test]
+fn an_amendment_interrupted_by_kill_9_leaves_the_file_parseable() {
+    use std::io::{BufRead, BufReader, Write};
+    if !can_run() {
+        return;
+    }
+    let mut daemon = TestDaemon::start(&DaemonSetup::default());
+    let mut total_lines = 0;
+    for round in 0..6u32 {
+        if round > 0 {
+            daemon.spawn();
+        }
+        let socket = daemon.socket.clone();
+        let writer = std::thread::spawn(move || {
+            // As fast as the daemon takes them, until it dies (bounded: 5 000 requests).
+            let Ok(stream) = std::os::unix::net::UnixStream::connect(&socket) else {
+                return 0;
+            };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut stream = stream;
+            let mut done = 0;
+            for i in 0..5_000 {
+                let line = format!(
+                    "{{\"v\":1,\"op\":\"amend\",\"amendment\":{{\"kind\":\"network\",\"host\":\"h{round}-{i}.test\",\"protocol\":\"https\",\"decision\":\"allow\"}}}}\n"
+                );
+                if stream.write_all(line.as_bytes()).is_err() {
+                    break;
+                }
+                let mut response = String::new();
+                if reader.read_line(&mut response).unwrap_or(0) == 0 {
+                    break;
+                }
+                done += 1;
+            }
+            done
+        });
+        std::thread::sleep(Duration::from_millis(150 + 70 * round as u64));
+        daemon.stop_with(libc::SIGKILL);
+        let done = writer.join().unwrap();
+        assert!(
+            done > 0,
+            "round {round}: no amendment got through before the kill"
+        );
+        let file = daemon.amendments();
+        let out = daemon.guard(&["policy", "validate", file.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "round {round}: the amendments file does not parse after kill -9: {}",
+            text(&out.stderr)
+        );
+        let contents = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            contents.ends_with(")\n"),
+            "round {round}: a whole last line"
+        );
+        total_lines = contents.lines().count();
+        assert!(
+            total_lines >= done,
+            "every answered amendment is in the file"
+        );
+    }
+    assert!(total_lines > 6, "amendments were written ({total_lines})");
+}

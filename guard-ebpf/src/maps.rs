@@ -50,6 +50,20 @@ pub struct ExecScratch {
     pub task: TaskInfo,
     pub scan: [u8; TOKEN_SCAN_LEN],
     pub name: ExecName,
+    /// Where the argv walk got to, for `exec::walk_argv`'s exactness test.
+    pub walk: WalkEnd,
+}
+
+/// How far the argv walk went: kept in map memory rather than returned, because the verifier
+/// tracks registers and stack but not map contents, so one value read back after the walk is
+/// the same unknown on every way out of it and the rest of the program is verified once, not
+/// once per exit (a returned flag cost 20% more verified instructions).
+#[repr(C)]
+pub struct WalkEnd {
+    /// Where the next token starts (0 until argv[0] is stepped over).
+    pub pos: u64,
+    /// `here.flags` of the last node reached.
+    pub flags: u8,
 }
 
 #[map]

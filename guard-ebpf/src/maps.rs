@@ -13,7 +13,8 @@ use guard_common::maps::{
 #[map]
 pub static SETTINGS: Array<Settings> = Array::with_max_entries(1, 0);
 
-/// cgroup v2 ids under enforcement (a process is in scope when its cgroup or an ancestor is).
+/// cgroup v2 ids listed for scope: 1 = under enforcement, 0 = exempt. The deepest listed
+/// cgroup among a process's cgroup and its ancestors decides (`scope::current_in_scope`).
 #[map]
 pub static SCOPES: HashMap<u64, u32> = HashMap::with_max_entries(MAX_SCOPES, 0);
 

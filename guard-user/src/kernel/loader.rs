@@ -157,11 +157,21 @@ impl Enforcer {
         Ok(())
     }
 
-    /// Puts a cgroup (by id) under enforcement.
+    /// Lists a cgroup (by id) as in scope: it and the cgroups below it are enforced on, unless
+    /// a deeper listed cgroup is exempt ([`Enforcer::exempt_scope`]). The deepest listed cgroup
+    /// decides. On the `cgroup` backend, connects are decided only where
+    /// [`Enforcer::attach_cgroup`] attached the hooks (to this cgroup or an ancestor).
     pub fn add_scope(&mut self, cgroup_id: u64) -> Result<()> {
         self.maps.add_scope(&mut self.ebpf, cgroup_id)
     }
 
+    /// Lists a cgroup (by id) as exempt: its processes are not enforced on even when an
+    /// ancestor is in scope (e.g. the daemon's own cgroup under a host-wide root scope).
+    pub fn exempt_scope(&mut self, cgroup_id: u64) -> Result<()> {
+        self.maps.exempt_scope(&mut self.ebpf, cgroup_id)
+    }
+
+    /// Removes a cgroup's listing (in scope or exempt): its ancestors' listings decide again.
     pub fn remove_scope(&mut self, cgroup_id: u64) -> Result<()> {
         self.maps.remove_scope(&mut self.ebpf, cgroup_id)
     }

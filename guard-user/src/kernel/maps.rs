@@ -279,9 +279,20 @@ impl MapSync {
         (edges, order)
     }
 
+    /// Lists `cgroup_id` as in scope: it and the cgroups below it are enforced on, unless a
+    /// deeper listed cgroup says otherwise (the deepest listed cgroup decides).
     pub fn add_scope(&mut self, ebpf: &mut Ebpf, cgroup_id: u64) -> Result<()> {
         let mut map: BpfHashMap<_, u64, u32> = hash_map(ebpf, "SCOPES")?;
         map.insert(cgroup_id, 1, 0).context("adding the scope")?;
+        Ok(())
+    }
+
+    /// Lists `cgroup_id` as exempt: it and the cgroups below it are not enforced on even when
+    /// an ancestor is in scope, unless a deeper listed cgroup is in scope again.
+    pub fn exempt_scope(&mut self, ebpf: &mut Ebpf, cgroup_id: u64) -> Result<()> {
+        let mut map: BpfHashMap<_, u64, u32> = hash_map(ebpf, "SCOPES")?;
+        map.insert(cgroup_id, 0, 0)
+            .context("exempting the cgroup")?;
         Ok(())
     }
 

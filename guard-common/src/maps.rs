@@ -7,6 +7,16 @@ use crate::limits::{NAME_LEN, NO_RULE, TOKEN_LEN, TOKEN_LONG};
 pub const DECISION_NONE: u8 = 0xff;
 /// [`Verdict::flags`]: the rule is audit-only (record, let through).
 pub const VERDICT_AUDIT_ONLY: u8 = 1;
+/// [`Verdict::flags`], only ever in an [`ArgvNode::here`]: a person approved the argv that ends
+/// exactly at this node, so an exec whose argv is exactly this token path and whose decision is
+/// `prompt` runs. Never in `below`, never on identity, name or destination entries, and never
+/// an override of `forbidden`.
+///
+/// A node that carries only an approval (no rule of its own ends there) has a `here` of
+/// decision [`DECISION_NONE`] with this flag and the approval's rule id: it decides nothing
+/// itself, so an argv that passes through it on the way to more tokens is decided exactly as
+/// before the approval (an allow there would turn "unmatched" into "allowed").
+pub const VERDICT_APPROVAL: u8 = 2;
 
 /// A rule's decision as the kernel stores it: the decision code, flags and the kernel rule id
 /// (an index into the userspace rule table, which maps it back to file and line).
@@ -44,6 +54,21 @@ impl Verdict {
         self.flags & VERDICT_AUDIT_ONLY != 0
     }
 
+    /// The node this verdict is the `here` of ends an approved argv ([`VERDICT_APPROVAL`]).
+    pub const fn approved(&self) -> bool {
+        self.flags & VERDICT_APPROVAL != 0
+    }
+
+    /// An approval's mark on an argv node: no decision of its own, only the flag.
+    pub const fn approval(rule: u32) -> Self {
+        Verdict {
+            decision: DECISION_NONE,
+            flags: VERDICT_APPROVAL,
+            _pad: 0,
+            rule,
+        }
+    }
+
     /// Strongest wins (`forbidden` > `prompt` > `allow` > none); on a tie the first is kept, so
     /// the rule that decided first is the one reported. An enforced verdict beats an audit-only
     /// one of the same decision.
@@ -77,7 +102,11 @@ pub struct Settings {
     pub audit_only: u8,
     /// Non-zero once userspace has filled the maps; before that every program lets calls through.
     pub ready: u8,
-    pub _pad: [u8; 4],
+    /// Non-zero when the argv trie holds at least one approval ([`VERDICT_APPROVAL`]): then
+    /// `lsm/bprm_check_security` lets a `prompt` by identity or name through to
+    /// `sched_process_exec`, the only hook that sees argv and so can tell an approved retry.
+    pub exec_approvals: u8,
+    pub _pad: [u8; 3],
 }
 
 /// Program identity: the executed file's device (kernel `dev_t`: major << 20 | minor) and inode.
@@ -245,6 +274,21 @@ mod tests {
             prompt.strongest(Verdict::new(Decision::Prompt, 9, false)),
             prompt
         );
+    }
+
+    #[test]
+    fn an_approval_mark_decides_nothing() {
+        let mark = Verdict::approval(7);
+        assert!(mark.is_none() && mark.approved() && !mark.audit_only());
+        let prompt = Verdict::new(Decision::Prompt, 2, false);
+        assert_eq!(mark.strongest(prompt), prompt);
+        assert_eq!(prompt.strongest(mark), prompt);
+        assert_eq!(Verdict::NONE.strongest(mark), mark);
+    }
+
+    #[test]
+    fn settings_stay_eight_bytes() {
+        assert_eq!(core::mem::size_of::<Settings>(), 8);
     }
 
     #[test]

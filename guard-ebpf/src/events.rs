@@ -29,6 +29,8 @@ pub struct Subject<'a> {
 
 #[inline(always)]
 pub fn emit(subject: &Subject) {
+    // A full ring buffer loses the record, never the decision: the refusal stands (the caller
+    // enforces after emitting) and the loss is counted.
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
         count(counter::EVENTS_LOST);
         return;

@@ -17,12 +17,15 @@ use guard_common::event::{TaskInfo, action, flag, kind};
 use guard_common::limits::{
     ARGV_LEN, MAX_ARGV_TOKENS, NAME_LEN, NO_RULE, PATH_LEN, TOKEN_LEN, TOKEN_SCAN_LEN,
 };
-use guard_common::maps::{ArgvEdge, ExecIdentity, ExecName, Settings, Verdict, counter};
+use guard_common::maps::{
+    ArgvEdge, ExecIdentity, ExecName, Settings, VERDICT_APPROVAL, Verdict, counter,
+};
 
 use crate::events::{Subject, emit};
 use crate::kernel::{file_identity, lsm_return, offsets, read_at};
 use crate::maps::{
-    ARGV_TRIE, EXEC_IDENTITIES, EXEC_NAMES, EXEC_SCRATCH, LSM_SCRATCH, TASKS, count, settings,
+    ARGV_TRIE, EXEC_IDENTITIES, EXEC_NAMES, EXEC_SCRATCH, LSM_SCRATCH, TASKS, WalkEnd, count,
+    settings,
 };
 use crate::scope::current_in_scope;
 
@@ -67,6 +70,7 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
         arg_start,
         arg_end,
         &mut scratch.scan,
+        &mut scratch.walk,
     ));
 
     let mut flags = 0;
@@ -78,6 +82,15 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
             rule: NO_RULE,
         };
         flags |= flag::UNMATCHED;
+    }
+    // A person approved exactly this argv (a retry of an ask): a `prompt`, whether from a rule
+    // or the unmatched default, becomes an allow (counted as one, no event). `forbidden` is
+    // never approved away, and `approved` is false for anything the walk could not compare to
+    // its end (fails closed: decided as without the approval).
+    if verdict.decision == Decision::Prompt as u8
+        && walked_to_approval(&scratch.walk, arg_start, arg_end)
+    {
+        verdict.decision = Decision::Allow as u8;
     }
     let tgid = (aya_ebpf::helpers::bpf_get_current_pid_tgid() >> 32) as u32;
     let _ = TASKS.insert(&tgid, &scratch.task, 0);
@@ -122,6 +135,7 @@ pub fn bprm_check_security(ctx: LsmContext) -> i32 {
 }
 
 unsafe fn try_bprm_check_security(ctx: &LsmContext) -> Result<i32, i32> {
+    // Not configured yet, or not ours: let it run (fails open, as sched_process_exec does).
     let Some(settings) = settings() else {
         return Ok(0);
     };
@@ -135,10 +149,20 @@ unsafe fn try_bprm_check_security(ctx: &LsmContext) -> Result<i32, i32> {
     // Only matched identity and name rules decide here: the unmatched default needs argv,
     // which sched_process_exec has.
     let verdict = identity_verdict(&identity, &scratch.name);
+    // Nothing to refuse by identity or name (not a failure; sched_process_exec still decides
+    // argv and the unmatched default).
     if verdict.is_none() || verdict.decision == Decision::Allow as u8 {
         return Ok(0);
     }
-    // Audit-only: nothing to refuse here; sched_process_exec records it once, with argv.
+    // With approvals in the maps a `prompt` may be an approved retry, which only argv can tell,
+    // and argv is not the new image's yet: let it through (fails open here) to
+    // sched_process_exec, which decides identity, name and argv again and kills what is not
+    // approved (so the refusal becomes SIGKILL instead of EPERM while approvals exist).
+    if verdict.decision == Decision::Prompt as u8 && settings.exec_approvals != 0 {
+        return Ok(0);
+    }
+    // Audit-only: nothing to refuse here (by design, not a failure); sched_process_exec records
+    // it once, with argv.
     if settings.audit_only != 0 || verdict.audit_only() {
         return Ok(0);
     }
@@ -190,6 +214,7 @@ fn decide(
     task: Option<&TaskInfo>,
     enforce: impl FnOnce() -> u8,
 ) {
+    // An allow: counted, no event (a decision, not a failure).
     let Some(act) = enforcement(settings, verdict, &mut flags, enforce) else {
         return;
     };
@@ -222,6 +247,7 @@ fn enforcement(
         1 => counter::EXEC_PROMPT,
         _ => counter::EXEC_FORBIDDEN,
     });
+    // Decisions, not failures: an allow lets it run; audit-only records and lets it run.
     if verdict.decision == Decision::Allow as u8 {
         return None;
     }
@@ -237,13 +263,24 @@ fn enforcement(
 /// chooses), tokens 1.. are the new image's argv. Every node passed contributes the rule that
 /// ends there. Where the walk cannot go on (argv unreadable, a token too long to step over, or
 /// more tokens than the bound) the strongest rule below the last node is taken: the safe answer.
+///
+/// `end` records how far it got, for [`walked_to_approval`]: where the next token starts once
+/// argv[0] is stepped over, and the flags of the last node reached. Both are written on the
+/// straight path (no write at any way out), so every exit leaves a consistent pair.
 #[inline(always)]
 fn walk_argv(
     name: &ExecName,
     arg_start: u64,
     arg_end: u64,
     scan: &mut [u8; TOKEN_SCAN_LEN],
+    end: &mut WalkEnd,
 ) -> Verdict {
+    // SAFETY (every write to `end`): plain stores into our per-CPU scratch, volatile so that
+    // they stay stores (see `WalkEnd`).
+    unsafe {
+        core::ptr::write_volatile(&mut end.pos, 0);
+        core::ptr::write_volatile(&mut end.flags, 0);
+    }
     let mut edge = ArgvEdge {
         parent: 0,
         len: 0,
@@ -254,12 +291,17 @@ fn walk_argv(
     set_token(&mut edge, &name.name, name_len);
     // SAFETY: lookups with plain keys.
     let Some(mut node) = (unsafe { ARGV_TRIE.get(&edge) }).copied() else {
+        // No argv rule or approval for this program name: nothing for argv to decide (not a
+        // failure; identity, name and the unmatched default decide).
         return Verdict::NONE;
     };
+    unsafe { core::ptr::write_volatile(&mut end.flags, node.here.flags) };
     let mut verdict = node.here;
     // argv[0] is skipped: the program is token 0 already.
     let mut pos = arg_start;
     // SAFETY (both reads): user memory of the new image into our scratch buffer.
+    // argv unreadable, or argv[0] too long to step over: fails closed (the strongest rule
+    // below counts as matched; an allow there cannot weaken a refusal, and no approval).
     let Ok(argv0) = (unsafe { bpf_probe_read_user_str_bytes(pos as *const u8, &mut scan[..]) })
     else {
         count(counter::ARGV_UNREADABLE);
@@ -271,14 +313,17 @@ fn walk_argv(
         return verdict.strongest(node.below);
     }
     pos += argv0_len as u64 + 1;
+    unsafe { core::ptr::write_volatile(&mut end.pos, pos) };
     let mut compared = 1;
     while compared < MAX_ARGV_TOKENS {
         if pos >= arg_end {
+            // argv ends: every token compared (not a failure).
             return verdict;
         }
         let len = match unsafe { bpf_probe_read_user_str_bytes(pos as *const u8, &mut scan[..]) } {
             Ok(bytes) => bytes.len(),
             Err(_) => {
+                // Fails closed: the strongest rule below counts as matched.
                 count(counter::ARGV_UNREADABLE);
                 return verdict.strongest(node.below);
             }
@@ -291,13 +336,16 @@ fn walk_argv(
                 node = *next;
                 verdict = verdict.strongest(node.here);
             }
+            // No rule continues with this token: the rules passed decide (not a failure).
             None => return verdict,
         }
+        unsafe { core::ptr::write_volatile(&mut end.flags, node.here.flags) };
         if len >= TOKEN_SCAN_LEN - 1 {
-            // Too long to find where the next token starts.
+            // Too long to find where the next token starts: fails closed (below counts).
             return verdict.strongest(node.below);
         }
         pos += len as u64 + 1;
+        unsafe { core::ptr::write_volatile(&mut end.pos, pos) };
         compared += 1;
     }
     // More tokens than the kernel compares: the rules below count as matched.
@@ -306,6 +354,23 @@ fn walk_argv(
     } else {
         verdict
     }
+}
+
+/// Whether the walk ended exactly at a node a person approved ([`Verdict::approved`] on its
+/// `here`): argv[0] stepped over and every later token compared, the last one at that node.
+/// Every other way out of the walk leaves `end.pos` short of `arg_end` (a token not in the
+/// trie, one too long to compare, unreadable argv, more tokens than the bound) or 0 (no node
+/// for the program, argv[0] unreadable), so a failure never approves (fails closed).
+#[inline(always)]
+fn walked_to_approval(end: &WalkEnd, arg_start: u64, arg_end: u64) -> bool {
+    // SAFETY: reads of our per-CPU scratch, written by `walk_argv` on this CPU just before.
+    let (pos, flags) = unsafe {
+        (
+            core::ptr::read_volatile(&end.pos),
+            core::ptr::read_volatile(&end.flags),
+        )
+    };
+    flags & VERDICT_APPROVAL != 0 && pos > arg_start && pos >= arg_end
 }
 
 #[inline(always)]
@@ -383,6 +448,7 @@ fn parent_tgid(task: *const u8) -> u32 {
 #[inline(always)]
 fn exec_path(bprm: *const u8, exe: &mut [u8; PATH_LEN]) -> u16 {
     // SAFETY: kernel reads through the helpers.
+    // Unreadable: the event has no path (only what is reported; the decision does not use it).
     let Ok(filename) = (unsafe { read_at::<*const u8>(bprm, offsets().bprm_filename) }) else {
         return 0;
     };

@@ -13,7 +13,8 @@ use guard_common::maps::{
 #[map]
 pub static SETTINGS: Array<Settings> = Array::with_max_entries(1, 0);
 
-/// cgroup v2 ids under enforcement (a process is in scope when its cgroup or an ancestor is).
+/// cgroup v2 ids listed for scope: 1 = under enforcement, 0 = exempt. The deepest listed
+/// cgroup among a process's cgroup and its ancestors decides (`scope::current_in_scope`).
 #[map]
 pub static SCOPES: HashMap<u64, u32> = HashMap::with_max_entries(MAX_SCOPES, 0);
 
@@ -50,6 +51,20 @@ pub struct ExecScratch {
     pub task: TaskInfo,
     pub scan: [u8; TOKEN_SCAN_LEN],
     pub name: ExecName,
+    /// Where the argv walk got to, for `exec::walk_argv`'s exactness test.
+    pub walk: WalkEnd,
+}
+
+/// How far the argv walk went: kept in map memory rather than returned, because the verifier
+/// tracks registers and stack but not map contents, so one value read back after the walk is
+/// the same unknown on every way out of it and the rest of the program is verified once, not
+/// once per exit (a returned flag cost 20% more verified instructions).
+#[repr(C)]
+pub struct WalkEnd {
+    /// Where the next token starts (0 until argv[0] is stepped over).
+    pub pos: u64,
+    /// `here.flags` of the last node reached.
+    pub flags: u8,
 }
 
 #[map]

@@ -130,6 +130,7 @@ fn refuse(mut destination: Destination, call: u8, act: u8, extra_flags: u8) -> b
         1 => counter::NET_PROMPT,
         _ => counter::NET_FORBIDDEN,
     });
+    // An allow (a decision, not a failure).
     if verdict.decision == Decision::Allow as u8 {
         return false;
     }
@@ -225,6 +226,8 @@ pub fn socket_connect(ctx: LsmContext) -> i32 {
 unsafe fn try_socket_connect(ctx: &LsmContext) -> Result<i32, i32> {
     let sock: *const u8 = ctx.arg(0);
     let address: *const u8 = ctx.arg(1);
+    // Not TCP or UDP, or not an IPv4/IPv6 address: not ruled on (by design: guard rules only
+    // on these; the `?` reads fail open, see socket_connect).
     let Some(transport) = (unsafe { socket_transport(sock)? }) else {
         return Ok(0);
     };
@@ -253,7 +256,8 @@ pub fn socket_sendmsg(ctx: LsmContext) -> i32 {
 unsafe fn try_socket_sendmsg(ctx: &LsmContext) -> Result<i32, i32> {
     let sock: *const u8 = ctx.arg(0);
     let msg: *const u8 = ctx.arg(1);
-    // Only UDP sends carry a destination of their own; TCP was decided at connect.
+    // Only UDP sends carry a destination of their own; TCP was decided at connect (by design,
+    // not failures; the `?` reads fail open, as in socket_connect).
     let Some(transport) = (unsafe { socket_transport(sock)? }) else {
         return Ok(0);
     };
@@ -265,6 +269,7 @@ unsafe fn try_socket_sendmsg(ctx: &LsmContext) -> Result<i32, i32> {
         // A connected socket: its destination was decided at connect.
         return Ok(0);
     }
+    // Not an IPv4/IPv6 address: not ruled on.
     let Some(destination) = (unsafe { read_sockaddr(name, transport)? }) else {
         return Ok(0);
     };

@@ -111,6 +111,23 @@ impl Session {
         &self.enforcer
     }
 
+    /// The Enforcer, e.g. to list more cgroups in or out of scope.
+    pub fn enforcer_mut(&mut self) -> &mut Enforcer {
+        &mut self.enforcer
+    }
+
+    /// Puts `image` in force (the maps are updated with no gap) and keeps it as this session's
+    /// image, e.g. the session's own image with exec approvals added. A DNS refresh later
+    /// recompiles the policy and adds this image's exec approvals back.
+    pub fn apply_image(
+        &mut self,
+        image: EnforcementImage,
+    ) -> Result<crate::kernel::maps::SyncStats> {
+        let stats = self.enforcer.apply(&image)?;
+        self.image = image;
+        Ok(stats)
+    }
+
     /// `(name, kernel program id)` of each of this session's programs that is loaded, so a test
     /// can check that dropping the session unloads exactly these.
     pub fn program_ids(&mut self) -> Vec<(String, u32)> {
@@ -156,6 +173,12 @@ impl Session {
         }
         let mut image = compile(&self.policy, &*cache, &self.env);
         image.settings.audit_only |= self.audit_only;
+        for approval in &self.image.exec_approvals {
+            let rule = &self.image.rules[approval.rule as usize];
+            image
+                .add_exec_approval(&approval.tokens, rule.text.clone(), rule.summary.clone())
+                .context("keeping an exec approval across the DNS refresh")?;
+        }
         self.enforcer.apply(&image)?;
         self.image = image;
         Ok(true)

@@ -1,6 +1,8 @@
 //! Helpers for the tests that load guard's programs into the running kernel (`kernel_exec`,
-//! `kernel_net`): a [`Session`] per test over rules written to a file of its own, the backend to
-//! use, skipping (or failing, in CI) where the kernel cannot run them, and bounded waits.
+//! `kernel_net`, `kernel_approvals`, `kernel_pins`): a [`Session`] per test over rules written to
+//! a file of its own (or a bare [`Enforcer`] over a compiled image), the backend to use, skipping
+//! (or failing, in CI) where the kernel cannot run them, bounded waits, commands run in a cgroup
+//! of the test's own, and a private bpffs for pins.
 //!
 //! Every test makes its own session: its own programs, maps and a fresh cgroup, and only what it
 //! spawns through [`Session::spawn`] is in that scope. Nothing here changes the process
@@ -13,8 +15,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use guard::kernel::Backend;
+use guard::compile::{CompileEnv, EnforcementImage, NoResolver, compile};
 use guard::kernel::events::KernelEvent;
+use guard::kernel::scope::{ScopeCgroup, join_from_pre_exec};
+use guard::kernel::{Backend, Enforcer, pins};
 use guard::policy::load::load_policy;
 use guard::session::{Session, SessionOptions};
 
@@ -293,4 +297,146 @@ pub fn copy_program(program: &Path, dir: &Path, name: &str) -> PathBuf {
     std::fs::copy(program, &to)
         .unwrap_or_else(|err| panic!("copying {} to {}: {err}", program.display(), to.display()));
     to
+}
+
+/// Whether this process is root; prints `skipped: ...` (a panic when [`in_ci`]) when it is not.
+pub fn root_or_skip() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skip("guard's kernel tests need root (they load BPF programs and make cgroups)");
+        return false;
+    }
+    true
+}
+
+/// Compiles `rules` (written to `<dir>/test.rules`) the way a session does, with `dir` searched
+/// first for one-token rules' programs. A rules file that does not parse panics.
+pub fn compile_rules(dir: &Path, rules: &str) -> EnforcementImage {
+    let rules_file = dir.join("test.rules");
+    std::fs::write(&rules_file, rules).expect("writing the rules file");
+    let loaded = load_policy(std::slice::from_ref(&rules_file), &[])
+        .unwrap_or_else(|err| panic!("the test's rules do not load: {err}\n{rules}"));
+    let mut env = CompileEnv::from_process();
+    env.path_dirs.insert(0, dir.to_path_buf());
+    compile(&loaded.policy, &NoResolver, &env)
+}
+
+/// A freshly loaded [`Enforcer`] on [`backend`], nothing scoped yet; `None` after
+/// `skipped: ...` when not root or when the kernel cannot run the programs (a panic in CI).
+pub fn enforcer_or_skip() -> Option<Enforcer> {
+    if !root_or_skip() {
+        return None;
+    }
+    let backend = backend();
+    match Enforcer::load(backend) {
+        Ok(enforcer) => Some(enforcer),
+        Err(err) => {
+            skip(&format!(
+                "the kernel cannot run guard's programs on the {} backend: {err:#}",
+                backend.as_str()
+            ));
+            None
+        }
+    }
+}
+
+/// Starts `command` as a member of `cgroup` (it joins between fork and exec, so its first exec
+/// is already decided there).
+pub fn spawn_in(cgroup: &ScopeCgroup, command: &mut Command) -> io::Result<Child> {
+    use std::os::unix::process::CommandExt;
+    let procs = cgroup.procs_path().clone();
+    // SAFETY: the closure only makes async-signal-safe calls (open/write/close).
+    unsafe { command.pre_exec(move || join_from_pre_exec(&procs)) };
+    command.spawn()
+}
+
+/// Runs `command` in `cgroup`, waiting at most `timeout`, retrying (bounded, 5 s) while the exec
+/// fails with "text file busy" (another test thread forked while a program copy was open for
+/// writing; not a decision of guard's). The spawn error when the exec failed.
+pub fn run_in(
+    cgroup: &ScopeCgroup,
+    command: &mut Command,
+    timeout: Duration,
+) -> io::Result<Output> {
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let result = spawn_in(cgroup, command).map(|child| wait_output(child, timeout));
+        let busy = match &result {
+            Err(err) => err.kind() == io::ErrorKind::ExecutableFileBusy,
+            Ok(output) => String::from_utf8_lossy(&output.stderr).contains("Text file busy"),
+        };
+        if !busy || Instant::now() > deadline {
+            return result;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether a run was refused the way either backend refuses an exec: SIGKILL, or EPERM from
+/// execve (`lsm`, by identity or name).
+pub fn exec_refused(result: &io::Result<Output>) -> bool {
+    match result {
+        Ok(output) => killed(&output.status),
+        Err(err) => err.kind() == io::ErrorKind::PermissionDenied,
+    }
+}
+
+/// A bpffs of the test's own, mounted on a fresh temporary folder; on drop every pin under it
+/// is released and it is unmounted (so nothing a test pinned outlives the test, even when it
+/// panics).
+pub struct TestBpffs {
+    root: PathBuf,
+    // Removed after the unmount (fields drop after `drop` runs).
+    _dir: tempfile::TempDir,
+}
+
+impl TestBpffs {
+    /// Mounts it (twice through [`pins::ensure_bpffs`], which must be idempotent).
+    pub fn new() -> TestBpffs {
+        let dir = tempfile::tempdir().expect("making a temporary folder");
+        let root = dir.path().join("bpffs");
+        pins::ensure_bpffs(&root)
+            .unwrap_or_else(|err| panic!("mounting a bpffs on {}: {err:#}", root.display()));
+        let bpffs = TestBpffs { root, _dir: dir };
+        pins::ensure_bpffs(&bpffs.root).expect("ensure_bpffs on a bpffs changes nothing");
+        assert!(
+            pins::is_bpffs(&bpffs.root).unwrap(),
+            "{} is a bpffs now",
+            bpffs.root.display()
+        );
+        bpffs
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+impl Default for TestBpffs {
+    fn default() -> Self {
+        TestBpffs::new()
+    }
+}
+
+impl Drop for TestBpffs {
+    fn drop(&mut self) {
+        if let Err(err) = pins::release(&self.root) {
+            eprintln!("releasing the pins under {}: {err:#}", self.root.display());
+        }
+        let target = std::ffi::CString::new(self.root.as_os_str().as_encoded_bytes())
+            .expect("a temporary path has no NUL");
+        // SAFETY: a NUL-terminated path. MNT_DETACH: unmounted even if something still has it
+        // open; the kernel frees what is left pinned in it once the last user is gone.
+        if unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) } != 0 {
+            eprintln!(
+                "unmounting {}: {}",
+                self.root.display(),
+                io::Error::last_os_error()
+            );
+        }
+    }
 }

@@ -37,7 +37,13 @@ use crate::test_counts::TestCounts;
 
 /// The integration tests (`tests/tests/<name>.rs` of `guard-tests`) that run in the VM. A name
 /// with no such test yet is skipped with a note, so a test can be listed before it is written.
-pub const VM_TESTS: &[&str] = &["loading", "kernel_exec", "kernel_net"];
+pub const VM_TESTS: &[&str] = &[
+    "loading",
+    "kernel_exec",
+    "kernel_net",
+    "kernel_approvals",
+    "kernel_pins",
+];
 
 /// What `vm::run` is asked to do.
 #[derive(Clone, Debug)]

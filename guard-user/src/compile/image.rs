@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use guard_common::limits::{MAX_ARGV_TOKENS, NAME_LEN, TOKEN_LEN};
 use ipnetwork::IpNetwork;
 
 pub use crate::policy::RuleKind as KernelRuleKind;
@@ -33,6 +34,110 @@ pub struct EnforcementImage {
     /// Human sentences about rules the kernel cannot fully hold, e.g. a one-token rule whose
     /// program is on no PATH folder.
     pub warnings: Vec<String>,
+    /// Exact argv a person approved ([`EnforcementImage::add_exec_approval`]): an exec with
+    /// exactly these tokens runs where its decision would be `prompt`; never over `forbidden`.
+    pub exec_approvals: Vec<ExecApproval>,
+}
+
+/// One approved exec: the exact argv (token 0 is the executed file's name, as in argv rules)
+/// and the kernel rule id that names the approval.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecApproval {
+    pub tokens: Vec<String>,
+    /// Index into [`EnforcementImage::rules`] (an allow prefix rule with no origin).
+    pub rule: u32,
+}
+
+/// Why an argv cannot be approved: the kernel could not tell it apart from other argvs, so an
+/// approval of it would approve more than the person saw.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ApprovalError {
+    #[error("an exec approval needs at least one token, the program's file name")]
+    NoTokens,
+    #[error(
+        "an exec approval of {count} tokens cannot be held: the kernel compares at most \
+         {max} tokens of argv (the program's name included), so it could not tell this argv \
+         from a longer one; approve a shorter command, or write a prefix rule"
+    )]
+    TooManyTokens { count: usize, max: usize },
+    #[error(
+        "an exec approval's first token is empty; it must be the executed file's name (e.g. `git`)"
+    )]
+    EmptyProgram,
+    #[error(
+        "an exec approval's first token `{program}` is a path; the kernel compares the \
+         executed file's name, so give the name alone (e.g. `git`, not `/usr/bin/git`)"
+    )]
+    ProgramIsPath { program: String },
+    #[error(
+        "an exec approval's first token `{program}` is {len} bytes; the kernel compares \
+         program names of at most {max} bytes exactly, so a longer one cannot be approved \
+         (write a prefix rule for it instead)"
+    )]
+    ProgramTooLong {
+        program: String,
+        len: usize,
+        max: usize,
+    },
+    #[error(
+        "token {index} of an exec approval is {len} bytes; the kernel compares argv tokens of \
+         at most {max} bytes exactly, so a longer one cannot be approved (write a prefix rule \
+         that stops before it instead)"
+    )]
+    TokenTooLong {
+        index: usize,
+        len: usize,
+        max: usize,
+    },
+    #[error("token {index} of an exec approval contains a NUL byte, which no argv token can hold")]
+    TokenHasNul { index: usize },
+}
+
+/// Checks that the kernel can match `tokens` exactly, as an argv (token 0: the executed
+/// file's name): 1..=[`MAX_ARGV_TOKENS`] tokens, a non-empty name without `/` that fits both
+/// an [`ExecName`](guard_common::maps::ExecName) and an argv trie token, and later tokens of at
+/// most [`TOKEN_LEN`] bytes (longer ones are compared on a prefix only), none holding a NUL.
+pub fn validate_exec_approval(tokens: &[String]) -> Result<(), ApprovalError> {
+    let Some(program) = tokens.first() else {
+        return Err(ApprovalError::NoTokens);
+    };
+    if tokens.len() > MAX_ARGV_TOKENS {
+        return Err(ApprovalError::TooManyTokens {
+            count: tokens.len(),
+            max: MAX_ARGV_TOKENS,
+        });
+    }
+    if program.is_empty() {
+        return Err(ApprovalError::EmptyProgram);
+    }
+    if program.contains('/') {
+        return Err(ApprovalError::ProgramIsPath {
+            program: program.clone(),
+        });
+    }
+    // Token 0 is an ExecName (< NAME_LEN bytes) and an argv trie token (<= TOKEN_LEN bytes,
+    // compared exactly); TOKEN_LEN is the smaller bound.
+    let name_max = TOKEN_LEN.min(NAME_LEN - 1);
+    if program.len() > name_max {
+        return Err(ApprovalError::ProgramTooLong {
+            program: program.clone(),
+            len: program.len(),
+            max: name_max,
+        });
+    }
+    for (index, token) in tokens.iter().enumerate() {
+        if token.as_bytes().contains(&0) {
+            return Err(ApprovalError::TokenHasNul { index });
+        }
+        if index > 0 && token.len() > TOKEN_LEN {
+            return Err(ApprovalError::TokenTooLong {
+                index,
+                len: token.len(),
+                max: TOKEN_LEN,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A decision as the kernel stores it: what, because of which rule, and whether it is only
@@ -129,5 +234,36 @@ impl EnforcementImage {
     /// The rule a verdict names.
     pub fn rule(&self, verdict: &Verdict) -> &KernelRule {
         &self.rules[verdict.rule as usize]
+    }
+
+    /// Approves one exact argv: once the maps hold this image, an exec whose argv is exactly
+    /// `tokens` (token 0 compared with the executed file's name, as argv rules are) runs where
+    /// it would be decided `prompt`, by a rule or by the unmatched default. Anything else, a
+    /// longer argv included, is decided as before, and `forbidden` is never overridden.
+    ///
+    /// Adds an allow [`KernelRule`] with `text` and `summary` (what events and `guard` output
+    /// show; no justification, no origin) and returns its rule id. Fails, changing nothing,
+    /// when the kernel could not match `tokens` exactly (see [`validate_exec_approval`]).
+    pub fn add_exec_approval(
+        &mut self,
+        tokens: &[String],
+        text: String,
+        summary: String,
+    ) -> Result<u32, ApprovalError> {
+        validate_exec_approval(tokens)?;
+        let rule = u32::try_from(self.rules.len()).expect("fewer than 2^32 rules");
+        self.rules.push(KernelRule {
+            kind: KernelRuleKind::Prefix,
+            text,
+            summary,
+            decision: Decision::Allow,
+            justification: None,
+            origin: None,
+        });
+        self.exec_approvals.push(ExecApproval {
+            tokens: tokens.to_vec(),
+            rule,
+        });
+        Ok(rule)
     }
 }

@@ -24,8 +24,8 @@ use std::path::PathBuf;
 
 pub use exec::kernel_dev;
 pub use image::{
-    ArgvRule, DestinationEntry, EnforcementImage, IdentityEntry, KernelRule, KernelRuleKind,
-    NameEntry, Verdict,
+    ApprovalError, ArgvRule, DestinationEntry, EnforcementImage, ExecApproval, IdentityEntry,
+    KernelRule, KernelRuleKind, NameEntry, Verdict, validate_exec_approval,
 };
 
 use crate::policy::Policy;
@@ -97,6 +97,7 @@ pub fn compile(policy: &Policy, resolver: &dyn HostResolver, env: &CompileEnv) -
         destinations: net.destinations,
         unresolved_hosts: net.unresolved_hosts,
         warnings: exec.warnings,
+        exec_approvals: Vec::new(),
     }
 }
 

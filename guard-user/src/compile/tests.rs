@@ -865,3 +865,120 @@ address_rule(addresses=["10.0.0.0/8", "c.example", "a.example"], decision="deny"
     );
     assert_eq!(host_names(&policy), ["a.example", "b.example", "c.example"]);
 }
+
+// Exec approvals: only what the kernel can match exactly is accepted.
+
+fn words(text: &str) -> Vec<String> {
+    text.split_whitespace().map(str::to_string).collect()
+}
+
+#[test]
+fn an_approval_adds_an_allow_rule_without_origin_and_returns_its_id() {
+    let mut image = compile_plain(&parse(
+        "prefix_rule(pattern=[\"git\", \"push\"], decision=\"prompt\")\n",
+    ));
+    let before = image.rules.len();
+    let id = image
+        .add_exec_approval(
+            &words("git push origin main"),
+            "approved `git push origin main`".into(),
+            "the command `git push origin main`".into(),
+        )
+        .unwrap();
+    assert_eq!(id as usize, before);
+    let rule = &image.rules[id as usize];
+    assert_eq!(rule.kind, KernelRuleKind::Prefix);
+    assert_eq!(rule.decision, Decision::Allow);
+    assert_eq!(rule.text, "approved `git push origin main`");
+    assert_eq!(rule.summary, "the command `git push origin main`");
+    assert_eq!((&rule.justification, &rule.origin), (&None, &None));
+    assert_eq!(
+        image.exec_approvals,
+        [ExecApproval {
+            tokens: words("git push origin main"),
+            rule: id,
+        }]
+    );
+}
+
+#[test]
+fn approvals_the_kernel_cannot_match_exactly_are_refused_and_change_nothing() {
+    use guard_common::limits::{MAX_ARGV_TOKENS, TOKEN_LEN};
+    let long_token = "x".repeat(TOKEN_LEN + 1);
+    let long_name = "n".repeat(TOKEN_LEN + 1);
+    let too_many = vec!["git".to_string(); MAX_ARGV_TOKENS + 1];
+    let cases: Vec<(Vec<String>, ApprovalError)> = vec![
+        (vec![], ApprovalError::NoTokens),
+        (
+            too_many,
+            ApprovalError::TooManyTokens {
+                count: MAX_ARGV_TOKENS + 1,
+                max: MAX_ARGV_TOKENS,
+            },
+        ),
+        (vec![String::new(), "x".into()], ApprovalError::EmptyProgram),
+        (
+            words("/usr/bin/git push"),
+            ApprovalError::ProgramIsPath {
+                program: "/usr/bin/git".into(),
+            },
+        ),
+        (
+            words("./git push"),
+            ApprovalError::ProgramIsPath {
+                program: "./git".into(),
+            },
+        ),
+        (
+            vec![long_name.clone()],
+            ApprovalError::ProgramTooLong {
+                program: long_name,
+                len: TOKEN_LEN + 1,
+                max: TOKEN_LEN,
+            },
+        ),
+        (
+            vec!["git".into(), "push".into(), long_token],
+            ApprovalError::TokenTooLong {
+                index: 2,
+                len: TOKEN_LEN + 1,
+                max: TOKEN_LEN,
+            },
+        ),
+        (
+            vec!["git".into(), "pu\0sh".into()],
+            ApprovalError::TokenHasNul { index: 1 },
+        ),
+    ];
+    let mut image = compile_plain(&parse(""));
+    for (tokens, want) in cases {
+        let got = image.add_exec_approval(&tokens, String::new(), String::new());
+        assert_eq!(got, Err(want.clone()), "{tokens:?}");
+        let message = want.to_string();
+        assert!(
+            message.len() > 40,
+            "a sentence that says what to do: {message}"
+        );
+    }
+    assert!(image.rules.is_empty() && image.exec_approvals.is_empty());
+}
+
+#[test]
+fn approvals_at_the_bounds_are_accepted() {
+    use guard_common::limits::{MAX_ARGV_TOKENS, TOKEN_LEN};
+    let mut image = compile_plain(&parse(""));
+    let mut tokens = vec!["n".repeat(TOKEN_LEN)];
+    tokens.extend((1..MAX_ARGV_TOKENS).map(|_| "t".repeat(TOKEN_LEN)));
+    assert_eq!(tokens.len(), MAX_ARGV_TOKENS);
+    image
+        .add_exec_approval(&tokens, String::new(), String::new())
+        .unwrap();
+    // An empty token is a real argv token the kernel compares exactly.
+    image
+        .add_exec_approval(&["git".into(), String::new()], String::new(), String::new())
+        .unwrap();
+    image
+        .add_exec_approval(&words("git"), String::new(), String::new())
+        .unwrap();
+    assert_eq!(image.exec_approvals.len(), 3);
+}

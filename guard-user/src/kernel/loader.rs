@@ -1,16 +1,24 @@
 //! Loading and attaching guard's BPF programs. Everything loaded here is owned by the
-//! [`Enforcer`]: dropping it detaches every program (links are file descriptors; nothing is
-//! pinned), so a crash of the process fails open rather than leaving rules nobody maintains.
+//! [`Enforcer`]: by default dropping it detaches every program (links are file descriptors), so
+//! a crash of the process fails open rather than leaving rules nobody maintains. A daemon that
+//! must keep enforcing across its own restart calls [`Enforcer::pin_links`]: from then on its
+//! links are pinned in a bpffs folder and stay attached, deciding with the maps' last contents,
+//! until [`super::pins::release`] removes the pins (see `pins` for the handover).
 
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
+use aya::programs::cgroup_sock_addr::CgroupSockAddrLinkId;
+use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::lsm::LsmLinkId;
+use aya::programs::tp_btf::BtfTracePointLinkId;
 use aya::programs::{BtfTracePoint, CgroupAttachMode, CgroupSockAddr, Lsm};
 use aya::{Btf, Ebpf, EbpfLoader};
 
 use super::btf::{aya_kernel_btf, kernel_offsets};
 use super::maps::MapSync;
+use super::pins::is_bpffs;
 
 /// The BPF object built by `build.rs` from `guard-ebpf`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/guard"));
@@ -90,7 +98,40 @@ pub struct Enforcer {
     ebpf: Ebpf,
     backend: Backend,
     pub maps: MapSync,
+    /// Links still owned by their programs: detached when `ebpf` is dropped.
+    links: Vec<HeldLink>,
+    /// Set by [`Enforcer::pin_links`].
+    pins: Option<Pins>,
 }
+
+/// A link attached by this Enforcer and still owned by its program (not pinned).
+enum HeldLink {
+    Exec(BtfTracePointLinkId),
+    Lsm(&'static str, LsmLinkId),
+    /// Program name, the cgroup it is attached to (to attach it again if pinning fails).
+    Cgroup(&'static str, PathBuf, CgroupSockAddrLinkId),
+}
+
+impl HeldLink {
+    fn program(&self) -> &'static str {
+        match self {
+            HeldLink::Exec(_) => "sched_process_exec",
+            HeldLink::Lsm(name, _) | HeldLink::Cgroup(name, _, _) => name,
+        }
+    }
+}
+
+/// Where this Enforcer pins its links.
+struct Pins {
+    dir: PathBuf,
+    /// Suffix of the next pin's file name.
+    next: usize,
+    /// The pinned links' descriptors (closing them leaves the links attached: they are pinned).
+    pinned: Vec<PinnedLink>,
+}
+
+const LSM_HOOKS: [&str; 3] = ["bprm_check_security", "socket_connect", "socket_sendmsg"];
+const CGROUP_HOOKS: [&str; 4] = ["connect4", "connect6", "sendmsg4", "sendmsg6"];
 
 impl Enforcer {
     /// Loads the object and attaches the programs that are not tied to a cgroup: the exec
@@ -99,24 +140,26 @@ impl Enforcer {
     pub fn load(backend: Backend) -> Result<Self> {
         let btf = aya_kernel_btf()?;
         let mut ebpf = load_object(btf)?;
+        let mut links = Vec::new();
         {
             let exec: &mut BtfTracePoint = program(&mut ebpf, "sched_process_exec")?;
             exec.load("sched_process_exec", btf)
                 .context("loading tp_btf/sched_process_exec")?;
-            exec.attach()
+            let id = exec
+                .attach()
                 .context("attaching tp_btf/sched_process_exec")?;
+            links.push(HeldLink::Exec(id));
         }
         if backend == Backend::Lsm {
-            for (name, hook) in [
-                ("bprm_check_security", "bprm_check_security"),
-                ("socket_connect", "socket_connect"),
-                ("socket_sendmsg", "socket_sendmsg"),
-            ] {
-                let lsm: &mut Lsm = program(&mut ebpf, name)?;
+            // The program names are the hook names.
+            for hook in LSM_HOOKS {
+                let lsm: &mut Lsm = program(&mut ebpf, hook)?;
                 lsm.load(hook, btf)
                     .with_context(|| format!("loading lsm/{hook}"))?;
-                lsm.attach()
+                let id = lsm
+                    .attach()
                     .with_context(|| format!("attaching lsm/{hook}"))?;
+                links.push(HeldLink::Lsm(hook, id));
             }
         }
         let maps = MapSync::new();
@@ -124,6 +167,8 @@ impl Enforcer {
             ebpf,
             backend,
             maps,
+            links,
+            pins: None,
         })
     }
 
@@ -141,27 +186,177 @@ impl Enforcer {
         if self.backend == Backend::Lsm {
             return Ok(());
         }
-        let dir =
-            File::open(cgroup).with_context(|| format!("opening cgroup {}", cgroup.display()))?;
-        for name in ["connect4", "connect6", "sendmsg4", "sendmsg6"] {
-            let hook: &mut CgroupSockAddr = program(&mut self.ebpf, name)?;
-            if hook.fd().is_err() {
-                hook.load()
-                    .with_context(|| format!("loading cgroup/{name}"))?;
+        for name in CGROUP_HOOKS {
+            let id = self.attach_cgroup_hook(name, cgroup)?;
+            let link = HeldLink::Cgroup(name, cgroup.to_path_buf(), id);
+            if self.pins.is_some() {
+                self.pin(link)?;
+            } else {
+                self.links.push(link);
             }
-            // aya 0.14 passes BPF_F_ALLOW_MULTI to bpf_link_create with AllowMultiple, which
-            // the kernel refuses; link-based attachments are multi-attach anyway.
-            hook.attach(&dir, CgroupAttachMode::Single)
-                .with_context(|| format!("attaching cgroup/{name} to {}", cgroup.display()))?;
         }
         Ok(())
     }
 
-    /// Puts a cgroup (by id) under enforcement.
+    fn attach_cgroup_hook(&mut self, name: &str, cgroup: &Path) -> Result<CgroupSockAddrLinkId> {
+        let dir =
+            File::open(cgroup).with_context(|| format!("opening cgroup {}", cgroup.display()))?;
+        let hook: &mut CgroupSockAddr = program(&mut self.ebpf, name)?;
+        if hook.fd().is_err() {
+            hook.load()
+                .with_context(|| format!("loading cgroup/{name}"))?;
+        }
+        // aya 0.14 passes BPF_F_ALLOW_MULTI to bpf_link_create with AllowMultiple, which
+        // the kernel refuses; link-based attachments are multi-attach anyway.
+        hook.attach(&dir, CgroupAttachMode::Single)
+            .with_context(|| format!("attaching cgroup/{name} to {}", cgroup.display()))
+    }
+
+    /// From now on every link of this Enforcer is pinned in `dir` (created; it must be on a
+    /// bpffs, see [`super::pins::ensure_bpffs`]): the ones attached already and any that
+    /// [`Enforcer::attach_cgroup`] attaches later, one file per link named
+    /// `<program>-<n>`. Pinned links stay attached after this Enforcer and its process are
+    /// gone (even after SIGKILL), deciding with the maps' last contents (the programs keep
+    /// their maps alive), until [`super::pins::release`] removes the pins.
+    ///
+    /// Use a fresh folder per Enforcer (a generation, [`super::pins::next_generation`]): a pin
+    /// file that exists already is an error. On an error the links not yet pinned stay
+    /// attached and owned by this Enforcer (a link whose pin failed is attached again), so
+    /// enforcement goes on while it lives, and calling again with the same folder pins the
+    /// rest; do not release an older generation until this has succeeded.
+    pub fn pin_links(&mut self, dir: &Path) -> Result<()> {
+        match &self.pins {
+            Some(pins) if pins.dir != dir => bail!(
+                "this Enforcer pins its links in {} already, not {}",
+                pins.dir.display(),
+                dir.display()
+            ),
+            Some(_) => {}
+            None => {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating the pin folder {}", dir.display()))?;
+                if !is_bpffs(dir)? {
+                    bail!(
+                        "{} is not on a bpffs, so links cannot be pinned there (mount one with \
+                         `mount -t bpf bpf <dir>`, or pins::ensure_bpffs)",
+                        dir.display()
+                    );
+                }
+                self.pins = Some(Pins {
+                    dir: dir.to_path_buf(),
+                    next: 0,
+                    pinned: Vec::new(),
+                });
+            }
+        }
+        let mut links = std::mem::take(&mut self.links).into_iter();
+        while let Some(link) = links.next() {
+            if let Err(err) = self.pin(link) {
+                // The rest stay owned (and attached) until the Enforcer is dropped, or a later
+                // call pins them.
+                self.links.extend(links);
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    /// The folder [`Enforcer::pin_links`] pins in, if it was called.
+    pub fn pin_dir(&self) -> Option<&Path> {
+        self.pins.as_ref().map(|pins| pins.dir.as_path())
+    }
+
+    /// Takes `link` from its program and pins it in the pin folder. aya's `FdLink::pin`
+    /// consumes the link, so one whose pin fails is detached: it is attached again (and kept
+    /// unpinned) before the error is returned.
+    fn pin(&mut self, link: HeldLink) -> Result<()> {
+        let pins = self
+            .pins
+            .as_mut()
+            .expect("pin is called only once pin_links set the folder");
+        let program_name = link.program();
+        let path = pins.dir.join(format!("{program_name}-{}", pins.next));
+        pins.next += 1;
+        if path.exists() {
+            // Checked first: pinning over an existing file would fail only after the link is
+            // taken from its program.
+            self.links.push(link);
+            bail!("{} exists already: pin into a fresh folder", path.display());
+        }
+        let (fd_link, cgroup): (FdLink, Option<PathBuf>) = match link {
+            HeldLink::Exec(id) => {
+                let exec: &mut BtfTracePoint = program(&mut self.ebpf, program_name)?;
+                (exec.take_link(id)?.into(), None)
+            }
+            HeldLink::Lsm(name, id) => {
+                let lsm: &mut Lsm = program(&mut self.ebpf, name)?;
+                (lsm.take_link(id)?.into(), None)
+            }
+            HeldLink::Cgroup(name, cgroup, id) => {
+                let hook: &mut CgroupSockAddr = program(&mut self.ebpf, name)?;
+                let fd_link = FdLink::try_from(hook.take_link(id)?).with_context(|| {
+                    format!(
+                        "cgroup/{name} is not attached through a bpf_link, so it cannot be pinned"
+                    )
+                })?;
+                (fd_link, Some(cgroup))
+            }
+        };
+        match fd_link.pin(&path) {
+            Ok(pinned) => {
+                self.pins.as_mut().expect("set above").pinned.push(pinned);
+                Ok(())
+            }
+            Err(err) => {
+                let again = self.reattach(program_name, cgroup.as_deref());
+                let err = anyhow::Error::new(err)
+                    .context(format!("pinning {program_name} at {}", path.display()));
+                match again {
+                    Ok(link) => {
+                        self.links.push(link);
+                        Err(err)
+                    }
+                    Err(again) => Err(err.context(format!(
+                        "and attaching {program_name} again failed too, so it is detached: {again:#}"
+                    ))),
+                }
+            }
+        }
+    }
+
+    fn reattach(&mut self, name: &'static str, cgroup: Option<&Path>) -> Result<HeldLink> {
+        Ok(match cgroup {
+            Some(cgroup) => HeldLink::Cgroup(
+                name,
+                cgroup.to_path_buf(),
+                self.attach_cgroup_hook(name, cgroup)?,
+            ),
+            None if name == "sched_process_exec" => {
+                let exec: &mut BtfTracePoint = program(&mut self.ebpf, name)?;
+                HeldLink::Exec(exec.attach()?)
+            }
+            None => {
+                let lsm: &mut Lsm = program(&mut self.ebpf, name)?;
+                HeldLink::Lsm(name, lsm.attach()?)
+            }
+        })
+    }
+
+    /// Lists a cgroup (by id) as in scope: it and the cgroups below it are enforced on, unless
+    /// a deeper listed cgroup is exempt ([`Enforcer::exempt_scope`]). The deepest listed cgroup
+    /// decides. On the `cgroup` backend, connects are decided only where
+    /// [`Enforcer::attach_cgroup`] attached the hooks (to this cgroup or an ancestor).
     pub fn add_scope(&mut self, cgroup_id: u64) -> Result<()> {
         self.maps.add_scope(&mut self.ebpf, cgroup_id)
     }
 
+    /// Lists a cgroup (by id) as exempt: its processes are not enforced on even when an
+    /// ancestor is in scope (e.g. the daemon's own cgroup under a host-wide root scope).
+    pub fn exempt_scope(&mut self, cgroup_id: u64) -> Result<()> {
+        self.maps.exempt_scope(&mut self.ebpf, cgroup_id)
+    }
+
+    /// Removes a cgroup's listing (in scope or exempt): its ancestors' listings decide again.
     pub fn remove_scope(&mut self, cgroup_id: u64) -> Result<()> {
         self.maps.remove_scope(&mut self.ebpf, cgroup_id)
     }

@@ -4,6 +4,11 @@
 //! entries are written first (argv trie children before their parents, so a parent never
 //! points at a half-built subtree), and stale entries are removed last. Trie node ids are keyed
 //! by the token path, so a path keeps its id across updates and changes in place.
+//!
+//! Exec approvals live in the argv trie: the node their token path ends at carries
+//! [`VERDICT_APPROVAL`] in its `here` (added to the rule that ends there, or alone, with no
+//! decision, where none does). The flag is never part of any `below`, so reading less argv
+//! than an approval covers never weakens a decision.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -15,10 +20,10 @@ use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
 use guard_common::Decision;
 use guard_common::maps::{
     ArgvEdge, ArgvNode, DEST_HEAD_BITS, DestV4, DestV6, ExecIdentity, ExecName, Settings,
-    TRANSPORT_ANY, TRANSPORT_TCP, TRANSPORT_UDP, Verdict, counter, dest_key,
+    TRANSPORT_ANY, TRANSPORT_TCP, TRANSPORT_UDP, VERDICT_APPROVAL, Verdict, counter, dest_key,
 };
 
-use crate::compile::image::{EnforcementImage, Verdict as ImageVerdict};
+use crate::compile::image::{EnforcementImage, Verdict as ImageVerdict, validate_exec_approval};
 use crate::policy::rule::Transport;
 
 /// What one [`MapSync::apply`] wrote.
@@ -29,6 +34,8 @@ pub struct SyncStats {
     pub argv_edges: usize,
     pub destinations_v4: usize,
     pub destinations_v6: usize,
+    /// argv trie nodes that carry an approval.
+    pub approvals: usize,
     pub removed: usize,
 }
 
@@ -60,6 +67,12 @@ impl MapSync {
 
     pub fn apply(&mut self, ebpf: &mut Ebpf, image: &EnforcementImage) -> Result<SyncStats> {
         let mut stats = SyncStats::default();
+        // Before anything is written: an approval the kernel cannot match exactly would
+        // approve more than what was approved (`add_exec_approval` refuses those already).
+        for approval in &image.exec_approvals {
+            validate_exec_approval(&approval.tokens)
+                .with_context(|| format!("exec approval {:?}", approval.tokens))?;
+        }
 
         let identities = merge(image.identities.iter().map(|e| {
             (
@@ -80,6 +93,7 @@ impl MapSync {
         stats.argv_edges = edges.len();
         stats.destinations_v4 = v4.len();
         stats.destinations_v6 = v6.len();
+        stats.approvals = edges.values().filter(|n| n.here.approved()).count();
 
         // 1. Write what is new or changed.
         {
@@ -123,7 +137,8 @@ impl MapSync {
                 unmatched_network: image.settings.unmatched_network as u8,
                 audit_only: image.settings.audit_only as u8,
                 ready: 1,
-                _pad: [0; 4],
+                exec_approvals: u8::from(stats.approvals > 0),
+                _pad: [0; 3],
             };
             map.set(0, settings, 0).context("writing SETTINGS")?;
         }
@@ -192,6 +207,17 @@ impl MapSync {
                 *slot = slot.strongest(verdict);
             }
         }
+        // Approvals: their paths exist (intermediate nodes lead on, deciding nothing); the flag
+        // is added after `below` is computed, so it never reaches a `below`.
+        let mut approved: BTreeMap<Vec<ArgvToken>, u32> = BTreeMap::new();
+        for approval in &image.exec_approvals {
+            let path: Vec<ArgvToken> = approval.tokens.iter().map(|t| token(t)).collect();
+            for depth in 1..=path.len() {
+                here.entry(path[..depth].to_vec()).or_insert(Verdict::NONE);
+            }
+            // The first approval of a path names it.
+            approved.entry(path).or_insert(approval.rule);
+        }
         // below(path) = strongest `here` of every strict descendant. BTreeMap order puts a path
         // before its descendants, so walk it backwards.
         let mut below: HashMap<Vec<ArgvToken>, Verdict> = HashMap::new();
@@ -202,6 +228,17 @@ impl MapSync {
                 let slot = below.entry(parent).or_insert(Verdict::NONE);
                 *slot = slot.strongest(*verdict).strongest(mine);
             }
+        }
+        for (path, rule) in &approved {
+            let slot = here.get_mut(path).expect("inserted above");
+            *slot = if slot.is_none() {
+                Verdict::approval(*rule)
+            } else {
+                Verdict {
+                    flags: slot.flags | VERDICT_APPROVAL,
+                    ..*slot
+                }
+            };
         }
         let mut edges = HashMap::new();
         let mut order = Vec::new();
@@ -242,9 +279,20 @@ impl MapSync {
         (edges, order)
     }
 
+    /// Lists `cgroup_id` as in scope: it and the cgroups below it are enforced on, unless a
+    /// deeper listed cgroup says otherwise (the deepest listed cgroup decides).
     pub fn add_scope(&mut self, ebpf: &mut Ebpf, cgroup_id: u64) -> Result<()> {
         let mut map: BpfHashMap<_, u64, u32> = hash_map(ebpf, "SCOPES")?;
         map.insert(cgroup_id, 1, 0).context("adding the scope")?;
+        Ok(())
+    }
+
+    /// Lists `cgroup_id` as exempt: it and the cgroups below it are not enforced on even when
+    /// an ancestor is in scope, unless a deeper listed cgroup is in scope again.
+    pub fn exempt_scope(&mut self, ebpf: &mut Ebpf, cgroup_id: u64) -> Result<()> {
+        let mut map: BpfHashMap<_, u64, u32> = hash_map(ebpf, "SCOPES")?;
+        map.insert(cgroup_id, 0, 0)
+            .context("exempting the cgroup")?;
         Ok(())
     }
 
@@ -417,7 +465,151 @@ pub fn decision_from_code(code: u8) -> Option<Decision> {
 
 #[cfg(test)]
 mod tests {
-    use super::mask;
+    use super::*;
+    use crate::compile::{CompileEnv, NoResolver, compile};
+    use crate::policy::PolicyParser;
+
+    fn image(rules: &str) -> EnforcementImage {
+        let mut parser = PolicyParser::new();
+        parser
+            .parse("t.rules", rules)
+            .unwrap_or_else(|err| panic!("{rules:?} was refused: {err}"));
+        compile(&parser.build(), &NoResolver, &CompileEnv::default())
+    }
+
+    fn tokens(text: &str) -> Vec<String> {
+        text.split_whitespace().map(str::to_string).collect()
+    }
+
+    fn approve(image: &mut EnforcementImage, text: &str) -> u32 {
+        image
+            .add_exec_approval(
+                &tokens(text),
+                format!("approved `{text}`"),
+                text.to_string(),
+            )
+            .unwrap()
+    }
+
+    /// The node at the end of `path` (space-separated tokens), if the trie has it.
+    fn node(edges: &HashMap<ArgvEdge, ArgvNode>, path: &str) -> Option<ArgvNode> {
+        let mut parent = 0;
+        let mut found = None;
+        for word in path.split_whitespace() {
+            let n = *edges.get(&ArgvEdge::new(parent, word.as_bytes()))?;
+            parent = n.id;
+            found = Some(n);
+        }
+        found
+    }
+
+    fn verdict(decision: Decision, rule: u32) -> Verdict {
+        Verdict::new(decision, rule, false)
+    }
+
+    #[test]
+    fn an_approval_below_a_prompt_rule_marks_only_its_own_node() {
+        let mut image = image("prefix_rule(pattern=[\"git\", \"push\"], decision=\"prompt\")\n");
+        let rule = approve(&mut image, "git push origin main");
+        assert_eq!(rule, 1, "after the policy's one rule");
+        let (edges, order) = MapSync::new().build_trie(&image);
+        assert_eq!(edges.len(), 4, "git, push, origin, main: {edges:?}");
+
+        let push = node(&edges, "git push").unwrap();
+        assert_eq!(push.here, verdict(Decision::Prompt, 0));
+        assert_eq!(push.below, Verdict::NONE, "the approval is in no below");
+        let origin = node(&edges, "git push origin").unwrap();
+        assert_eq!(origin.here, Verdict::NONE, "a node that only leads on");
+        let main = node(&edges, "git push origin main").unwrap();
+        assert_eq!(main.here, Verdict::approval(rule));
+        assert!(main.here.is_none() && main.here.approved());
+        assert_eq!(
+            node(&edges, "git").unwrap().below,
+            verdict(Decision::Prompt, 0)
+        );
+        for n in edges.values() {
+            assert!(
+                !n.below.approved(),
+                "a below carries the approval flag: {n:?}"
+            );
+            assert!(n.here.approved() == (n.id == main.id), "{n:?}");
+        }
+        // Children are written first (the order is written reversed): `main` before `origin`.
+        let position = |path: &str| {
+            let id = node(&edges, path).unwrap().id;
+            order.iter().position(|e| edges[e].id == id).unwrap()
+        };
+        assert!(position("git push origin main") > position("git push origin"));
+        assert!(position("git push origin") > position("git push"));
+    }
+
+    #[test]
+    fn an_approval_where_a_rule_ends_keeps_the_rule_and_adds_the_flag() {
+        let mut image = image(
+            "prefix_rule(pattern=[\"git\", \"push\"], decision=\"prompt\")\n\
+             prefix_rule(pattern=[\"git\", \"push\", \"origin\"], decision=\"forbidden\")\n",
+        );
+        approve(&mut image, "git push");
+        approve(&mut image, "git push origin");
+        let (edges, _) = MapSync::new().build_trie(&image);
+        let push = node(&edges, "git push").unwrap();
+        assert_eq!(push.here.decision, Decision::Prompt as u8);
+        assert_eq!(push.here.rule, 0, "the rule's id, not the approval's");
+        assert!(push.here.approved());
+        assert_eq!(
+            push.below,
+            verdict(Decision::Forbidden, 1),
+            "without the flag"
+        );
+        let origin = node(&edges, "git push origin").unwrap();
+        assert_eq!(origin.here.decision, Decision::Forbidden as u8);
+        assert!(
+            origin.here.approved(),
+            "flagged, though the kernel never lets an approval override forbidden"
+        );
+        assert_eq!(
+            node(&edges, "git").unwrap().below,
+            verdict(Decision::Forbidden, 1)
+        );
+    }
+
+    #[test]
+    fn an_approval_of_a_program_alone_marks_its_root_node() {
+        let mut image = image("enforcement(unmatched_exec=\"prompt\")\n");
+        let rule = approve(&mut image, "gt-unmatched");
+        let (edges, _) = MapSync::new().build_trie(&image);
+        assert_eq!(edges.len(), 1);
+        assert_eq!(
+            node(&edges, "gt-unmatched").unwrap().here,
+            Verdict::approval(rule)
+        );
+    }
+
+    #[test]
+    fn removing_an_approval_unflags_in_place_and_drops_only_its_own_nodes() {
+        let base = image("prefix_rule(pattern=[\"git\", \"push\"], decision=\"prompt\")\n");
+        let mut approved = base.clone();
+        approve(&mut approved, "git push origin main");
+        approve(&mut approved, "git push");
+        let mut sync = MapSync::new();
+        let (before, _) = sync.build_trie(&approved);
+        sync.edges = before.clone();
+        let (after, _) = sync.build_trie(&base);
+        assert_eq!(after.len(), 2, "git and push remain: {after:?}");
+        for path in ["git", "git push"] {
+            let (old, new) = (node(&before, path).unwrap(), node(&after, path).unwrap());
+            assert_eq!(
+                old.id, new.id,
+                "{path} keeps its id, so its edge changes in place"
+            );
+        }
+        assert!(node(&before, "git push").unwrap().here.approved());
+        assert_eq!(
+            node(&after, "git push").unwrap().here,
+            verdict(Decision::Prompt, 0)
+        );
+        assert!(node(&after, "git push origin").is_none());
+    }
 
     #[test]
     fn masks_keep_the_prefix_bits_only() {

@@ -5,6 +5,7 @@ pub mod doctor;
 pub mod events;
 pub mod loader;
 pub mod maps;
+pub mod pins;
 pub mod scope;
 
 pub use loader::{Backend, Enforcer};

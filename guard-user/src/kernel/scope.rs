@@ -39,6 +39,9 @@ pub struct ScopeCgroup {
     path: PathBuf,
     id: u64,
     procs: CString,
+    /// Made by [`ScopeCgroup::create`] under the shared `guard` parent, which goes with the
+    /// last such scope; a [`ScopeCgroup::child`] leaves its parent to the parent's own drop.
+    under_shared_parent: bool,
 }
 
 impl ScopeCgroup {
@@ -63,7 +66,28 @@ impl ScopeCgroup {
         }
         let id = cgroup_id(&path)?;
         let procs = CString::new(path.join("cgroup.procs").as_os_str().as_bytes())?;
-        Ok(ScopeCgroup { path, id, procs })
+        Ok(ScopeCgroup {
+            path,
+            id,
+            procs,
+            under_shared_parent: true,
+        })
+    }
+
+    /// Creates `<this cgroup>/<name>`, removed on drop like this one. Drop it first: a cgroup
+    /// with children cannot be removed.
+    pub fn child(&self, name: &str) -> Result<ScopeCgroup> {
+        let path = self.path.join(name);
+        std::fs::create_dir(&path)
+            .with_context(|| format!("creating cgroup {}", path.display()))?;
+        let id = cgroup_id(&path)?;
+        let procs = CString::new(path.join("cgroup.procs").as_os_str().as_bytes())?;
+        Ok(ScopeCgroup {
+            path,
+            id,
+            procs,
+            under_shared_parent: false,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -136,7 +160,9 @@ impl Drop for ScopeCgroup {
             std::thread::sleep(Duration::from_millis(20));
         }
         // The shared `guard` parent goes with the last scope (EBUSY while others remain).
-        if let Some(parent) = self.path.parent() {
+        if self.under_shared_parent
+            && let Some(parent) = self.path.parent()
+        {
             let _ = std::fs::remove_dir(parent);
         }
     }

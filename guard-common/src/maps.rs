@@ -7,10 +7,12 @@ use crate::limits::{NAME_LEN, NO_RULE, TOKEN_LEN, TOKEN_LONG};
 pub const DECISION_NONE: u8 = 0xff;
 /// [`Verdict::flags`]: the rule is audit-only (record, let through).
 pub const VERDICT_AUDIT_ONLY: u8 = 1;
-/// [`Verdict::flags`], only ever in an [`ArgvNode::here`]: a person approved the argv that ends
-/// exactly at this node, so an exec whose argv is exactly this token path and whose decision is
-/// `prompt` runs. Never in `below`, never on identity, name or destination entries, and never
-/// an override of `forbidden`.
+/// [`Verdict::flags`]: a person approved one exact request. In an [`ArgvNode::here`]: the argv
+/// that ends exactly at this node, so an exec whose argv is exactly this token path and whose
+/// decision is `prompt` runs. On a destination entry of exact transport, exact port and a full
+/// address (/32, /128): a connection to exactly that address, port and transport whose
+/// decision is `prompt` goes through. Never in `below`, never on identity or name entries, and
+/// never an override of `forbidden`.
 ///
 /// A node that carries only an approval (no rule of its own ends there) has a `here` of
 /// decision [`DECISION_NONE`] with this flag and the approval's rule id: it decides nothing

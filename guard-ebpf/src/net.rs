@@ -104,17 +104,18 @@ fn refuse(mut destination: Destination, call: u8, act: u8, extra_flags: u8) -> b
     if !current_in_scope() {
         return false;
     }
-    let mut verdict = if destination.family == AF_INET6 && is_v4_mapped(&destination.addr) {
-        let mut v4 = [0u8; 16];
-        v4[..4].copy_from_slice(&destination.addr[12..16]);
-        destination.addr = v4;
-        destination.family = AF_INET;
-        lookup_v4(&destination)
-    } else if destination.family == AF_INET6 {
-        lookup_v6(&destination)
-    } else {
-        lookup_v4(&destination)
-    };
+    let (mut verdict, approved) =
+        if destination.family == AF_INET6 && is_v4_mapped(&destination.addr) {
+            let mut v4 = [0u8; 16];
+            v4[..4].copy_from_slice(&destination.addr[12..16]);
+            destination.addr = v4;
+            destination.family = AF_INET;
+            lookup_v4(&destination)
+        } else if destination.family == AF_INET6 {
+            lookup_v6(&destination)
+        } else {
+            lookup_v4(&destination)
+        };
     let mut flags = extra_flags;
     if verdict.is_none() {
         verdict = Verdict {
@@ -124,6 +125,12 @@ fn refuse(mut destination: Destination, call: u8, act: u8, extra_flags: u8) -> b
             rule: NO_RULE,
         };
         flags |= flag::UNMATCHED;
+    }
+    // A person approved exactly this destination: a `prompt` goes through (never a
+    // `forbidden`).
+    if approved && verdict.decision == Decision::Prompt as u8 {
+        count(counter::NET_ALLOW);
+        return false;
     }
     count(match verdict.decision {
         0 => counter::NET_ALLOW,
@@ -167,9 +174,12 @@ fn is_v4_mapped(addr: &[u8; 16]) -> bool {
     addr[10] == 0xff && addr[11] == 0xff
 }
 
+/// The strongest verdict of the four classes, and whether the longest match carried an
+/// approval of exactly this destination (only exact-class, full-length entries carry one).
 #[inline(always)]
-fn lookup_v4(d: &Destination) -> Verdict {
+fn lookup_v4(d: &Destination) -> (Verdict, bool) {
     let mut verdict = Verdict::NONE;
+    let mut approved = false;
     for (transport, port) in classes(d) {
         let key = Key::new(
             DEST_HEAD_BITS + 32,
@@ -177,25 +187,28 @@ fn lookup_v4(d: &Destination) -> Verdict {
         );
         let key: Key<DestV4> = key;
         if let Some(v) = DEST_V4.get(&key) {
+            approved |= v.approved();
             verdict = verdict.strongest(*v);
         }
     }
-    verdict
+    (verdict, approved)
 }
 
 #[inline(always)]
-fn lookup_v6(d: &Destination) -> Verdict {
+fn lookup_v6(d: &Destination) -> (Verdict, bool) {
     let mut verdict = Verdict::NONE;
+    let mut approved = false;
     for (transport, port) in classes(d) {
         let key: Key<DestV6> = Key::new(
             DEST_HEAD_BITS + 128,
             dest_key::<19>(transport, port, &d.addr),
         );
         if let Some(v) = DEST_V6.get(&key) {
+            approved |= v.approved();
             verdict = verdict.strongest(*v);
         }
     }
-    verdict
+    (verdict, approved)
 }
 
 /// The (transport, port) classes a destination belongs to: exact and any, for each.

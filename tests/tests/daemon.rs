@@ -679,3 +679,147 @@ fn an_amendment_interrupted_by_kill_9_leaves_the_file_parseable() {
     }
     assert!(total_lines > 6, "amendments were written ({total_lines})");
 }
+
+/// A copy of `true` named `name` in `dir` (a program whose file name the rules can name).
+fn program(dir: &std::path::Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::copy("/bin/true", &path).expect("copying /bin/true");
+    path
+}
+
+#[test]
+fn an_exec_ask_approved_once_runs_exactly_that_argv_and_a_prompt_rule_has_no_always() {
+    if !can_run() {
+        return;
+    }
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "prefix_rule(pattern=[\"deploytool\", \"push\"], decision=\"prompt\", \
+                justification=\"deploys need a person\")\n"
+            .to_string(),
+        ..Default::default()
+    });
+    let tool = program(daemon.dir.path(), "deploytool");
+    let tool = tool.to_str().unwrap();
+    let out = daemon.guard(&["run", "--", tool, "push", "prod"]);
+    assert_eq!(out.status.code(), Some(137), "killed before it ran");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("requires approval: deploys need a person"),
+        "the §5.2 message: {stderr}"
+    );
+    let asks = prompts(&daemon);
+    assert_eq!(asks.len(), 1, "{asks:?}");
+    assert_eq!(asks[0]["target"]["tokens"], serde_json::json!(["deploytool", "push", "prod"]));
+    let id = asks[0]["id"].as_u64().unwrap().to_string();
+
+    let out = daemon.guard(&["approve", &id, "--always"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("cannot override it"),
+        "says why there is no amendment: {}",
+        text(&out.stderr)
+    );
+    assert!(!daemon.amendments().exists(), "nothing written");
+
+    let out = daemon.guard(&["approve", &id, "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(daemon.guard(&["run", "--", tool, "push", "prod"]).status.code(), Some(0));
+    assert_eq!(
+        daemon.guard(&["run", "--", tool, "push", "prod", "--force"]).status.code(),
+        Some(137),
+        "a longer argv is not what was approved"
+    );
+    assert_eq!(daemon.guard(&["run", "--", tool, "push", "staging"]).status.code(), Some(137));
+}
+
+#[test]
+fn an_unmatched_exec_approved_always_becomes_the_references_prefix_rule() {
+    if !can_run() {
+        return;
+    }
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "enforcement(unmatched_exec=\"prompt\")\n".to_string(),
+        ..Default::default()
+    });
+    let tool = program(daemon.dir.path(), "buildtool");
+    let tool = tool.to_str().unwrap();
+    assert_eq!(daemon.guard(&["run", "--", tool, "all"]).status.code(), Some(137));
+    let asks = prompts(&daemon);
+    assert_eq!(asks.len(), 1, "{asks:?}");
+    assert_eq!(asks[0]["record"]["source"], "mode_guard", "the unmatched default decided");
+    let id = asks[0]["id"].as_u64().unwrap().to_string();
+    let out = daemon.guard(&["approve", &id, "--always", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(daemon.amendments()).unwrap(),
+        "prefix_rule(pattern=[\"buildtool\", \"all\"], decision=\"allow\")\n"
+    );
+    assert_eq!(daemon.guard(&["run", "--", tool, "all"]).status.code(), Some(0));
+    assert_eq!(
+        daemon.guard(&["run", "--", tool, "other"]).status.code(),
+        Some(137),
+        "only the approved prefix"
+    );
+}
+
+#[test]
+fn amendment_verbs_without_a_rules_file_go_through_the_daemon_and_apply_at_once() {
+    if !can_run() {
+        return;
+    }
+    let dns = TestDns::start();
+    dns.set_a("deny.guard.test", &[Ipv4Addr::new(127, 77, 9, 1)], 300);
+    let daemon = TestDaemon::start(&DaemonSetup {
+        nameserver: Some(dns.addr()),
+        ..Default::default()
+    });
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.9.1", "443"]);
+    assert_eq!(code, 0, "allowed by default");
+    let out = daemon.guard(&["deny-host", "Deny.Guard.Test.", "--protocol", "https"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("applied"), "{}", text(&out.stdout));
+    assert_eq!(
+        std::fs::read_to_string(daemon.amendments()).unwrap(),
+        "network_rule(host=\"deny.guard.test\", protocol=\"https\", decision=\"deny\")\n"
+    );
+    let (code, stdout, _) = run_probe(&daemon, &["udp-connect", "127.77.9.1", "443"]);
+    assert_eq!((code, stdout.trim()), (1, "errno 1"), "denied at once, no restart");
+    // A bad amendment changes nothing and says why.
+    let out = daemon.guard(&["allow-host", "*.guard.test", "--protocol", "https"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("wildcards are not allowed"), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(daemon.amendments()).unwrap().lines().count(), 1);
+}
+
+#[test]
+fn an_approval_never_overrides_a_forbidden_rule() {
+    if !can_run() {
+        return;
+    }
+    // The host asks, but one of its addresses is forbidden outright.
+    let dns = TestDns::start();
+    dns.set_a(
+        "mixed.guard.test",
+        &[Ipv4Addr::new(127, 77, 10, 1), Ipv4Addr::new(127, 77, 10, 2)],
+        300,
+    );
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "network_rule(host=\"mixed.guard.test\", protocol=\"socks5_udp\", decision=\"prompt\")\n\
+                address_rule(addresses=[\"127.77.10.2\"], decision=\"forbidden\")\n"
+            .to_string(),
+        nameserver: Some(dns.addr()),
+        ..Default::default()
+    });
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.10.2", "53"]);
+    assert_eq!(code, 1);
+    assert!(prompts(&daemon).is_empty(), "a forbidden destination is no ask");
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.10.1", "53"]);
+    assert_eq!(code, 1);
+    let id = prompts(&daemon)[0]["id"].as_u64().unwrap().to_string();
+    let out = daemon.guard(&["approve", &id, "--always"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.10.1", "53"]);
+    assert_eq!(code, 0, "the approved address connects");
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.10.2", "53"]);
+    assert_eq!(code, 1, "the forbidden address of the same host stays forbidden");
+}

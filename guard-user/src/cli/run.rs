@@ -80,7 +80,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
     if let Some(socket) = socket {
         if standalone || args.audit_only || args.backend.is_some() || args.nameserver.is_some() {
             return super::output::usage_error(
-                "--rules, --overlay, --audit-only, --backend and --nameserver are the daemon's                  to choose; drop them to run under the daemon, or drop --socket to enforce on                  your own",
+                "--rules, --overlay, --audit-only, --backend and --nameserver are the daemon's to choose; drop them to run under the daemon, or drop --socket to enforce on your own",
             );
         }
         return super::run_daemon::run(&socket, &args.command, args.json_events);

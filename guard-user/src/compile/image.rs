@@ -37,6 +37,8 @@ pub struct EnforcementImage {
     /// Exact argv a person approved ([`EnforcementImage::add_exec_approval`]): an exec with
     /// exactly these tokens runs where its decision would be `prompt`; never over `forbidden`.
     pub exec_approvals: Vec<ExecApproval>,
+    /// Exact destinations a person approved ([`EnforcementImage::add_destination_approval`]).
+    pub destination_approvals: Vec<DestinationApproval>,
 }
 
 /// One approved exec: the exact argv (token 0 is the executed file's name, as in argv rules)
@@ -45,6 +47,16 @@ pub struct EnforcementImage {
 pub struct ExecApproval {
     pub tokens: Vec<String>,
     /// Index into [`EnforcementImage::rules`] (an allow prefix rule with no origin).
+    pub rule: u32,
+}
+
+/// One approved destination: exactly this address, port and transport (TCP or UDP).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DestinationApproval {
+    /// IPv4-mapped IPv6 is written as IPv4.
+    pub address: std::net::IpAddr,
+    pub port: u16,
+    pub transport: Transport,
     pub rule: u32,
 }
 
@@ -265,5 +277,53 @@ impl EnforcementImage {
             rule,
         });
         Ok(rule)
+    }
+
+    /// Approves one exact destination: once the maps hold this image, a connection (or UDP
+    /// send) to exactly `address`, `port` over `transport` goes through where it would be
+    /// decided `prompt`. Other ports, transports and addresses are decided as before, and
+    /// `forbidden` is never overridden. Adds an allow [`KernelRule`] and returns its id.
+    /// `transport` must be TCP or UDP (a request has one).
+    pub fn add_destination_approval(
+        &mut self,
+        address: std::net::IpAddr,
+        port: u16,
+        transport: Transport,
+        text: String,
+        summary: String,
+    ) -> u32 {
+        debug_assert!(transport != Transport::Any, "a request has one transport");
+        let rule = u32::try_from(self.rules.len()).expect("fewer than 2^32 rules");
+        self.rules.push(KernelRule {
+            kind: KernelRuleKind::Address,
+            text,
+            summary,
+            decision: Decision::Allow,
+            justification: None,
+            origin: None,
+        });
+        self.destination_approvals.push(DestinationApproval {
+            address: crate::policy::rule::canonical_ip(address),
+            port,
+            transport,
+            rule,
+        });
+        rule
+    }
+
+    /// The strongest verdict among the entries that cover a destination (what the kernel
+    /// decides, approvals aside); `None` when no entry does.
+    pub fn destination_verdict(
+        &self,
+        ip: std::net::IpAddr,
+        port: u16,
+        transport: Transport,
+    ) -> Option<Verdict> {
+        let ip = crate::policy::rule::canonical_ip(ip);
+        self.destinations
+            .iter()
+            .filter(|e| e.covers(ip, port, transport))
+            .map(|e| e.verdict)
+            .reduce(|kept, v| if v.beats(&kept) { v } else { kept })
     }
 }

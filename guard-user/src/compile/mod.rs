@@ -98,6 +98,7 @@ pub fn compile(policy: &Policy, resolver: &dyn HostResolver, env: &CompileEnv) -
         unresolved_hosts: net.unresolved_hosts,
         warnings: exec.warnings,
         exec_approvals: Vec::new(),
+        destination_approvals: Vec::new(),
     }
 }
 

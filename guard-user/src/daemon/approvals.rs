@@ -1,22 +1,22 @@
 //! Approvals that live in memory: `--once` (for a short window) and `--session` (until the
-//! daemon stops or the ask's scope ends). They are applied on top of the loaded policy each time
-//! it is compiled, so a reload keeps them and their expiry removes them.
+//! daemon stops or the ask's scope ends). They are added to the image each time the policy is
+//! compiled, so a reload keeps them and their expiry removes them.
 //!
-//! - Network: an approval is an allow `network_rule` for the host appended after the policy's
-//!   own, which overrides a `prompt` host (§2.4: the last allow/deny of a host decides). An
-//!   explicitly denied host or a forbidden address stays forbidden: the daemon checks the
-//!   compiled result before it accepts an approval.
-//! - Exec: an exact-argv approval in the kernel's argv trie, which turns that argv's `prompt`
-//!   into allow and never touches `forbidden` (an allow prefix rule could not: prefix
-//!   decisions combine by strongest).
+//! Both kinds are exact and held in the kernel: the same argv (in the argv trie), or the same
+//! address, port and transport (in the destination trie). The kernel lets an approval turn that
+//! one request's `prompt` into allow and never touches `forbidden` (an allow rule could not do
+//! this for execs, whose prefix decisions combine by strongest, nor for a `prompt`
+//! `address_rule`).
 
 use std::time::Instant;
 
 use serde::Serialize;
 
+use std::net::IpAddr;
+
 use super::protocol::ApprovalMode;
 use crate::compile::image::EnforcementImage;
-use crate::policy::{Decision, NetworkProtocol, Policy};
+use crate::policy::Transport;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
@@ -25,8 +25,11 @@ pub enum ApprovalTarget {
         tokens: Vec<String>,
     },
     Network {
-        host: String,
-        protocol: NetworkProtocol,
+        address: IpAddr,
+        port: u16,
+        transport: Transport,
+        /// For people: the host name the address came from, if any.
+        host: Option<String>,
     },
 }
 
@@ -83,42 +86,46 @@ impl Approvals {
         self.list.len() != before
     }
 
-    /// `policy` with the network approvals appended as allow rules.
-    pub fn policy_with_approvals(&self, policy: &Policy) -> Policy {
-        let mut out = policy.clone();
-        for approval in &self.list {
-            if let ApprovalTarget::Network { host, protocol } = &approval.target {
-                // The host was normalised when the ask was made; a failure here would only
-                // mean the approval holds nothing, which is the safe side.
-                let _ = out.add_network_rule(
-                    host,
-                    *protocol,
-                    Decision::Allow,
-                    Some(approval.justification()),
-                );
-            }
-        }
-        out
-    }
-
-    /// Adds the exec approvals to a compiled image. An approval the kernel cannot hold exactly
+    /// Adds the approvals to a compiled image. An exec approval the kernel cannot hold exactly
     /// was refused when it was made, so errors here are reported, not fatal.
     pub fn add_to_image(&self, image: &mut EnforcementImage) -> Vec<String> {
         let mut errors = Vec::new();
         for approval in &self.list {
-            if let ApprovalTarget::Exec { tokens } = &approval.target {
-                let shown = shlex::try_join(tokens.iter().map(String::as_str))
-                    .unwrap_or_else(|_| tokens.join(" "));
-                if let Err(err) = image.add_exec_approval(
-                    tokens,
-                    format!(
-                        "approval(ask={}, mode={})",
-                        approval.ask,
-                        approval.mode.as_str()
-                    ),
-                    format!("`{shown}`, {}", approval.justification()),
-                ) {
-                    errors.push(err.to_string());
+            let how = approval.justification();
+            match &approval.target {
+                ApprovalTarget::Exec { tokens } => {
+                    let shown = shlex::try_join(tokens.iter().map(String::as_str))
+                        .unwrap_or_else(|_| tokens.join(" "));
+                    if let Err(err) = image.add_exec_approval(
+                        tokens,
+                        format!(
+                            "approval(ask={}, mode={})",
+                            approval.ask,
+                            approval.mode.as_str()
+                        ),
+                        format!("`{shown}`, {how}"),
+                    ) {
+                        errors.push(err.to_string());
+                    }
+                }
+                ApprovalTarget::Network {
+                    address,
+                    port,
+                    transport,
+                    host,
+                } => {
+                    let name = host.as_ref().map(|h| format!(" ({h})")).unwrap_or_default();
+                    image.add_destination_approval(
+                        *address,
+                        *port,
+                        *transport,
+                        format!(
+                            "approval(ask={}, mode={})",
+                            approval.ask,
+                            approval.mode.as_str()
+                        ),
+                        format!("{address}:{port}/{}{name}, {how}", transport.as_str()),
+                    );
                 }
             }
         }

@@ -180,6 +180,9 @@ impl AskBook {
         }) {
             ask.count += 1;
             ask.last_seen = now;
+            // The latest requester's scope: a session approval is for the run still asking.
+            ask.scope = scope;
+            ask.from_run = from_run;
             return Recorded::Repeat(ask.id);
         }
         let id = self.next_id;

@@ -128,11 +128,7 @@ impl Daemon {
             config,
         };
         daemon.enforce_scopes()?;
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos();
-        daemon.generation = daemon.config.pin_dir.join(format!("gen-{stamp}"));
+        daemon.generation = pins::next_generation(&daemon.config.pin_dir);
         daemon.enforcer.pin_links(&daemon.generation)?;
         // Only now, with this daemon's programs attached and holding the policy, let the
         // earlier daemon's go.
@@ -197,8 +193,7 @@ impl Daemon {
     }
 
     fn compile_with(&self, approvals: &Approvals) -> Result<EnforcementImage> {
-        let policy = approvals.policy_with_approvals(&self.loaded.policy);
-        let mut image = compile(&policy, &self.dns, &self.env);
+        let mut image = compile(&self.loaded.policy, &self.dns, &self.env);
         image.settings.audit_only |= self.config.audit_only;
         if let Some(error) = approvals.add_to_image(&mut image).into_iter().next() {
             return Err(anyhow!(error));
@@ -219,7 +214,7 @@ impl Daemon {
                 return Err(message);
             }
         };
-        let names = host_names(&self.approvals.policy_with_approvals(&loaded.policy));
+        let names = host_names(&loaded.policy);
         let unknown: Vec<String> = names
             .iter()
             .filter(|n| self.dns.expires(n).is_none())
@@ -509,10 +504,19 @@ impl Daemon {
                 let line = prefix_amendment_line(tokens).map_err(|e| failed(e.to_string()))?;
                 result["line"] = self.append_and_reload(&line, by).await?;
             }
-            (AskTarget::Network { .. }, _) => {
-                let (host, protocol) = network_target(&ask.target);
-                self.check_not_forbidden(&ask.target, &host, protocol)?;
+            (
+                AskTarget::Network {
+                    host,
+                    address,
+                    port,
+                    transport,
+                    ..
+                },
+                _,
+            ) => {
+                self.check_not_forbidden(&ask.target)?;
                 if mode == ApprovalMode::Always {
+                    let (host, protocol) = network_target(&ask.target);
                     let justification = format!("Allow {} access to {host}", label(protocol));
                     let line = network_amendment_line(
                         &host,
@@ -523,7 +527,13 @@ impl Daemon {
                     .map_err(|e| failed(e.to_string()))?;
                     result["line"] = self.append_and_reload(&line, by).await?;
                 } else {
-                    self.add_approval(&ask, mode, by, ApprovalTarget::Network { host, protocol })?;
+                    let target = ApprovalTarget::Network {
+                        address: *address,
+                        port: *port,
+                        transport: Transport::parse(transport).unwrap_or(Transport::Tcp),
+                        host: host.clone(),
+                    };
+                    self.add_approval(&ask, mode, by, target)?;
                 }
             }
             (AskTarget::Exec { tokens, .. }, _) => {
@@ -549,14 +559,9 @@ impl Daemon {
         Ok(result)
     }
 
-    /// An approval must not be the way around an explicit `forbidden`: compile the policy as it
-    /// would be and look at the destination's decision.
-    fn check_not_forbidden(
-        &self,
-        target: &AskTarget,
-        host: &str,
-        protocol: NetworkProtocol,
-    ) -> Result<(), (ErrorCode, String)> {
+    /// An approval must not be the way around an explicit `forbidden`: the kernel would not let
+    /// it through anyway, so say which rule stands in the way instead of approving in vain.
+    fn check_not_forbidden(&self, target: &AskTarget) -> Result<(), (ErrorCode, String)> {
         let AskTarget::Network {
             address,
             port,
@@ -566,34 +571,10 @@ impl Daemon {
         else {
             return Ok(());
         };
-        let mut trial = Approvals::default();
-        for a in self.approvals.list() {
-            trial.add(a.clone());
-        }
-        trial.add(Approval {
-            ask: 0,
-            mode: ApprovalMode::Session,
-            by: String::new(),
-            target: ApprovalTarget::Network {
-                host: host.to_string(),
-                protocol,
-            },
-            scope: None,
-            until: None,
-        });
-        let image = self
-            .compile_with(&trial)
-            .map_err(|e| (ErrorCode::Failed, format!("{e:#}")))?;
         let transport = Transport::parse(transport).unwrap_or(Transport::Tcp);
-        let deciding = image
-            .destinations
-            .iter()
-            .filter(|e| e.covers(*address, *port, transport))
-            .map(|e| e.verdict)
-            .max_by_key(|v| v.decision);
-        match deciding {
+        match self.image.destination_verdict(*address, *port, transport) {
             Some(v) if v.decision == Decision::Forbidden => {
-                let rule = image.rule(&v);
+                let rule = self.image.rule(&v);
                 let at = rule
                     .origin
                     .as_ref()
@@ -602,8 +583,7 @@ impl Daemon {
                 Err((
                     ErrorCode::Failed,
                     format!(
-                        "{host} is forbidden by `{}`{at}; an approval never overrides a \
-                         forbidden rule",
+                        "{address}:{port} is forbidden by `{}`{at}; an approval never overrides a forbidden rule",
                         rule.text
                     ),
                 ))
@@ -627,7 +607,7 @@ impl Daemon {
             return Err((
                 ErrorCode::Failed,
                 format!(
-                    "ask {} came from a `guard run` that has ended, so there is no session to                      approve it for: approve it --once (retry within {} s) or --always",
+                    "ask {} came from a `guard run` that has ended, so there is no session to approve it for: approve it --once (retry within {} s) or --always",
                     ask.id, self.config.asks.once_secs
                 ),
             ));

@@ -403,6 +403,27 @@ fn destination_entries(
             .or_insert(Verdict::NONE);
         *slot = slot.strongest(kernel_verdict(&entry.verdict));
     }
+    // Approvals: a full-length entry in their exact (transport, port) class, marked. Where no
+    // rule covers the address in that class the entry decides nothing itself (the mark only),
+    // so the kernel still takes the other classes and the unmatched default, then lets a
+    // `prompt` through.
+    let mut approved: HashMap<(u8, u16, bool, Vec<u8>), u32> = HashMap::new();
+    for approval in &image.destination_approvals {
+        let (bytes, v6) = match approval.address {
+            IpAddr::V4(a) => (a.octets().to_vec(), false),
+            IpAddr::V6(a) => (a.octets().to_vec(), true),
+        };
+        let prefix = if v6 { 128 } else { 32 };
+        let class = (transport_code(approval.transport), approval.port, v6);
+        classes
+            .entry(class)
+            .or_default()
+            .entry((prefix, bytes.clone()))
+            .or_insert(Verdict::NONE);
+        approved
+            .entry((class.0, class.1, v6, bytes))
+            .or_insert(approval.rule);
+    }
     let mut v4 = HashMap::new();
     let mut v6 = HashMap::new();
     for ((transport, port, is_v6), entries) in &classes {
@@ -412,6 +433,22 @@ fn destination_entries(
                 if let Some(cover) = entries.get(&(shorter, mask(bytes, shorter))) {
                     combined = combined.strongest(*cover);
                 }
+            }
+            let full = if *is_v6 { 128 } else { 32 };
+            if *prefix == full
+                && let Some(rule) = approved.get(&(*transport, *port, *is_v6, bytes.clone()))
+            {
+                combined = if combined.is_none() {
+                    Verdict::approval(*rule)
+                } else {
+                    Verdict {
+                        flags: combined.flags | guard_common::maps::VERDICT_APPROVAL,
+                        ..combined
+                    }
+                };
+            } else {
+                // A covering approval never lends its mark to another address.
+                combined.flags &= !guard_common::maps::VERDICT_APPROVAL;
             }
             let len = DEST_HEAD_BITS + *prefix as u32;
             if *is_v6 {

@@ -48,6 +48,8 @@ pub struct DaemonSetup {
     /// Extra TOML lines appended to the generated config.
     pub extra_config: String,
     pub nameserver: Option<SocketAddr>,
+    /// A cgroup to start the daemon in (it joins between fork and exec).
+    pub daemon_cgroup: Option<PathBuf>,
 }
 
 pub struct TestDaemon {
@@ -60,6 +62,7 @@ pub struct TestDaemon {
     pub pin_root: PathBuf,
     pub pin_dir: PathBuf,
     pub run_cgroup: String,
+    daemon_cgroup: Option<PathBuf>,
     child: Option<Child>,
     /// The daemon's stderr, line by line, as it arrives.
     log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
@@ -93,6 +96,7 @@ impl TestDaemon {
             pin_root,
             rules_file,
             run_cgroup,
+            daemon_cgroup: setup.daemon_cgroup.clone(),
             child: None,
             log: Default::default(),
             dir,
@@ -119,15 +123,20 @@ impl TestDaemon {
     /// Starts (or restarts) the daemon process on the same config.
     pub fn spawn(&mut self) {
         assert!(self.child.is_none(), "the daemon is already running");
-        let mut child = Command::new(guard_bin())
+        let mut command = Command::new(guard_bin());
+        command
             .arg("daemon")
             .arg("--config")
             .arg(&self.config)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting guard daemon");
+            .stderr(Stdio::piped());
+        if let Some(cgroup) = &self.daemon_cgroup {
+            let procs = procs_path(cgroup);
+            // SAFETY: join_from_pre_exec makes only async-signal-safe calls.
+            unsafe { command.pre_exec(move || guard::kernel::scope::join_from_pre_exec(&procs)) };
+        }
+        let mut child = command.spawn().expect("starting guard daemon");
         let stderr = child.stderr.take().unwrap();
         let log = self.log.clone();
         std::thread::spawn(move || {
@@ -246,20 +255,18 @@ impl TestDaemon {
 
     /// A command started inside cgroup `cgroup` (it joins between fork and exec).
     pub fn in_cgroup(cgroup: &Path, program: &Path, args: &[&str]) -> Output {
-        let procs = std::ffi::CString::new(
-            cgroup
-                .join("cgroup.procs")
-                .as_os_str()
-                .as_encoded_bytes()
-                .to_vec(),
-        )
-        .unwrap();
+        let procs = procs_path(cgroup);
         let mut command = Command::new(program);
         command.args(args);
         // SAFETY: join_from_pre_exec makes only async-signal-safe calls.
         unsafe { command.pre_exec(move || guard::kernel::scope::join_from_pre_exec(&procs)) };
         command.output().expect("running a command in a cgroup")
     }
+}
+
+fn procs_path(cgroup: &Path) -> std::ffi::CString {
+    std::ffi::CString::new(cgroup.join("cgroup.procs").as_os_str().as_encoded_bytes())
+        .expect("a path without NUL")
 }
 
 impl Drop for TestDaemon {

@@ -709,7 +709,10 @@ fn an_exec_ask_approved_once_runs_exactly_that_argv_and_a_prompt_rule_has_no_alw
     );
     let asks = prompts(&daemon);
     assert_eq!(asks.len(), 1, "{asks:?}");
-    assert_eq!(asks[0]["target"]["tokens"], serde_json::json!(["deploytool", "push", "prod"]));
+    assert_eq!(
+        asks[0]["target"]["tokens"],
+        serde_json::json!(["deploytool", "push", "prod"])
+    );
     let id = asks[0]["id"].as_u64().unwrap().to_string();
 
     let out = daemon.guard(&["approve", &id, "--always"]);
@@ -723,13 +726,28 @@ fn an_exec_ask_approved_once_runs_exactly_that_argv_and_a_prompt_rule_has_no_alw
 
     let out = daemon.guard(&["approve", &id, "--once"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(daemon.guard(&["run", "--", tool, "push", "prod"]).status.code(), Some(0));
     assert_eq!(
-        daemon.guard(&["run", "--", tool, "push", "prod", "--force"]).status.code(),
+        daemon
+            .guard(&["run", "--", tool, "push", "prod"])
+            .status
+            .code(),
+        Some(0)
+    );
+    assert_eq!(
+        daemon
+            .guard(&["run", "--", tool, "push", "prod", "--force"])
+            .status
+            .code(),
         Some(137),
         "a longer argv is not what was approved"
     );
-    assert_eq!(daemon.guard(&["run", "--", tool, "push", "staging"]).status.code(), Some(137));
+    assert_eq!(
+        daemon
+            .guard(&["run", "--", tool, "push", "staging"])
+            .status
+            .code(),
+        Some(137)
+    );
 }
 
 #[test]
@@ -743,10 +761,16 @@ fn an_unmatched_exec_approved_always_becomes_the_references_prefix_rule() {
     });
     let tool = program(daemon.dir.path(), "buildtool");
     let tool = tool.to_str().unwrap();
-    assert_eq!(daemon.guard(&["run", "--", tool, "all"]).status.code(), Some(137));
+    assert_eq!(
+        daemon.guard(&["run", "--", tool, "all"]).status.code(),
+        Some(137)
+    );
     let asks = prompts(&daemon);
     assert_eq!(asks.len(), 1, "{asks:?}");
-    assert_eq!(asks[0]["record"]["source"], "mode_guard", "the unmatched default decided");
+    assert_eq!(
+        asks[0]["record"]["source"], "mode_guard",
+        "the unmatched default decided"
+    );
     let id = asks[0]["id"].as_u64().unwrap().to_string();
     let out = daemon.guard(&["approve", &id, "--always", "--json"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -754,7 +778,10 @@ fn an_unmatched_exec_approved_always_becomes_the_references_prefix_rule() {
         std::fs::read_to_string(daemon.amendments()).unwrap(),
         "prefix_rule(pattern=[\"buildtool\", \"all\"], decision=\"allow\")\n"
     );
-    assert_eq!(daemon.guard(&["run", "--", tool, "all"]).status.code(), Some(0));
+    assert_eq!(
+        daemon.guard(&["run", "--", tool, "all"]).status.code(),
+        Some(0)
+    );
     assert_eq!(
         daemon.guard(&["run", "--", tool, "other"]).status.code(),
         Some(137),
@@ -777,18 +804,36 @@ fn amendment_verbs_without_a_rules_file_go_through_the_daemon_and_apply_at_once(
     assert_eq!(code, 0, "allowed by default");
     let out = daemon.guard(&["deny-host", "Deny.Guard.Test.", "--protocol", "https"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("applied"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("applied"),
+        "{}",
+        text(&out.stdout)
+    );
     assert_eq!(
         std::fs::read_to_string(daemon.amendments()).unwrap(),
         "network_rule(host=\"deny.guard.test\", protocol=\"https\", decision=\"deny\")\n"
     );
     let (code, stdout, _) = run_probe(&daemon, &["udp-connect", "127.77.9.1", "443"]);
-    assert_eq!((code, stdout.trim()), (1, "errno 1"), "denied at once, no restart");
+    assert_eq!(
+        (code, stdout.trim()),
+        (1, "errno 1"),
+        "denied at once, no restart"
+    );
     // A bad amendment changes nothing and says why.
     let out = daemon.guard(&["allow-host", "*.guard.test", "--protocol", "https"]);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("wildcards are not allowed"), "{}", text(&out.stderr));
-    assert_eq!(std::fs::read_to_string(daemon.amendments()).unwrap().lines().count(), 1);
+    assert!(
+        text(&out.stderr).contains("wildcards are not allowed"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(daemon.amendments())
+            .unwrap()
+            .lines()
+            .count(),
+        1
+    );
 }
 
 #[test]
@@ -812,7 +857,10 @@ fn an_approval_never_overrides_a_forbidden_rule() {
     });
     let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.10.2", "53"]);
     assert_eq!(code, 1);
-    assert!(prompts(&daemon).is_empty(), "a forbidden destination is no ask");
+    assert!(
+        prompts(&daemon).is_empty(),
+        "a forbidden destination is no ask"
+    );
     let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.10.1", "53"]);
     assert_eq!(code, 1);
     let id = prompts(&daemon)[0]["id"].as_u64().unwrap().to_string();
@@ -821,5 +869,142 @@ fn an_approval_never_overrides_a_forbidden_rule() {
     let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.10.1", "53"]);
     assert_eq!(code, 0, "the approved address connects");
     let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.10.2", "53"]);
-    assert_eq!(code, 1, "the forbidden address of the same host stays forbidden");
+    assert_eq!(
+        code, 1,
+        "the forbidden address of the same host stays forbidden"
+    );
+}
+
+#[test]
+fn a_live_once_approval_does_not_let_through_what_a_reload_made_forbidden() {
+    if !can_run() {
+        return;
+    }
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "address_rule(addresses=[\"127.77.12.1\"], decision=\"prompt\")\n".to_string(),
+        ..Default::default()
+    });
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.12.1", "53"]);
+    assert_eq!(code, 1);
+    let id = prompts(&daemon)[0]["id"].as_u64().unwrap().to_string();
+    assert!(daemon.guard(&["approve", &id, "--once"]).status.success());
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.12.1", "53"]);
+    assert_eq!(code, 0, "approved");
+    std::fs::write(
+        &daemon.rules_file,
+        "address_rule(addresses=[\"127.77.12.0/24\"], decision=\"forbidden\")\n",
+    )
+    .unwrap();
+    assert!(daemon.guard(&["reload"]).status.success());
+    let status = daemon.json(&["status", "--json"]);
+    assert_eq!(
+        status["approvals"].as_array().unwrap().len(),
+        1,
+        "the approval still lives"
+    );
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.12.1", "53"]);
+    assert_eq!(code, 1, "forbidden wins over the live approval");
+}
+
+/// A cgroup of the test's own under the cgroup2 root, removed (processes killed) on drop.
+struct TestCgroup(PathBuf);
+
+impl TestCgroup {
+    fn new(name: &str) -> TestCgroup {
+        let path = guard::kernel::scope::cgroup2_root()
+            .unwrap()
+            .join(format!("guard-test-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&path).unwrap();
+        TestCgroup(path)
+    }
+    fn child(&self, name: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        path
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(&self.0)
+            .map(|e| {
+                e.filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| p.is_dir())
+                    .collect()
+            })
+            .unwrap_or_default();
+        dirs.push(self.0.clone());
+        for dir in dirs {
+            let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+            for _ in 0..100 {
+                if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_configured_cgroup_is_enforced_and_the_daemon_inside_it_is_exempt() {
+    if !can_run() {
+        return;
+    }
+    // Everything in `scope` is enforced except the daemon's own cgroup: its DNS queries to the
+    // name server that the policy forbids keep working.
+    let dns = TestDns::start();
+    dns.set_a("exempt.guard.test", &[Ipv4Addr::new(127, 77, 11, 1)], 1);
+    let ns = dns.addr();
+    let scope = TestCgroup::new("scope");
+    let daemon_cgroup = scope.child("daemon");
+    let others = scope.child("others");
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: format!(
+            "network_rule(host=\"exempt.guard.test\", protocol=\"https\", decision=\"allow\")\n\
+             address_rule(addresses=[\"{}\"], ports=[{}], transport=\"udp\", decision=\"forbidden\")\n",
+            ns.ip(),
+            ns.port()
+        ),
+        extra_config: format!("[scope]\ncgroups = [{:?}]\n", scope.0),
+        nameserver: Some(ns),
+        daemon_cgroup: Some(daemon_cgroup.clone()),
+    });
+    let port = ns.port().to_string();
+    let ip = ns.ip().to_string();
+    let out = TestDaemon::in_cgroup(&others, &net_probe(), &["udp-sendto", &ip, &port]);
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "errno 1",
+        "a process in the configured cgroup is enforced"
+    );
+    // The exemption is the daemon's cgroup as a whole (under systemd, guard.service holds the
+    // daemon alone).
+    let out = TestDaemon::in_cgroup(&daemon_cgroup, &net_probe(), &["udp-sendto", &ip, &port]);
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "ok",
+        "the daemon's cgroup is exempt"
+    );
+    // The 1 s TTL runs out: the daemon re-resolves through the forbidden server.
+    let before = dns.queries("exempt.guard.test");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while dns.queries("exempt.guard.test") <= before {
+        assert!(
+            Instant::now() < deadline,
+            "the daemon's own DNS queries were blocked:\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = daemon.json(&["status", "--json"]);
+    assert!(
+        status["scopes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["kind"]["kind"] == "cgroup"),
+        "{status}"
+    );
 }

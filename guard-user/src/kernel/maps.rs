@@ -655,4 +655,57 @@ mod tests {
         assert_eq!(mask(&[10, 1, 2, 3], 32), vec![10, 1, 2, 3]);
         assert_eq!(mask(&[10, 1, 2, 3], 0), vec![0, 0, 0, 0]);
     }
+
+    fn approve_destination(image: &mut EnforcementImage, ip: &str, port: u16) -> u32 {
+        image.add_destination_approval(
+            ip.parse().unwrap(),
+            port,
+            Transport::Udp,
+            "approval".into(),
+            "approved".into(),
+        )
+    }
+
+    /// The v4 entries in the exact (udp, port) class at `ip`/32.
+    fn v4_exact(
+        entries: &HashMap<(u32, DestV4), Verdict>,
+        ip: [u8; 4],
+        port: u16,
+    ) -> Option<Verdict> {
+        entries
+            .get(&(DEST_HEAD_BITS + 32, dest_key::<7>(TRANSPORT_UDP, port, &ip)))
+            .copied()
+    }
+
+    #[test]
+    fn a_destination_approval_marks_only_its_exact_entry_and_keeps_forbidden() {
+        let mut image = image(
+            "address_rule(addresses=[\"10.0.0.0/24\"], ports=[53], transport=\"udp\", decision=\"prompt\")\n\
+             address_rule(addresses=[\"10.0.1.0/24\"], ports=[53], transport=\"udp\", decision=\"forbidden\")\n",
+        );
+        let prompt_ok = approve_destination(&mut image, "10.0.0.5", 53);
+        approve_destination(&mut image, "10.0.1.5", 53);
+        let lone = approve_destination(&mut image, "10.0.2.5", 53);
+        let (v4, _) = destination_entries(&image);
+        // Under a prompt rule: the prompt, marked (the kernel lets it through).
+        let marked = v4_exact(&v4, [10, 0, 0, 5], 53).unwrap();
+        assert_eq!(marked.decision, Decision::Prompt as u8);
+        assert!(marked.approved());
+        assert_ne!(
+            marked.rule, prompt_ok,
+            "the rule that decides is still the prompt rule"
+        );
+        // Under a forbidden rule: forbidden, marked (the kernel never lets a forbidden through).
+        let forbidden = v4_exact(&v4, [10, 0, 1, 5], 53).unwrap();
+        assert_eq!(forbidden.decision, Decision::Forbidden as u8);
+        // Under no rule of this class: the mark only, no decision of its own (the kernel still
+        // combines the other classes and the unmatched default, then lets only a prompt through).
+        assert_eq!(
+            v4_exact(&v4, [10, 0, 2, 5], 53),
+            Some(Verdict::approval(lone))
+        );
+        // Nothing else carries a mark.
+        let marks = v4.values().filter(|v| v.approved()).count();
+        assert_eq!(marks, 3, "{v4:?}");
+    }
 }

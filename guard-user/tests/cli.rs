@@ -1553,13 +1553,14 @@ fn allow_prefix_without_tokens_fails_and_leaves_the_file() {
 }
 
 #[test]
-fn allow_prefix_without_rules_file_changes_nothing() {
+fn allow_prefix_without_rules_file_goes_to_the_daemon_and_says_when_none_answers() {
     let sandbox = Sandbox::new();
-    let out = sandbox.run(["allow-prefix", "--", "cargo", "test"]);
-    assert_ne!(out.code, Some(0));
+    let socket = display(&sandbox.file("no-daemon.sock"));
+    let out = sandbox.run(["allow-prefix", "--socket", &socket, "--", "cargo", "test"]);
+    assert_eq!(out.code, Some(4), "no daemon answers: {}", out.stderr);
     assert_eq!(out.stdout, "");
     assert!(
-        out.stderr.contains("--rules-file"),
+        out.stderr.contains("cannot reach the guard daemon") && out.stderr.contains("--socket"),
         "stderr:\n{}",
         out.stderr
     );

@@ -269,7 +269,8 @@ fn a_non_root_user_is_refused_by_the_default_authorization_and_the_refusal_is_au
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert!(
-        own.iter().all(|r| r["owner"] == UID.to_string()),
+        own.iter()
+            .all(|r| r["owner"].as_str() == Some(UID.to_string().as_str())),
         "only the user's own records: {own:?}"
     );
     assert_eq!(own.len(), 2, "the user's two refused requests: {own:?}");
@@ -306,6 +307,15 @@ fn a_custom_authorization_policy_lets_a_group_answer_asks() {
         Some(3),
         "reload is not in the user's rule"
     );
+    // The deciding rule's `audit` obligation: the allowed request is recorded too.
+    let records = audit(&daemon);
+    let allowed: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["type"] == "control_allowed")
+        .collect();
+    assert_eq!(allowed.len(), 1, "{records:?}");
+    assert_eq!(allowed[0]["action"], "prompts");
+    assert_eq!(allowed[0]["rule"], 1);
 }
 
 #[test]
@@ -379,6 +389,12 @@ fn once_approvals_expire_and_session_approvals_hold_while_the_run_lives() {
             "the once approval did not expire"
         );
         std::thread::sleep(Duration::from_millis(200));
+    }
+    // The refusal that showed the window closed made an ask of its own: answer it, and let
+    // the dedupe window pass, so the next ask is the session run's.
+    for ask in prompts(&daemon) {
+        let id = ask["id"].as_u64().unwrap().to_string();
+        assert!(daemon.guard(&["deny", &id]).status.success());
     }
     std::thread::sleep(Duration::from_millis(1100));
 

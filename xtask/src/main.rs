@@ -7,6 +7,7 @@
 //! - `run`: setup, then the `guard` CLI in release mode (or a demo of the default policy).
 
 mod cmd;
+mod daemon_demo;
 mod setup;
 mod test_counts;
 mod vm;
@@ -323,5 +324,8 @@ fn demo() -> Result<i32> {
             code = cmd::exit_code(status);
         }
     }
-    Ok(code)
+    // The same policy under the daemon: an ask, its approval, the retry.
+    let release = vm::target_directory()?.join("release").join("guard");
+    let daemon = daemon_demo::run(&release)?;
+    Ok(if code == 0 { daemon } else { code })
 }

@@ -187,7 +187,7 @@ impl Dirs {
 }
 
 /// cargo's target directory (honours `CARGO_TARGET_DIR` and `build.target-dir`).
-fn target_directory() -> Result<PathBuf> {
+pub fn target_directory() -> Result<PathBuf> {
     let metadata = cargo_metadata()?;
     let dir = metadata["target_directory"]
         .as_str()

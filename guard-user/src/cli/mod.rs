@@ -36,8 +36,16 @@ const AFTER_HELP: &str = "Examples:
   guard allow-prefix --rules-file ~/.config/guard/rules/default.rules -- cargo test
   guard allow-host api.github.com --protocol https --rules-file ~/.config/guard/rules/default.rules
 
+With the daemon (`sudo systemctl start guard`, or `sudo guard daemon`):
+  guard run -- make deploy                 # in a fresh scope of the daemon
+  guard prompts --watch                    # answer asks with one key
+  guard approve 3 --always                 # or --once, --session; guard deny 3 [--always]
+  guard allow-host api.github.com --protocol https   # appended and enforced at once
+  guard status; guard reload; guard audit
+
 Exit status: 0 when the command ran (whatever the decision), 2 on a policy or usage error;
-`guard run` exits with the status of the command it ran.";
+`guard run` exits with the status of the command it ran; `guard authz check` exits 1 on deny;
+the daemon's clients exit 3 when the daemon refuses the request, 4 when no daemon answers.";
 
 #[derive(Parser, Debug)]
 #[command(name = "guard", version, about = ABOUT, after_help = AFTER_HELP)]

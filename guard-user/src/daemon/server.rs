@@ -39,6 +39,13 @@ enum Command {
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn serve(config: Config) -> Result<()> {
+    // Before anything else: a second daemon must not take over the first one's pins.
+    if std::os::unix::net::UnixStream::connect(&config.socket).is_ok() {
+        bail!(
+            "{} answers: another guard daemon is running (stop it first)",
+            config.socket.display()
+        );
+    }
     let mut daemon = Daemon::start(config).await?;
     for note in std::mem::take(&mut daemon.notes) {
         tracing_note(&note);
@@ -112,7 +119,7 @@ pub async fn serve(config: Config) -> Result<()> {
 }
 
 /// Binds the control socket: mode 0660, group from the config. A socket file left by a daemon
-/// that is gone is replaced; one that answers belongs to a running daemon and is an error.
+/// that is gone is replaced.
 fn bind_socket(config: &Config) -> Result<UnixListener> {
     let path = &config.socket;
     if let Some(parent) = path.parent() {
@@ -120,12 +127,7 @@ fn bind_socket(config: &Config) -> Result<UnixListener> {
             .with_context(|| format!("creating {}", parent.display()))?;
     }
     if path.exists() {
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            bail!(
-                "{} answers: another guard daemon is running (stop it first)",
-                path.display()
-            );
-        }
+        // Nothing answered there when the daemon started: a socket file left by one that died.
         std::fs::remove_file(path).with_context(|| format!("removing stale {}", path.display()))?;
     }
     let listener =

@@ -391,6 +391,16 @@ impl Daemon {
                 );
                 return ResponseLine::error(ErrorCode::Unauthorized, message);
             }
+            // Obligations are the deciding rule's instructions to the enforcement point; the
+            // one the daemon knows is `audit`: record the allowed request too.
+            if decision.obligations.iter().any(|o| o == "audit") {
+                self.audit.record(
+                    "control_allowed",
+                    &subject.sub,
+                    json!({"action": request.action(), "entity": request.entity(),
+                           "uid": peer.uid, "pid": peer.pid, "rule": decision.rule}),
+                );
+            }
         }
         let by = subject.sub.clone();
         let result = match request {

@@ -63,6 +63,7 @@ pub struct TestDaemon {
     pub pin_dir: PathBuf,
     pub run_cgroup: String,
     daemon_cgroup: Option<PathBuf>,
+    env: Vec<(String, String)>,
     child: Option<Child>,
     /// The daemon's stderr, line by line, as it arrives.
     log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
@@ -74,6 +75,11 @@ impl TestDaemon {
     /// Writes the config and rules, mounts the private bpffs, and starts the daemon (waiting
     /// until its socket answers). Panics with the daemon's output when it does not come up.
     pub fn start(setup: &DaemonSetup) -> TestDaemon {
+        Self::start_with_env(setup, &[])
+    }
+
+    /// [`TestDaemon::start`] with extra environment variables for the daemon process.
+    pub fn start_with_env(setup: &DaemonSetup, env: &[(&str, &str)]) -> TestDaemon {
         let dir = tempfile::tempdir().expect("a temporary folder");
         let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let rules_file = dir.path().join("team.rules");
@@ -97,6 +103,10 @@ impl TestDaemon {
             rules_file,
             run_cgroup,
             daemon_cgroup: setup.daemon_cgroup.clone(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             child: None,
             log: Default::default(),
             dir,
@@ -130,7 +140,8 @@ impl TestDaemon {
             .arg(&self.config)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+            .stderr(Stdio::piped())
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
         if let Some(cgroup) = &self.daemon_cgroup {
             let procs = procs_path(cgroup);
             // SAFETY: join_from_pre_exec makes only async-signal-safe calls.

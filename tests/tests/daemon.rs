@@ -1024,3 +1024,58 @@ fn a_configured_cgroup_is_enforced_and_the_daemon_inside_it_is_exempt() {
         "{status}"
     );
 }
+
+#[test]
+fn the_systemd_unit_verifies_and_the_daemon_tells_systemd_when_it_is_ready() {
+    if !can_run() {
+        return;
+    }
+    // `systemd-analyze verify` on the shipped unit, pointed at the binary under test.
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../packaging/guard.service"
+    ))
+    .expect("packaging/guard.service");
+    assert!(
+        unit.contains("Type=notify") && unit.contains("Restart=on-failure"),
+        "{unit}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("guard.service");
+    let bin = guard_tests::daemon::guard_bin();
+    std::fs::write(
+        &copy,
+        unit.replace("/usr/local/bin/guard", bin.to_str().unwrap()),
+    )
+    .unwrap();
+    match std::process::Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&copy)
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "systemd-analyze verify: {}",
+            text(&out.stderr)
+        ),
+        Err(_) => guard_tests::kernel::skip("systemd-analyze is not installed"),
+    }
+
+    // Type=notify: READY=1 arrives on $NOTIFY_SOCKET once the socket answers.
+    let notify_path = dir.path().join("notify.sock");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
+    notify
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut daemon = TestDaemon::start_with_env(
+        &DaemonSetup::default(),
+        &[("NOTIFY_SOCKET", notify_path.to_str().unwrap())],
+    );
+    let mut buf = [0u8; 256];
+    let n = notify.recv(&mut buf).expect("a notification within 30 s");
+    let message = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(message.contains("READY=1"), "{message}");
+    daemon.stop_with(libc::SIGTERM);
+    let n = notify.recv(&mut buf).expect("STOPPING=1");
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"));
+}

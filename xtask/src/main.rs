@@ -87,10 +87,13 @@ enum Task {
     /// and check times), then `cargo bench -p guard-tests --bench enforcement` (what kernel
     /// enforcement costs fork+exec, a loopback connect and getppid with 10 to 100 000 rules;
     /// needs root, else it says why and is skipped; results also in
-    /// target/bench/enforcement.json). Every benchmark runs; fails if any failed.
+    /// target/bench/enforcement.json), then `cargo bench -p guard-tests --bench daemon` (the
+    /// daemon's status, reload, amend and approve round trips, and a reload under a flood of
+    /// refusals; needs root). Every benchmark runs; fails if any failed.
     ///
     /// Arguments after `--` go to each `cargo bench` (`cargo xtask bench -- check/`). A first
-    /// argument `policy` or `enforcement` runs only that one, the rest going to its `cargo bench`
+    /// argument `policy`, `enforcement` or `daemon` runs only that one, the rest going to its
+    /// `cargo bench`
     /// (`cargo xtask bench -- enforcement -- --quick`).
     Bench {
         /// Passed to `cargo bench` (a benchmark filter, or `-- --quick`...).
@@ -226,7 +229,11 @@ fn vm_test(options: vm::Options) -> Result<i32> {
 }
 
 /// `cargo xtask bench`'s benchmarks, in the order they run: (name, package).
-const BENCHES: [(&str, &str); 2] = [("policy", "guard-user"), ("enforcement", "guard-tests")];
+const BENCHES: [(&str, &str); 3] = [
+    ("policy", "guard-user"),
+    ("enforcement", "guard-tests"),
+    ("daemon", "guard-tests"),
+];
 
 fn bench(args: &[String]) -> Result<i32> {
     setup::setup(&[Need::Build], Report::Stderr)?;
@@ -239,6 +246,17 @@ fn bench(args: &[String]) -> Result<i32> {
     };
     let mut code = 0;
     for (name, package) in BENCHES.iter().filter(|(name, _)| selected.contains(name)) {
+        if *name == "daemon" {
+            // It drives the release `guard` binary, which `cargo bench` does not build.
+            cmd::status(&mut cmd::cargo([
+                "build",
+                "--release",
+                "-p",
+                "guard-user",
+                "--bin",
+                "guard",
+            ]))?;
+        }
         let status = cmd::status(cmd::cargo(["bench", "-p", package, "--bench", name]).args(args))?;
         if !status.success() && code == 0 {
             code = cmd::exit_code(status);

@@ -11,13 +11,13 @@ use anyhow::{Result, anyhow};
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::approvals::{Approval, ApprovalTarget, Approvals};
-use super::asks::{AskBook, AskState, AskTarget, Recorded};
+use super::approvals::Approvals;
+use super::asks::{AskBook, Recorded};
 use super::audit::AuditLog;
 use super::config::Config;
 use super::messages::describe;
 use super::peer::{PeerCredentials, subject, user_name};
-use super::protocol::{Amendment, ApprovalMode, ErrorCode, Request, ResponseLine, event_line};
+use super::protocol::{ErrorCode, Request, ResponseLine, event_line};
 use super::scopes::{ScopeKind, Scopes, configured_cgroup, own_cgroup};
 use crate::authz::{Attributes, AuthzPolicy, Request as AuthzRequest};
 use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
@@ -26,12 +26,11 @@ use crate::compile::{CompileEnv, compile, host_names};
 use crate::kernel::events::{EventReader, KernelEvent};
 use crate::kernel::scope::{cgroup_id, cgroup2_root};
 use crate::kernel::{Backend, Enforcer, pins};
-use crate::policy::amend::{
-    AmendOutcome, append_line, network_amendment_line, prefix_amendment_line,
-};
 use crate::policy::load::{LoadedPolicy, load_policy_with};
-use crate::policy::{Decision, NetworkProtocol, Transport};
 use crate::session::describe_event;
+
+mod answers;
+mod status;
 
 pub struct Daemon {
     pub config: Config,
@@ -201,10 +200,17 @@ impl Daemon {
         Ok(image)
     }
 
-    /// Re-reads the policy. A policy that fails to load keeps the old one; the error names the
-    /// file and line.
+    /// Re-reads the rules and the authorization policy. A policy that fails to load keeps the old
+    /// ones; the error names the file and line.
     pub async fn reload(&mut self, by: &str) -> Result<Value, String> {
-        let loaded = match load(&self.config) {
+        // Both policies load, or neither changes.
+        let loaded = match load(&self.config)
+            .map_err(|e| e.to_string())
+            .and_then(|loaded| {
+                load_authz(&self.config)
+                    .map(|authz| (loaded, authz))
+                    .map_err(|e| format!("{e:#}"))
+            }) {
             Ok(loaded) => loaded,
             Err(err) => {
                 let message = format!("reload refused, the old policy stays: {err}");
@@ -214,6 +220,7 @@ impl Daemon {
                 return Err(message);
             }
         };
+        let (loaded, (authz, authz_source)) = loaded;
         let names = host_names(&loaded.policy);
         let unknown: Vec<String> = names
             .iter()
@@ -233,6 +240,8 @@ impl Daemon {
             return Err(message);
         }
         self.last_reload_error = None;
+        self.authz = authz;
+        self.authz_source = authz_source;
         let files: Vec<String> = self
             .loaded
             .sources
@@ -472,373 +481,6 @@ impl Daemon {
         }
     }
 
-    fn pending_ask(&self, id: u64) -> Result<super::asks::Ask, (ErrorCode, String)> {
-        match self.asks.get(id, Instant::now()) {
-            Some(ask) if ask.is_pending() => Ok(ask),
-            Some(ask) => Err((
-                ErrorCode::Failed,
-                format!(
-                    "ask {id} is not pending any more ({})",
-                    serde_json::to_value(&ask.state)
-                        .ok()
-                        .and_then(|v| v["state"].as_str().map(str::to_string))
-                        .unwrap_or_default()
-                ),
-            )),
-            None => Err((
-                ErrorCode::NotFound,
-                format!("no ask {id} (`guard prompts` lists the pending ones)"),
-            )),
-        }
-    }
-
-    async fn approve(
-        &mut self,
-        id: u64,
-        mode: ApprovalMode,
-        by: &str,
-    ) -> Result<Value, (ErrorCode, String)> {
-        let ask = self.pending_ask(id)?;
-        let failed = |m: String| (ErrorCode::Failed, m);
-        let mut result = json!({"ask": id, "mode": mode.as_str()});
-        match (&ask.target, mode) {
-            (AskTarget::Exec { by_rule: true, .. }, ApprovalMode::Always) => {
-                return Err(failed(format!(
-                    "ask {id} comes from a prompt rule ({}); an allow rule cannot override it \
-                     (prefix rules combine by strongest decision), so there is no amendment to \
-                     write. Approve it --once or --session, or change that rule.",
-                    ask.record.rule.as_deref().unwrap_or("?")
-                )));
-            }
-            (AskTarget::Exec { tokens, .. }, ApprovalMode::Always) => {
-                let line = prefix_amendment_line(tokens).map_err(|e| failed(e.to_string()))?;
-                result["line"] = self.append_and_reload(&line, by).await?;
-            }
-            (
-                AskTarget::Network {
-                    host,
-                    address,
-                    port,
-                    transport,
-                    ..
-                },
-                _,
-            ) => {
-                self.check_not_forbidden(&ask.target)?;
-                if mode == ApprovalMode::Always {
-                    let (host, protocol) = network_target(&ask.target);
-                    let justification = format!("Allow {} access to {host}", label(protocol));
-                    let line = network_amendment_line(
-                        &host,
-                        protocol,
-                        Decision::Allow,
-                        Some(&justification),
-                    )
-                    .map_err(|e| failed(e.to_string()))?;
-                    result["line"] = self.append_and_reload(&line, by).await?;
-                } else {
-                    let target = ApprovalTarget::Network {
-                        address: *address,
-                        port: *port,
-                        transport: Transport::parse(transport).unwrap_or(Transport::Tcp),
-                        host: host.clone(),
-                    };
-                    self.add_approval(&ask, mode, by, target)?;
-                }
-            }
-            (AskTarget::Exec { tokens, .. }, _) => {
-                let target = ApprovalTarget::Exec {
-                    tokens: tokens.clone(),
-                };
-                self.add_approval(&ask, mode, by, target)?;
-            }
-        }
-        let state = AskState::Approved {
-            mode,
-            by: by.to_string(),
-        };
-        if let Some(resolved) = self.asks.resolve(id, state, Instant::now()) {
-            self.notify_watchers("resolved", json!({"ask": resolved}));
-        }
-        self.audit.record(
-            "approval",
-            by,
-            json!({"ask": id, "mode": mode.as_str(), "request": ask.record,
-                   "line": result.get("line")}),
-        );
-        Ok(result)
-    }
-
-    /// An approval must not be the way around an explicit `forbidden`: the kernel would not let
-    /// it through anyway, so say which rule stands in the way instead of approving in vain.
-    fn check_not_forbidden(&self, target: &AskTarget) -> Result<(), (ErrorCode, String)> {
-        let AskTarget::Network {
-            address,
-            port,
-            transport,
-            ..
-        } = target
-        else {
-            return Ok(());
-        };
-        let transport = Transport::parse(transport).unwrap_or(Transport::Tcp);
-        match self.image.destination_verdict(*address, *port, transport) {
-            Some(v) if v.decision == Decision::Forbidden => {
-                let rule = self.image.rule(&v);
-                let at = rule
-                    .origin
-                    .as_ref()
-                    .map(|o| format!(" ({}:{})", o.file, o.line))
-                    .unwrap_or_default();
-                Err((
-                    ErrorCode::Failed,
-                    format!(
-                        "{address}:{port} is forbidden by `{}`{at}; an approval never overrides a forbidden rule",
-                        rule.text
-                    ),
-                ))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    fn add_approval(
-        &mut self,
-        ask: &super::asks::Ask,
-        mode: ApprovalMode,
-        by: &str,
-        target: ApprovalTarget,
-    ) -> Result<(), (ErrorCode, String)> {
-        let run_scope = ask.from_run.then_some(ask.scope);
-        if mode == ApprovalMode::Session
-            && ask.from_run
-            && !self.scopes.by_id.contains_key(&ask.scope)
-        {
-            return Err((
-                ErrorCode::Failed,
-                format!(
-                    "ask {} came from a `guard run` that has ended, so there is no session to approve it for: approve it --once (retry within {} s) or --always",
-                    ask.id, self.config.asks.once_secs
-                ),
-            ));
-        }
-        let approval = Approval {
-            ask: ask.id,
-            mode,
-            by: by.to_string(),
-            target,
-            scope: if mode == ApprovalMode::Session {
-                run_scope
-            } else {
-                None
-            },
-            until: (mode == ApprovalMode::Once).then(|| Instant::now() + self.config.asks.once()),
-        };
-        let mut trial = Approvals::default();
-        for a in self.approvals.list() {
-            trial.add(a.clone());
-        }
-        trial.add(approval);
-        let image = self.compile_with(&trial).map_err(|e| {
-            (
-                ErrorCode::Failed,
-                format!("cannot approve ask {}: {e:#}", ask.id),
-            )
-        })?;
-        self.enforcer
-            .apply(&image)
-            .map_err(|e| (ErrorCode::Failed, format!("{e:#}")))?;
-        self.image = image;
-        self.approvals = trial;
-        Ok(())
-    }
-
-    async fn deny(
-        &mut self,
-        id: u64,
-        always: bool,
-        by: &str,
-    ) -> Result<Value, (ErrorCode, String)> {
-        let ask = self.pending_ask(id)?;
-        let mut result = json!({"ask": id, "always": always});
-        if always {
-            let line = match &ask.target {
-                AskTarget::Exec { tokens, .. } => prefix_amendment_line(tokens)
-                    .map(|l| l.replace("decision=\"allow\")", "decision=\"forbidden\")")),
-                AskTarget::Network { .. } => {
-                    let (host, protocol) = network_target(&ask.target);
-                    let justification = format!("Deny {} access to {host}", label(protocol));
-                    network_amendment_line(
-                        &host,
-                        protocol,
-                        Decision::Forbidden,
-                        Some(&justification),
-                    )
-                }
-            }
-            .map_err(|e| (ErrorCode::Failed, e.to_string()))?;
-            result["line"] = self.append_and_reload(&line, by).await?;
-        }
-        let state = AskState::Denied {
-            always,
-            by: by.to_string(),
-        };
-        if let Some(resolved) = self.asks.resolve(id, state, Instant::now()) {
-            self.notify_watchers("resolved", json!({"ask": resolved}));
-        }
-        self.audit.record(
-            "denial",
-            by,
-            json!({"ask": id, "always": always, "request": ask.record, "line": result.get("line")}),
-        );
-        Ok(result)
-    }
-
-    async fn amend(
-        &mut self,
-        amendment: &Amendment,
-        by: &str,
-    ) -> Result<Value, (ErrorCode, String)> {
-        let bad = |m: String| (ErrorCode::BadRequest, m);
-        let line = match amendment {
-            Amendment::Prefix { tokens } => {
-                prefix_amendment_line(tokens).map_err(|e| bad(e.to_string()))?
-            }
-            Amendment::Network {
-                host,
-                protocol,
-                decision,
-                justification,
-            } => {
-                let protocol = NetworkProtocol::parse(protocol)
-                    .map_err(|e| bad(format!("invalid network rule: {e}")))?;
-                let decision = crate::policy::rule::parse_network_decision(decision)
-                    .map_err(|e| bad(e.to_string()))?;
-                network_amendment_line(host, protocol, decision, justification.as_deref())
-                    .map_err(|e| bad(e.to_string()))?
-            }
-        };
-        let outcome = self.append_and_reload(&line, by).await?;
-        Ok(outcome)
-    }
-
-    /// Appends one line to the amendments file (under its lock, deduplicated) and reloads, so
-    /// it takes effect at once.
-    async fn append_and_reload(
-        &mut self,
-        line: &str,
-        by: &str,
-    ) -> Result<Value, (ErrorCode, String)> {
-        let file = self.config.amendments_file();
-        let outcome = append_line(&file, line).map_err(|e| (ErrorCode::Failed, e.to_string()))?;
-        self.audit.record(
-            "amendment",
-            by,
-            json!({"file": file.display().to_string(), "line": line, "outcome": outcome}),
-        );
-        let applied = self.reload(by).await;
-        let mut value = json!({
-            "file": file.display().to_string(),
-            "line": line,
-            "outcome": outcome,
-            "applied": applied.is_ok(),
-        });
-        if let Err(error) = applied {
-            value["error"] = error.into();
-        }
-        if outcome == AmendOutcome::AlreadyPresent {
-            value["note"] = "the line was already there; nothing was written".into();
-        }
-        Ok(value)
-    }
-
-    fn audit_records(&self, subject: &crate::authz::Subject, limit: Option<usize>) -> Value {
-        let empty = Attributes::new();
-        let visible: Vec<&Value> = self
-            .audit
-            .recent()
-            .filter(|record| {
-                let owner = record["owner"].as_str().unwrap_or("").to_string();
-                let resource = Attributes::from([("owner".to_string(), vec![owner])]);
-                self.authz
-                    .evaluate(&AuthzRequest {
-                        subject,
-                        action: "audit",
-                        entity: Some("audit"),
-                        resource: &resource,
-                        env: &empty,
-                    })
-                    .allowed
-            })
-            .collect();
-        let skip = limit.map_or(0, |n| visible.len().saturating_sub(n));
-        json!(visible.into_iter().skip(skip).collect::<Vec<_>>())
-    }
-
-    pub fn status(&self) -> Value {
-        let mut per_file: std::collections::BTreeMap<String, usize> = Default::default();
-        for rule in &self.image.rules {
-            let file = rule
-                .origin
-                .as_ref()
-                .map(|o| o.file.to_string())
-                .unwrap_or_else(|| "<approvals>".to_string());
-            *per_file.entry(file).or_default() += 1;
-        }
-        let scopes: Vec<Value> = self
-            .scopes
-            .by_id
-            .values()
-            .map(|s| {
-                json!({"kind": s.kind, "cgroup": s.path.display().to_string(), "cgroup_id": s.id,
-                       "streaming": s.listener.is_some()})
-            })
-            .collect();
-        let now = Instant::now();
-        let addresses: Vec<Value> = self
-            .dns
-            .hosts()
-            .map(|host| {
-                let addrs: Vec<String> = crate::compile::HostResolver::lookup(&self.dns, host)
-                    .iter()
-                    .map(|a| a.to_string())
-                    .collect();
-                json!({
-                    "host": host,
-                    "addresses": addrs,
-                    "refresh_in_secs": self.dns.expires(host).map(|e| e.saturating_duration_since(now).as_secs()),
-                    "error": self.dns.error(host),
-                })
-            })
-            .collect();
-        let counters: serde_json::Map<String, Value> = self
-            .enforcer
-            .counters()
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(name, n)| (name.to_string(), json!(n)))
-            .collect();
-        json!({
-            "version": env!("CARGO_PKG_VERSION"),
-            "pid": std::process::id(),
-            "backend": self.enforcer.backend().as_str(),
-            "uptime_secs": self.started.elapsed().as_secs(),
-            "audit_only": self.image.settings.audit_only,
-            "scopes": scopes,
-            "rules": per_file.into_iter().map(|(file, rules)| json!({"file": file, "rules": rules})).collect::<Vec<_>>(),
-            "unresolved_hosts": self.image.unresolved_hosts,
-            "addresses": addresses,
-            "asks_pending": self.asks.pending_count(),
-            "approvals": self.approvals.list(),
-            "counters": counters,
-            "events_lost": counters.get("events_lost").cloned().unwrap_or(json!(0)),
-            "audit_log": self.audit.path().display().to_string(),
-            "audit_write_errors": self.audit.write_errors,
-            "pinned": self.generation.display().to_string(),
-            "last_reload_error": self.last_reload_error,
-        })
-    }
-
     /// The last words before a clean stop: the programs stay pinned (enforcement goes on until
     /// the next daemon takes over, or `guard release`).
     pub fn stop(&mut self) {
@@ -853,33 +495,6 @@ impl Daemon {
     }
 }
 
-/// The host and protocol an approval of a network ask is for: the name the address came from
-/// (or the address itself) and the protocol whose endpoints cover the port.
-fn network_target(target: &AskTarget) -> (String, NetworkProtocol) {
-    match target {
-        AskTarget::Network {
-            host,
-            address,
-            protocol,
-            ..
-        } => (
-            host.clone().unwrap_or_else(|| address.to_string()),
-            *protocol,
-        ),
-        AskTarget::Exec { .. } => (String::new(), NetworkProtocol::Https),
-    }
-}
-
-/// The reference's label in amendment justifications (`Allow https_connect access to <host>`).
-fn label(protocol: NetworkProtocol) -> &'static str {
-    match protocol {
-        NetworkProtocol::Http => "http",
-        NetworkProtocol::Https => "https_connect",
-        NetworkProtocol::Socks5Tcp => "socks5_tcp",
-        NetworkProtocol::Socks5Udp => "socks5_udp",
-    }
-}
-
 /// Daemon notes go to stderr (the journal, under systemd).
 pub fn tracing_note(message: &str) {
     eprintln!("guard daemon: {message}");
@@ -887,14 +502,3 @@ pub fn tracing_note(message: &str) {
 
 /// How long the daemon waits between housekeeping rounds.
 pub const TICK: Duration = Duration::from_millis(250);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn labels_are_the_references() {
-        assert_eq!(label(NetworkProtocol::Https), "https_connect");
-        assert_eq!(label(NetworkProtocol::Http), "http");
-    }
-}

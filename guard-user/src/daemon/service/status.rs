@@ -1,0 +1,97 @@
+//! What the daemon tells about itself: `guard status`, and the audit records a caller may read.
+
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use super::Daemon;
+use crate::authz::{Attributes, Request as AuthzRequest, Subject};
+
+impl Daemon {
+    pub(super) fn audit_records(&self, subject: &Subject, limit: Option<usize>) -> Value {
+        let empty = Attributes::new();
+        let visible: Vec<&Value> = self
+            .audit
+            .recent()
+            .filter(|record| {
+                let owner = record["owner"].as_str().unwrap_or("").to_string();
+                let resource = Attributes::from([("owner".to_string(), vec![owner])]);
+                self.authz
+                    .evaluate(&AuthzRequest {
+                        subject,
+                        action: "audit",
+                        entity: Some("audit"),
+                        resource: &resource,
+                        env: &empty,
+                    })
+                    .allowed
+            })
+            .collect();
+        let skip = limit.map_or(0, |n| visible.len().saturating_sub(n));
+        json!(visible.into_iter().skip(skip).collect::<Vec<_>>())
+    }
+
+    pub fn status(&self) -> Value {
+        let mut per_file: std::collections::BTreeMap<String, usize> = Default::default();
+        for rule in &self.image.rules {
+            let file = rule
+                .origin
+                .as_ref()
+                .map(|o| o.file.to_string())
+                .unwrap_or_else(|| "<approvals>".to_string());
+            *per_file.entry(file).or_default() += 1;
+        }
+        let scopes: Vec<Value> = self
+            .scopes
+            .by_id
+            .values()
+            .map(|s| {
+                json!({"kind": s.kind, "cgroup": s.path.display().to_string(), "cgroup_id": s.id,
+                       "streaming": s.listener.is_some()})
+            })
+            .collect();
+        let now = Instant::now();
+        let addresses: Vec<Value> = self
+            .dns
+            .hosts()
+            .map(|host| {
+                let addrs: Vec<String> = crate::compile::HostResolver::lookup(&self.dns, host)
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect();
+                json!({
+                    "host": host,
+                    "addresses": addrs,
+                    "refresh_in_secs": self.dns.expires(host).map(|e| e.saturating_duration_since(now).as_secs()),
+                    "error": self.dns.error(host),
+                })
+            })
+            .collect();
+        let counters: serde_json::Map<String, Value> = self
+            .enforcer
+            .counters()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, n)| (name.to_string(), json!(n)))
+            .collect();
+        json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "pid": std::process::id(),
+            "backend": self.enforcer.backend().as_str(),
+            "uptime_secs": self.started.elapsed().as_secs(),
+            "audit_only": self.image.settings.audit_only,
+            "scopes": scopes,
+            "rules": per_file.into_iter().map(|(file, rules)| json!({"file": file, "rules": rules})).collect::<Vec<_>>(),
+            "unresolved_hosts": self.image.unresolved_hosts,
+            "addresses": addresses,
+            "asks_pending": self.asks.pending_count(),
+            "approvals": self.approvals.list(),
+            "counters": counters,
+            "events_lost": counters.get("events_lost").cloned().unwrap_or(json!(0)),
+            "audit_log": self.audit.path().display().to_string(),
+            "audit_write_errors": self.audit.write_errors,
+            "pinned": self.generation.display().to_string(),
+            "last_reload_error": self.last_reload_error,
+        })
+    }
+}

@@ -213,6 +213,9 @@ fn a_connect_loop_sees_no_wrong_decision_during_100_reloads() {
         }
         _ => panic!("unexpected output: {stdout}{}", text(&out.stderr)),
     };
+    println!(
+        "{rounds} rounds of an allowed and a forbidden connect during 100 reloads: {wrong} wrong"
+    );
     assert!(
         rounds > 100,
         "the loop ran through the reloads ({rounds} rounds)"

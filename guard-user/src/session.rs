@@ -195,14 +195,7 @@ impl Session {
 pub fn describe_event(image: &EnforcementImage, event: &KernelEvent) -> String {
     let what = match (&event.kind, &event.destination) {
         (EventKind::Exec, _) => {
-            let argv = if event.argv.is_empty() {
-                vec![event.exe.clone()]
-            } else {
-                event.argv.clone()
-            };
-            let shown =
-                shlex::try_join(argv.iter().map(String::as_str)).unwrap_or_else(|_| argv.join(" "));
-            format!("exec of `{shown}`")
+            format!("exec of `{}`", shown_command(event))
         }
         (kind, Some(d)) => {
             let verb = if *kind == EventKind::Connect {
@@ -255,6 +248,17 @@ pub fn describe_event(image: &EnforcementImage, event: &KernelEvent) -> String {
         ),
     };
     format!("guard: {verb} {what}: {why}")
+}
+
+/// An exec as a person would type it: the original argv (the path, when argv is unknown),
+/// shell-quoted.
+pub fn shown_command(event: &KernelEvent) -> String {
+    let argv = if event.argv.is_empty() {
+        vec![event.exe.clone()]
+    } else {
+        event.argv.clone()
+    };
+    shlex::try_join(argv.iter().map(String::as_str)).unwrap_or_else(|_| argv.join(" "))
 }
 
 /// The host name a refused destination's address came from: the name of the deciding entry

@@ -65,3 +65,15 @@ pub fn usage_error(message: &str) -> ExitCode {
 pub fn say(line: &str) {
     println!("{line}");
 }
+
+/// A child's exit status as ours: its code, or 128+N when signal N ended it (a shell's
+/// convention: a refused exec on the `cgroup` backend is SIGKILL, so 137).
+pub fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    let code = match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(signal)) => 128 + signal,
+        _ => 1,
+    };
+    ExitCode::from(code.clamp(0, 255) as u8)
+}

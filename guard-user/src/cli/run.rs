@@ -157,13 +157,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
         }
     }
     drop(session);
-    use std::os::unix::process::ExitStatusExt;
-    let code = match (status.code(), status.signal()) {
-        (Some(code), _) => code,
-        (None, Some(signal)) => 128 + signal,
-        _ => 1,
-    };
-    ExitCode::from(code.clamp(0, 255) as u8)
+    super::output::exit_code_of(status)
 }
 
 fn report(session: &mut Session, wait: Duration, json: bool) {

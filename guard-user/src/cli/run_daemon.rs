@@ -84,11 +84,5 @@ pub fn run(socket: &Path, argv: &[String], json: bool) -> ExitCode {
     if writer.write_all(b"{\"v\":1,\"op\":\"flush\"}\n").is_ok() {
         let _ = flushed_rx.recv_timeout(FLUSH_WAIT);
     }
-    use std::os::unix::process::ExitStatusExt;
-    let code = match (status.code(), status.signal()) {
-        (Some(code), _) => code,
-        (None, Some(signal)) => 128 + signal,
-        _ => 1,
-    };
-    ExitCode::from(code.clamp(0, 255) as u8)
+    super::output::exit_code_of(status)
 }

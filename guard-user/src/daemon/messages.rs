@@ -8,7 +8,7 @@ use super::asks::{AskTarget, BlockedRequest, timestamp};
 use crate::compile::image::EnforcementImage;
 use crate::kernel::events::{EventKind, KernelEvent};
 use crate::policy::{Decision, NetworkProtocol};
-use crate::session::destination_host;
+use crate::session::{destination_host, shown_command};
 
 /// The network protocol whose endpoints cover a destination (the one an amendment for it
 /// names): 80/tcp is http, 443 is https, any other port socks5 over its transport.
@@ -19,16 +19,6 @@ pub fn protocol_for(port: u16, transport: &str) -> NetworkProtocol {
         (_, "udp") => NetworkProtocol::Socks5Udp,
         _ => NetworkProtocol::Socks5Tcp,
     }
-}
-
-/// The command as a person would type it: the original argv, shell-quoted.
-fn shown_command(event: &KernelEvent) -> String {
-    let argv = if event.argv.is_empty() {
-        vec![event.exe.clone()]
-    } else {
-        event.argv.clone()
-    };
-    shlex::try_join(argv.iter().map(String::as_str)).unwrap_or_else(|_| argv.join(" "))
 }
 
 /// The executed file's name, as the kernel compares it (argv[0] is the caller's choice).

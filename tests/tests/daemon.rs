@@ -1082,3 +1082,48 @@ fn the_systemd_unit_verifies_and_the_daemon_tells_systemd_when_it_is_ready() {
     let n = notify.recv(&mut buf).expect("STOPPING=1");
     assert!(String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"));
 }
+
+#[test]
+fn prompts_watch_on_a_terminal_takes_a_key_without_enter() {
+    use std::io::Write;
+    if !can_run() {
+        return;
+    }
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "address_rule(addresses=[\"127.77.13.1\"], decision=\"prompt\")\n".to_string(),
+        ..Default::default()
+    });
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.13.1", "53"]);
+    assert_eq!(code, 1);
+    // `script` gives the watcher a real terminal (a pty), as ssh does.
+    let watch = format!(
+        "{} prompts --watch",
+        guard_tests::daemon::guard_bin().display()
+    );
+    let mut terminal = std::process::Command::new("script")
+        .args(["-q", "-e", "-c", &watch, "/dev/null"])
+        .env("GUARD_SOCKET", &daemon.socket)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("script (bsdutils) runs");
+    std::thread::sleep(Duration::from_millis(500));
+    // One key, no Enter: on a terminal in canonical mode this would wait for a newline.
+    terminal.stdin.as_mut().unwrap().write_all(b"o").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !prompts(&daemon).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the key was not taken without Enter"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    terminal.stdin.as_mut().unwrap().write_all(b"q").unwrap();
+    let out = terminal.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let status = daemon.json(&["status", "--json"]);
+    assert_eq!(status["approvals"][0]["mode"], "once", "{status}");
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.13.1", "53"]);
+    assert_eq!(code, 0, "approved once from the terminal");
+}

@@ -1,10 +1,11 @@
 //! The host service (`guard daemon`): the policy held in the kernel for its scopes, the control
 //! socket, asks and approvals, amendments that take effect at once.
 //!
-//! Data flow: `service.rs` owns the state; `server.rs` feeds it requests, kernel events and
-//! timers; `messages.rs` turns events into blocked-request records, `asks.rs` keeps the asks,
-//! `approvals.rs` the in-memory approvals; `peer.rs` and `crate::authz` decide who may ask what;
-//! `client.rs` is the other end of the socket, for the CLI.
+//! Data flow: `service/` owns the state (and answers asks and amendments, and reports status);
+//! `server.rs` feeds it requests, kernel events and timers; `messages.rs` turns events into
+//! blocked-request records, `asks.rs` keeps the asks, `approvals.rs` the in-memory approvals;
+//! `peer.rs` and `crate::authz` decide who may ask what; `client.rs` is the other end of the
+//! socket, for the CLI.
 
 pub mod approvals;
 pub mod asks;

@@ -1,55 +1,16 @@
 //! End-to-end tests of `guard authz check` and `guard authz default`: the binary run as a real
-//! process, in a temporary folder. (Their own file, next to `cli.rs`, so the two grow apart
-//! without touching each other.)
+//! process, in a temporary folder (the helpers shared with `cli.rs` are in `common/`).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
+use common::{Run, Sandbox, display, run_command};
 use serde_json::{Value, json};
-use tempfile::TempDir;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
-struct Sandbox {
-    dir: TempDir,
-}
-
-#[derive(Debug)]
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
 impl Sandbox {
-    fn new() -> Self {
-        Sandbox {
-            dir: tempfile::tempdir().expect("create a temporary folder"),
-        }
-    }
-
-    /// Writes `contents` to `name` in the sandbox and returns its absolute path.
-    fn write(&self, name: &str, contents: &str) -> PathBuf {
-        let path = self.dir.path().join(name);
-        std::fs::write(&path, contents).expect("write file");
-        path
-    }
-
-    fn command(&self) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_guard"));
-        command
-            .current_dir(self.dir.path())
-            .env_remove("CLICOLOR_FORCE")
-            .env_remove("CLICOLOR");
-        command
-    }
-
-    fn run(&self, args: &[&str]) -> Run {
-        run_command(self.command().args(args))
-    }
-
     /// `guard authz check ARGS...`.
     fn check(&self, args: &[&str]) -> Run {
         let mut all = vec!["authz", "check"];
@@ -66,44 +27,7 @@ impl Sandbox {
     }
 }
 
-fn run_command(command: &mut Command) -> Run {
-    let output = command.output().expect("run the guard binary");
-    Run {
-        code: output.status.code(),
-        stdout: String::from_utf8(output.stdout).expect("stdout is UTF-8"),
-        stderr: String::from_utf8(output.stderr).expect("stderr is UTF-8"),
-    }
-}
-
 impl Run {
-    #[track_caller]
-    fn assert_code(&self, expected: i32) -> &Self {
-        assert_eq!(
-            self.code,
-            Some(expected),
-            "unexpected exit status\n--- stdout:\n{}\n--- stderr:\n{}",
-            self.stdout,
-            self.stderr
-        );
-        self
-    }
-
-    /// Exactly one line of JSON on stdout, parsed.
-    #[track_caller]
-    fn one_json_line(&self) -> Value {
-        let lines: Vec<&str> = self.stdout.lines().collect();
-        assert_eq!(
-            lines.len(),
-            1,
-            "one line of JSON:\n{}{}",
-            self.stdout,
-            self.stderr
-        );
-        assert!(self.stdout.ends_with('\n'), "JSON line ends with a newline");
-        serde_json::from_str(lines[0])
-            .unwrap_or_else(|err| panic!("stdout is not JSON ({err}):\n{}", self.stdout))
-    }
-
     /// Exit 2, nothing on stdout, and a first stderr line that starts with `prefix`.
     #[track_caller]
     fn assert_bad_input(&self, prefix: &str) {
@@ -116,10 +40,6 @@ impl Run {
             self.stderr
         );
     }
-}
-
-fn display(path: &Path) -> String {
-    path.display().to_string()
 }
 
 const ALICE: &str = r#"{"sub": "alice", "attrs": {"uid": ["1000"], "groups": ["users"]}}"#;
@@ -441,7 +361,7 @@ fn a_bad_policy_file_names_the_file_line_and_column() {
             "{}:2:20: error: a rule needs \"effect\": \"allow\" or \"deny\"",
             display(&missing)
         ));
-    let absent = sandbox.dir.path().join("absent.json");
+    let absent = sandbox.file("absent.json");
     sandbox
         .check(&[
             "--policy",

@@ -2,76 +2,20 @@
 //! temporary folder, with `GUARD_SYSTEM_RULES` pointing at a path that does not exist (so the
 //! machine's /etc/guard/rules never leaks in) unless a test sets it on purpose.
 
-use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
+use std::fs;
+use std::path::Path;
+
+use common::{Run, Sandbox, display, read, run_command};
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use tempfile::TempDir;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
-/// A temporary working folder for one test.
-struct Sandbox {
-    dir: TempDir,
-}
-
-/// What one run of the binary produced.
-#[derive(Debug)]
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
 impl Sandbox {
-    fn new() -> Self {
-        Sandbox {
-            dir: tempfile::tempdir().expect("create a temporary folder"),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// An absolute path inside the sandbox.
-    fn file(&self, name: &str) -> PathBuf {
-        self.path().join(name)
-    }
-
-    /// Writes `contents` to `name` (creating folders) and returns its absolute path.
-    fn write(&self, name: &str, contents: &str) -> PathBuf {
-        let path = self.file(name);
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).expect("create folder");
-        }
-        fs::write(&path, contents).expect("write file");
-        path
-    }
-
-    /// A command for the binary, run in the sandbox, with no system rules folder.
-    fn command(&self) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_guard"));
-        command
-            .current_dir(self.path())
-            .env("GUARD_SYSTEM_RULES", self.file("no-such-system-rules"))
-            .env_remove("CLICOLOR_FORCE")
-            .env_remove("CLICOLOR");
-        command
-    }
-
-    fn run<I, S>(&self, args: I) -> Run
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<std::ffi::OsStr>,
-    {
-        run_command(self.command().args(args))
-    }
-
     /// `guard check [options...] -- argv...`.
     fn check(&self, options: &[&str], argv: &[&str]) -> Run {
         self.run(check_args(&[], options, argv))
@@ -150,54 +94,7 @@ fn check_args<'a>(first: &[&'a str], options: &[&'a str], argv: &[&'a str]) -> V
     args
 }
 
-fn run_command(command: &mut Command) -> Run {
-    let output = command.output().expect("run the guard binary");
-    Run {
-        code: output.status.code(),
-        stdout: String::from_utf8(output.stdout).expect("stdout is UTF-8"),
-        stderr: String::from_utf8(output.stderr).expect("stderr is UTF-8"),
-    }
-}
-
 impl Run {
-    #[track_caller]
-    fn assert_code(&self, expected: i32) -> &Self {
-        assert_eq!(
-            self.code,
-            Some(expected),
-            "unexpected exit status\n--- stdout:\n{}\n--- stderr:\n{}",
-            self.stdout,
-            self.stderr
-        );
-        self
-    }
-
-    #[track_caller]
-    fn assert_success(&self) -> &Self {
-        self.assert_code(0)
-    }
-
-    /// Exit 0 and exactly one line of JSON on stdout; returns it parsed.
-    #[track_caller]
-    fn json(&self) -> Value {
-        self.assert_success();
-        let lines: Vec<&str> = self.stdout.lines().collect();
-        assert_eq!(
-            lines.len(),
-            1,
-            "expected exactly one line of JSON on stdout, got:\n{}",
-            self.stdout
-        );
-        assert!(self.stdout.ends_with('\n'), "JSON line ends with a newline");
-        serde_json::from_str(lines[0]).unwrap_or_else(|err| {
-            panic!("stdout is not JSON ({err}):\n{}", self.stdout);
-        })
-    }
-
-    fn first_stderr_line(&self) -> &str {
-        self.stderr.lines().next().unwrap_or_default()
-    }
-
     /// A policy error: exit 2, nothing on stdout, and the given first stderr line.
     #[track_caller]
     fn assert_policy_error(&self, first_line: &str) {
@@ -210,14 +107,6 @@ impl Run {
             self.stderr
         );
     }
-}
-
-fn display(path: &Path) -> String {
-    path.display().to_string()
-}
-
-fn read(path: &Path) -> Vec<u8> {
-    fs::read(path).expect("read file")
 }
 
 // ---------------------------------------------------------------------------------------------

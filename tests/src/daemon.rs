@@ -217,9 +217,19 @@ impl TestDaemon {
         command
     }
 
-    /// The same, as another user (uid and gid `id`, no supplementary groups).
+    /// The same, as another user (uid and gid `id`, no supplementary groups). The binary and
+    /// the working folder are this daemon's temporary folder's, which any user may enter: the
+    /// checkout cargo built in may not be (a clone under /root, say).
     pub fn guard_as(&self, id: u32, args: &[&str]) -> Output {
-        let mut command = self.guard_command(args);
+        let bin = self.dir.path().join("guard-for-another-user");
+        if !bin.exists() && std::fs::hard_link(guard_bin(), &bin).is_err() {
+            std::fs::copy(guard_bin(), &bin).expect("copying guard where another user can run it");
+        }
+        let mut command = Command::new(&bin);
+        command
+            .args(args)
+            .env("GUARD_SOCKET", &self.socket)
+            .current_dir(self.dir.path());
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
             command.pre_exec(move || {

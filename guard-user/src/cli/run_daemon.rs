@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::control::client_error;
 use crate::daemon::client::Client;
-use crate::daemon::protocol::Request;
+use crate::daemon::protocol::{FLUSH_LINE, Request};
 
 /// How long to wait for the daemon to pass on the last events after CMD ended.
 const FLUSH_WAIT: Duration = Duration::from_secs(2);
@@ -81,7 +81,10 @@ pub fn run(socket: &Path, argv: &[String], json: bool) -> ExitCode {
     // The kernel recorded a refusal before the command died; ask the daemon to pass on
     // everything so far before this process exits.
     use std::io::Write;
-    if writer.write_all(b"{\"v\":1,\"op\":\"flush\"}\n").is_ok() {
+    if writer
+        .write_all(format!("{FLUSH_LINE}\n").as_bytes())
+        .is_ok()
+    {
         let _ = flushed_rx.recv_timeout(FLUSH_WAIT);
     }
     super::output::exit_code_of(status)

@@ -170,6 +170,15 @@ impl ResponseLine {
     }
 }
 
+/// What a `run` client writes on its stream to get every event so far (then `flushed`).
+pub const FLUSH_LINE: &str = r#"{"v":1,"op":"flush"}"#;
+
+/// Whether a line a streaming client wrote is [`FLUSH_LINE`] (any spelling of it).
+pub fn is_flush(line: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(line)
+        .is_ok_and(|v| v["v"] == PROTOCOL_VERSION && v["op"] == "flush")
+}
+
 /// One line of a stream (after a `run` or `watch` response).
 pub fn event_line(kind: &str, body: serde_json::Value) -> String {
     let mut value = serde_json::json!({"v": PROTOCOL_VERSION, "event": kind});
@@ -209,6 +218,14 @@ mod tests {
         })
         .unwrap();
         assert_eq!(written, r#"{"v":1,"op":"deny","id":9,"always":true}"#);
+    }
+
+    #[test]
+    fn the_flush_line_is_recognised_and_nothing_else_is() {
+        assert!(is_flush(FLUSH_LINE));
+        assert!(is_flush(r#"{ "op": "flush", "v": 1 }"#));
+        assert!(!is_flush(r#"{"v":1,"op":"status","note":"flush"}"#));
+        assert!(!is_flush("flush"));
     }
 
     #[test]

@@ -16,9 +16,9 @@ use tokio::sync::{mpsc, oneshot};
 use super::config::Config;
 use super::peer::PeerCredentials;
 use super::protocol::{
-    ErrorCode, MAX_REQUEST_BYTES, PROTOCOL_VERSION, Request, RequestLine, ResponseLine,
+    ErrorCode, MAX_REQUEST_BYTES, PROTOCOL_VERSION, Request, RequestLine, ResponseLine, is_flush,
 };
-use super::service::{Daemon, TICK, tracing_note};
+use super::service::{Daemon, TICK, daemon_note};
 
 /// Events handled per turn of the loop.
 const EVENT_BATCH: usize = 64;
@@ -48,7 +48,7 @@ pub async fn serve(config: Config) -> Result<()> {
     }
     let mut daemon = Daemon::start(config).await?;
     for note in std::mem::take(&mut daemon.notes) {
-        tracing_note(&note);
+        daemon_note(&note);
     }
     let listener = bind_socket(&daemon.config)?;
     let socket_path = daemon.config.socket.clone();
@@ -70,7 +70,7 @@ pub async fn serve(config: Config) -> Result<()> {
     let mut tick = tokio::time::interval(TICK);
 
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
-    tracing_note(&format!(
+    daemon_note(&format!(
         "enforcing ({}), listening on {}",
         daemon.status()["backend"].as_str().unwrap_or("?"),
         socket_path.display()
@@ -101,8 +101,8 @@ pub async fn serve(config: Config) -> Result<()> {
             _ = tick.tick() => daemon.tick().await,
             _ = hangup.recv() => {
                 match daemon.reload("root (SIGHUP)").await {
-                    Ok(_) => tracing_note("reloaded the policy (SIGHUP)"),
-                    Err(message) => tracing_note(&message),
+                    Ok(_) => daemon_note("reloaded the policy (SIGHUP)"),
+                    Err(message) => daemon_note(&message),
                 }
             }
             _ = terminate.recv() => break,
@@ -112,7 +112,7 @@ pub async fn serve(config: Config) -> Result<()> {
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     daemon.stop();
     let _ = std::fs::remove_file(&socket_path);
-    tracing_note(
+    daemon_note(
         "stopped; the programs stay pinned until the next daemon takes over (break glass: `guard release`)",
     );
     Ok(())
@@ -159,7 +159,7 @@ async fn accept_loop(listener: UnixListener, tx: mpsc::Sender<Command>) {
                 tokio::spawn(connection(stream, tx.clone()));
             }
             Err(err) => {
-                tracing_note(&format!("accepting a connection failed: {err}"));
+                daemon_note(&format!("accepting a connection failed: {err}"));
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
         }
@@ -276,7 +276,7 @@ async fn connection(stream: UnixStream, tx: mpsc::Sender<Command>) {
                     }
                 }
                 incoming = read_line(&mut reader) => match incoming {
-                    Some(Ok(line)) if line.contains("\"flush\"") => {
+                    Some(Ok(line)) if is_flush(line.trim_end()) => {
                         if tx.send(Command::Flush(stream_tx.clone())).await.is_err() {
                             break;
                         }

@@ -290,10 +290,10 @@ impl Daemon {
             changed |= self.approvals.end_scope(id);
         }
         if changed && let Err(err) = self.rebuild() {
-            tracing_note(&format!("applying expired approvals failed: {err:#}"));
+            daemon_note(&format!("applying expired approvals failed: {err:#}"));
         }
         if let Err(err) = self.refresh_dns().await {
-            tracing_note(&format!("DNS refresh failed: {err:#}"));
+            daemon_note(&format!("DNS refresh failed: {err:#}"));
         }
         self.watchers.retain(|w| !w.is_closed());
         self.audit.flush();
@@ -496,7 +496,7 @@ impl Daemon {
 }
 
 /// Daemon notes go to stderr (the journal, under systemd).
-pub fn tracing_note(message: &str) {
+pub fn daemon_note(message: &str) {
     eprintln!("guard daemon: {message}");
 }
 

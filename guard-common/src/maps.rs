@@ -108,7 +108,10 @@ pub struct Settings {
     /// `lsm/bprm_check_security` lets a `prompt` by identity or name through to
     /// `sched_process_exec`, the only hook that sees argv and so can tell an approved retry.
     pub exec_approvals: u8,
-    pub _pad: [u8; 3],
+    /// Non-zero: allowed execs and connections are recorded too (`[audit] record_allowed`),
+    /// as events with action none, so an audit log holds all traffic for `guard replay`.
+    pub record_allowed: u8,
+    pub _pad: [u8; 2],
 }
 
 /// Program identity: the executed file's device (kernel `dev_t`: major << 20 | minor) and inode.
@@ -217,7 +220,9 @@ pub mod counter {
     pub const EVENTS_LOST: u32 = 7;
     /// Execs whose argv could not be read (decided on what could be read, safe side).
     pub const ARGV_UNREADABLE: u32 = 8;
-    pub const COUNT: u32 = 9;
+    /// Events put in the ring buffer (with `EVENTS_LOST`: every event the programs made).
+    pub const EVENTS_SUBMITTED: u32 = 9;
+    pub const COUNT: u32 = 10;
     pub const NAMES: [&str; COUNT as usize] = [
         "exec_allow",
         "exec_prompt",
@@ -228,6 +233,7 @@ pub mod counter {
         "audit_only",
         "events_lost",
         "argv_unreadable",
+        "events_submitted",
     ];
 }
 

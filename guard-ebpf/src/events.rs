@@ -83,4 +83,5 @@ pub fn emit(subject: &Subject) {
         }
     }
     entry.submit(0);
+    count(counter::EVENTS_SUBMITTED);
 }

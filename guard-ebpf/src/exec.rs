@@ -233,8 +233,8 @@ fn decide(
     });
 }
 
-/// The shared tail of every exec decision: count it; `None` for an allow (no event), else the
-/// action taken (none when audit-only).
+/// The shared tail of every exec decision: count it; `None` for an allow that is not recorded
+/// (no event), else the action taken (none when audit-only or an allow).
 #[inline(always)]
 fn enforcement(
     settings: &Settings,
@@ -247,9 +247,10 @@ fn enforcement(
         1 => counter::EXEC_PROMPT,
         _ => counter::EXEC_FORBIDDEN,
     });
-    // Decisions, not failures: an allow lets it run; audit-only records and lets it run.
+    // Decisions, not failures: an allow lets it run (recorded only when the settings ask for
+    // allowed decisions); audit-only records and lets it run.
     if verdict.decision == Decision::Allow as u8 {
-        return None;
+        return (settings.record_allowed != 0).then_some(action::NONE);
     }
     if settings.audit_only != 0 || verdict.audit_only() {
         *flags |= flag::AUDIT_ONLY;

@@ -129,19 +129,20 @@ fn refuse(mut destination: Destination, call: u8, act: u8, extra_flags: u8) -> b
     // A person approved exactly this destination: a `prompt` goes through (never a
     // `forbidden`).
     if approved && verdict.decision == Decision::Prompt as u8 {
-        count(counter::NET_ALLOW);
-        return false;
+        verdict.decision = Decision::Allow as u8;
     }
     count(match verdict.decision {
         0 => counter::NET_ALLOW,
         1 => counter::NET_PROMPT,
         _ => counter::NET_FORBIDDEN,
     });
-    // An allow (a decision, not a failure).
-    if verdict.decision == Decision::Allow as u8 {
+    // An allow (a decision, not a failure): recorded only when the settings ask for allowed
+    // decisions.
+    let allow = verdict.decision == Decision::Allow as u8;
+    if allow && settings.record_allowed == 0 {
         return false;
     }
-    let audit_only = settings.audit_only != 0 || verdict.audit_only();
+    let audit_only = !allow && (settings.audit_only != 0 || verdict.audit_only());
     if audit_only {
         flags |= flag::AUDIT_ONLY;
         count(counter::AUDIT_ONLY);
@@ -149,7 +150,11 @@ fn refuse(mut destination: Destination, call: u8, act: u8, extra_flags: u8) -> b
     emit(&Subject {
         kind: call,
         verdict,
-        action: if audit_only { action::NONE } else { act },
+        action: if audit_only || allow {
+            action::NONE
+        } else {
+            act
+        },
         flags,
         task: None,
         dev: 0,
@@ -159,7 +164,7 @@ fn refuse(mut destination: Destination, call: u8, act: u8, extra_flags: u8) -> b
         transport: destination.transport,
         addr: destination.addr,
     });
-    !audit_only
+    !audit_only && !allow
 }
 
 #[inline(always)]

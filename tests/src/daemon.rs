@@ -112,14 +112,9 @@ impl TestDaemon {
             dir,
         };
         let mut config = format!(
-            "rules = [{:?}]\nstate_dir = {:?}\nsocket = {:?}\npin_dir = {:?}\naudit_log = {:?}\n\
+            "rules = [{:?}]\nstate_dir = {:?}\nsocket = {:?}\npin_dir = {:?}\n\
              run_cgroup = {:?}\nbackend = \"cgroup\"\n",
-            daemon.rules_file,
-            daemon.state_dir,
-            daemon.socket,
-            daemon.pin_dir,
-            daemon.audit_log,
-            daemon.run_cgroup
+            daemon.rules_file, daemon.state_dir, daemon.socket, daemon.pin_dir, daemon.run_cgroup
         );
         if let Some(ns) = setup.nameserver {
             config.push_str(&format!("nameserver = \"{ns}\"\n"));
@@ -138,6 +133,9 @@ impl TestDaemon {
             .arg("daemon")
             .arg("--config")
             .arg(&self.config)
+            // A flag, so that a test's extra config may have an `[audit]` table of its own.
+            .arg("--audit-log")
+            .arg(&self.audit_log)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -221,6 +219,13 @@ impl TestDaemon {
     /// the working folder are this daemon's temporary folder's, which any user may enter: the
     /// checkout cargo built in may not be (a clone under /root, say).
     pub fn guard_as(&self, id: u32, args: &[&str]) -> Output {
+        self.guard_command_as(id, args)
+            .output()
+            .expect("running guard as another user")
+    }
+
+    /// `guard ARGS...` to be run as user and group `id` (no supplementary groups).
+    pub fn guard_command_as(&self, id: u32, args: &[&str]) -> Command {
         let bin = self.dir.path().join("guard-for-another-user");
         if !bin.exists() && std::fs::hard_link(guard_bin(), &bin).is_err() {
             std::fs::copy(guard_bin(), &bin).expect("copying guard where another user can run it");
@@ -242,7 +247,7 @@ impl TestDaemon {
                 Ok(())
             });
         }
-        command.output().expect("running guard as another user")
+        command
     }
 
     /// `guard ... --json` parsed.

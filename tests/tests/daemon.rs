@@ -261,8 +261,8 @@ fn a_non_root_user_is_refused_by_the_default_authorization_and_the_refusal_is_au
         .collect();
     assert_eq!(refused.len(), 2, "{records:?}");
     assert_eq!(refused[0]["uid"], UID);
-    assert_eq!(refused[0]["action"], "status");
-    assert_eq!(refused[1]["action"], "amend");
+    assert_eq!(refused[0]["request"], "status");
+    assert_eq!(refused[1]["request"], "amend");
 
     // The user may read the records about their own processes only: none of root's.
     let out = daemon.guard_as(UID, &["audit", "--json"]);
@@ -317,8 +317,8 @@ fn a_custom_authorization_policy_lets_a_group_answer_asks() {
         .filter(|r| r["type"] == "control_allowed")
         .collect();
     assert_eq!(allowed.len(), 1, "{records:?}");
-    assert_eq!(allowed[0]["action"], "prompts");
-    assert_eq!(allowed[0]["rule"], 1);
+    assert_eq!(allowed[0]["request"], "prompts");
+    assert_eq!(allowed[0]["authz_rule"], 1);
 }
 
 #[test]
@@ -348,7 +348,7 @@ fn identical_asks_are_one_and_an_unanswered_ask_expires_denied() {
     assert!(
         records
             .iter()
-            .any(|r| r["type"] == "ask_expired" && r["decision"] == "deny"),
+            .any(|r| r["type"] == "ask_expired" && r["becomes"] == "deny"),
         "{records:?}"
     );
     assert!(

@@ -101,12 +101,12 @@ pub fn run(guard: &Path) -> Result<i32> {
     std::fs::write(
         &config,
         format!(
-            "state_dir = {:?}\nsocket = {:?}\npin_dir = {:?}\naudit_log = {:?}\nrun_cgroup = {:?}\n",
+            "state_dir = {:?}\nsocket = {:?}\npin_dir = {:?}\nrun_cgroup = {:?}\n\n[audit]\npath = {:?}\n",
             demo.dir.join("state"),
             demo.socket,
             demo.pins.join("guard"),
-            demo.dir.join("audit.jsonl"),
-            demo.run_cgroup
+            demo.run_cgroup,
+            demo.dir.join("audit.jsonl")
         ),
     )?;
     println!();

@@ -5,3 +5,6 @@
 pub mod record;
 
 pub use record::{AuditRecord, RecordType, SCHEMA_VERSION};
+pub mod files;
+pub mod filter;
+pub mod writer;

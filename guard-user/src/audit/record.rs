@@ -238,6 +238,30 @@ impl AuditRecord {
     }
 }
 
+/// The schema's own field names: a type's `details` must not use them (the record would not
+/// read back).
+pub const FIELDS: [&str; 19] = [
+    "v",
+    "seq",
+    "time",
+    "host",
+    "type",
+    "owner",
+    "decision",
+    "event",
+    "action",
+    "audit_only",
+    "unmatched",
+    "rule",
+    "process",
+    "destination",
+    "message",
+    "ask",
+    "approval",
+    "amendment",
+    "loss",
+];
+
 /// This machine's host name.
 pub fn host_name() -> String {
     let mut buf = [0u8; 256];

@@ -1,4 +1,4 @@
-//! The control-socket clients: `guard prompts`, `approve`, `deny`, `reload`, `status`, `audit`.
+//! The control-socket clients: `guard prompts`, `approve`, `deny`, `reload`, `status`.
 //! Each talks to the running daemon (`--socket`, default /run/guard/guard.sock or
 //! `$GUARD_SOCKET`); the daemon decides whether the caller may (SO_PEERCRED + its
 //! authorization policy).
@@ -302,43 +302,6 @@ pub fn status(args: &StatusArgs) -> ExitCode {
     println!("{bold}counters{bold:#} {}", counters.join(" "));
     if let Some(error) = status["last_reload_error"].as_str() {
         eprintln!("guard: the last reload failed: {error}");
-    }
-    ExitCode::SUCCESS
-}
-
-#[derive(Args, Debug)]
-pub struct AuditArgs {
-    #[command(flatten)]
-    socket: SocketArgs,
-    /// At most this many records (the newest).
-    #[arg(long, value_name = "N")]
-    limit: Option<usize>,
-    /// The records as JSON lines.
-    #[arg(long)]
-    json: bool,
-}
-
-pub fn audit(args: &AuditArgs) -> ExitCode {
-    let records = match call(&args.socket.socket, Request::Audit { limit: args.limit }) {
-        Ok(records) => records,
-        Err(code) => return code,
-    };
-    for record in records.as_array().into_iter().flatten() {
-        if args.json {
-            print_json(record);
-        } else {
-            let detail = record["message"]
-                .as_str()
-                .map(str::to_string)
-                .or_else(|| record["line"].as_str().map(str::to_string))
-                .unwrap_or_default();
-            println!(
-                "{}  {:<16} {:<10} {detail}",
-                record["time"].as_str().unwrap_or(""),
-                record["type"].as_str().unwrap_or(""),
-                record["owner"].as_str().unwrap_or("")
-            );
-        }
     }
     ExitCode::SUCCESS
 }

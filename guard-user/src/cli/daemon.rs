@@ -76,7 +76,7 @@ fn config_from(args: &DaemonArgs) -> anyhow::Result<Config> {
         config.pin_dir = dir.clone();
     }
     if let Some(log) = &args.audit_log {
-        config.audit_log = log.clone();
+        config.audit.path = log.clone();
     }
     if args.nameserver.is_some() {
         config.nameserver = args.nameserver;

@@ -2,6 +2,7 @@
 //! module; they share the rules-loading flags and the way errors are shown.
 
 mod amend;
+mod audit;
 mod authz;
 mod check;
 mod control;
@@ -88,8 +89,8 @@ enum Command {
     Reload(control::ReloadArgs),
     /// The daemon's backend, scopes, rules, addresses, asks, counters and uptime.
     Status(control::StatusArgs),
-    /// The daemon's audit records you may read.
-    Audit(control::AuditArgs),
+    /// The audit records you may read: filtered, followed live, as text or JSON lines.
+    Audit(audit::AuditArgs),
     /// Break glass: detach the programs a stopped daemon left pinned.
     Release(daemon::ReleaseArgs),
 }
@@ -132,7 +133,7 @@ pub fn main() -> ExitCode {
         Command::Deny(args) => control::deny(&args),
         Command::Reload(args) => control::reload(&args),
         Command::Status(args) => control::status(&args),
-        Command::Audit(args) => control::audit(&args),
+        Command::Audit(args) => audit::audit(&args),
         Command::Release(args) => daemon::release(&args),
     }
 }

@@ -15,6 +15,9 @@ use crate::policy::{Decision, EnforcementSettings, RuleOrigin, Transport};
 pub struct EnforcementImage {
     /// What the kernel does where no entry matches, and global audit-only mode.
     pub settings: EnforcementSettings,
+    /// Allowed decisions are recorded too (the daemon's `[audit] record_allowed`, not the
+    /// policy's).
+    pub record_allowed: bool,
     /// Index = kernel rule id (u32). Every rule of the policy has one, in the order prefix
     /// rules, network rules, address rules; every [`Verdict::rule`] indexes here.
     pub rules: Vec<KernelRule>,

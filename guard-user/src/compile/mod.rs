@@ -90,6 +90,7 @@ pub fn compile(policy: &Policy, resolver: &dyn HostResolver, env: &CompileEnv) -
     let net = network::compile_destinations(policy, resolver, network_base, address_base);
     EnforcementImage {
         settings: policy.enforcement(),
+        record_allowed: false,
         rules,
         identities: exec.identities,
         names: exec.names,

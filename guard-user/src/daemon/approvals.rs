@@ -18,6 +18,13 @@ use super::protocol::ApprovalMode;
 use crate::compile::image::EnforcementImage;
 use crate::policy::Transport;
 
+/// Who answers an ask or asks for an amendment: the peer's user name and uid.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answerer {
+    pub name: String,
+    pub uid: u32,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum ApprovalTarget {

@@ -97,6 +97,10 @@ pub struct Ask {
     last_seen: Instant,
     #[serde(skip)]
     resolved_at: Option<Instant>,
+    /// The audit record of the request that made the ask: its answers' records repeat its
+    /// process, destination and rule.
+    #[serde(skip)]
+    pub origin: Option<crate::audit::AuditRecord>,
 }
 
 impl Ask {
@@ -202,10 +206,18 @@ impl AskBook {
                 first_seen: now,
                 last_seen: now,
                 resolved_at: None,
+                origin: None,
             },
         );
         self.prune(now);
         Recorded::New(id)
+    }
+
+    /// Keeps the audit record of the request that made ask `id`.
+    pub fn set_origin(&mut self, id: u64, record: crate::audit::AuditRecord) {
+        if let Some(ask) = self.asks.get_mut(&id) {
+            ask.origin = Some(record);
+        }
     }
 
     /// The ask `id` with `expires_in` filled in.

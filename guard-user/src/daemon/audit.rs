@@ -1,127 +1,442 @@
-//! The daemon's audit records: one JSON line per kernel decision it is told about and per
-//! control action (approvals, denials, amendments, reloads, refused requests), appended to the
-//! audit log and kept in memory for `guard audit`. Every record names its `owner` (the user
-//! whose process or request it is), which the authorization policy's `resource.owner` sees.
-//!
-//! Flush policy: records are buffered and written out at every housekeeping tick (a quarter of a
-//! second) and at a clean stop, so a crash loses at most the last tick's records.
+//! The daemon's side of the audit log: it numbers every record, hands it to the writer thread
+//! (`audit::writer`), streams it to the clients following the log (each sees only the records
+//! its authorization allows), and accounts for every record lost on the way: the kernel's ring
+//! buffer full, the writer's queue full, a write that failed, a follower too slow.
 
-use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
 
-use super::asks::timestamp;
+use super::messages::{Described, protocol_for};
+use super::peer::user_name;
+use crate::audit::files::{ReadStats, log_files, read_records};
+use crate::audit::filter::{AuditFilter, CompiledFilter};
+use crate::audit::record::{
+    AuditRecord, DestinationInfo, FIELDS, LossInfo, ProcessInfo, RecordType, RuleRef,
+    SCHEMA_VERSION, host_name,
+};
+use crate::audit::writer::{AuditWriter, WriterConfig};
+use crate::authz::{Attributes, AuthzPolicy, Request as AuthzRequest, Subject};
+use crate::compile::image::EnforcementImage;
+use crate::kernel::events::{Action, EventKind, KernelEvent};
+use crate::session::destination_host;
 
-/// Records kept in memory for `guard audit`.
-const RECENT: usize = 10_000;
-
-pub struct AuditLog {
-    path: PathBuf,
-    file: Option<BufWriter<File>>,
-    recent: VecDeque<Value>,
-    /// Records that could not be written to the file (counted, reported in `guard status`).
-    pub write_errors: u64,
+/// Who may read which records: the authorization policy's `audit` action on entity `audit`,
+/// with the record's `owner` and `type` as `resource.owner` and `resource.type`. Decisions are
+/// cached per owner and type (a follower sees thousands of records of a few owners).
+pub struct Access {
+    subject: Subject,
+    authz: Arc<AuthzPolicy>,
+    cache: HashMap<(String, RecordType), bool>,
 }
 
-impl AuditLog {
-    /// Opens (creating it and one missing folder level) the log for appending. A log that
-    /// cannot be opened is reported and the records are kept in memory only.
-    pub fn open(path: &Path) -> (AuditLog, Option<String>) {
-        let opened = path
-            .parent()
-            .map(std::fs::create_dir_all)
-            .transpose()
-            .and_then(|_| OpenOptions::new().create(true).append(true).open(path));
-        let (file, error) = match opened {
-            Ok(file) => (Some(BufWriter::with_capacity(1 << 16, file)), None),
-            Err(err) => (
-                None,
-                Some(format!(
-                    "cannot open the audit log {}: {err}",
-                    path.display()
-                )),
-            ),
-        };
-        (
-            AuditLog {
-                path: path.to_path_buf(),
-                file,
-                recent: VecDeque::new(),
-                write_errors: 0,
-            },
-            error,
-        )
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Appends one record: `{"time", "type", "owner", ...fields}`.
-    pub fn record(&mut self, kind: &str, owner: &str, fields: Value) {
-        let mut record = json!({
-            "time": timestamp(SystemTime::now()),
-            "type": kind,
-            "owner": owner,
-        });
-        if let (Some(out), Value::Object(fields)) = (record.as_object_mut(), fields) {
-            out.extend(fields);
+impl Access {
+    pub fn new(subject: Subject, authz: Arc<AuthzPolicy>) -> Access {
+        Access {
+            subject,
+            authz,
+            cache: HashMap::new(),
         }
-        if let Some(file) = self.file.as_mut() {
-            let mut line = record.to_string();
-            line.push('\n');
-            if file.write_all(line.as_bytes()).is_err() {
-                self.write_errors += 1;
+    }
+
+    pub fn may_read(&mut self, record: &AuditRecord) -> bool {
+        let key = (record.owner.clone(), record.kind);
+        if let Some(allowed) = self.cache.get(&key) {
+            return *allowed;
+        }
+        let resource = Attributes::from([
+            ("owner".to_string(), vec![record.owner.clone()]),
+            ("type".to_string(), vec![record.kind.as_str().to_string()]),
+        ]);
+        let allowed = self
+            .authz
+            .evaluate(&AuthzRequest {
+                subject: &self.subject,
+                action: "audit",
+                entity: Some("audit"),
+                resource: &resource,
+                env: &Attributes::new(),
+            })
+            .allowed;
+        self.cache.insert(key, allowed);
+        allowed
+    }
+}
+
+/// The control protocol's line for one record.
+pub fn record_line(record: &AuditRecord) -> String {
+    format!(
+        "{{\"v\":{},\"event\":\"record\",\"record\":{}}}",
+        super::protocol::PROTOCOL_VERSION,
+        serde_json::to_string(record).unwrap_or_else(|_| "{}".into())
+    )
+}
+
+/// A client of `guard audit --follow`.
+struct Follower {
+    out: mpsc::Sender<String>,
+    filter: CompiledFilter,
+    access: Access,
+    /// Records it missed because its queue was full, not yet told.
+    missed: u64,
+}
+
+/// What a `guard audit` request reads from the files before it follows (done by the
+/// connection's task, off the daemon's loop).
+pub struct HistoryRead {
+    pub files: Vec<PathBuf>,
+    pub filter: CompiledFilter,
+    pub access: Access,
+    /// Records from this `seq` on are live (the follower gets them), not history.
+    pub before_seq: u64,
+    /// Answers once the writer has written every record before `before_seq`.
+    pub written: Option<std::sync::mpsc::Receiver<()>>,
+    /// Only the newest this many.
+    pub limit: Option<usize>,
+}
+
+impl HistoryRead {
+    /// Calls `out` with each line to send, oldest first; stops when it returns false.
+    pub fn run(mut self, mut out: impl FnMut(String) -> bool) -> std::io::Result<ReadStats> {
+        if let Some(written) = self.written.take() {
+            // Bounded: a stuck writer must not hang a reader forever.
+            let _ = written.recv_timeout(std::time::Duration::from_secs(10));
+        }
+        let mut newest = std::collections::VecDeque::new();
+        let limit = self.limit;
+        let stats = read_records(&self.files, |record| {
+            if record.seq >= self.before_seq
+                || !self.filter.matches(&record)
+                || !self.access.may_read(&record)
+            {
+                return true;
+            }
+            let line = record_line(&record);
+            match limit {
+                Some(n) => {
+                    if newest.len() == n {
+                        newest.pop_front();
+                    }
+                    if n > 0 {
+                        newest.push_back(line);
+                    }
+                    true
+                }
+                None => out(line),
+            }
+        })?;
+        for line in newest {
+            if !out(line) {
+                break;
             }
         }
-        if self.recent.len() == RECENT {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(record);
-    }
-
-    /// Writes out what is buffered.
-    pub fn flush(&mut self) {
-        if let Some(file) = self.file.as_mut()
-            && file.flush().is_err()
-        {
-            self.write_errors += 1;
-        }
-    }
-
-    /// The newest records, oldest first.
-    pub fn recent(&self) -> impl DoubleEndedIterator<Item = &Value> {
-        self.recent.iter()
+        Ok(stats)
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Loss counts, in all and as last reported in a `loss` record.
+#[derive(Default, Clone, Copy)]
+struct LossCounts {
+    ring_buffer: u64,
+    writer: u64,
+    write_errors: u64,
+}
 
-    #[test]
-    fn records_are_whole_json_lines_with_time_type_and_owner() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("log").join("audit.jsonl");
-        let (mut log, error) = AuditLog::open(&path);
-        assert!(error.is_none());
-        log.record("reload", "root", json!({"ok": true}));
-        log.record("control_refused", "alice", json!({"action": "status"}));
-        log.flush();
-        let text = std::fs::read_to_string(&path).unwrap();
-        let lines: Vec<Value> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        assert_eq!(lines.len(), 2);
-        assert_eq!(lines[1]["type"], "control_refused");
-        assert_eq!(lines[1]["owner"], "alice");
-        assert_eq!(lines[0]["ok"], true);
-        assert!(lines[0]["time"].as_str().unwrap().ends_with('Z'));
-        assert_eq!(log.recent().count(), 2);
+pub struct AuditTrail {
+    writer: Option<AuditWriter>,
+    path: PathBuf,
+    host: String,
+    next_seq: u64,
+    users: HashMap<u32, String>,
+    followers: Vec<Follower>,
+    authz: Arc<AuthzPolicy>,
+    cgroup_root: Option<PathBuf>,
+    /// Records the writer's queue had no room for.
+    writer_lost: u64,
+    reported: LossCounts,
+    /// Records sent to followers that had no room for them.
+    pub follower_missed: u64,
+}
+
+impl AuditTrail {
+    /// Starts the writer; a log that cannot be opened is reported (the second value) and the
+    /// records go only to followers, counted as write errors.
+    pub fn open(config: WriterConfig, authz: Arc<AuthzPolicy>) -> (AuditTrail, Option<String>) {
+        let path = config.path.clone();
+        let (writer, last, error) = match AuditWriter::start(config) {
+            Ok((writer, last)) => (Some(writer), last, None),
+            Err(err) => (None, None, Some(format!("{err:#}"))),
+        };
+        let trail = AuditTrail {
+            writer,
+            path,
+            host: host_name(),
+            next_seq: last.map_or(1, |s| s + 1),
+            users: HashMap::new(),
+            followers: Vec::new(),
+            authz,
+            cgroup_root: crate::kernel::scope::cgroup2_root().ok(),
+            writer_lost: 0,
+            reported: LossCounts::default(),
+            follower_missed: 0,
+        };
+        (trail, error)
+    }
+
+    /// A new authorization policy (a reload): followers are judged by it from now on.
+    pub fn set_authz(&mut self, authz: Arc<AuthzPolicy>) {
+        for follower in &mut self.followers {
+            follower.access = Access::new(follower.access.subject.clone(), authz.clone());
+        }
+        self.authz = authz;
+    }
+
+    fn user(&mut self, uid: u32) -> String {
+        self.users
+            .entry(uid)
+            .or_insert_with(|| user_name(uid))
+            .clone()
+    }
+
+    /// A record of `kind` by `owner`, with `details` (an object) as its type's own fields.
+    pub fn record(&mut self, kind: RecordType, owner: &str, details: Value) {
+        let mut record = base(kind, owner);
+        if let Value::Object(details) = details {
+            debug_assert!(
+                details.keys().all(|k| !FIELDS.contains(&k.as_str())),
+                "{kind:?} details reuse a schema field: {details:?}"
+            );
+            record.details = details;
+        }
+        self.emit(record);
+    }
+
+    /// Numbers the record and sends it on: to the followers allowed to see it, and to the
+    /// writer (or counts it lost).
+    pub fn emit(&mut self, mut record: AuditRecord) {
+        record.v = SCHEMA_VERSION;
+        record.seq = self.next_seq;
+        self.next_seq += 1;
+        if record.time.is_empty() {
+            record.time = super::asks::timestamp(SystemTime::now());
+        }
+        record.host.clone_from(&self.host);
+        if !self.followers.is_empty() {
+            self.stream(&record);
+        }
+        match &self.writer {
+            Some(writer) => {
+                if !writer.send(record) {
+                    self.writer_lost += 1;
+                }
+            }
+            None => self.writer_lost += 1,
+        }
+    }
+
+    fn stream(&mut self, record: &AuditRecord) {
+        let mut line: Option<String> = None;
+        let mut missed = 0;
+        self.followers.retain_mut(|follower| {
+            if follower.out.is_closed() {
+                return false;
+            }
+            if !follower.filter.matches(record) || !follower.access.may_read(record) {
+                return true;
+            }
+            if follower.missed > 0 {
+                let notice =
+                    super::protocol::event_line("missed", json!({"records": follower.missed}));
+                if follower.out.try_send(notice).is_ok() {
+                    follower.missed = 0;
+                }
+            }
+            let text = line.get_or_insert_with(|| record_line(record)).clone();
+            if follower.out.try_send(text).is_err() {
+                follower.missed += 1;
+                missed += 1;
+            }
+            true
+        });
+        self.follower_missed += missed;
+    }
+
+    /// Starts following for a client: live records from now on go to `out`; the history up to
+    /// now is what the returned read gives.
+    pub fn follow(
+        &mut self,
+        subject: Subject,
+        filter: &AuditFilter,
+        out: Option<mpsc::Sender<String>>,
+        limit: Option<usize>,
+    ) -> Result<HistoryRead, String> {
+        if let Some(out) = out {
+            self.followers.push(Follower {
+                out,
+                filter: filter.compile()?,
+                access: Access::new(subject.clone(), self.authz.clone()),
+                missed: 0,
+            });
+        }
+        Ok(HistoryRead {
+            files: log_files(&self.path),
+            filter: filter.compile()?,
+            access: Access::new(subject, self.authz.clone()),
+            before_seq: self.next_seq,
+            written: self.writer.as_ref().map(|w| w.barrier()),
+            limit,
+        })
+    }
+
+    /// A `loss` record when anything was lost since the last one (`ring_buffer_total` is the
+    /// kernel's count of events that did not fit).
+    pub fn account_losses(&mut self, ring_buffer_total: u64) {
+        let now = LossCounts {
+            ring_buffer: ring_buffer_total,
+            writer: self.writer_lost,
+            write_errors: self
+                .writer
+                .as_ref()
+                .map_or(0, |w| w.stats().write_errors.load(Ordering::Relaxed)),
+        };
+        let before = self.reported;
+        if now.ring_buffer <= before.ring_buffer
+            && now.writer <= before.writer
+            && now.write_errors <= before.write_errors
+        {
+            return;
+        }
+        let mut record = base(RecordType::Loss, "root");
+        record.loss = Some(LossInfo {
+            ring_buffer: now.ring_buffer.saturating_sub(before.ring_buffer),
+            writer: now.writer - before.writer,
+            write_errors: now.write_errors.saturating_sub(before.write_errors),
+            ring_buffer_total: now.ring_buffer,
+            writer_total: now.writer,
+            write_errors_total: now.write_errors,
+        });
+        let lost_before = self.writer_lost;
+        self.emit(record);
+        // Reported only if the report itself got through; else the next tick tries again.
+        if self.writer_lost == lost_before {
+            self.reported = now;
+        }
+    }
+
+    /// For `guard status`.
+    pub fn status(&self) -> Value {
+        let stats = self.writer.as_ref().map(|w| w.stats());
+        let load = |f: fn(&crate::audit::writer::WriterStats) -> u64| stats.map_or(0, f);
+        json!({
+            "path": self.path.display().to_string(),
+            "next_seq": self.next_seq,
+            "written": load(|s| s.written.load(Ordering::Relaxed)),
+            "bytes": load(|s| s.bytes.load(Ordering::Relaxed)),
+            "rotations": load(|s| s.rotations.load(Ordering::Relaxed)),
+            "write_errors": load(|s| s.write_errors.load(Ordering::Relaxed)),
+            "last_error": stats.and_then(|s| s.last_error.lock().ok().and_then(|e| e.clone())),
+            "writer_lost": self.writer_lost,
+            "followers": self.followers.len(),
+            "follower_missed": self.follower_missed,
+        })
+    }
+
+    /// Followers whose clients went away.
+    pub fn prune(&mut self) {
+        self.followers.retain(|f| !f.out.is_closed());
+    }
+
+    /// Writes out everything queued and stops the writer.
+    pub fn close(&mut self) {
+        self.writer = None;
+    }
+
+    /// A kernel event's record: the process, the destination, the deciding rule and the
+    /// message.
+    pub fn kernel_record(
+        &mut self,
+        image: &EnforcementImage,
+        event: &KernelEvent,
+        described: &Described,
+        cgroup: Option<&std::path::Path>,
+    ) -> AuditRecord {
+        let user = self.user(event.uid);
+        let mut record = base(RecordType::Decision, &user);
+        record.time = super::asks::timestamp(event.time);
+        record.decision = Some(event.decision.as_str().to_string());
+        record.event = Some(
+            match event.kind {
+                EventKind::Exec => "exec",
+                EventKind::Connect => "connect",
+                EventKind::Sendmsg => "sendmsg",
+            }
+            .to_string(),
+        );
+        record.action = Some(
+            match event.action {
+                Action::None => "none",
+                Action::Eperm => "eperm",
+                Action::Sigkill => "sigkill",
+            }
+            .to_string(),
+        );
+        record.audit_only = Some(event.audit_only);
+        record.unmatched = event.unmatched.then_some(true);
+        record.rule = event
+            .rule
+            .and_then(|id| image.rules.get(id as usize))
+            .and_then(|rule| {
+                let origin = rule.origin.as_ref()?;
+                Some(RuleRef {
+                    file: origin.file.to_string(),
+                    line: origin.line,
+                    text: rule.text.clone(),
+                    justification: rule.justification.clone(),
+                })
+            });
+        let cgroup = cgroup.map(|path| match &self.cgroup_root {
+            Some(root) => path
+                .strip_prefix(root)
+                .map(|p| format!("/{}", p.display()))
+                .unwrap_or_else(|_| path.display().to_string()),
+            None => path.display().to_string(),
+        });
+        record.process = Some(ProcessInfo {
+            pid: event.tgid,
+            tid: event.pid,
+            ppid: event.ppid,
+            uid: event.uid,
+            user,
+            gid: event.gid,
+            cgroup,
+            cgroup_id: event.cgroup_id,
+            exe: event.exe.clone(),
+            argv: event.argv.clone(),
+            argv_truncated: event.argv_truncated,
+            comm: event.comm.clone(),
+        });
+        record.destination = event.destination.as_ref().map(|d| DestinationInfo {
+            host: destination_host(image, event).map(str::to_string),
+            address: d.address.to_string(),
+            port: d.port,
+            transport: d.transport.to_string(),
+            protocol: protocol_for(d.port, d.transport).as_str().to_string(),
+        });
+        record.message = Some(described.message.clone());
+        record
+    }
+}
+
+/// A record with only the fields every record has (the trail fills in `v`, `seq`, `host`).
+pub fn base(kind: RecordType, owner: &str) -> AuditRecord {
+    AuditRecord {
+        kind,
+        owner: owner.to_string(),
+        ..Default::default()
     }
 }

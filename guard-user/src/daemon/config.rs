@@ -46,8 +46,7 @@ pub struct Config {
     pub nameserver: Option<SocketAddr>,
     /// Record every decision, enforce none.
     pub audit_only: bool,
-    /// The audit log (JSON lines).
-    pub audit_log: PathBuf,
+    pub audit: AuditConfig,
     pub scope: ScopeConfig,
     pub asks: AskConfig,
     /// Extra attributes for the authorization policy, per user name:
@@ -79,6 +78,65 @@ pub struct AskConfig {
     pub once_secs: u64,
 }
 
+/// `[audit]`: the audit log's file, rotation, flush policy, and what else gets the records.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditConfig {
+    /// The audit log (JSON lines, schema version 1).
+    pub path: PathBuf,
+    /// A file is rotated (to `PATH.1`, ...) before it would grow past this many MiB.
+    pub max_file_mb: u64,
+    /// Rotated files kept besides the current one (the oldest goes).
+    pub keep_files: usize,
+    /// Records are written out when the writer has nothing queued, and at least this often
+    /// (milliseconds) under load: a kill -9 loses at most this long's records plus the queue.
+    pub flush_ms: u64,
+    /// fsync the log at least this often (seconds); 0: never (a daemon crash loses nothing
+    /// written; this bounds what a crash of the machine can take).
+    pub fsync_secs: u64,
+    /// Records queued for the writer before new ones are counted as lost (`loss` records,
+    /// `guard status`). No record is ever sampled away or rate-limited.
+    pub queue_records: usize,
+    /// Record allowed execs and connections too (the kernel sends an event for every decision
+    /// in scope; `guard replay` then sees all traffic). Off: refusals, asks and audit-only
+    /// matches only.
+    pub record_allowed: bool,
+    /// Also send every record to this syslog receiver, as RFC 5424: `udp://HOST:PORT`,
+    /// `tcp://HOST:PORT` or `unix:///dev/log`. Empty: none.
+    pub syslog: String,
+    /// The syslog facility: `auth`, `authpriv`, `daemon`, `user`, `local0` ... `local7`.
+    pub syslog_facility: String,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig {
+            path: PathBuf::from("/var/log/guard/audit.jsonl"),
+            max_file_mb: 64,
+            keep_files: 8,
+            flush_ms: 200,
+            fsync_secs: 5,
+            queue_records: 65_536,
+            record_allowed: false,
+            syslog: String::new(),
+            syslog_facility: "auth".to_string(),
+        }
+    }
+}
+
+impl AuditConfig {
+    pub fn writer_config(&self) -> crate::audit::writer::WriterConfig {
+        crate::audit::writer::WriterConfig {
+            path: self.path.clone(),
+            max_file_bytes: self.max_file_mb.max(1) * 1024 * 1024,
+            keep_files: self.keep_files,
+            flush_interval: Duration::from_millis(self.flush_ms.max(1)),
+            fsync_interval: Duration::from_secs(self.fsync_secs),
+            queue_records: self.queue_records,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct UserConfig {
@@ -101,7 +159,7 @@ impl Default for Config {
             backend: String::new(),
             nameserver: None,
             audit_only: false,
-            audit_log: PathBuf::from("/var/log/guard/audit.jsonl"),
+            audit: AuditConfig::default(),
             scope: ScopeConfig::default(),
             asks: AskConfig::default(),
             users: BTreeMap::new(),

@@ -46,8 +46,14 @@ pub enum Request {
     Reload,
     /// Moves the requesting process into a fresh scope; then streams `blocked` events for it.
     Run { argv: Vec<String> },
-    /// Audit records the caller may read, newest last.
+    /// Streams the audit records the caller may read that match `filter`, oldest first (only
+    /// the newest `limit`, if given): `record` events, then `history_end`; with `follow`, then
+    /// each new record as it is made (`missed` says how many a slow client lost).
     Audit {
+        #[serde(default)]
+        filter: crate::audit::filter::AuditFilter,
+        #[serde(default)]
+        follow: bool,
         #[serde(default)]
         limit: Option<usize>,
     },

@@ -13,12 +13,15 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, oneshot};
 
+use super::audit::HistoryRead;
 use super::config::Config;
 use super::peer::PeerCredentials;
 use super::protocol::{
-    ErrorCode, MAX_REQUEST_BYTES, PROTOCOL_VERSION, Request, RequestLine, ResponseLine, is_flush,
+    ErrorCode, MAX_REQUEST_BYTES, PROTOCOL_VERSION, Request, RequestLine, ResponseLine, event_line,
+    is_flush,
 };
 use super::service::{Daemon, TICK, daemon_note};
+use crate::audit::filter::AuditFilter;
 
 /// Events handled per turn of the loop.
 const EVENT_BATCH: usize = 64;
@@ -35,7 +38,19 @@ enum Command {
     Flush(mpsc::UnboundedSender<String>),
     /// A streaming client went away.
     Detach(mpsc::UnboundedSender<String>),
+    /// `guard audit`: the history to read, and with `live` the records from now on.
+    Audit {
+        peer: PeerCredentials,
+        filter: AuditFilter,
+        live: Option<mpsc::Sender<String>>,
+        limit: Option<usize>,
+        reply: oneshot::Sender<Result<HistoryRead, ResponseLine>>,
+    },
 }
+
+/// Live records a follower may have queued before it counts as too slow (it is then told how
+/// many it missed; they are in the log).
+const FOLLOW_QUEUE: usize = 16_384;
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn serve(config: Config) -> Result<()> {
@@ -86,6 +101,9 @@ pub async fn serve(config: Config) -> Result<()> {
                 }
                 Command::Flush(stream) => daemon.flush(&stream),
                 Command::Detach(stream) => daemon.detach_listener(&stream),
+                Command::Audit { peer, filter, live, limit, reply } => {
+                    let _ = reply.send(daemon.audit_read(peer, &filter, live, limit));
+                }
             },
             ready = ring.readable() => {
                 // A bounded batch, so requests get their turn under a flood of events; the
@@ -237,6 +255,15 @@ async fn connection(stream: UnixStream, tx: mpsc::Sender<Command>) {
                 continue;
             }
         };
+        if let Request::Audit {
+            filter,
+            follow,
+            limit,
+        } = request
+        {
+            audit_stream(peer, filter, follow, limit, &tx, reader, write).await;
+            return;
+        }
         let streaming = matches!(request, Request::Run { .. } | Request::Watch);
         let (stream_tx, mut stream_rx) = mpsc::unbounded_channel::<String>();
         let (reply_tx, reply_rx) = oneshot::channel();
@@ -288,5 +315,93 @@ async fn connection(stream: UnixStream, tx: mpsc::Sender<Command>) {
         }
         let _ = tx.send(Command::Detach(stream_tx)).await;
         return;
+    }
+}
+
+/// `guard audit`: the response, the history (read from the files by a blocking task, so the
+/// daemon's loop never waits on the disk), `history_end`, then with `follow` the live records
+/// until the client closes.
+async fn audit_stream(
+    peer: PeerCredentials,
+    filter: AuditFilter,
+    follow: bool,
+    limit: Option<usize>,
+    tx: &mpsc::Sender<Command>,
+    mut reader: BufReader<tokio::net::unix::OwnedReadHalf>,
+    mut write: tokio::net::unix::OwnedWriteHalf,
+) {
+    let (live_tx, mut live_rx) = mpsc::channel::<String>(FOLLOW_QUEUE);
+    let (reply, history) = oneshot::channel();
+    let command = Command::Audit {
+        peer,
+        filter,
+        live: follow.then_some(live_tx),
+        limit,
+        reply,
+    };
+    if tx.send(command).await.is_err() {
+        return;
+    }
+    let history = match history.await {
+        Ok(Ok(history)) => history,
+        Ok(Err(response)) => {
+            let _ = write_line(
+                &mut write,
+                &serde_json::to_string(&response).unwrap_or_default(),
+            )
+            .await;
+            return;
+        }
+        Err(_) => return,
+    };
+    let files: Vec<String> = history
+        .files
+        .iter()
+        .map(|f| f.display().to_string())
+        .collect();
+    let response = ResponseLine::ok(serde_json::json!({"files": files, "follow": follow}));
+    if !write_line(
+        &mut write,
+        &serde_json::to_string(&response).unwrap_or_default(),
+    )
+    .await
+    {
+        return;
+    }
+    let (lines_tx, mut lines_rx) = mpsc::channel::<String>(1024);
+    let reading = tokio::task::spawn_blocking(move || {
+        history.run(|line| lines_tx.blocking_send(line).is_ok())
+    });
+    while let Some(line) = lines_rx.recv().await {
+        if !write_line(&mut write, &line).await {
+            return;
+        }
+    }
+    let end = match reading.await {
+        Ok(Ok(stats)) => event_line(
+            "history_end",
+            serde_json::json!({"read": stats.records, "bad_lines": stats.bad_lines}),
+        ),
+        Ok(Err(err)) => event_line("history_end", serde_json::json!({"error": err.to_string()})),
+        Err(_) => event_line(
+            "history_end",
+            serde_json::json!({"error": "the reader failed"}),
+        ),
+    };
+    if !write_line(&mut write, &end).await || !follow {
+        return;
+    }
+    loop {
+        tokio::select! {
+            Some(line) = live_rx.recv() => {
+                if !write_line(&mut write, &line).await {
+                    return;
+                }
+            }
+            incoming = read_line(&mut reader) => if incoming.is_none() {
+                // The client closed; the daemon drops the follower when it finds the queue closed.
+                return;
+            },
+        }
     }
 }

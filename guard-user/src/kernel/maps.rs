@@ -138,7 +138,8 @@ impl MapSync {
                 audit_only: image.settings.audit_only as u8,
                 ready: 1,
                 exec_approvals: u8::from(stats.approvals > 0),
-                _pad: [0; 3],
+                record_allowed: u8::from(image.record_allowed),
+                _pad: [0; 2],
             };
             map.set(0, settings, 0).context("writing SETTINGS")?;
         }

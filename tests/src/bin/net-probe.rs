@@ -11,6 +11,11 @@
 //!   (must succeed) and one to DENIED (must get EPERM) per round, until STOPFILE exists or
 //!   MAX_SECS pass; prints `rounds N wrong M` (and the first wrong answer): a policy change
 //!   while it runs must not make a single decision wrong.
+//! - `paced PREFIX RATE SECS LOGFILE`: RATE refused UDP sends a second for SECS, attempt `i`
+//!   going to `PREFIX.(i / 256 % 256).(i % 256)` port `1 + i / 65536` (PREFIX is two octets,
+//!   e.g. 127.88), so every attempt is a destination of its own that its audit record names.
+//!   Every 100 attempts it appends `i UNIX_NANOS` to LOGFILE (i attempts made by then); at the
+//!   end it prints `sent N refused M`.
 //!
 //! Anything else it cannot do (bad arguments, a socket it cannot make) exits 2 with a message.
 
@@ -26,6 +31,11 @@ fn main() -> ExitCode {
         && call == "udp-loop"
     {
         return udp_loop(allowed, denied, port, Path::new(stop), secs);
+    }
+    if let [call, prefix, rate, secs, log] = args.as_slice()
+        && call == "paced"
+    {
+        return paced(prefix, rate, secs, Path::new(log));
     }
     if let [call, addr, port, count] = args.as_slice()
         && call == "udp-flood"
@@ -106,6 +116,54 @@ fn flood(addr: &str, port: &str, count: &str) -> ExitCode {
         })
         .count();
     println!("refused {refused}");
+    ExitCode::SUCCESS
+}
+
+/// Attempt `i`'s destination under `prefix` (`a.b`).
+fn paced_target(prefix: [u8; 2], i: u64) -> SocketAddr {
+    let ip = Ipv4Addr::new(prefix[0], prefix[1], (i / 256 % 256) as u8, (i % 256) as u8);
+    SocketAddr::new(IpAddr::V4(ip), 1 + (i / 65536) as u16)
+}
+
+fn paced(prefix: &str, rate: &str, secs: &str, log: &Path) -> ExitCode {
+    use std::io::Write;
+    let octets: Vec<Option<u8>> = prefix.split('.').map(|o| o.parse().ok()).collect();
+    let (Ok(rate), Ok(secs), [Some(a), Some(b)]) =
+        (rate.parse::<u64>(), secs.parse::<u64>(), octets.as_slice())
+    else {
+        eprintln!("usage: net-probe paced A.B RATE SECS LOGFILE");
+        return ExitCode::from(2);
+    };
+    let Ok(socket) = udp_socket(IpAddr::V4(Ipv4Addr::LOCALHOST)) else {
+        eprintln!("net-probe: cannot make a UDP socket");
+        return ExitCode::from(2);
+    };
+    let Ok(mut out) = std::fs::File::create(log) else {
+        eprintln!("net-probe: cannot create {}", log.display());
+        return ExitCode::from(2);
+    };
+    let start = Instant::now();
+    let total = rate * secs;
+    let (mut sent, mut refused) = (0u64, 0u64);
+    while sent < total {
+        // Paced: attempt i is due at i / rate seconds.
+        let due = start + Duration::from_secs_f64(sent as f64 / rate as f64);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let result = socket.send_to(b"guard", paced_target([*a, *b], sent));
+        if result.is_err_and(|e| e.raw_os_error() == Some(1)) {
+            refused += 1;
+        }
+        sent += 1;
+        if sent % 100 == 0 {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            let _ = writeln!(out, "{sent} {}", now.as_nanos());
+        }
+    }
+    println!("sent {sent} refused {refused}");
     ExitCode::SUCCESS
 }
 

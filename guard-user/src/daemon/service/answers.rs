@@ -6,7 +6,9 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use super::Daemon;
-use crate::daemon::approvals::{Approval, ApprovalTarget, Approvals};
+use crate::audit::RecordType;
+use crate::audit::record::{AmendmentInfo, ApprovalInfo, AuditRecord};
+use crate::daemon::approvals::{Answerer, Approval, ApprovalTarget, Approvals};
 use crate::daemon::asks::{Ask, AskState, AskTarget};
 use crate::daemon::protocol::{Amendment, ApprovalMode, ErrorCode};
 use crate::policy::amend::{
@@ -39,7 +41,7 @@ impl Daemon {
         &mut self,
         id: u64,
         mode: ApprovalMode,
-        by: &str,
+        by: &Answerer,
     ) -> Result<Value, (ErrorCode, String)> {
         let ask = self.pending_ask(id)?;
         let failed = |m: String| (ErrorCode::Failed, m);
@@ -98,17 +100,18 @@ impl Daemon {
         }
         let state = AskState::Approved {
             mode,
-            by: by.to_string(),
+            by: by.name.clone(),
         };
         if let Some(resolved) = self.asks.resolve(id, state, Instant::now()) {
             self.notify_watchers("resolved", json!({"ask": resolved}));
         }
-        self.audit.record(
-            "approval",
+        self.audit.emit(answer_record(
+            &ask,
+            RecordType::Approval,
             by,
-            json!({"ask": id, "mode": mode.as_str(), "request": ask.record,
-                   "line": result.get("line")}),
-        );
+            mode.as_str(),
+            &result,
+        ));
         Ok(result)
     }
 
@@ -149,7 +152,7 @@ impl Daemon {
         &mut self,
         ask: &Ask,
         mode: ApprovalMode,
-        by: &str,
+        by: &Answerer,
         target: ApprovalTarget,
     ) -> Result<(), (ErrorCode, String)> {
         let run_scope = ask.from_run.then_some(ask.scope);
@@ -168,7 +171,7 @@ impl Daemon {
         let approval = Approval {
             ask: ask.id,
             mode,
-            by: by.to_string(),
+            by: by.name.clone(),
             target,
             scope: if mode == ApprovalMode::Session {
                 run_scope
@@ -200,7 +203,7 @@ impl Daemon {
         &mut self,
         id: u64,
         always: bool,
-        by: &str,
+        by: &Answerer,
     ) -> Result<Value, (ErrorCode, String)> {
         let ask = self.pending_ask(id)?;
         let mut result = json!({"ask": id, "always": always});
@@ -224,23 +227,21 @@ impl Daemon {
         }
         let state = AskState::Denied {
             always,
-            by: by.to_string(),
+            by: by.name.clone(),
         };
         if let Some(resolved) = self.asks.resolve(id, state, Instant::now()) {
             self.notify_watchers("resolved", json!({"ask": resolved}));
         }
-        self.audit.record(
-            "denial",
-            by,
-            json!({"ask": id, "always": always, "request": ask.record, "line": result.get("line")}),
-        );
+        let mode = if always { "always" } else { "once" };
+        self.audit
+            .emit(answer_record(&ask, RecordType::Denial, by, mode, &result));
         Ok(result)
     }
 
     pub(super) async fn amend(
         &mut self,
         amendment: &Amendment,
-        by: &str,
+        by: &Answerer,
     ) -> Result<Value, (ErrorCode, String)> {
         let bad = |m: String| (ErrorCode::BadRequest, m);
         let line = match amendment {
@@ -270,16 +271,20 @@ impl Daemon {
     async fn append_and_reload(
         &mut self,
         line: &str,
-        by: &str,
+        by: &Answerer,
     ) -> Result<Value, (ErrorCode, String)> {
         let file = self.config.amendments_file();
         let outcome = append_line(&file, line).map_err(|e| (ErrorCode::Failed, e.to_string()))?;
-        self.audit.record(
-            "amendment",
-            by,
-            json!({"file": file.display().to_string(), "line": line, "outcome": outcome}),
-        );
-        let applied = self.reload(by).await;
+        let mut record = crate::daemon::audit::base(RecordType::Amendment, &by.name);
+        record.amendment = Some(AmendmentInfo {
+            file: file.display().to_string(),
+            line: line_number(&file, line).unwrap_or(0),
+            text: line.to_string(),
+        });
+        record.details.insert("outcome".into(), json!(outcome));
+        record.details.insert("uid".into(), json!(by.uid));
+        self.audit.emit(record);
+        let applied = self.reload(&by.name).await;
         let mut value = json!({
             "file": file.display().to_string(),
             "line": line,
@@ -321,6 +326,48 @@ fn label(protocol: NetworkProtocol) -> &'static str {
         NetworkProtocol::Socks5Tcp => "socks5_tcp",
         NetworkProtocol::Socks5Udp => "socks5_udp",
     }
+}
+
+/// The record of an answer to an ask: the ask's request (process, destination, deciding rule)
+/// with who answered and how, and the amendment line it wrote, if any.
+fn answer_record(
+    ask: &Ask,
+    kind: RecordType,
+    by: &Answerer,
+    mode: &str,
+    result: &Value,
+) -> AuditRecord {
+    let mut record = ask.origin.clone().unwrap_or_default();
+    record.kind = kind;
+    record.time = String::new();
+    record.ask = Some(ask.id);
+    record.approval = Some(ApprovalInfo {
+        by: by.name.clone(),
+        uid: by.uid,
+        mode: mode.to_string(),
+    });
+    if let (Some(file), Some(text)) = (
+        result["line"]["file"].as_str(),
+        result["line"]["line"].as_str(),
+    ) {
+        record.amendment = Some(AmendmentInfo {
+            file: file.to_string(),
+            line: line_number(std::path::Path::new(file), text).unwrap_or(0),
+            text: text.to_string(),
+        });
+    }
+    record
+}
+
+/// The (last) line of `file` that is `text`, 1-based: where an amendment now stands.
+fn line_number(file: &std::path::Path, text: &str) -> Option<usize> {
+    let content = std::fs::read_to_string(file).ok()?;
+    content
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.trim_end() == text)
+        .map(|(i, _)| i + 1)
+        .last()
 }
 
 #[cfg(test)]

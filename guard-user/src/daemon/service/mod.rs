@@ -5,6 +5,7 @@
 //! writes new entries before it removes stale ones.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
@@ -13,12 +14,14 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::approvals::Approvals;
 use super::asks::{AskBook, Recorded};
-use super::audit::AuditLog;
+use super::audit::{AuditTrail, HistoryRead};
 use super::config::Config;
 use super::messages::describe;
 use super::peer::{PeerCredentials, subject, user_name};
 use super::protocol::{ErrorCode, Request, ResponseLine, event_line};
 use super::scopes::{ScopeKind, Scopes, configured_cgroup, own_cgroup};
+use crate::audit::RecordType;
+use crate::audit::filter::AuditFilter;
 use crate::authz::{Attributes, AuthzPolicy, Request as AuthzRequest};
 use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
 use crate::compile::image::EnforcementImage;
@@ -34,7 +37,7 @@ mod status;
 
 pub struct Daemon {
     pub config: Config,
-    authz: AuthzPolicy,
+    authz: Arc<AuthzPolicy>,
     authz_source: String,
     loaded: LoadedPolicy,
     env: CompileEnv,
@@ -47,7 +50,7 @@ pub struct Daemon {
     asks: AskBook,
     approvals: Approvals,
     watchers: Vec<UnboundedSender<String>>,
-    audit: AuditLog,
+    audit: AuditTrail,
     started: Instant,
     generation: PathBuf,
     /// Why the last reload failed, until one succeeds.
@@ -61,15 +64,15 @@ fn load(config: &Config) -> Result<LoadedPolicy, crate::policy::LoadError> {
     load_policy_with(&config.rules, &[config.amendments_file()], &config.overlays)
 }
 
-fn load_authz(config: &Config) -> Result<(AuthzPolicy, String)> {
+fn load_authz(config: &Config) -> Result<(Arc<AuthzPolicy>, String)> {
     let admin = (!config.admin_group.is_empty()).then_some(config.admin_group.as_str());
     match &config.authz_policy {
         Some(path) => Ok((
-            AuthzPolicy::load(path).map_err(|err| anyhow!("{err}"))?,
+            Arc::new(AuthzPolicy::load(path).map_err(|err| anyhow!("{err}"))?),
             path.display().to_string(),
         )),
         None => Ok((
-            AuthzPolicy::builtin(admin),
+            Arc::new(AuthzPolicy::builtin(admin)),
             "the built-in authorization policy".to_string(),
         )),
     }
@@ -103,8 +106,9 @@ impl Daemon {
         let env = CompileEnv::from_process();
         let mut image = compile(&loaded.policy, &dns, &env);
         image.settings.audit_only |= config.audit_only;
+        image.record_allowed = config.audit.record_allowed;
         enforcer.apply(&image)?;
-        let (audit, audit_error) = AuditLog::open(&config.audit_log);
+        let (audit, audit_error) = AuditTrail::open(config.audit.writer_config(), authz.clone());
         let mut daemon = Daemon {
             authz,
             authz_source,
@@ -143,7 +147,7 @@ impl Daemon {
             .map(|s| s.display_name())
             .collect();
         daemon.audit.record(
-            "daemon_start",
+            RecordType::DaemonStart,
             "root",
             json!({"backend": backend.as_str(), "rules": sources, "pid": std::process::id()}),
         );
@@ -194,6 +198,7 @@ impl Daemon {
     fn compile_with(&self, approvals: &Approvals) -> Result<EnforcementImage> {
         let mut image = compile(&self.loaded.policy, &self.dns, &self.env);
         image.settings.audit_only |= self.config.audit_only;
+        image.record_allowed = self.config.audit.record_allowed;
         if let Some(error) = approvals.add_to_image(&mut image).into_iter().next() {
             return Err(anyhow!(error));
         }
@@ -214,8 +219,11 @@ impl Daemon {
             Ok(loaded) => loaded,
             Err(err) => {
                 let message = format!("reload refused, the old policy stays: {err}");
-                self.audit
-                    .record("reload", by, json!({"ok": false, "error": message}));
+                self.audit.record(
+                    RecordType::Reload,
+                    by,
+                    json!({"ok": false, "error": message}),
+                );
                 self.last_reload_error = Some(message.clone());
                 return Err(message);
             }
@@ -240,6 +248,7 @@ impl Daemon {
             return Err(message);
         }
         self.last_reload_error = None;
+        self.audit.set_authz(authz.clone());
         self.authz = authz;
         self.authz_source = authz_source;
         let files: Vec<String> = self
@@ -251,7 +260,7 @@ impl Daemon {
             .collect();
         let rules = self.image.rules.len();
         self.audit.record(
-            "reload",
+            RecordType::Reload,
             by,
             json!({"ok": true, "files": files, "rules": rules}),
         );
@@ -278,11 +287,14 @@ impl Daemon {
     pub async fn tick(&mut self) {
         let now = Instant::now();
         for ask in self.asks.expire(now) {
-            self.audit.record(
-                "ask_expired",
-                "root",
-                json!({"ask": ask.id, "decision": self.config.asks.expire}),
-            );
+            let mut record = ask.origin.clone().unwrap_or_default();
+            record.kind = RecordType::AskExpired;
+            record.time = String::new();
+            record.ask = Some(ask.id);
+            record
+                .details
+                .insert("becomes".into(), json!(self.config.asks.expire));
+            self.audit.emit(record);
             self.notify_watchers("resolved", json!({"ask": ask}));
         }
         let mut changed = self.approvals.expire(now);
@@ -296,7 +308,14 @@ impl Daemon {
             daemon_note(&format!("DNS refresh failed: {err:#}"));
         }
         self.watchers.retain(|w| !w.is_closed());
-        self.audit.flush();
+        self.audit.prune();
+        let ring_lost = self
+            .enforcer
+            .counters()
+            .ok()
+            .and_then(|c| c.into_iter().find(|(name, _)| *name == "events_lost"))
+            .map_or(0, |(_, n)| n);
+        self.audit.account_losses(ring_lost);
     }
 
     /// Each kernel event: an ask for a `prompt`, the message to the run it came from, an audit
@@ -305,7 +324,13 @@ impl Daemon {
         let now = Instant::now();
         for event in events {
             let described = describe(&self.image, &event);
-            let line = describe_event(&self.image, &event);
+            let scope = self.scopes.by_id.get(&event.cgroup_id);
+            let mut record = self.audit.kernel_record(
+                &self.image,
+                &event,
+                &described,
+                scope.map(|s| s.path.as_path()),
+            );
             let mut ask_id = None;
             if let Some(target) = described.target.clone()
                 && !event.audit_only
@@ -323,22 +348,18 @@ impl Daemon {
                     now,
                 );
                 ask_id = Some(recorded.id());
-                if let Recorded::New(id) = recorded
-                    && let Some(ask) = self.asks.get(id, now)
-                {
-                    self.audit.record(
-                        "ask",
-                        &user_name(event.uid),
-                        json!({"ask": id, "request": ask.record, "message": ask.message}),
-                    );
-                    self.notify_watchers("ask", json!({"ask": ask}));
+                record.ask = ask_id;
+                if let Recorded::New(id) = recorded {
+                    let mut ask_record = record.clone();
+                    ask_record.kind = RecordType::Ask;
+                    self.asks.set_origin(id, ask_record.clone());
+                    self.audit.emit(ask_record);
+                    if let Some(ask) = self.asks.get(id, now) {
+                        self.notify_watchers("ask", json!({"ask": ask}));
+                    }
                 }
             }
-            self.audit.record(
-                "decision",
-                &user_name(event.uid),
-                json!({"event": event, "message": described.message, "ask": ask_id}),
-            );
+            self.audit.emit(record);
             if let Some(listener) = self
                 .scopes
                 .by_id
@@ -348,7 +369,7 @@ impl Daemon {
                 let _ = listener.send(event_line(
                     "blocked",
                     json!({
-                        "line": line,
+                        "line": describe_event(&self.image, &event),
                         "message": described.message,
                         "ask": ask_id,
                         "request": described.record,
@@ -373,7 +394,7 @@ impl Daemon {
     ) -> ResponseLine {
         let subject = subject(&peer, &self.config);
         let empty = Attributes::new();
-        // `audit` is authorized per record (whose processes it is about), below.
+        // `audit` is authorized per record (whose processes it is about), in `audit_read`.
         if !matches!(request, Request::Audit { .. }) {
             let decision = self.authz.evaluate(&AuthzRequest {
                 subject: &subject,
@@ -393,10 +414,10 @@ impl Daemon {
                     self.authz_source
                 );
                 self.audit.record(
-                    "control_refused",
+                    RecordType::ControlRefused,
                     &subject.sub,
-                    json!({"action": request.action(), "entity": request.entity(),
-                           "uid": peer.uid, "pid": peer.pid, "rule": decision.rule}),
+                    json!({"request": request.action(), "entity": request.entity(),
+                           "uid": peer.uid, "pid": peer.pid, "authz_rule": decision.rule}),
                 );
                 return ResponseLine::error(ErrorCode::Unauthorized, message);
             }
@@ -404,14 +425,17 @@ impl Daemon {
             // one the daemon knows is `audit`: record the allowed request too.
             if decision.obligations.iter().any(|o| o == "audit") {
                 self.audit.record(
-                    "control_allowed",
+                    RecordType::ControlAllowed,
                     &subject.sub,
-                    json!({"action": request.action(), "entity": request.entity(),
-                           "uid": peer.uid, "pid": peer.pid, "rule": decision.rule}),
+                    json!({"request": request.action(), "entity": request.entity(),
+                           "uid": peer.uid, "pid": peer.pid, "authz_rule": decision.rule}),
                 );
             }
         }
-        let by = subject.sub.clone();
+        let by = super::approvals::Answerer {
+            name: subject.sub.clone(),
+            uid: peer.uid,
+        };
         let result = match request {
             Request::Status => Ok(self.status()),
             Request::Prompts => Ok(json!(self.asks.pending(Instant::now()))),
@@ -424,9 +448,16 @@ impl Daemon {
             Request::Approve { id, mode } => self.approve(id, mode, &by).await,
             Request::Deny { id, always } => self.deny(id, always, &by).await,
             Request::Amend { amendment } => self.amend(&amendment, &by).await,
-            Request::Reload => self.reload(&by).await.map_err(|m| (ErrorCode::Failed, m)),
+            Request::Reload => self
+                .reload(&by.name)
+                .await
+                .map_err(|m| (ErrorCode::Failed, m)),
             Request::Run { argv } => self.run(peer, argv, stream),
-            Request::Audit { limit } => Ok(self.audit_records(&subject, limit)),
+            // Served by `audit_read` (the server sends it there).
+            Request::Audit { .. } => Err((
+                ErrorCode::BadRequest,
+                "audit is a streaming request".to_string(),
+            )),
         };
         match result {
             Ok(value) => ResponseLine::ok(value),
@@ -452,7 +483,7 @@ impl Daemon {
         scope.listener = stream;
         let path = scope.path.display().to_string();
         self.audit.record(
-            "run",
+            RecordType::Run,
             &user_name(peer.uid),
             json!({"pid": pid, "argv": argv, "scope": path, "cgroup_id": id}),
         );
@@ -487,11 +518,27 @@ impl Daemon {
         let events = self.events.drain();
         self.on_events(events);
         self.audit.record(
-            "daemon_stop",
+            RecordType::DaemonStop,
             "root",
             json!({"pinned": self.generation.display().to_string()}),
         );
-        self.audit.flush();
+        self.audit.close();
+    }
+
+    /// `guard audit`: the caller's history read (done by its connection's task) and, with
+    /// `live`, its place among the followers. Every record is checked against the caller's
+    /// authorization as it is read or sent.
+    pub fn audit_read(
+        &mut self,
+        peer: PeerCredentials,
+        filter: &AuditFilter,
+        live: Option<tokio::sync::mpsc::Sender<String>>,
+        limit: Option<usize>,
+    ) -> Result<HistoryRead, ResponseLine> {
+        let subject = subject(&peer, &self.config);
+        self.audit
+            .follow(subject, filter, live, limit)
+            .map_err(|message| ResponseLine::error(ErrorCode::BadRequest, message))
     }
 }
 

@@ -1,36 +1,12 @@
-//! What the daemon tells about itself: `guard status`, and the audit records a caller may read.
+//! What the daemon tells about itself: `guard status`.
 
 use std::time::Instant;
 
 use serde_json::{Value, json};
 
 use super::Daemon;
-use crate::authz::{Attributes, Request as AuthzRequest, Subject};
 
 impl Daemon {
-    pub(super) fn audit_records(&self, subject: &Subject, limit: Option<usize>) -> Value {
-        let empty = Attributes::new();
-        let visible: Vec<&Value> = self
-            .audit
-            .recent()
-            .filter(|record| {
-                let owner = record["owner"].as_str().unwrap_or("").to_string();
-                let resource = Attributes::from([("owner".to_string(), vec![owner])]);
-                self.authz
-                    .evaluate(&AuthzRequest {
-                        subject,
-                        action: "audit",
-                        entity: Some("audit"),
-                        resource: &resource,
-                        env: &empty,
-                    })
-                    .allowed
-            })
-            .collect();
-        let skip = limit.map_or(0, |n| visible.len().saturating_sub(n));
-        json!(visible.into_iter().skip(skip).collect::<Vec<_>>())
-    }
-
     pub fn status(&self) -> Value {
         let mut per_file: std::collections::BTreeMap<String, usize> = Default::default();
         for rule in &self.image.rules {
@@ -88,8 +64,7 @@ impl Daemon {
             "approvals": self.approvals.list(),
             "counters": counters,
             "events_lost": counters.get("events_lost").cloned().unwrap_or(json!(0)),
-            "audit_log": self.audit.path().display().to_string(),
-            "audit_write_errors": self.audit.write_errors,
+            "audit": self.audit.status(),
             "pinned": self.generation.display().to_string(),
             "last_reload_error": self.last_reload_error,
         })

@@ -1,0 +1,340 @@
+//! `guard audit`: the audit records you may read, from the daemon (which checks each record
+//! against your authorization) or straight from log files (`--file`), filtered, as aligned
+//! lines, JSON lines or RFC 5424; `--follow` keeps streaming new records live.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::SystemTime;
+
+use anstream::eprintln;
+use clap::{Args, ValueEnum};
+use serde_json::Value;
+
+use super::control::{SocketArgs, client_error};
+use super::output::{decision_style, dim, usage_error};
+use crate::audit::files::{log_files, read_records};
+use crate::audit::filter::AuditFilter;
+use crate::audit::record::AuditRecord;
+use crate::daemon::client::Client;
+use crate::daemon::protocol::Request;
+use crate::policy::Decision;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AuditFormat {
+    /// One aligned line per record (colour on a terminal).
+    Text,
+    /// The records as JSON lines, exactly as logged (schema version 1).
+    Json,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  guard audit                                   # what the daemon has logged that you may read
+  guard audit --follow --decision forbidden     # refusals, live
+  guard audit --since 2h --exe /usr/bin/git --json
+  guard audit --since 2026-12-01T09:00:00Z --pid 4242
+  sudo guard audit --file /var/log/guard/audit.jsonl --type approval
+
+Through the daemon, each record is shown only if the authorization policy lets you read it
+(built in: root and admin_group read everything, other users their own processes' and
+requests' records). With --file the log is read directly (whoever may read the file).")]
+pub struct AuditArgs {
+    #[command(flatten)]
+    socket: SocketArgs,
+    /// After the records so far, stream new ones as the daemon makes them (Ctrl-C ends).
+    #[arg(long, short = 'f')]
+    follow: bool,
+    /// Only records at or after T: an RFC 3339 time (2026-12-01T09:00:00Z) or an age (90s,
+    /// 10m, 2h, 7d).
+    #[arg(long, value_name = "T")]
+    since: Option<String>,
+    /// Only this decision: allow, prompt (or ask), forbidden (or deny).
+    #[arg(long, value_name = "D")]
+    decision: Option<String>,
+    /// Only records about this process id.
+    #[arg(long, value_name = "N")]
+    pid: Option<u32>,
+    /// Only records about this executable: a full path, or a file name (`git`).
+    #[arg(long, value_name = "PATH")]
+    exe: Option<String>,
+    /// Only records of this type (decision, ask, ask_expired, approval, denial, amendment,
+    /// reload, run, control_refused, control_allowed, loss, daemon_start, daemon_stop);
+    /// repeat for several.
+    #[arg(long = "type", value_name = "TYPE")]
+    types: Vec<String>,
+    /// Of the records so far, only the newest N.
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+    /// The records as JSON lines (the same as --format json).
+    #[arg(long)]
+    json: bool,
+    #[arg(long, value_enum, default_value_t = AuditFormat::Text)]
+    format: AuditFormat,
+    /// Read these log files (and their rotated predecessors, PATH.1 ...) instead of asking the
+    /// daemon.
+    #[arg(long = "file", value_name = "PATH", conflicts_with = "follow")]
+    files: Vec<PathBuf>,
+}
+
+/// `--since`: an RFC 3339 time as given, or an age turned into one.
+fn since_time(raw: &str) -> Result<String, String> {
+    if humantime::parse_rfc3339_weak(raw).is_ok() {
+        return Ok(raw.to_string());
+    }
+    let age = humantime::parse_duration(raw).map_err(|_| {
+        format!(
+            "--since {raw:?}: give an RFC 3339 time (2026-12-01T09:00:00Z) or an age (10m, 2h, 7d)"
+        )
+    })?;
+    let at = SystemTime::now()
+        .checked_sub(age)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    Ok(humantime::format_rfc3339_nanos(at).to_string())
+}
+
+impl AuditArgs {
+    fn filter(&self) -> Result<AuditFilter, String> {
+        let filter = AuditFilter {
+            since: self.since.as_deref().map(since_time).transpose()?,
+            decision: self.decision.clone(),
+            pid: self.pid,
+            exe: self.exe.clone(),
+            types: self.types.clone(),
+        };
+        // Checked here too, so a mistake is reported before anything is read.
+        filter.compile()?;
+        Ok(filter)
+    }
+
+    fn format(&self) -> AuditFormat {
+        if self.json {
+            AuditFormat::Json
+        } else {
+            self.format
+        }
+    }
+}
+
+pub fn audit(args: &AuditArgs) -> ExitCode {
+    let filter = match args.filter() {
+        Ok(filter) => filter,
+        Err(message) => return usage_error(&message),
+    };
+    let mut printer = Printer {
+        format: args.format(),
+        out: std::io::stdout().lock(),
+    };
+    if args.files.is_empty() {
+        from_daemon(args, filter, &mut printer)
+    } else {
+        from_files(args, &filter, &mut printer)
+    }
+}
+
+fn from_files(args: &AuditArgs, filter: &AuditFilter, printer: &mut Printer) -> ExitCode {
+    let compiled = filter.compile().expect("checked in filter()");
+    let mut files = Vec::new();
+    for path in &args.files {
+        if !path.exists() {
+            eprintln!("guard audit: {}: no such file", path.display());
+            return ExitCode::from(2);
+        }
+        files.extend(log_files(path));
+    }
+    let mut kept = std::collections::VecDeque::new();
+    let read = read_records(&files, |record| {
+        if compiled.matches(&record) {
+            match args.limit {
+                Some(n) => {
+                    if kept.len() == n {
+                        kept.pop_front();
+                    }
+                    if n > 0 {
+                        kept.push_back(record);
+                    }
+                }
+                None => return printer.print(&record),
+            }
+        }
+        true
+    });
+    for record in kept {
+        if !printer.print(&record) {
+            break;
+        }
+    }
+    match read {
+        Ok(stats) => {
+            if stats.bad_lines > 0 {
+                eprintln!(
+                    "guard audit: skipped {} line(s) that are not records (a torn line after a crash, or not an audit log)",
+                    stats.bad_lines
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("guard audit: {err}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn from_daemon(args: &AuditArgs, filter: AuditFilter, printer: &mut Printer) -> ExitCode {
+    let mut client = match Client::connect(&args.socket.socket) {
+        Ok(client) => client,
+        Err(err) => return client_error(&err),
+    };
+    if let Err(err) = client.request(Request::Audit {
+        filter,
+        follow: args.follow,
+        limit: args.limit,
+    }) {
+        return client_error(&err);
+    }
+    loop {
+        let line = match client.next_line() {
+            Ok(Some(line)) => line,
+            Ok(None) => {
+                if args.follow {
+                    eprintln!("guard audit: the daemon closed the stream (it stopped?)");
+                    return ExitCode::from(4);
+                }
+                return ExitCode::SUCCESS;
+            }
+            Err(err) => return client_error(&err),
+        };
+        let Ok(event) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        match event["event"].as_str() {
+            Some("record") => {
+                let Ok(record) = serde_json::from_value::<AuditRecord>(event["record"].clone())
+                else {
+                    continue;
+                };
+                if !printer.print(&record) {
+                    return ExitCode::SUCCESS;
+                }
+            }
+            Some("history_end") if !args.follow => return ExitCode::SUCCESS,
+            Some("missed") => eprintln!(
+                "guard audit: missed {} record(s): this client read too slowly (they are in the log)",
+                event["records"]
+            ),
+            _ => {}
+        }
+    }
+}
+
+struct Printer {
+    format: AuditFormat,
+    out: std::io::StdoutLock<'static>,
+}
+
+impl Printer {
+    /// `false` once stdout is closed (e.g. piped into `head`).
+    fn print(&mut self, record: &AuditRecord) -> bool {
+        let written = match self.format {
+            AuditFormat::Json => serde_json::to_writer(&mut self.out, record)
+                .map_err(std::io::Error::from)
+                .and_then(|_| writeln!(self.out)),
+            AuditFormat::Text => {
+                let line = text_line(record);
+                let mut styled = anstream::AutoStream::auto(&mut self.out);
+                writeln!(styled, "{line}")
+            }
+        };
+        written.is_ok() && self.out.flush().is_ok()
+    }
+}
+
+fn decision_of(name: Option<&str>) -> Option<Decision> {
+    match name? {
+        "allow" => Some(Decision::Allow),
+        "prompt" => Some(Decision::Prompt),
+        "forbidden" => Some(Decision::Forbidden),
+        _ => None,
+    }
+}
+
+/// `TIME  TYPE  DECISION  OWNER  WHAT  RULE`, aligned.
+pub fn text_line(record: &AuditRecord) -> String {
+    // Milliseconds are enough to read; --json has the nanoseconds.
+    let time = record
+        .time
+        .get(..23)
+        .map_or(record.time.clone(), |t| format!("{t}Z"));
+    let decision = decision_of(record.decision());
+    let style = decision_style(decision);
+    let decision = record.decision().unwrap_or("-");
+    let rule = record
+        .rule
+        .as_ref()
+        .map(|r| format!("  {}", r.location()))
+        .unwrap_or_default();
+    format!(
+        "{dim}{time}{dim:#}  {:<15} {style}{decision:<9}{style:#} {:<10} {}{dim}{rule}{dim:#}",
+        record.kind.as_str(),
+        record.owner,
+        what(record),
+        dim = dim(),
+    )
+}
+
+/// The record's subject in a few words.
+fn what(record: &AuditRecord) -> String {
+    let process = record.process.as_ref();
+    let pid = process
+        .map(|p| format!("pid {} ", p.pid))
+        .unwrap_or_default();
+    let target = if let Some(d) = &record.destination {
+        match &d.host {
+            Some(host) => format!("{host} ({}):{}/{}", d.address, d.port, d.transport),
+            None => format!("{}:{}/{}", d.address, d.port, d.transport),
+        }
+    } else if let Some(p) = process {
+        let argv = if p.argv.is_empty() {
+            p.exe.clone()
+        } else {
+            shlex::try_join(p.argv.iter().map(String::as_str)).unwrap_or_else(|_| p.argv.join(" "))
+        };
+        format!("{} {argv}", record.event.as_deref().unwrap_or("exec"))
+    } else {
+        String::new()
+    };
+    let mut out = format!("{pid}{target}");
+    if let Some(ask) = record.ask {
+        out.push_str(&format!("  ask {ask}"));
+    }
+    if let Some(a) = &record.approval {
+        out.push_str(&format!("  {} by {}", a.mode, a.by));
+    }
+    if let Some(a) = &record.amendment {
+        out.push_str(&format!("  {}:{}: {}", a.file, a.line, a.text));
+    }
+    if let Some(loss) = &record.loss {
+        out.push_str(&format!(
+            "lost {} (ring buffer full), {} (writer behind), {} (write errors)",
+            loss.ring_buffer, loss.writer, loss.write_errors
+        ));
+    }
+    if out.is_empty() {
+        out = details(record);
+    }
+    out
+}
+
+/// A type's own fields, for records with no process (reload, run, control_*, daemon_*).
+fn details(record: &AuditRecord) -> String {
+    record
+        .details
+        .iter()
+        .map(|(k, v)| match v {
+            Value::String(s) => format!("{k}={s}"),
+            other => format!("{k}={other}"),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -163,13 +163,13 @@ impl Policy {
     /// matching rule, an enforced one before an audit-only one of the same decision, and on a
     /// tie the one the kernel meets first (path rules, then by name, shorter prefixes first).
     pub fn kernel_exec_verdict(&self, cmd: &[String]) -> KernelExecVerdict {
-        let deciding = self
-            .kernel_exec_matches(cmd)
-            .into_iter()
-            .fold(None::<&Arc<PrefixRule>>, |kept, rule| match kept {
+        let deciding = self.kernel_exec_matches(cmd).into_iter().fold(
+            None::<&Arc<PrefixRule>>,
+            |kept, rule| match kept {
                 Some(kept) if !kernel_rule_beats(rule, kept) => Some(kept),
                 _ => Some(rule),
-            });
+            },
+        );
         match deciding {
             Some(rule) => KernelExecVerdict {
                 decision: rule.decision,

@@ -9,6 +9,7 @@ mod daemon;
 mod doctor;
 mod output;
 mod policy;
+mod replay;
 mod run;
 mod run_daemon;
 mod watch;
@@ -90,6 +91,8 @@ enum Command {
     Status(control::StatusArgs),
     /// The daemon's audit records you may read.
     Audit(control::AuditArgs),
+    /// What a draft policy would change for the execs and connections an audit log recorded.
+    Replay(replay::ReplayArgs),
     /// Break glass: detach the programs a stopped daemon left pinned.
     Release(daemon::ReleaseArgs),
 }
@@ -133,6 +136,7 @@ pub fn main() -> ExitCode {
         Command::Reload(args) => control::reload(&args),
         Command::Status(args) => control::status(&args),
         Command::Audit(args) => control::audit(&args),
+        Command::Replay(args) => replay::run(&args),
         Command::Release(args) => daemon::release(&args),
     }
 }

@@ -32,7 +32,7 @@ use crate::policy::{
 };
 
 /// One request the kernel decided, as the draft is asked about it again.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Request {
     /// `command[0]` is `process.exe`, the rest is `argv[1..]`.

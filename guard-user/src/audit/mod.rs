@@ -3,6 +3,7 @@
 //! (`daemon/audit.rs`).
 
 pub mod record;
+pub mod replay;
 
 pub use record::{AuditRecord, RecordType, SCHEMA_VERSION};
 pub mod files;

@@ -10,6 +10,7 @@ mod daemon;
 mod doctor;
 mod output;
 mod policy;
+mod replay;
 mod run;
 mod run_daemon;
 mod watch;
@@ -91,6 +92,8 @@ enum Command {
     Status(control::StatusArgs),
     /// The audit records you may read: filtered, followed live, as text or JSON lines.
     Audit(audit::AuditArgs),
+    /// What a draft policy would change for the execs and connections an audit log recorded.
+    Replay(replay::ReplayArgs),
     /// Break glass: detach the programs a stopped daemon left pinned.
     Release(daemon::ReleaseArgs),
 }
@@ -134,6 +137,7 @@ pub fn main() -> ExitCode {
         Command::Reload(args) => control::reload(&args),
         Command::Status(args) => control::status(&args),
         Command::Audit(args) => audit::audit(&args),
+        Command::Replay(args) => replay::run(&args),
         Command::Release(args) => daemon::release(&args),
     }
 }

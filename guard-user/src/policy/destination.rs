@@ -33,6 +33,23 @@ pub struct DestinationEvaluation {
     pub unmatched: bool,
 }
 
+impl DestinationEvaluation {
+    /// The match the kernel reports as deciding: the strongest decision, an enforced rule
+    /// before an audit-only one of the same decision, otherwise the first in
+    /// [`DestinationEvaluation::matched`] order. `None` when unmatched.
+    pub fn deciding(&self) -> Option<&DestinationMatch> {
+        self.matched.iter().fold(None, |kept, found| match kept {
+            Some(kept) if !destination_match_beats(found, kept) => Some(kept),
+            _ => Some(found),
+        })
+    }
+}
+
+/// The kernel's `Verdict::strongest` between two matches of one destination.
+fn destination_match_beats(candidate: &DestinationMatch, kept: &DestinationMatch) -> bool {
+    (candidate.decision, !candidate.audit_only) > (kept.decision, !kept.audit_only)
+}
+
 /// One rule that matched a destination.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DestinationMatch {

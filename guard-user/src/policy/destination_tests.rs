@@ -323,3 +323,25 @@ address_rule(addresses=["10.0.0.0/8"], decision="deny")
     let eval = policy.check_destination_name("other.com", 443, Transport::Tcp, &resolver);
     assert_eq!(eval.decision, Decision::Forbidden);
 }
+
+#[test]
+fn the_deciding_match_is_the_strongest_and_enforced_before_audit_only() {
+    let policy = parse(
+        r#"address_rule(addresses=["10.0.0.0/8"], decision="allow")
+address_rule(addresses=["10.1.0.0/16"], decision="deny", audit_only=True)
+address_rule(addresses=["10.1.2.0/24"], decision="deny")
+address_rule(addresses=["10.1.2.3"], decision="deny")
+"#,
+    );
+    let line = |addr: &str| {
+        policy
+            .check_destination(ip(addr), 22, Transport::Tcp, &crate::compile::NoResolver)
+            .deciding()
+            .map(|found| (found.origin.as_ref().unwrap().line, found.audit_only))
+    };
+    assert_eq!(line("10.9.9.9"), Some((1, false)));
+    assert_eq!(line("10.1.9.9"), Some((2, true)));
+    // Two enforced denies and an audit-only one: the first enforced one decides.
+    assert_eq!(line("10.1.2.3"), Some((3, false)));
+    assert_eq!(line("192.168.0.1"), None);
+}

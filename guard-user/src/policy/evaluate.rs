@@ -1,8 +1,10 @@
 //! Evaluation: which rules match a command, and the decision they make together (spec §2).
 
+use std::sync::Arc;
+
 use super::model::Policy;
 use super::paths::{executable_name, resolve_program_path};
-use super::rule::{Decision, RuleMatch};
+use super::rule::{Decision, PrefixRule, RuleMatch};
 
 /// The verdict for commands no rule matched, given the command.
 pub type Fallback<'a> = &'a dyn Fn(&[String]) -> Decision;
@@ -36,6 +38,28 @@ impl Evaluation {
     pub fn is_match(&self) -> bool {
         self.matched_rules.iter().any(RuleMatch::is_policy_match)
     }
+}
+
+/// What the kernel decides for one exec, and which rule it names in the event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelExecVerdict {
+    pub decision: Decision,
+    /// The deciding rule; `None` when no rule matched and `enforcement(unmatched_exec=...)`
+    /// decided.
+    pub rule: Option<Arc<PrefixRule>>,
+}
+
+impl KernelExecVerdict {
+    /// The deciding rule is audit-only (the policy's own audit-only mode is not included).
+    pub fn audit_only(&self) -> bool {
+        self.rule.as_ref().is_some_and(|rule| rule.audit_only)
+    }
+}
+
+/// The kernel's `Verdict::strongest` between two matching rules: a stronger decision wins, and
+/// at the same decision an enforced rule beats an audit-only one; otherwise `kept` stays.
+fn kernel_rule_beats(candidate: &PrefixRule, kept: &PrefixRule) -> bool {
+    (candidate.decision, !candidate.audit_only) > (kept.decision, !kept.audit_only)
 }
 
 impl Policy {
@@ -132,8 +156,38 @@ impl Policy {
     /// exact absolute path also count (the kernel holds their file's identity). Rules with more
     /// tokens whose program is written as a path never match in the kernel.
     pub fn kernel_exec_decision(&self, cmd: &[String]) -> Decision {
+        self.kernel_exec_verdict(cmd).decision
+    }
+
+    /// [`Policy::kernel_exec_decision`] and the rule the kernel reports for it: the strongest
+    /// matching rule, an enforced one before an audit-only one of the same decision, and on a
+    /// tie the one the kernel meets first (path rules, then by name, shorter prefixes first).
+    pub fn kernel_exec_verdict(&self, cmd: &[String]) -> KernelExecVerdict {
+        let deciding = self.kernel_exec_matches(cmd).into_iter().fold(
+            None::<&Arc<PrefixRule>>,
+            |kept, rule| match kept {
+                Some(kept) if !kernel_rule_beats(rule, kept) => Some(kept),
+                _ => Some(rule),
+            },
+        );
+        match deciding {
+            Some(rule) => KernelExecVerdict {
+                decision: rule.decision,
+                rule: Some(rule.clone()),
+            },
+            None => KernelExecVerdict {
+                decision: self.enforcement().unmatched_exec,
+                rule: None,
+            },
+        }
+    }
+
+    /// The prefix rules the kernel matches for an exec of `cmd`, in the order it meets them:
+    /// one-token rules written as `cmd[0]`'s absolute path (by file identity), then the rules
+    /// for its file name, shorter prefixes first.
+    fn kernel_exec_matches(&self, cmd: &[String]) -> Vec<&Arc<PrefixRule>> {
         let Some(program) = cmd.first() else {
-            return self.enforcement().unmatched_exec;
+            return Vec::new();
         };
         let name = if program.contains('/') {
             executable_name(std::path::Path::new(program)).unwrap_or(program)
@@ -143,25 +197,24 @@ impl Policy {
         let renamed: Vec<String> = std::iter::once(name.to_string())
             .chain(cmd[1..].iter().cloned())
             .collect();
-        let by_name = self
+        let mut matches = Vec::new();
+        if program.starts_with('/') {
+            let path = super::paths::normalize_lexically(std::path::Path::new(program));
+            matches.extend(
+                self.rules_for_program(&path.to_string_lossy())
+                    .iter()
+                    .filter(|rule| rule.pattern.rest.is_empty()),
+            );
+        }
+        let mut by_name: Vec<&Arc<PrefixRule>> = self
             .rules_for_program(name)
             .iter()
             .filter(|rule| rule.matches(&renamed).is_some())
-            .map(|rule| rule.decision);
-        let mut by_identity = Vec::new();
-        if program.starts_with('/') {
-            let path = super::paths::normalize_lexically(std::path::Path::new(program));
-            by_identity.extend(
-                self.rules_for_program(&path.to_string_lossy())
-                    .iter()
-                    .filter(|rule| rule.pattern.rest.is_empty())
-                    .map(|rule| rule.decision),
-            );
-        }
-        by_name
-            .chain(by_identity)
-            .max()
-            .unwrap_or(self.enforcement().unmatched_exec)
+            .collect();
+        // Stable: rules of one length stay in definition order, as in the kernel's tables.
+        by_name.sort_by_key(|rule| rule.pattern.rest.len());
+        matches.extend(by_name);
+        matches
     }
 
     /// Every command's matches concatenated in order (each unmatched command gets its own

@@ -361,3 +361,47 @@ fn rules_for_one_program_are_found_without_scanning_others() {
         Some(Decision::Prompt)
     );
 }
+
+// --- the kernel's deciding rule ------------------------------------------------------------
+
+/// The line of the rule the kernel names for an exec, if one matched.
+fn kernel_rule_line(policy: &Policy, cmd: &str) -> Option<usize> {
+    let verdict = policy.kernel_exec_verdict(&argv(cmd));
+    assert_eq!(verdict.decision, policy.kernel_exec_decision(&argv(cmd)));
+    verdict.rule.map(|rule| {
+        rule.origin
+            .as_ref()
+            .expect("parsed rules have an origin")
+            .line
+    })
+}
+
+#[test]
+fn the_kernel_names_the_strongest_rule_and_an_enforced_one_over_an_audit_only_one() {
+    let policy = parse(
+        r#"
+prefix_rule(pattern=["git"], decision="allow")
+prefix_rule(pattern=["git", "push"], decision="forbidden", audit_only=True)
+prefix_rule(pattern=["git", "push", "origin"], decision="forbidden")
+prefix_rule(pattern=["/usr/bin/rm"], decision="prompt")
+prefix_rule(pattern=["rm", "-rf"], decision="prompt")
+"#,
+    );
+    assert_eq!(kernel_rule_line(&policy, "/usr/bin/git status"), Some(2));
+    let push = policy.kernel_exec_verdict(&argv("/usr/bin/git push origin main"));
+    assert_eq!(push.decision, Decision::Forbidden);
+    assert!(
+        !push.audit_only(),
+        "the enforced rule decides, not the audit-only one"
+    );
+    assert_eq!(kernel_rule_line(&policy, "git push origin main"), Some(4));
+    assert!(
+        policy
+            .kernel_exec_verdict(&argv("git push fork"))
+            .audit_only()
+    );
+    // A tie: the path rule is met before the rules for the name.
+    assert_eq!(kernel_rule_line(&policy, "/usr/bin/rm -rf x"), Some(5));
+    assert_eq!(kernel_rule_line(&policy, "/bin/rm -rf x"), Some(6));
+    assert_eq!(kernel_rule_line(&policy, "/usr/bin/ls"), None);
+}

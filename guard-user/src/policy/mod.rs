@@ -19,7 +19,7 @@ pub mod shell;
 
 pub use destination::{DestinationEvaluation, DestinationMatch};
 pub use error::{LoadError, PolicyError};
-pub use evaluate::{Evaluation, Fallback, MatchOptions};
+pub use evaluate::{Evaluation, Fallback, KernelExecVerdict, MatchOptions};
 pub use examples::render_example;
 pub use model::{NetworkDomains, NetworkHost, Policy};
 pub use parser::PolicyParser;

@@ -16,6 +16,8 @@
 //!   e.g. 127.88), so every attempt is a destination of its own that its audit record names.
 //!   Every 100 attempts it appends `i UNIX_NANOS` to LOGFILE (i attempts made by then); at the
 //!   end it prints `sent N refused M`.
+//! - `connect-loop ADDR PORT SECS`: UDP connect() to ADDR:PORT on one socket, as fast as it can,
+//!   for SECS; prints `connects N refused M secs S` (the audit benchmark's load).
 //!
 //! Anything else it cannot do (bad arguments, a socket it cannot make) exits 2 with a message.
 
@@ -31,6 +33,11 @@ fn main() -> ExitCode {
         && call == "udp-loop"
     {
         return udp_loop(allowed, denied, port, Path::new(stop), secs);
+    }
+    if let [call, addr, port, secs] = args.as_slice()
+        && call == "connect-loop"
+    {
+        return connect_loop(addr, port, secs);
     }
     if let [call, prefix, rate, secs, log] = args.as_slice()
         && call == "paced"
@@ -116,6 +123,42 @@ fn flood(addr: &str, port: &str, count: &str) -> ExitCode {
         })
         .count();
     println!("refused {refused}");
+    ExitCode::SUCCESS
+}
+
+fn connect_loop(addr: &str, port: &str, secs: &str) -> ExitCode {
+    let (Ok(ip), Ok(port), Ok(secs)) = (
+        addr.parse::<IpAddr>(),
+        port.parse::<u16>(),
+        secs.parse::<f64>(),
+    ) else {
+        eprintln!("usage: net-probe connect-loop ADDR PORT SECS");
+        return ExitCode::from(2);
+    };
+    let Ok(socket) = udp_socket(ip) else {
+        eprintln!("net-probe: cannot make a UDP socket");
+        return ExitCode::from(2);
+    };
+    let target = SocketAddr::new(ip, port);
+    let start = Instant::now();
+    let limit = Duration::from_secs_f64(secs);
+    let (mut connects, mut refused) = (0u64, 0u64);
+    // The clock is read once per 1024 calls: the loop measures connect, not Instant::now.
+    while start.elapsed() < limit {
+        for _ in 0..1024 {
+            if socket
+                .connect(target)
+                .is_err_and(|e| e.raw_os_error() == Some(1))
+            {
+                refused += 1;
+            }
+            connects += 1;
+        }
+    }
+    println!(
+        "connects {connects} refused {refused} secs {:.3}",
+        start.elapsed().as_secs_f64()
+    );
     ExitCode::SUCCESS
 }
 

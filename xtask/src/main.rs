@@ -229,10 +229,11 @@ fn vm_test(options: vm::Options) -> Result<i32> {
 }
 
 /// `cargo xtask bench`'s benchmarks, in the order they run: (name, package).
-const BENCHES: [(&str, &str); 3] = [
+const BENCHES: [(&str, &str); 4] = [
     ("policy", "guard-user"),
     ("enforcement", "guard-tests"),
     ("daemon", "guard-tests"),
+    ("audit", "guard-tests"),
 ];
 
 fn bench(args: &[String]) -> Result<i32> {
@@ -246,7 +247,7 @@ fn bench(args: &[String]) -> Result<i32> {
     };
     let mut code = 0;
     for (name, package) in BENCHES.iter().filter(|(name, _)| selected.contains(name)) {
-        if *name == "daemon" {
+        if *name == "daemon" || *name == "audit" {
             // It drives the release `guard` binary, which `cargo bench` does not build.
             cmd::status(&mut cmd::cargo([
                 "build",

@@ -1,6 +1,7 @@
 //! The audit log's writer: a thread of its own, so a slow disk never holds up the daemon's
-//! decisions. Records reach it through a bounded queue; a record that finds the queue full is
-//! counted as lost (`writer`), never waited for.
+//! decisions. Records reach it in batches (one wake-up per batch, not per record) through a
+//! queue bounded in records; a batch that finds no room is counted as lost (`writer`), never
+//! waited for.
 //!
 //! Flush policy: the writer writes out (write(2)) whenever its queue is empty, and at least
 //! every [`WriterConfig::flush_interval`] while records keep coming, so the records still in
@@ -16,8 +17,8 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -56,13 +57,16 @@ pub struct WriterStats {
 pub type Barrier = std::sync::mpsc::Sender<()>;
 
 enum Message {
-    Record(Box<AuditRecord>),
+    Records(Vec<AuditRecord>),
     /// Answered once everything before it is written out.
     Barrier(Barrier),
 }
 
 pub struct AuditWriter {
-    queue: SyncSender<Message>,
+    queue: Sender<Message>,
+    /// Records sent and not yet written; the queue's bound is on this.
+    queued: Arc<AtomicUsize>,
+    capacity: usize,
     stats: Arc<WriterStats>,
     thread: Option<JoinHandle<()>>,
     path: PathBuf,
@@ -78,10 +82,13 @@ impl AuditWriter {
         let seq = last_seq(&config.path);
         let file = open_append(&config.path)?;
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-        let (queue, inbox) = sync_channel(config.queue_records.max(1));
+        let (queue, inbox) = channel();
         let stats = Arc::new(WriterStats::default());
+        let queued = Arc::new(AtomicUsize::new(0));
+        let capacity = config.queue_records.max(1);
         let path = config.path.clone();
         let mut log = LogFile {
+            queued: queued.clone(),
             out: BufWriter::with_capacity(1 << 16, file),
             size,
             config,
@@ -97,6 +104,8 @@ impl AuditWriter {
         Ok((
             AuditWriter {
                 queue,
+                queued,
+                capacity,
                 stats,
                 thread: Some(thread),
                 path,
@@ -113,19 +122,29 @@ impl AuditWriter {
         &self.stats
     }
 
-    /// Queues a record; `false` when the queue was full (the record is lost, the caller counts
-    /// it).
-    pub fn send(&self, record: AuditRecord) -> bool {
-        match self.queue.try_send(Message::Record(Box::new(record))) {
-            Ok(()) => true,
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
+    /// Queues a batch of records; returns how many did not fit (they are lost, the caller
+    /// counts them).
+    pub fn send(&self, mut records: Vec<AuditRecord>) -> usize {
+        let room = self
+            .capacity
+            .saturating_sub(self.queued.load(Ordering::Acquire));
+        let lost = records.len().saturating_sub(room);
+        records.truncate(room);
+        if records.is_empty() {
+            return lost;
         }
+        let n = records.len();
+        self.queued.fetch_add(n, Ordering::AcqRel);
+        if self.queue.send(Message::Records(records)).is_err() {
+            self.queued.fetch_sub(n, Ordering::AcqRel);
+            return lost + n;
+        }
+        lost
     }
 
-    /// A channel that answers once every record queued so far is written out (waits for room
-    /// in the queue: a barrier must not be lost).
+    /// A channel that answers once every record queued so far is written out.
     pub fn barrier(&self) -> Receiver<()> {
-        let (done, wait) = std::sync::mpsc::channel();
+        let (done, wait) = channel();
         let _ = self.queue.send(Message::Barrier(done));
         wait
     }
@@ -137,7 +156,7 @@ impl Drop for AuditWriter {
         let wait = self.barrier();
         let _ = wait.recv_timeout(Duration::from_secs(10));
         // Closing the queue ends the thread's loop.
-        let (closed, _) = sync_channel(1);
+        let (closed, _) = channel();
         drop(std::mem::replace(&mut self.queue, closed));
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
@@ -167,6 +186,7 @@ fn open_append(path: &Path) -> Result<File> {
 }
 
 struct LogFile {
+    queued: Arc<AtomicUsize>,
     out: BufWriter<File>,
     size: u64,
     config: WriterConfig,
@@ -194,14 +214,17 @@ impl LogFile {
                 }
             };
             match message {
-                Message::Record(record) => {
-                    line.clear();
-                    if serde_json::to_writer(&mut line, &record).is_err() {
-                        self.failed("a record could not be serialized".into());
-                        continue;
+                Message::Records(records) => {
+                    for record in &records {
+                        line.clear();
+                        if serde_json::to_writer(&mut line, record).is_err() {
+                            self.failed("a record could not be serialized".into());
+                            continue;
+                        }
+                        line.push(b'\n');
+                        self.write(&line);
                     }
-                    line.push(b'\n');
-                    self.write(&line);
+                    self.queued.fetch_sub(records.len(), Ordering::AcqRel);
                 }
                 Message::Barrier(done) => {
                     self.flush();
@@ -339,7 +362,7 @@ mod tests {
         let (writer, last) = AuditWriter::start(config(&path, 1000, 2)).unwrap();
         assert_eq!(last, None);
         for seq in 1..=40 {
-            assert!(writer.send(record(seq)));
+            assert_eq!(writer.send(vec![record(seq)]), 0);
         }
         drop(writer);
         let files = log_files(&path);
@@ -359,9 +382,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
         let (writer, _) = AuditWriter::start(config(&path, 1 << 20, 1)).unwrap();
-        for seq in 1..=100 {
-            writer.send(record(seq));
-        }
+        writer.send((1..=100).map(record).collect());
         writer
             .barrier()
             .recv_timeout(Duration::from_secs(5))
@@ -378,8 +399,22 @@ mod tests {
         std::fs::write(&path, format!("{first}\n{{\"v\":1,\"seq\":8,\"ti")).unwrap();
         let (writer, last) = AuditWriter::start(config(&path, 1 << 20, 1)).unwrap();
         assert_eq!(last, Some(7));
-        writer.send(record(8));
+        writer.send(vec![record(8)]);
         drop(writer);
         assert_eq!(seqs(&path), [7, 8]);
+    }
+
+    #[test]
+    fn a_batch_past_the_queues_bound_is_lost_and_counted_not_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let mut small = config(&path, 1 << 20, 1);
+        small.queue_records = 10;
+        let (writer, _) = AuditWriter::start(small).unwrap();
+        // However fast the thread is, one batch of 25 cannot fit a queue of 10.
+        let lost = writer.send((1..=25).map(record).collect());
+        assert_eq!(lost, 15);
+        drop(writer);
+        assert_eq!(seqs(&path), (1..=10).collect::<Vec<_>>());
     }
 }

@@ -58,6 +58,10 @@ pub fn run(socket: &Path, argv: &[String], json: bool) -> ExitCode {
                         );
                     }
                 }
+                Some("repeated") => eprintln!(
+                    "guard: ... and {} more like it",
+                    event["count"].as_u64().unwrap_or(0)
+                ),
                 Some("flushed") => {
                     let _ = flushed_tx.send(());
                 }

@@ -149,6 +149,8 @@ struct LossCounts {
 
 pub struct AuditTrail {
     writer: Option<AuditWriter>,
+    /// Records made this turn of the daemon's loop, sent to the writer as one batch.
+    pending: Vec<AuditRecord>,
     path: PathBuf,
     host: String,
     next_seq: u64,
@@ -174,6 +176,7 @@ impl AuditTrail {
         };
         let trail = AuditTrail {
             writer,
+            pending: Vec::new(),
             path,
             host: host_name(),
             next_seq: last.map_or(1, |s| s + 1),
@@ -229,14 +232,20 @@ impl AuditTrail {
         if !self.followers.is_empty() {
             self.stream(&record);
         }
-        match &self.writer {
-            Some(writer) => {
-                if !writer.send(record) {
-                    self.writer_lost += 1;
-                }
-            }
-            None => self.writer_lost += 1,
+        self.pending.push(record);
+    }
+
+    /// Hands this turn's records to the writer (the daemon's loop calls it after each turn).
+    pub fn send_pending(&mut self) {
+        if self.pending.is_empty() {
+            return;
         }
+        let batch = std::mem::take(&mut self.pending);
+        let lost = match &self.writer {
+            Some(writer) => writer.send(batch),
+            None => batch.len(),
+        };
+        self.writer_lost += lost as u64;
     }
 
     fn stream(&mut self, record: &AuditRecord) {
@@ -275,6 +284,8 @@ impl AuditTrail {
         out: Option<mpsc::Sender<String>>,
         limit: Option<usize>,
     ) -> Result<HistoryRead, String> {
+        // What is made so far is history: it must be in the files before the read.
+        self.send_pending();
         if let Some(out) = out {
             self.followers.push(Follower {
                 out,
@@ -322,6 +333,7 @@ impl AuditTrail {
         });
         let lost_before = self.writer_lost;
         self.emit(record);
+        self.send_pending();
         // Reported only if the report itself got through; else the next tick tries again.
         if self.writer_lost == lost_before {
             self.reported = now;
@@ -353,6 +365,7 @@ impl AuditTrail {
 
     /// Writes out everything queued and stops the writer.
     pub fn close(&mut self) {
+        self.send_pending();
         self.writer = None;
     }
 

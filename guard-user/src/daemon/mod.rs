@@ -4,8 +4,10 @@
 //! Data flow: `service/` owns the state (and answers asks and amendments, and reports status);
 //! `server.rs` feeds it requests, kernel events and timers; `messages.rs` turns events into
 //! blocked-request records, `asks.rs` keeps the asks, `approvals.rs` the in-memory approvals;
-//! `peer.rs` and `crate::authz` decide who may ask what; `client.rs` is the other end of the
-//! socket, for the CLI.
+//! `audit.rs` numbers, streams and accounts for the audit records (`crate::audit` writes and
+//! reads the log), `run_stream.rs` tells a `guard run` client its refusals; `peer.rs` and
+//! `crate::authz` decide who may ask what; `client.rs` is the other end of the socket, for the
+//! CLI.
 
 pub mod approvals;
 pub mod asks;
@@ -15,6 +17,7 @@ pub mod config;
 pub mod messages;
 pub mod peer;
 pub mod protocol;
+pub mod run_stream;
 pub mod scopes;
 pub mod server;
 pub mod service;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde::Serialize;
-use tokio::sync::mpsc::UnboundedSender;
+use super::run_stream::RunStream;
 
 use crate::kernel::scope::{cgroup_id, cgroup2_root};
 
@@ -36,7 +36,7 @@ pub struct Scope {
     pub path: PathBuf,
     pub id: u64,
     /// Where a run's blocked-request messages go while its client is connected.
-    pub listener: Option<UnboundedSender<String>>,
+    pub listener: Option<RunStream>,
 }
 
 impl Scope {

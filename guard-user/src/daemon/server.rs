@@ -97,6 +97,8 @@ pub async fn serve(config: Config) -> Result<()> {
             Some(command) = rx.recv() => match command {
                 Command::Request { peer, request, stream, reply } => {
                     let response = daemon.handle(peer, request, stream).await;
+                    // The request's records go to the writer before its answer does.
+                    daemon.end_turn();
                     let _ = reply.send(response);
                 }
                 Command::Flush(stream) => daemon.flush(&stream),
@@ -126,6 +128,7 @@ pub async fn serve(config: Config) -> Result<()> {
             _ = terminate.recv() => break,
             _ = interrupt.recv() => break,
         }
+        daemon.end_turn();
     }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     daemon.stop();

@@ -308,6 +308,11 @@ impl Daemon {
             daemon_note(&format!("DNS refresh failed: {err:#}"));
         }
         self.watchers.retain(|w| !w.is_closed());
+        for scope in self.scopes.by_id.values_mut() {
+            if let Some(listener) = scope.listener.as_mut() {
+                listener.settle(now, false);
+            }
+        }
         self.audit.prune();
         let ring_lost = self
             .enforcer
@@ -363,18 +368,20 @@ impl Daemon {
             if let Some(listener) = self
                 .scopes
                 .by_id
-                .get(&event.cgroup_id)
-                .and_then(|s| s.listener.as_ref())
+                .get_mut(&event.cgroup_id)
+                .and_then(|s| s.listener.as_mut())
             {
-                let _ = listener.send(event_line(
-                    "blocked",
-                    json!({
-                        "line": describe_event(&self.image, &event),
-                        "message": described.message,
-                        "ask": ask_id,
-                        "request": described.record,
-                    }),
-                ));
+                listener.blocked(
+                    describe_event(&self.image, &event),
+                    || {
+                        json!({
+                            "message": described.message,
+                            "ask": ask_id,
+                            "request": described.record,
+                        })
+                    },
+                    now,
+                );
             }
         }
     }
@@ -480,7 +487,7 @@ impl Daemon {
             .create_run(peer.uid, argv.clone(), pid)
             .map_err(|e| (ErrorCode::Failed, format!("{e:#}")))?;
         let scope = self.scopes.by_id.get_mut(&id).expect("just inserted");
-        scope.listener = stream;
+        scope.listener = stream.map(super::run_stream::RunStream::new);
         let path = scope.path.display().to_string();
         self.audit.record(
             RecordType::Run,
@@ -495,6 +502,12 @@ impl Daemon {
     pub fn flush(&mut self, stream: &UnboundedSender<String>) {
         let events = self.events.drain();
         self.on_events(events);
+        let now = Instant::now();
+        for scope in self.scopes.by_id.values_mut() {
+            if let Some(listener) = scope.listener.as_mut().filter(|l| l.is(stream)) {
+                listener.settle(now, true);
+            }
+        }
         let _ = stream.send(event_line("flushed", json!({})));
     }
 
@@ -502,14 +515,15 @@ impl Daemon {
     /// gone.
     pub fn detach_listener(&mut self, stream: &UnboundedSender<String>) {
         for scope in self.scopes.by_id.values_mut() {
-            if scope
-                .listener
-                .as_ref()
-                .is_some_and(|l| l.same_channel(stream))
-            {
+            if scope.listener.as_ref().is_some_and(|l| l.is(stream)) {
                 scope.listener = None;
             }
         }
+    }
+
+    /// After each turn of the loop: the turn's audit records go to the writer as one batch.
+    pub fn end_turn(&mut self) {
+        self.audit.send_pending();
     }
 
     /// The last words before a clean stop: the programs stay pinned (enforcement goes on until

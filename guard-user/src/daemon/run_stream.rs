@@ -1,0 +1,109 @@
+//! What a `guard run` client is sent about its refusals: each blocked-request line, but not a
+//! flood of the same one. A line repeated within a second is counted instead of sent; the count
+//! goes out (`repeated`) before the next different line, once the second is over, or when the
+//! client asks for a flush. A process refused a million times a second costs its terminal a
+//! line a second, and the audit log still has every record.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::protocol::event_line;
+
+/// Repeats of one line within this window are counted, not sent.
+const WINDOW: Duration = Duration::from_secs(1);
+
+pub struct RunStream {
+    out: UnboundedSender<String>,
+    last: Option<(String, Instant)>,
+    repeats: u64,
+}
+
+impl RunStream {
+    pub fn new(out: UnboundedSender<String>) -> RunStream {
+        RunStream {
+            out,
+            last: None,
+            repeats: 0,
+        }
+    }
+
+    pub fn is(&self, other: &UnboundedSender<String>) -> bool {
+        self.out.same_channel(other)
+    }
+
+    /// Sends `line` (with `body`, made only when it is sent), or counts it as a repeat.
+    pub fn blocked(&mut self, line: String, body: impl FnOnce() -> Value, now: Instant) {
+        if let Some((last, at)) = &self.last
+            && *last == line
+            && now.duration_since(*at) < WINDOW
+        {
+            self.repeats += 1;
+            return;
+        }
+        self.send_repeats();
+        let mut event = body();
+        event["line"] = Value::String(line.clone());
+        let _ = self.out.send(event_line("blocked", event));
+        self.last = Some((line, now));
+    }
+
+    /// The count of repeats not yet told, if the window is over (or `force`).
+    pub fn settle(&mut self, now: Instant, force: bool) {
+        let over = self
+            .last
+            .as_ref()
+            .is_some_and(|(_, at)| now.duration_since(*at) >= WINDOW);
+        if force || over {
+            self.send_repeats();
+            if over {
+                self.last = None;
+            }
+        }
+    }
+
+    fn send_repeats(&mut self) {
+        if self.repeats > 0 {
+            let _ = self
+                .out
+                .send(event_line("repeated", json!({"count": self.repeats})));
+            self.repeats = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeats_within_a_second_are_counted_and_told_before_the_next_line() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut stream = RunStream::new(tx);
+        let t0 = Instant::now();
+        for i in 0..5 {
+            stream.blocked("a".into(), || json!({}), t0 + Duration::from_millis(i));
+        }
+        stream.blocked("b".into(), || json!({}), t0 + Duration::from_millis(10));
+        stream.blocked("b".into(), || json!({}), t0 + Duration::from_millis(1500));
+        let lines: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+        let events: Vec<(String, Value)> = lines
+            .iter()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                (v["event"].as_str().unwrap().to_string(), v)
+            })
+            .collect();
+        assert_eq!(events.len(), 4, "{lines:?}");
+        assert_eq!(events[0].1["line"], "a");
+        assert_eq!((events[1].0.as_str(), &events[1].1["count"]), ("repeated", &json!(4)));
+        assert_eq!(events[2].1["line"], "b");
+        // After the window the same line is sent again.
+        assert_eq!(events[3].1["line"], "b");
+        stream.blocked("b".into(), || json!({}), t0 + Duration::from_millis(1600));
+        stream.settle(t0 + Duration::from_millis(1700), true);
+        let told: Value = serde_json::from_str(&rx.try_recv().unwrap()).unwrap();
+        assert_eq!((told["event"].as_str(), &told["count"]), (Some("repeated"), &json!(1)));
+    }
+}

@@ -3,5 +3,6 @@
 //! (`daemon/audit.rs`).
 
 pub mod record;
+pub mod syslog;
 
 pub use record::{AuditRecord, RecordType, SCHEMA_VERSION};

@@ -362,7 +362,8 @@ struct ServicesHeld {
 impl ServicesHeld {
     fn hold(path: &Path) -> Result<ServicesHeld> {
         if path.exists() {
-            let ours = std::fs::read_to_string(path).is_ok_and(|text| text.contains(POLICY_RC_D_MARK));
+            let ours =
+                std::fs::read_to_string(path).is_ok_and(|text| text.contains(POLICY_RC_D_MARK));
             return Ok(ServicesHeld {
                 ours: ours.then(|| path.to_path_buf()),
             });
@@ -385,7 +386,10 @@ impl ServicesHeld {
     fn remove_leftover(path: &Path) {
         if std::fs::read_to_string(path).is_ok_and(|text| text.contains(POLICY_RC_D_MARK)) {
             match std::fs::remove_file(path) {
-                Ok(()) => eprintln!("setup: removed {} that an interrupted run left", path.display()),
+                Ok(()) => eprintln!(
+                    "setup: removed {} that an interrupted run left",
+                    path.display()
+                ),
                 Err(err) => eprintln!("setup: could not remove {}: {err}", path.display()),
             }
         }
@@ -421,10 +425,10 @@ fn stop_started(daemon: &str, unit: &str, running_before: &[u32]) {
         return;
     }
     eprintln!("setup: the install started {daemon} (pid {pids:?}); stopping it");
-    if Path::new("/run/systemd/system").is_dir() {
-        if let Err(err) = cmd::run(Command::new("systemctl").args(["stop", unit])) {
-            eprintln!("setup: {err:#}");
-        }
+    if Path::new("/run/systemd/system").is_dir()
+        && let Err(err) = cmd::run(Command::new("systemctl").args(["stop", unit]))
+    {
+        eprintln!("setup: {err:#}");
     }
     for pid in started() {
         // SAFETY: no memory is involved; `pid` is a process called `daemon` that just started.
@@ -523,7 +527,11 @@ mod tests {
         let path = dir.join("policy-rc.d");
         let held = ServicesHeld::hold(&path).unwrap();
         let status = Command::new(&path).status().unwrap();
-        assert_eq!(status.code(), Some(101), "a held install refuses every start");
+        assert_eq!(
+            status.code(),
+            Some(101),
+            "a held install refuses every start"
+        );
         held.release().unwrap();
         assert!(!path.exists());
         std::fs::remove_dir_all(dir).unwrap();
@@ -536,7 +544,10 @@ mod tests {
         std::fs::write(&path, "#!/bin/sh\nexit 0\n").unwrap();
         ServicesHeld::hold(&path).unwrap().release().unwrap();
         ServicesHeld::remove_leftover(&path);
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "#!/bin/sh\nexit 0\n");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "#!/bin/sh\nexit 0\n"
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 

@@ -718,7 +718,10 @@ mod tests {
             ..Default::default()
         };
         let cases = [
-            (with(RecordType::Decision, Some("forbidden")), Severity::Warning),
+            (
+                with(RecordType::Decision, Some("forbidden")),
+                Severity::Warning,
+            ),
             (with(RecordType::Ask, Some("forbidden")), Severity::Warning),
             (with(RecordType::Decision, Some("prompt")), Severity::Notice),
             (with(RecordType::Ask, Some("prompt")), Severity::Notice),
@@ -730,22 +733,46 @@ mod tests {
             (with(RecordType::DaemonStart, None), Severity::Info),
         ];
         for (record, expected) in cases {
-            assert_eq!(severity(&record), expected, "{:?} {:?}", record.kind, record.decision);
+            assert_eq!(
+                severity(&record),
+                expected,
+                "{:?} {:?}",
+                record.kind,
+                record.decision
+            );
         }
         let loss = with(RecordType::Loss, None);
-        assert!(rfc5424(&loss, Facility::Local7).starts_with("<187>1 "), "23*8+3");
-        assert!(rfc5424(&loss, Facility::User).starts_with("<11>1 "), "1*8+3");
+        assert!(
+            rfc5424(&loss, Facility::Local7).starts_with("<187>1 "),
+            "23*8+3"
+        );
+        assert!(
+            rfc5424(&loss, Facility::User).starts_with("<11>1 "),
+            "1*8+3"
+        );
     }
 
     #[test]
     fn timestamps_keep_at_most_microseconds() {
         let cases = [
-            ("2026-12-02T10:11:12.123456789Z", "2026-12-02T10:11:12.123456Z"),
-            ("2026-12-02T10:11:12.999999999Z", "2026-12-02T10:11:12.999999Z"),
-            ("2026-12-02T10:11:12.000000001Z", "2026-12-02T10:11:12.000000Z"),
+            (
+                "2026-12-02T10:11:12.123456789Z",
+                "2026-12-02T10:11:12.123456Z",
+            ),
+            (
+                "2026-12-02T10:11:12.999999999Z",
+                "2026-12-02T10:11:12.999999Z",
+            ),
+            (
+                "2026-12-02T10:11:12.000000001Z",
+                "2026-12-02T10:11:12.000000Z",
+            ),
             ("2026-12-02T10:11:12.12Z", "2026-12-02T10:11:12.12Z"),
             ("2026-12-02T10:11:12Z", "2026-12-02T10:11:12Z"),
-            ("2026-12-02T10:11:12.1234567+02:00", "2026-12-02T10:11:12.123456+02:00"),
+            (
+                "2026-12-02T10:11:12.1234567+02:00",
+                "2026-12-02T10:11:12.123456+02:00",
+            ),
             ("2026-12-02T10:11:12-05:30", "2026-12-02T10:11:12-05:30"),
             // Not RFC 3339 (or not as RFC 5424 allows it): nil.
             ("t", "-"),
@@ -786,7 +813,9 @@ mod tests {
         record.message = Some("line one\nline \"two\"".into());
         record.details.insert("extra".into(), Value::from(5));
         let message = rfc5424(&record, Facility::Auth);
-        let (_, msg) = message.split_once("] \u{feff}").expect("SD, then SP, BOM, MSG");
+        let (_, msg) = message
+            .split_once("] \u{feff}")
+            .expect("SD, then SP, BOM, MSG");
         assert_eq!(AuditRecord::parse(msg), Some(record));
         assert!(!message.contains('\n'), "JSON escapes the newline");
     }
@@ -803,7 +832,10 @@ mod tests {
         let codes: Vec<u8> = Facility::ALL.map(Facility::code).to_vec();
         assert_eq!(codes, [1, 3, 4, 10, 16, 17, 18, 19, 20, 21, 22, 23]);
         let err = "local8".parse::<Facility>().unwrap_err().to_string();
-        assert!(err.contains("\"local8\"") && err.contains("authpriv, local0"), "{err}");
+        assert!(
+            err.contains("\"local8\"") && err.contains("authpriv, local0"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -872,7 +904,10 @@ mod tests {
         let mut out = Vec::new();
         while !stream.is_empty() {
             let space = stream.iter().position(|b| *b == b' ').expect("LEN SP");
-            let len: usize = std::str::from_utf8(&stream[..space]).unwrap().parse().unwrap();
+            let len: usize = std::str::from_utf8(&stream[..space])
+                .unwrap()
+                .parse()
+                .unwrap();
             let msg = &stream[space + 1..space + 1 + len];
             out.push(String::from_utf8(msg.to_vec()).unwrap());
             stream = &stream[space + 1 + len..];
@@ -892,7 +927,10 @@ mod tests {
                     return stream;
                 }
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
-                    assert!(start.elapsed() < Duration::from_secs(10), "no connection came");
+                    assert!(
+                        start.elapsed() < Duration::from_secs(10),
+                        "no connection came"
+                    );
                     std::thread::sleep(Duration::from_millis(5));
                 }
                 Err(err) => panic!("accept: {err}"),
@@ -944,7 +982,9 @@ mod tests {
         let server = std::thread::spawn(move || {
             // The first connection gets one frame, then the receiver "restarts".
             let mut first = accept_within(&listener);
-            first.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            first
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
             let mut buf = [0u8; 4096];
             let n = first.read(&mut buf).unwrap();
             drop(first);
@@ -1065,7 +1105,11 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert_eq!(sender.failed(), 1, "the refusal comes back as a failed send");
+        assert_eq!(
+            sender.failed(),
+            1,
+            "the refusal comes back as a failed send"
+        );
         assert_eq!(sender.sent() + sender.failed(), attempts);
     }
 

@@ -2,3 +2,4 @@
 pub mod daemon;
 pub mod dns;
 pub mod kernel;
+pub mod rsyslog;

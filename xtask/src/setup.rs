@@ -51,6 +51,16 @@ pub enum Fix {
     Rustup(&'static [&'static str]),
     /// `cargo install ARGS` (into `$CARGO_HOME/bin`, which every xtask puts on `PATH`).
     CargoInstall(&'static [&'static str]),
+    /// A Debian package whose daemon the tests run privately, never as the machine's service:
+    /// installed like [`Fix::AptNoRecommends`] while no service may start ([`ServicesHeld`]),
+    /// and `daemon` stopped if it started all the same.
+    AptNoServices {
+        package: &'static str,
+        /// The daemon's process name (`/proc/PID/comm`), e.g. `rsyslogd`.
+        daemon: &'static str,
+        /// Its systemd unit, e.g. `rsyslog.service`.
+        unit: &'static str,
+    },
     /// Nothing setup can install; what to do instead.
     Manual(&'static str),
 }
@@ -102,6 +112,18 @@ pub const ITEMS: &[Item] = &[
         need: Need::Test,
         present: || cargo_subcommand_works("fmt"),
         fix: Fix::Rustup(&["component", "add", "rustfmt"]),
+    },
+    Item {
+        // tests/tests/audit_syslog.rs sends records to an rsyslogd of its own (tests/src/rsyslog.rs:
+        // its own config, ports and folder); only the program is needed, not the system service.
+        name: "rsyslog (rsyslogd, for the syslog tests)",
+        need: Need::Test,
+        present: rsyslogd_present,
+        fix: Fix::AptNoServices {
+            package: "rsyslog",
+            daemon: "rsyslogd",
+            unit: "rsyslog.service",
+        },
     },
     Item {
         // The VM's kernel is a Debian package, downloaded (never installed) and unpacked.
@@ -179,6 +201,23 @@ impl Installer {
                         .args(*packages),
                 )
             }
+            Fix::AptNoServices {
+                package,
+                daemon,
+                unit,
+            } => {
+                self.apt_update()?;
+                let running_before = pids_named(daemon);
+                let held = ServicesHeld::hold(Path::new(POLICY_RC_D))?;
+                let installed = cmd::run(
+                    apt_get()
+                        .args(["install", "-y", "--no-install-recommends"])
+                        .arg(package),
+                );
+                held.release()?;
+                stop_started(daemon, unit, &running_before);
+                installed
+            }
             Fix::Rustup(args) => cmd::run(Command::new("rustup").args(*args)),
             Fix::CargoInstall(args) => cmd::run(cmd::cargo(["install"]).args(*args)),
             Fix::Manual(what) => bail!("{what}"),
@@ -206,10 +245,12 @@ impl Fix {
     /// Why this fix cannot be applied here, if it cannot.
     fn unavailable(&self) -> Option<&'static str> {
         match self {
-            Fix::Apt(_) | Fix::AptNoRecommends(_) if find_on_path("apt-get").is_none() => {
+            Fix::Apt(_) | Fix::AptNoRecommends(_) | Fix::AptNoServices { .. }
+                if find_on_path("apt-get").is_none() =>
+            {
                 Some("apt-get is not available")
             }
-            Fix::Apt(_) | Fix::AptNoRecommends(_) if !is_root() => {
+            Fix::Apt(_) | Fix::AptNoRecommends(_) | Fix::AptNoServices { .. } if !is_root() => {
                 Some("installing packages needs root")
             }
             Fix::Rustup(_) if find_on_path("rustup").is_none() => Some("rustup is not available"),
@@ -229,6 +270,10 @@ impl Fix {
                 "sudo apt-get update && sudo apt-get install -y --no-install-recommends {}",
                 packages.join(" ")
             ),
+            Fix::AptNoServices { package, .. } => format!(
+                "sudo apt-get update && sudo apt-get install -y --no-install-recommends {package} \
+                 (then stop its service if it started; the tests run their own)"
+            ),
             Fix::Rustup(args) => format!("rustup {}", args.join(" ")),
             Fix::CargoInstall(args) => format!("cargo install {}", args.join(" ")),
             Fix::Manual(what) => what.to_string(),
@@ -239,6 +284,7 @@ impl Fix {
 /// Checks (and where possible installs) every item needed for `needs`; an error when something
 /// is still missing.
 pub fn setup(needs: &[Need], report: Report) -> Result<()> {
+    ServicesHeld::remove_leftover(Path::new(POLICY_RC_D));
     let mut installer = Installer::default();
     let mut missing = Vec::new();
     for item in ITEMS.iter().filter(|item| needs.contains(&item.need)) {
@@ -284,6 +330,109 @@ fn c_compiler_present() -> bool {
         is_executable(compiler)
     } else {
         find_on_path(compiler.as_os_str()).is_some()
+    }
+}
+
+/// `rsyslogd` on `PATH`, or in `/usr/sbin` (which a user's `PATH` may leave out).
+fn rsyslogd_present() -> bool {
+    find_on_path("rsyslogd").is_some() || is_executable(Path::new("/usr/sbin/rsyslogd"))
+}
+
+/// Debian's hook for "may this service start now?": invoke-rc.d and deb-systemd-invoke, which
+/// package scripts start services with, both ask it, and exit status 101 means no.
+const POLICY_RC_D: &str = "/usr/sbin/policy-rc.d";
+/// Marks a policy-rc.d as ours, so that one left behind by an interrupted run is removed by the
+/// next run rather than taken for the machine's own (it would keep every service from starting).
+const POLICY_RC_D_MARK: &str = "# cargo xtask setup: no service starts during this install";
+
+/// Keeps services from starting while a package installs. Debian's rsyslog postinst starts
+/// rsyslog.service where systemd runs (elsewhere, bookworm's package has no init script and
+/// starts nothing), and a system syslog daemon (binding /dev/log, writing /var/log) is not ours
+/// to start. A policy-rc.d the machine already has (container images often have one that
+/// refuses everything) is left as it is: it is not ours to replace or remove, and
+/// [`stop_started`] covers one that allows starts.
+///
+/// Where systemd runs, the package still enables its unit as Debian does on install, so it starts
+/// at the next boot (`systemctl disable rsyslog` if that is not wanted).
+struct ServicesHeld {
+    /// The policy-rc.d we wrote, to remove on release.
+    ours: Option<PathBuf>,
+}
+
+impl ServicesHeld {
+    fn hold(path: &Path) -> Result<ServicesHeld> {
+        if path.exists() {
+            let ours =
+                std::fs::read_to_string(path).is_ok_and(|text| text.contains(POLICY_RC_D_MARK));
+            return Ok(ServicesHeld {
+                ours: ours.then(|| path.to_path_buf()),
+            });
+        }
+        std::fs::write(path, format!("#!/bin/sh\n{POLICY_RC_D_MARK}\nexit 101\n"))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
+        Ok(ServicesHeld {
+            ours: Some(path.to_path_buf()),
+        })
+    }
+
+    fn release(self) -> Result<()> {
+        if let Some(path) = self.ours {
+            std::fs::remove_file(path)?;
+        }
+        Ok(())
+    }
+
+    /// Removes a policy-rc.d an interrupted run left (one with our mark; any other stays).
+    fn remove_leftover(path: &Path) {
+        if std::fs::read_to_string(path).is_ok_and(|text| text.contains(POLICY_RC_D_MARK)) {
+            match std::fs::remove_file(path) {
+                Ok(()) => eprintln!(
+                    "setup: removed {} that an interrupted run left",
+                    path.display()
+                ),
+                Err(err) => eprintln!("setup: could not remove {}: {err}", path.display()),
+            }
+        }
+    }
+}
+
+/// The processes called `name` (`/proc/PID/comm`).
+fn pids_named(name: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.trim_end() == name)
+        })
+        .collect()
+}
+
+/// Stops a `daemon` that the install started despite [`ServicesHeld`] (the machine's own
+/// policy-rc.d may allow starts): through systemd where it runs, so that it stays stopped, else
+/// with SIGTERM. Ones running before the install are left alone.
+fn stop_started(daemon: &str, unit: &str, running_before: &[u32]) {
+    let started = || -> Vec<u32> {
+        pids_named(daemon)
+            .into_iter()
+            .filter(|pid| !running_before.contains(pid))
+            .collect()
+    };
+    let pids = started();
+    if pids.is_empty() {
+        return;
+    }
+    eprintln!("setup: the install started {daemon} (pid {pids:?}); stopping it");
+    if Path::new("/run/systemd/system").is_dir()
+        && let Err(err) = cmd::run(Command::new("systemctl").args(["stop", unit]))
+    {
+        eprintln!("setup: {err:#}");
+    }
+    for pid in started() {
+        // SAFETY: no memory is involved; `pid` is a process called `daemon` that just started.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
     }
 }
 
@@ -359,4 +508,58 @@ pub fn is_root() -> bool {
             .and_then(|ids| ids.split_whitespace().nth(1))
             == Some("0")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("xtask-setup-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn services_are_held_by_a_policy_rc_d_that_goes_away_after() {
+        let dir = scratch("hold");
+        let path = dir.join("policy-rc.d");
+        let held = ServicesHeld::hold(&path).unwrap();
+        let status = Command::new(&path).status().unwrap();
+        assert_eq!(
+            status.code(),
+            Some(101),
+            "a held install refuses every start"
+        );
+        held.release().unwrap();
+        assert!(!path.exists());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn the_machines_own_policy_rc_d_is_left_as_it_is() {
+        let dir = scratch("theirs");
+        let path = dir.join("policy-rc.d");
+        std::fs::write(&path, "#!/bin/sh\nexit 0\n").unwrap();
+        ServicesHeld::hold(&path).unwrap().release().unwrap();
+        ServicesHeld::remove_leftover(&path);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "#!/bin/sh\nexit 0\n"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_leftover_of_ours_is_removed() {
+        let dir = scratch("leftover");
+        let path = dir.join("policy-rc.d");
+        // An interrupted run: held, never released.
+        std::mem::forget(ServicesHeld::hold(&path).unwrap());
+        assert!(path.exists());
+        ServicesHeld::remove_leftover(&path);
+        assert!(!path.exists());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }

@@ -1,11 +1,12 @@
 //! The audit log's format and what reads it: the record schema, the rotated files and their
-//! filters, the syslog (RFC 5424) output and `guard replay`. The daemon writes the log
-//! (`daemon/audit.rs`).
+//! filters, the writer thread, the syslog (RFC 5424) output and `guard replay`. The daemon
+//! makes the records (`daemon/audit.rs`).
 
-pub mod record;
-pub mod replay;
-
-pub use record::{AuditRecord, RecordType, SCHEMA_VERSION};
 pub mod files;
 pub mod filter;
+pub mod record;
+pub mod replay;
+pub mod syslog;
 pub mod writer;
+
+pub use record::{AuditRecord, RecordType, SCHEMA_VERSION};

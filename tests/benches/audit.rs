@@ -25,11 +25,9 @@ const TARGET_RATE: f64 = 200_000.0;
 fn parse_loop(out: &str) -> (u64, u64, f64) {
     let words: Vec<&str> = out.split_whitespace().collect();
     match words.as_slice() {
-        ["connects", n, "refused", m, "secs", s] => (
-            n.parse().unwrap(),
-            m.parse().unwrap(),
-            s.parse().unwrap(),
-        ),
+        ["connects", n, "refused", m, "secs", s] => {
+            (n.parse().unwrap(), m.parse().unwrap(), s.parse().unwrap())
+        }
         _ => panic!("net-probe said {out:?}"),
     }
 }
@@ -38,7 +36,12 @@ fn parse_loop(out: &str) -> (u64, u64, f64) {
 fn cpu_and_peak(pid: u32) -> (f64, u64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     // Fields after the command name (which may hold spaces) start after the last `)`.
-    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
     let ticks = |i: usize| fields[i].parse::<f64>().unwrap();
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
@@ -126,7 +129,9 @@ fn main() {
     let cpu = cpu_after - cpu_before;
     let bytes = audit(&after, "bytes") - audit(&before, "bytes");
 
-    println!("| | events/s driven | emitted | written | lost: ring buffer | lost: writer | daemon CPU | daemon peak RSS |");
+    println!(
+        "| | events/s driven | emitted | written | lost: ring buffer | lost: writer | daemon CPU | daemon peak RSS |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
     println!(
         "| refused connects in a guard run scope | {:.0} | {emitted} | {written} ({:.1} %) | {ring_lost} ({:.1} %) | {writer_lost} | {:.2} s over {:.1} s ({:.0} % of a core) | {:.1} MiB |",

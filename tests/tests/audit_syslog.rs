@@ -305,3 +305,126 @@ fn two_hundred_records_over_tcp_all_arrive() {
             .all(|got| got.version == "1" && got.pri == "38")
     );
 }
+
+/// `guard run -- net-probe udp-connect ADDR 9` under `daemon`: refused.
+fn refused_connect(daemon: &guard_tests::daemon::TestDaemon, address: &str) {
+    let probe = guard_tests::kernel::helper("net-probe", env!("CARGO_BIN_EXE_net-probe"));
+    let out = daemon.guard(&[
+        "run",
+        "--",
+        probe.to_str().unwrap(),
+        "udp-connect",
+        address,
+        "9",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "errno 1");
+}
+
+#[test]
+fn the_daemon_sends_every_record_to_a_syslog_receiver_over_tcp() {
+    use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run};
+    if !can_run() {
+        return;
+    }
+    let Some(rsyslog) = Rsyslog::start_or_skip() else {
+        return;
+    };
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "address_rule(addresses=[\"127.78.9.1\"], decision=\"forbidden\")\n".to_string(),
+        extra_config: format!(
+            "[audit]\nsyslog = \"tcp://127.0.0.1:{}\"\nsyslog_facility = \"local3\"\n",
+            rsyslog.tcp_port()
+        ),
+        ..Default::default()
+    });
+    refused_connect(&daemon, "127.78.9.1");
+    // daemon_start, run, decision: what the log file holds, rsyslog holds.
+    let received = rsyslog.wait_for(3, WAIT);
+    let decision = received
+        .iter()
+        .find(|r| r.msgid == "decision")
+        .unwrap_or_else(|| panic!("no decision message: {received:#?}"));
+    // local3 (19) * 8 + warning (4): a forbidden decision.
+    assert_eq!(decision.pri, (19 * 8 + 4).to_string());
+    assert_eq!(decision.app_name, "guard");
+    let params = guard_params(decision);
+    assert_eq!(params["rule"], format!("{}:1", daemon.rules_file.display()));
+    assert_eq!(params["decision"], "forbidden");
+    let sent = record_in(decision);
+    let logged = daemon.json(&["status", "--json"]);
+    assert!(
+        logged["audit"]["syslog"]["sent"].as_u64() >= Some(3),
+        "{logged}"
+    );
+    let out = daemon.guard(&["audit", "--json", "--type", "decision"]);
+    let in_file = AuditRecord::parse(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert_eq!(
+        sent, in_file,
+        "the message carries the record exactly as logged"
+    );
+}
+
+#[test]
+fn guard_audit_forwards_a_log_file_over_udp_and_prints_rfc5424() {
+    use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run};
+    if !can_run() {
+        return;
+    }
+    let Some(rsyslog) = Rsyslog::start_or_skip() else {
+        return;
+    };
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "address_rule(addresses=[\"127.78.9.2\"], decision=\"forbidden\")\n".to_string(),
+        ..Default::default()
+    });
+    for _ in 0..3 {
+        refused_connect(&daemon, "127.78.9.2");
+    }
+    let log = daemon.audit_log.to_str().unwrap().to_string();
+    let url = format!("udp://127.0.0.1:{}", rsyslog.udp_port());
+    // Bounded: the daemon writes within its flush interval.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let out = daemon.guard(&["audit", "--file", &log, "--type", "decision", "--json"]);
+        if String::from_utf8_lossy(&out.stdout).lines().count() == 3 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "three decisions not logged"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = daemon.guard(&[
+        "audit", "--file", &log, "--type", "decision", "--syslog", &url,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("sent 3 record(s)"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let received = rsyslog.wait_for(3, WAIT);
+    assert_eq!(received.len(), 3);
+    assert!(
+        received
+            .iter()
+            .all(|r| r.msgid == "decision" && r.input == "udp"),
+        "{received:#?}"
+    );
+    // The printed form is the same message, one per line.
+    let out = daemon.guard(&[
+        "audit", "--file", &log, "--type", "decision", "--format", "rfc5424",
+    ]);
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(printed.lines().count(), 3, "{printed}");
+    // authpriv (10) * 8 + warning (4).
+    assert!(
+        printed.lines().all(|l| l.starts_with("<84>1 ")),
+        "{printed}"
+    );
+}

@@ -4,6 +4,7 @@
 
 pub mod files;
 pub mod filter;
+pub mod forward;
 pub mod record;
 pub mod replay;
 pub mod syslog;

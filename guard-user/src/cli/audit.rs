@@ -1,6 +1,7 @@
 //! `guard audit`: the audit records you may read, from the daemon (which checks each record
 //! against your authorization) or straight from log files (`--file`), filtered, as aligned
-//! lines, JSON lines or RFC 5424; `--follow` keeps streaming new records live.
+//! lines, JSON lines or RFC 5424 (printed, or sent to a syslog receiver with `--syslog`);
+//! `--follow` keeps streaming new records live.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -16,6 +17,7 @@ use super::output::{decision_style, dim, usage_error};
 use crate::audit::files::{log_files, read_records};
 use crate::audit::filter::AuditFilter;
 use crate::audit::record::AuditRecord;
+use crate::audit::syslog::{Facility, SyslogSender, SyslogTarget, rfc5424};
 use crate::daemon::client::Client;
 use crate::daemon::protocol::Request;
 use crate::policy::Decision;
@@ -26,6 +28,9 @@ pub enum AuditFormat {
     Text,
     /// The records as JSON lines, exactly as logged (schema version 1).
     Json,
+    /// RFC 5424 syslog messages, one per line: PRI from the decision, MSGID the record type,
+    /// `[guard@32473 ...]` structured data, the JSON record as the message.
+    Rfc5424,
 }
 
 #[derive(Args, Debug)]
@@ -35,6 +40,7 @@ pub enum AuditFormat {
   guard audit --since 2h --exe /usr/bin/git --json
   guard audit --since 2026-12-01T09:00:00Z --pid 4242
   sudo guard audit --file /var/log/guard/audit.jsonl --type approval
+  guard audit --follow --syslog tcp://logs.example.com:514   # forward to your pipeline
 
 Through the daemon, each record is shown only if the authorization policy lets you read it
 (built in: root and admin_group read everything, other users their own processes' and
@@ -75,6 +81,15 @@ pub struct AuditArgs {
     /// daemon.
     #[arg(long = "file", value_name = "PATH", conflicts_with = "follow")]
     files: Vec<PathBuf>,
+    /// Send the records as RFC 5424 to this receiver instead of printing them:
+    /// udp://HOST:PORT, tcp://HOST:PORT (octet-counted frames) or unix:///dev/log.
+    #[arg(long, value_name = "URL", value_parser = clap::value_parser!(SyslogTarget))]
+    syslog: Option<SyslogTarget>,
+    /// The syslog facility of --format rfc5424 and --syslog: authpriv, auth, daemon, user,
+    /// local0 ... local7.
+    #[arg(long, value_name = "NAME", default_value_t = Facility::Authpriv,
+          value_parser = clap::value_parser!(Facility))]
+    facility: Facility,
 }
 
 /// `--since`: an RFC 3339 time as given, or an age turned into one.
@@ -121,15 +136,42 @@ pub fn audit(args: &AuditArgs) -> ExitCode {
         Ok(filter) => filter,
         Err(message) => return usage_error(&message),
     };
+    let syslog = match &args.syslog {
+        Some(target) => match SyslogSender::connect(target, args.facility) {
+            Ok(sender) => Some(sender),
+            Err(err) => {
+                eprintln!("guard audit: {err:#}");
+                return ExitCode::from(1);
+            }
+        },
+        None => None,
+    };
     let mut printer = Printer {
         format: args.format(),
+        facility: args.facility,
         out: std::io::stdout().lock(),
+        syslog,
     };
-    if args.files.is_empty() {
+    let code = if args.files.is_empty() {
         from_daemon(args, filter, &mut printer)
     } else {
         from_files(args, &filter, &mut printer)
+    };
+    if let Some(sender) = &printer.syslog {
+        eprintln!(
+            "guard audit: sent {} record(s) to {}{}",
+            sender.sent(),
+            sender.target(),
+            match sender.failed() {
+                0 => String::new(),
+                n => format!(", {n} failed"),
+            }
+        );
+        if sender.failed() > 0 {
+            return ExitCode::from(1);
+        }
     }
+    code
 }
 
 fn from_files(args: &AuditArgs, filter: &AuditFilter, printer: &mut Printer) -> ExitCode {
@@ -230,13 +272,22 @@ fn from_daemon(args: &AuditArgs, filter: AuditFilter, printer: &mut Printer) -> 
 
 struct Printer {
     format: AuditFormat,
+    facility: Facility,
     out: std::io::StdoutLock<'static>,
+    /// Records go here instead of stdout.
+    syslog: Option<SyslogSender>,
 }
 
 impl Printer {
     /// `false` once stdout is closed (e.g. piped into `head`).
     fn print(&mut self, record: &AuditRecord) -> bool {
+        if let Some(sender) = &mut self.syslog {
+            // A failed send is counted (and reported at the end); the next may get through.
+            let _ = sender.send(record);
+            return true;
+        }
         let written = match self.format {
+            AuditFormat::Rfc5424 => writeln!(self.out, "{}", rfc5424(record, self.facility)),
             AuditFormat::Json => serde_json::to_writer(&mut self.out, record)
                 .map_err(std::io::Error::from)
                 .and_then(|_| writeln!(self.out)),

@@ -16,6 +16,7 @@ use super::messages::{Described, protocol_for};
 use super::peer::user_name;
 use crate::audit::files::{ReadStats, log_files, read_records};
 use crate::audit::filter::{AuditFilter, CompiledFilter};
+use crate::audit::forward::SyslogForwarder;
 use crate::audit::record::{
     AuditRecord, DestinationInfo, FIELDS, LossInfo, ProcessInfo, RecordType, RuleRef,
     SCHEMA_VERSION, host_name,
@@ -149,6 +150,8 @@ struct LossCounts {
 
 pub struct AuditTrail {
     writer: Option<AuditWriter>,
+    /// `[audit] syslog`: every record also goes there.
+    syslog: Option<SyslogForwarder>,
     /// Records made this turn of the daemon's loop, sent to the writer as one batch.
     pending: Vec<AuditRecord>,
     path: PathBuf,
@@ -176,6 +179,7 @@ impl AuditTrail {
         };
         let trail = AuditTrail {
             writer,
+            syslog: None,
             pending: Vec::new(),
             path,
             host: host_name(),
@@ -189,6 +193,11 @@ impl AuditTrail {
             follower_missed: 0,
         };
         (trail, error)
+    }
+
+    /// Sends every record to a syslog receiver too, from now on.
+    pub fn forward_to_syslog(&mut self, forwarder: SyslogForwarder) {
+        self.syslog = Some(forwarder);
     }
 
     /// A new authorization policy (a reload): followers are judged by it from now on.
@@ -241,6 +250,9 @@ impl AuditTrail {
             return;
         }
         let batch = std::mem::take(&mut self.pending);
+        if let Some(syslog) = &self.syslog {
+            syslog.send(&batch);
+        }
         let lost = match &self.writer {
             Some(writer) => writer.send(batch),
             None => batch.len(),
@@ -355,6 +367,12 @@ impl AuditTrail {
             "writer_lost": self.writer_lost,
             "followers": self.followers.len(),
             "follower_missed": self.follower_missed,
+            "syslog": self.syslog.as_ref().map(|s| json!({
+                "target": s.target().to_string(),
+                "sent": s.stats().sent.load(Ordering::Relaxed),
+                "failed": s.stats().failed.load(Ordering::Relaxed),
+                "lost": s.stats().lost.load(Ordering::Relaxed),
+            })),
         })
     }
 
@@ -363,10 +381,11 @@ impl AuditTrail {
         self.followers.retain(|f| !f.out.is_closed());
     }
 
-    /// Writes out everything queued and stops the writer.
+    /// Writes out everything queued and stops the writer (and the syslog thread).
     pub fn close(&mut self) {
         self.send_pending();
         self.writer = None;
+        self.syslog = None;
     }
 
     /// A kernel event's record: the process, the destination, the deciding rule and the

@@ -104,7 +104,8 @@ pub struct AuditConfig {
     /// Also send every record to this syslog receiver, as RFC 5424: `udp://HOST:PORT`,
     /// `tcp://HOST:PORT` or `unix:///dev/log`. Empty: none.
     pub syslog: String,
-    /// The syslog facility: `auth`, `authpriv`, `daemon`, `user`, `local0` ... `local7`.
+    /// The syslog facility: `authpriv` (kept out of general logs: the records hold command
+    /// lines and user names), `auth`, `daemon`, `user`, `local0` ... `local7`.
     pub syslog_facility: String,
 }
 
@@ -119,12 +120,30 @@ impl Default for AuditConfig {
             queue_records: 65_536,
             record_allowed: false,
             syslog: String::new(),
-            syslog_facility: "auth".to_string(),
+            syslog_facility: "authpriv".to_string(),
         }
     }
 }
 
 impl AuditConfig {
+    /// `syslog` and `syslog_facility` checked and connected; `None` when `syslog` is empty.
+    pub fn syslog_forwarder(&self) -> Result<Option<crate::audit::forward::SyslogForwarder>> {
+        use crate::audit::syslog::{Facility, SyslogTarget};
+        if self.syslog.is_empty() {
+            return Ok(None);
+        }
+        let target: SyslogTarget = self
+            .syslog
+            .parse()
+            .map_err(|e| anyhow::anyhow!("[audit] syslog: {e}"))?;
+        let facility: Facility = self
+            .syslog_facility
+            .parse()
+            .map_err(|e| anyhow::anyhow!("[audit] syslog_facility: {e}"))?;
+        crate::audit::forward::SyslogForwarder::start(target, facility, self.queue_records)
+            .map(Some)
+    }
+
     pub fn writer_config(&self) -> crate::audit::writer::WriterConfig {
         crate::audit::writer::WriterConfig {
             path: self.path.clone(),

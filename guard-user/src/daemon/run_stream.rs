@@ -97,13 +97,19 @@ mod tests {
             .collect();
         assert_eq!(events.len(), 4, "{lines:?}");
         assert_eq!(events[0].1["line"], "a");
-        assert_eq!((events[1].0.as_str(), &events[1].1["count"]), ("repeated", &json!(4)));
+        assert_eq!(
+            (events[1].0.as_str(), &events[1].1["count"]),
+            ("repeated", &json!(4))
+        );
         assert_eq!(events[2].1["line"], "b");
         // After the window the same line is sent again.
         assert_eq!(events[3].1["line"], "b");
         stream.blocked("b".into(), || json!({}), t0 + Duration::from_millis(1600));
         stream.settle(t0 + Duration::from_millis(1700), true);
         let told: Value = serde_json::from_str(&rx.try_recv().unwrap()).unwrap();
-        assert_eq!((told["event"].as_str(), &told["count"]), (Some("repeated"), &json!(1)));
+        assert_eq!(
+            (told["event"].as_str(), &told["count"]),
+            (Some("repeated"), &json!(1))
+        );
     }
 }

@@ -7,9 +7,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::run_stream::RunStream;
 use anyhow::{Context, Result};
 use serde::Serialize;
-use super::run_stream::RunStream;
 
 use crate::kernel::scope::{cgroup_id, cgroup2_root};
 

@@ -108,7 +108,11 @@ impl Daemon {
         image.settings.audit_only |= config.audit_only;
         image.record_allowed = config.audit.record_allowed;
         enforcer.apply(&image)?;
-        let (audit, audit_error) = AuditTrail::open(config.audit.writer_config(), authz.clone());
+        let (mut audit, audit_error) =
+            AuditTrail::open(config.audit.writer_config(), authz.clone());
+        if let Some(forwarder) = config.audit.syslog_forwarder()? {
+            audit.forward_to_syslog(forwarder);
+        }
         let mut daemon = Daemon {
             authz,
             authz_source,

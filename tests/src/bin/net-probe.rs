@@ -16,8 +16,9 @@
 //!   e.g. 127.88), so every attempt is a destination of its own that its audit record names.
 //!   Every 100 attempts it appends `i UNIX_NANOS` to LOGFILE (i attempts made by then); at the
 //!   end it prints `sent N refused M`.
-//! - `connect-loop ADDR PORT SECS`: UDP connect() to ADDR:PORT on one socket, as fast as it can,
-//!   for SECS; prints `connects N refused M secs S` (the audit benchmark's load).
+//! - `connect-loop ADDR PORT SECS [RATE]`: UDP connect() to ADDR:PORT on one socket for SECS, as
+//!   fast as it can or at RATE a second; prints `connects N refused M secs S` (the audit
+//!   benchmark's load).
 //!
 //! Anything else it cannot do (bad arguments, a socket it cannot make) exits 2 with a message.
 
@@ -34,10 +35,11 @@ fn main() -> ExitCode {
     {
         return udp_loop(allowed, denied, port, Path::new(stop), secs);
     }
-    if let [call, addr, port, secs] = args.as_slice()
+    if let [call, addr, port, secs, rest @ ..] = args.as_slice()
         && call == "connect-loop"
+        && rest.len() <= 1
     {
-        return connect_loop(addr, port, secs);
+        return connect_loop(addr, port, secs, rest.first().map(String::as_str));
     }
     if let [call, prefix, rate, secs, log] = args.as_slice()
         && call == "paced"
@@ -126,13 +128,14 @@ fn flood(addr: &str, port: &str, count: &str) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn connect_loop(addr: &str, port: &str, secs: &str) -> ExitCode {
-    let (Ok(ip), Ok(port), Ok(secs)) = (
+fn connect_loop(addr: &str, port: &str, secs: &str, rate: Option<&str>) -> ExitCode {
+    let (Ok(ip), Ok(port), Ok(secs), Ok(rate)) = (
         addr.parse::<IpAddr>(),
         port.parse::<u16>(),
         secs.parse::<f64>(),
+        rate.map(str::parse::<f64>).transpose(),
     ) else {
-        eprintln!("usage: net-probe connect-loop ADDR PORT SECS");
+        eprintln!("usage: net-probe connect-loop ADDR PORT SECS [RATE]");
         return ExitCode::from(2);
     };
     let Ok(socket) = udp_socket(ip) else {
@@ -145,6 +148,14 @@ fn connect_loop(addr: &str, port: &str, secs: &str) -> ExitCode {
     let (mut connects, mut refused) = (0u64, 0u64);
     // The clock is read once per 1024 calls: the loop measures connect, not Instant::now.
     while start.elapsed() < limit {
+        // Paced: the next 1024 calls are due when the rate says so (a busy wait would take the
+        // CPU the daemon needs).
+        if let Some(rate) = rate {
+            let due = Duration::from_secs_f64(connects as f64 / rate);
+            if let Some(wait) = due.checked_sub(start.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
         for _ in 0..1024 {
             if socket
                 .connect(target)

@@ -43,7 +43,10 @@ With the daemon (`sudo systemctl start guard`, or `sudo guard daemon`):
   guard prompts --watch                    # answer asks with one key
   guard approve 3 --always                 # or --once, --session; guard deny 3 [--always]
   guard allow-host api.github.com --protocol https   # appended and enforced at once
-  guard status; guard reload; guard audit
+  guard status; guard reload
+  guard audit --follow --decision forbidden        # the audit log, live
+  guard audit --since 2h --json                    # JSON lines, as logged
+  guard replay --rules draft.rules /var/log/guard/audit.jsonl   # what a draft would change
 
 Exit status: 0 when the command ran (whatever the decision), 2 on a policy or usage error;
 `guard run` exits with the status of the command it ran; `guard authz check` exits 1 on deny;

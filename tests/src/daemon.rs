@@ -12,6 +12,11 @@ use std::time::{Duration, Instant};
 
 use crate::kernel::{in_ci, skip};
 
+/// A program's output as text.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
 /// The `guard` binary cargo built next to the test binaries (`GUARD_BIN` overrides).
 pub fn guard_bin() -> PathBuf {
     if let Some(path) = std::env::var_os("GUARD_BIN") {
@@ -207,6 +212,18 @@ impl TestDaemon {
     /// `guard ARGS... --socket <this daemon's>` (the socket flag is added where it applies).
     pub fn guard(&self, args: &[&str]) -> Output {
         self.guard_command(args).output().expect("running guard")
+    }
+
+    /// `guard run -- PROGRAM ARGS...` under this daemon: (exit code, stdout, stderr).
+    pub fn run_in_scope(&self, program: &Path, args: &[&str]) -> (i32, String, String) {
+        let mut all = vec!["run", "--", program.to_str().expect("a UTF-8 path")];
+        all.extend_from_slice(args);
+        let out = self.guard(&all);
+        (
+            out.status.code().unwrap_or(-1),
+            text(&out.stdout),
+            text(&out.stderr),
+        )
     }
 
     pub fn guard_command(&self, args: &[&str]) -> Command {

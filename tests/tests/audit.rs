@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use guard::audit::files::{log_files, read_records};
 use guard::audit::{AuditRecord, RecordType};
-use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run};
+use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, text};
 use guard_tests::dns::TestDns;
 use guard_tests::kernel::helper;
 
@@ -20,21 +20,9 @@ fn net_probe() -> PathBuf {
     helper("net-probe", env!("CARGO_BIN_EXE_net-probe"))
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// `guard run -- net-probe ARGS...`: (exit code, stdout, stderr).
+/// `guard run -- net-probe ARGS...` under the daemon: (exit code, stdout, stderr).
 fn run_probe(daemon: &TestDaemon, args: &[&str]) -> (i32, String, String) {
-    let probe = net_probe();
-    let mut all = vec!["run", "--", probe.to_str().unwrap()];
-    all.extend_from_slice(args);
-    let out = daemon.guard(&all);
-    (
-        out.status.code().unwrap_or(-1),
-        text(&out.stdout),
-        text(&out.stderr),
-    )
+    daemon.run_in_scope(&net_probe(), args)
 }
 
 /// `guard audit --json ARGS...` as root, parsed.
@@ -625,5 +613,76 @@ fn allowed_decisions_are_recorded_when_the_config_asks_for_them() {
                 .as_ref()
                 .is_some_and(|p| p.exe.ends_with("net-probe"))),
         "{records:#?}"
+    );
+}
+
+#[test]
+fn guard_replay_tries_a_draft_policy_on_what_the_daemon_recorded() {
+    if !can_run() {
+        return;
+    }
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "address_rule(addresses=[\"127.78.7.1\"], decision=\"allow\")\n\
+                address_rule(addresses=[\"127.78.7.2\"], decision=\"forbidden\")\n"
+            .to_string(),
+        extra_config: "[audit]\nrecord_allowed = true\n".to_string(),
+        ..Default::default()
+    });
+    assert_eq!(run_probe(&daemon, &["udp-connect", "127.78.7.1", "9"]).0, 0);
+    assert_eq!(run_probe(&daemon, &["udp-connect", "127.78.7.2", "9"]).0, 1);
+    wait_for_log(&daemon, "both connects", |r| {
+        ["127.78.7.1", "127.78.7.2"].iter().all(|a| {
+            r.iter()
+                .any(|r| r.destination.as_ref().is_some_and(|d| d.address == *a))
+        })
+    });
+    // The draft turns both around; line 2 and 3 decide.
+    let draft = daemon.dir.path().join("draft.rules");
+    std::fs::write(
+        &draft,
+        "# draft\naddress_rule(addresses=[\"127.78.7.1\"], decision=\"forbidden\")\n\
+         address_rule(addresses=[\"127.78.7.2\"], decision=\"allow\")\n",
+    )
+    .unwrap();
+    let out = daemon.guard(&[
+        "replay",
+        "--rules",
+        draft.to_str().unwrap(),
+        "--json",
+        "--exit-code",
+        daemon.audit_log.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "something changes: {}",
+        text(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let draft_at = |list: &str| -> Vec<(String, u64)> {
+        report[list]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["text"].as_str().is_some_and(|t| t.contains("127.78.7.")))
+            .map(|r| {
+                (
+                    r["text"].as_str().unwrap().to_string(),
+                    r["draft"]["rule"]["line"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let refused = draft_at("newly_refused");
+    let allowed = draft_at("newly_allowed");
+    assert_eq!(refused.len(), 1, "{report}");
+    assert!(
+        refused[0].0.contains("127.78.7.1") && refused[0].1 == 2,
+        "{refused:?}"
+    );
+    assert_eq!(allowed.len(), 1, "{report}");
+    assert!(
+        allowed[0].0.contains("127.78.7.2") && allowed[0].1 == 3,
+        "{allowed:?}"
     );
 }

@@ -8,7 +8,7 @@ use std::net::{Ipv4Addr, TcpListener};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run};
+use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, text};
 use guard_tests::dns::TestDns;
 use guard_tests::kernel::helper;
 use serde_json::Value;
@@ -17,21 +17,9 @@ fn net_probe() -> PathBuf {
     helper("net-probe", env!("CARGO_BIN_EXE_net-probe"))
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 /// `guard run -- net-probe ARGS...` under the daemon: (exit code, stdout, stderr).
 fn run_probe(daemon: &TestDaemon, args: &[&str]) -> (i32, String, String) {
-    let probe = net_probe();
-    let mut all = vec!["run", "--", probe.to_str().unwrap()];
-    all.extend_from_slice(args);
-    let out = daemon.guard(&all);
-    (
-        out.status.code().unwrap_or(-1),
-        text(&out.stdout),
-        text(&out.stderr),
-    )
+    daemon.run_in_scope(&net_probe(), args)
 }
 
 /// `guard audit --json` (JSON lines) as root.

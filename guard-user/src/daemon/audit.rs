@@ -12,7 +12,7 @@ use std::time::SystemTime;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::messages::{Described, protocol_for};
+use super::messages::protocol_for;
 use super::peer::user_name;
 use crate::audit::files::{ReadStats, log_files, read_records};
 use crate::audit::filter::{AuditFilter, CompiledFilter};
@@ -158,6 +158,8 @@ pub struct AuditTrail {
     host: String,
     next_seq: u64,
     users: HashMap<u32, String>,
+    /// The daemon's scopes' cgroup paths, by id.
+    cgroups: HashMap<u64, String>,
     followers: Vec<Follower>,
     authz: Arc<AuthzPolicy>,
     cgroup_root: Option<PathBuf>,
@@ -185,6 +187,7 @@ impl AuditTrail {
             host: host_name(),
             next_seq: last.map_or(1, |s| s + 1),
             users: HashMap::new(),
+            cgroups: HashMap::new(),
             followers: Vec::new(),
             authz,
             cgroup_root: crate::kernel::scope::cgroup2_root().ok(),
@@ -389,15 +392,17 @@ impl AuditTrail {
     }
 
     /// A kernel event's record: the process, the destination, the deciding rule and the
-    /// message.
+    /// message. Takes the event: its strings move into the record. `scope` is the path of the
+    /// daemon's scope the event came from, if it came from one.
     pub fn kernel_record(
         &mut self,
         image: &EnforcementImage,
-        event: &KernelEvent,
-        described: &Described,
-        cgroup: Option<&std::path::Path>,
+        event: KernelEvent,
+        message: String,
+        scope: Option<&std::path::Path>,
     ) -> AuditRecord {
         let user = self.user(event.uid);
+        let cgroup = scope.map(|path| self.cgroup_name(event.cgroup_id, path));
         let mut record = base(RecordType::Decision, &user);
         record.time = super::asks::timestamp(event.time);
         record.decision = Some(event.decision.as_str().to_string());
@@ -431,12 +436,12 @@ impl AuditTrail {
                     justification: rule.justification.clone(),
                 })
             });
-        let cgroup = cgroup.map(|path| match &self.cgroup_root {
-            Some(root) => path
-                .strip_prefix(root)
-                .map(|p| format!("/{}", p.display()))
-                .unwrap_or_else(|_| path.display().to_string()),
-            None => path.display().to_string(),
+        record.destination = event.destination.as_ref().map(|d| DestinationInfo {
+            host: destination_host(image, &event).map(str::to_string),
+            address: d.address.to_string(),
+            port: d.port,
+            transport: d.transport.to_string(),
+            protocol: protocol_for(d.port, d.transport).as_str().to_string(),
         });
         record.process = Some(ProcessInfo {
             pid: event.tgid,
@@ -447,20 +452,28 @@ impl AuditTrail {
             gid: event.gid,
             cgroup,
             cgroup_id: event.cgroup_id,
-            exe: event.exe.clone(),
-            argv: event.argv.clone(),
+            exe: event.exe,
+            argv: event.argv,
             argv_truncated: event.argv_truncated,
-            comm: event.comm.clone(),
+            comm: event.comm,
         });
-        record.destination = event.destination.as_ref().map(|d| DestinationInfo {
-            host: destination_host(image, event).map(str::to_string),
-            address: d.address.to_string(),
-            port: d.port,
-            transport: d.transport.to_string(),
-            protocol: protocol_for(d.port, d.transport).as_str().to_string(),
-        });
-        record.message = Some(described.message.clone());
+        record.message = Some(message);
         record
+    }
+
+    /// Scope `id`'s path relative to the cgroup2 mount, worked out once per scope.
+    fn cgroup_name(&mut self, id: u64, path: &std::path::Path) -> String {
+        let root = &self.cgroup_root;
+        self.cgroups
+            .entry(id)
+            .or_insert_with(|| match root {
+                Some(root) => path
+                    .strip_prefix(root)
+                    .map(|p| format!("/{}", p.display()))
+                    .unwrap_or_else(|_| path.display().to_string()),
+                None => path.display().to_string(),
+            })
+            .clone()
     }
 }
 

@@ -36,23 +36,87 @@ fn executed_name(exe: &str) -> String {
 
 /// What a refusal (or a prompt) says, and for a prompt what could be approved.
 pub struct Described {
-    pub record: BlockedRequest,
     pub message: String,
     /// `Some` for a `prompt` that an approval can answer.
     pub target: Option<AskTarget>,
 }
 
+/// The message and the ask's target; cheap enough for every event of a flood (the
+/// blocked-request record, which copies the process, is made only where it is needed:
+/// [`blocked_request`]).
 pub fn describe(image: &EnforcementImage, event: &KernelEvent) -> Described {
     let rule = event.rule.and_then(|id| image.rules.get(id as usize));
-    let justification = rule.and_then(|r| r.justification.clone());
-    let location = rule
-        .and_then(|r| r.origin.as_ref())
-        .map(|o| format!("{}:{}", o.file, o.line));
+    let justification = rule.and_then(|r| r.justification.as_deref());
     let prompt = event.decision == Decision::Prompt;
-    let mut record = BlockedRequest {
-        host: String::new(),
-        protocol: "exec".to_string(),
-        port: None,
+    match (&event.kind, &event.destination) {
+        (EventKind::Exec, _) => {
+            let cmd = shown_command(event);
+            let message = match (prompt, justification, rule) {
+                (true, Some(j), _) => format!("`{cmd}` requires approval: {j}"),
+                (true, None, Some(_)) => format!("`{cmd}` requires approval by policy"),
+                (true, None, None) => format!(
+                    "`{cmd}` requires approval: no rule matches it, and this policy asks about \
+                     unmatched commands"
+                ),
+                (false, Some(j), _) => format!("`{cmd}` rejected: {j}"),
+                (false, None, Some(r)) => format!("`{cmd}` rejected: policy forbids {}", r.summary),
+                (false, None, None) => format!("`{cmd}` rejected: blocked by policy"),
+            };
+            let target = (prompt && !event.argv_truncated).then(|| {
+                let mut tokens = vec![executed_name(&event.exe)];
+                tokens.extend(event.argv.iter().skip(1).cloned());
+                AskTarget::Exec {
+                    tokens,
+                    by_rule: !event.unmatched,
+                }
+            });
+            Described { message, target }
+        }
+        (_, Some(d)) => {
+            let host = destination_host(image, event);
+            let shown = host.map_or_else(|| d.address.to_string(), str::to_string);
+            let detail = match (prompt, justification) {
+                (true, Some(j)) => format!("requires approval: {j}"),
+                (true, None) => "was blocked: domain is not on the allowlist for the current \
+                                 sandbox mode"
+                    .to_string(),
+                (false, _) => "was blocked: domain is explicitly denied by policy and cannot be \
+                               approved from this prompt"
+                    .to_string(),
+            };
+            let message = format!("Network access to \"{shown}\" {detail}.");
+            let target = prompt.then(|| AskTarget::Network {
+                host: host.map(str::to_string),
+                address: d.address,
+                port: d.port,
+                transport: d.transport.to_string(),
+                protocol: protocol_for(d.port, d.transport),
+            });
+            Described { message, target }
+        }
+        (_, None) => Described {
+            message: "Network access was blocked by policy.".to_string(),
+            target: None,
+        },
+    }
+}
+
+/// The blocked-request record (§7, plus the process) of an event.
+pub fn blocked_request(image: &EnforcementImage, event: &KernelEvent) -> BlockedRequest {
+    let rule = event.rule.and_then(|id| image.rules.get(id as usize));
+    let prompt = event.decision == Decision::Prompt;
+    let (host, protocol, port) = match &event.destination {
+        Some(d) => (
+            destination_host(image, event).map_or_else(|| d.address.to_string(), str::to_string),
+            protocol_for(d.port, d.transport).as_str().to_string(),
+            Some(d.port),
+        ),
+        None => (String::new(), "exec".to_string(), None),
+    };
+    BlockedRequest {
+        host,
+        protocol,
+        port,
         reason: if prompt { "not_allowed" } else { "denied" }.to_string(),
         decision: if prompt { "ask" } else { "deny" }.to_string(),
         source: if event.unmatched {
@@ -66,69 +130,10 @@ pub fn describe(image: &EnforcementImage, event: &KernelEvent) -> Described {
         executable: event.exe.clone(),
         argv: event.argv.clone(),
         timestamp: timestamp(event.time),
-        rule: location,
-        justification: justification.clone(),
-    };
-    match (&event.kind, &event.destination) {
-        (EventKind::Exec, _) => {
-            let cmd = shown_command(event);
-            let message = match (prompt, &justification, rule) {
-                (true, Some(j), _) => format!("`{cmd}` requires approval: {j}"),
-                (true, None, Some(_)) => format!("`{cmd}` requires approval by policy"),
-                (true, None, None) => format!(
-                    "`{cmd}` requires approval: no rule matches it, and this policy asks about \
-                     unmatched commands"
-                ),
-                (false, Some(j), _) => format!("`{cmd}` rejected: {j}"),
-                (false, None, Some(r)) => format!("`{cmd}` rejected: policy forbids {}", r.summary),
-                (false, None, None) => format!("`{cmd}` rejected: blocked by policy"),
-            };
-            let mut tokens = vec![executed_name(&event.exe)];
-            tokens.extend(event.argv.iter().skip(1).cloned());
-            let target = (prompt && !event.argv_truncated).then_some(AskTarget::Exec {
-                tokens,
-                by_rule: !event.unmatched,
-            });
-            Described {
-                record,
-                message,
-                target,
-            }
-        }
-        (_, Some(d)) => {
-            let host = destination_host(image, event).map(str::to_string);
-            let protocol = protocol_for(d.port, d.transport);
-            record.host = host.clone().unwrap_or_else(|| d.address.to_string());
-            record.protocol = protocol.as_str().to_string();
-            record.port = Some(d.port);
-            let detail = match (prompt, &justification) {
-                (true, Some(j)) => format!("requires approval: {j}"),
-                (true, None) => "was blocked: domain is not on the allowlist for the current \
-                                 sandbox mode"
-                    .to_string(),
-                (false, _) => "was blocked: domain is explicitly denied by policy and cannot be \
-                               approved from this prompt"
-                    .to_string(),
-            };
-            let message = format!("Network access to \"{}\" {detail}.", record.host);
-            let target = prompt.then(|| AskTarget::Network {
-                host,
-                address: d.address,
-                port: d.port,
-                transport: d.transport.to_string(),
-                protocol,
-            });
-            Described {
-                record,
-                message,
-                target,
-            }
-        }
-        (_, None) => Described {
-            record,
-            message: "Network access was blocked by policy.".to_string(),
-            target: None,
-        },
+        rule: rule
+            .and_then(|r| r.origin.as_ref())
+            .map(|o| format!("{}:{}", o.file, o.line)),
+        justification: rule.and_then(|r| r.justification.clone()),
     }
 }
 

@@ -4,20 +4,39 @@
 //! client asks for a flush. A process refused a million times a second costs its terminal a
 //! line a second, and the audit log still has every record.
 
+use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::protocol::event_line;
+use crate::kernel::events::KernelEvent;
 
 /// Repeats of one line within this window are counted, not sent.
 const WINDOW: Duration = Duration::from_secs(1);
 
 pub struct RunStream {
     out: UnboundedSender<String>,
-    last: Option<(String, Instant)>,
+    /// The last line sent (its [`repeat_key`]) and when.
+    last: Option<(u64, Instant)>,
     repeats: u64,
+}
+
+/// What makes two events the same line: the request and the decision, not the process or the
+/// time. A hash, so a flood of repeats costs no formatting.
+pub fn repeat_key(event: &KernelEvent) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (
+        event.rule,
+        event.decision,
+        event.audit_only,
+        &event.exe,
+        &event.argv,
+        &event.destination,
+    )
+        .hash(&mut hasher);
+    hasher.finish()
 }
 
 impl RunStream {
@@ -33,10 +52,17 @@ impl RunStream {
         self.out.same_channel(other)
     }
 
-    /// Sends `line` (with `body`, made only when it is sent), or counts it as a repeat.
-    pub fn blocked(&mut self, line: String, body: impl FnOnce() -> Value, now: Instant) {
+    /// Sends the line (made, with `body`, only when it is sent), or counts a repeat of the
+    /// last one (same `key`) within the window.
+    pub fn blocked(
+        &mut self,
+        key: u64,
+        line: impl FnOnce() -> String,
+        body: impl FnOnce() -> Value,
+        now: Instant,
+    ) {
         if let Some((last, at)) = &self.last
-            && *last == line
+            && *last == key
             && now.duration_since(*at) < WINDOW
         {
             self.repeats += 1;
@@ -44,9 +70,9 @@ impl RunStream {
         }
         self.send_repeats();
         let mut event = body();
-        event["line"] = Value::String(line.clone());
+        event["line"] = Value::String(line());
         let _ = self.out.send(event_line("blocked", event));
-        self.last = Some((line, now));
+        self.last = Some((key, now));
     }
 
     /// The count of repeats not yet told, if the window is over (or `force`).
@@ -83,10 +109,25 @@ mod tests {
         let mut stream = RunStream::new(tx);
         let t0 = Instant::now();
         for i in 0..5 {
-            stream.blocked("a".into(), || json!({}), t0 + Duration::from_millis(i));
+            stream.blocked(
+                1,
+                || "a".into(),
+                || json!({}),
+                t0 + Duration::from_millis(i),
+            );
         }
-        stream.blocked("b".into(), || json!({}), t0 + Duration::from_millis(10));
-        stream.blocked("b".into(), || json!({}), t0 + Duration::from_millis(1500));
+        stream.blocked(
+            2,
+            || "b".into(),
+            || json!({}),
+            t0 + Duration::from_millis(10),
+        );
+        stream.blocked(
+            2,
+            || "b".into(),
+            || json!({}),
+            t0 + Duration::from_millis(1500),
+        );
         let lines: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
         let events: Vec<(String, Value)> = lines
             .iter()
@@ -104,7 +145,12 @@ mod tests {
         assert_eq!(events[2].1["line"], "b");
         // After the window the same line is sent again.
         assert_eq!(events[3].1["line"], "b");
-        stream.blocked("b".into(), || json!({}), t0 + Duration::from_millis(1600));
+        stream.blocked(
+            2,
+            || "b".into(),
+            || json!({}),
+            t0 + Duration::from_millis(1600),
+        );
         stream.settle(t0 + Duration::from_millis(1700), true);
         let told: Value = serde_json::from_str(&rx.try_recv().unwrap()).unwrap();
         assert_eq!(

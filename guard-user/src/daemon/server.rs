@@ -23,8 +23,9 @@ use super::protocol::{
 use super::service::{Daemon, TICK, daemon_note};
 use crate::audit::filter::AuditFilter;
 
-/// Events handled per turn of the loop.
-const EVENT_BATCH: usize = 64;
+/// Events handled per turn of the loop (a request waits at most one batch: well under a
+/// millisecond).
+const EVENT_BATCH: usize = 256;
 
 /// What a connection task asks of the daemon task.
 enum Command {

@@ -31,7 +31,7 @@ pub enum Action {
     Sigkill,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct EventDestination {
     pub address: IpAddr,
     pub port: u16,

@@ -16,9 +16,10 @@ use super::approvals::Approvals;
 use super::asks::{AskBook, Recorded};
 use super::audit::{AuditTrail, HistoryRead};
 use super::config::Config;
-use super::messages::describe;
+use super::messages::{Described, blocked_request, describe};
 use super::peer::{PeerCredentials, subject, user_name};
 use super::protocol::{ErrorCode, Request, ResponseLine, event_line};
+use super::run_stream::repeat_key;
 use super::scopes::{ScopeKind, Scopes, configured_cgroup, own_cgroup};
 use crate::audit::RecordType;
 use crate::audit::filter::AuditFilter;
@@ -328,65 +329,71 @@ impl Daemon {
     }
 
     /// Each kernel event: an ask for a `prompt`, the message to the run it came from, an audit
-    /// record.
+    /// record. Under a flood this runs for every event, so what only an ask or a message needs
+    /// is made only for them.
     pub fn on_events(&mut self, events: Vec<KernelEvent>) {
         let now = Instant::now();
         for event in events {
-            let described = describe(&self.image, &event);
-            let scope = self.scopes.by_id.get(&event.cgroup_id);
-            let mut record = self.audit.kernel_record(
-                &self.image,
-                &event,
-                &described,
-                scope.map(|s| s.path.as_path()),
-            );
+            let Described { message, target } = describe(&self.image, &event);
+            let from_run = self
+                .scopes
+                .by_id
+                .get(&event.cgroup_id)
+                .is_some_and(|s| s.is_run());
+            let mut new_ask = None;
             let mut ask_id = None;
-            if let Some(target) = described.target.clone()
+            if let Some(target) = target
                 && !event.audit_only
             {
-                let from_run = self
-                    .scopes
-                    .by_id
-                    .get(&event.cgroup_id)
-                    .is_some_and(|s| s.is_run());
                 let recorded = self.asks.record(
                     target,
-                    described.record.clone(),
-                    described.message.clone(),
+                    blocked_request(&self.image, &event),
+                    message.clone(),
                     (event.cgroup_id, from_run),
                     now,
                 );
                 ask_id = Some(recorded.id());
-                record.ask = ask_id;
                 if let Recorded::New(id) = recorded {
-                    let mut ask_record = record.clone();
-                    ask_record.kind = RecordType::Ask;
-                    self.asks.set_origin(id, ask_record.clone());
-                    self.audit.emit(ask_record);
-                    if let Some(ask) = self.asks.get(id, now) {
-                        self.notify_watchers("ask", json!({"ask": ask}));
-                    }
+                    new_ask = Some(id);
                 }
             }
-            self.audit.emit(record);
             if let Some(listener) = self
                 .scopes
                 .by_id
                 .get_mut(&event.cgroup_id)
                 .and_then(|s| s.listener.as_mut())
             {
+                let image = &self.image;
                 listener.blocked(
-                    describe_event(&self.image, &event),
+                    repeat_key(&event),
+                    || describe_event(image, &event),
                     || {
                         json!({
-                            "message": described.message,
+                            "message": message,
                             "ask": ask_id,
-                            "request": described.record,
+                            "request": blocked_request(image, &event),
                         })
                     },
                     now,
                 );
             }
+            let scope = self
+                .scopes
+                .by_id
+                .get(&event.cgroup_id)
+                .map(|s| s.path.as_path());
+            let mut record = self.audit.kernel_record(&self.image, event, message, scope);
+            record.ask = ask_id;
+            if let Some(id) = new_ask {
+                let mut ask_record = record.clone();
+                ask_record.kind = RecordType::Ask;
+                self.asks.set_origin(id, ask_record.clone());
+                self.audit.emit(ask_record);
+                if let Some(ask) = self.asks.get(id, now) {
+                    self.notify_watchers("ask", json!({"ask": ask}));
+                }
+            }
+            self.audit.emit(record);
         }
     }
 

@@ -76,8 +76,15 @@ impl AuditWriter {
     /// Opens the log (creating its folder), mends a torn last line, and starts the thread.
     /// Returns the writer and the `seq` of the last record already in the log.
     pub fn start(config: WriterConfig) -> Result<(AuditWriter, Option<u64>)> {
-        if let Some(dir) = config.path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        if let Some(dir) = config.path.parent()
+            && !dir.exists()
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o750)
+                .create(dir)
+                .with_context(|| format!("creating {}", dir.display()))?;
         }
         let seq = last_seq(&config.path);
         let file = open_append(&config.path)?;
@@ -165,12 +172,16 @@ impl Drop for AuditWriter {
 }
 
 /// Opens for appending; a file whose last line is torn (a crash mid-write) gets a newline, so
-/// the torn line stays one bad line instead of spoiling the next record.
+/// the torn line stays one bad line instead of spoiling the next record. A new file is 0640:
+/// records hold every user's command lines, which are not for every user to read (`guard
+/// audit` through the daemon shows each user their own).
 fn open_append(path: &Path) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
     let mut file = OpenOptions::new()
         .create(true)
         .append(true)
         .read(true)
+        .mode(0o640)
         .open(path)
         .with_context(|| format!("opening the audit log {}", path.display()))?;
     let len = file.metadata()?.len();
@@ -361,6 +372,10 @@ mod tests {
         let path = dir.path().join("log").join("audit.jsonl");
         let (writer, last) = AuditWriter::start(config(&path, 1000, 2)).unwrap();
         assert_eq!(last, None);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o640, "not for every user to read");
+        assert_eq!(mode(path.parent().unwrap()), 0o750);
         for seq in 1..=40 {
             assert_eq!(writer.send(vec![record(seq)]), 0);
         }

@@ -485,3 +485,107 @@ pub fn base(kind: RecordType, owner: &str) -> AuditRecord {
         ..Default::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::files::read_records;
+    use std::time::Duration;
+
+    fn config(path: &std::path::Path, queue_records: usize) -> WriterConfig {
+        WriterConfig {
+            path: path.to_path_buf(),
+            max_file_bytes: 1 << 20,
+            keep_files: 1,
+            flush_interval: Duration::from_millis(20),
+            fsync_interval: Duration::ZERO,
+            queue_records,
+        }
+    }
+
+    fn logged(path: &std::path::Path) -> Vec<AuditRecord> {
+        let mut out = Vec::new();
+        read_records(&log_files(path), |r| {
+            out.push(r);
+            true
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn records_are_numbered_across_restarts_and_carry_the_host() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let authz = Arc::new(AuthzPolicy::builtin(None));
+        for _ in 0..2 {
+            let (mut trail, error) = AuditTrail::open(config(&path, 100), authz.clone());
+            assert!(error.is_none());
+            trail.record(RecordType::DaemonStart, "root", json!({"pid": 1}));
+            trail.record(RecordType::DaemonStop, "root", json!({}));
+            trail.close();
+        }
+        let records = logged(&path);
+        assert_eq!(
+            records.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            [1, 2, 3, 4]
+        );
+        assert!(
+            records
+                .iter()
+                .all(|r| r.v == SCHEMA_VERSION && r.host == host_name())
+        );
+    }
+
+    #[test]
+    fn a_loss_record_reports_what_was_lost_since_the_last_one_and_in_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let (mut trail, _) =
+            AuditTrail::open(config(&path, 1000), Arc::new(AuthzPolicy::builtin(None)));
+        trail.account_losses(0);
+        trail.account_losses(5);
+        trail.account_losses(5);
+        trail.account_losses(7);
+        trail.close();
+        let losses: Vec<LossInfo> = logged(&path).into_iter().filter_map(|r| r.loss).collect();
+        assert_eq!(losses.len(), 2, "nothing new, no record: {losses:?}");
+        assert_eq!((losses[0].ring_buffer, losses[0].ring_buffer_total), (5, 5));
+        assert_eq!((losses[1].ring_buffer, losses[1].ring_buffer_total), (2, 7));
+    }
+
+    #[test]
+    fn a_follower_gets_only_the_records_its_subject_may_read_that_match_its_filter() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let (mut trail, _) =
+            AuditTrail::open(config(&path, 100), Arc::new(AuthzPolicy::builtin(None)));
+        let alice = Subject::from_json(r#"{"sub": "alice", "attrs": {"uid": ["1000"]}}"#).unwrap();
+        let (tx, mut rx) = mpsc::channel(10);
+        let filter = AuditFilter {
+            types: vec!["control_refused".into()],
+            ..Default::default()
+        };
+        trail.follow(alice, &filter, Some(tx), None).unwrap();
+        trail.record(
+            RecordType::ControlRefused,
+            "root",
+            json!({"request": "status"}),
+        );
+        trail.record(RecordType::Reload, "alice", json!({"ok": true}));
+        trail.record(
+            RecordType::ControlRefused,
+            "alice",
+            json!({"request": "reload"}),
+        );
+        let line = rx.try_recv().expect("alice's refused request");
+        assert!(
+            line.contains("\"owner\":\"alice\"") && line.contains("control_refused"),
+            "{line}"
+        );
+        assert!(
+            rx.try_recv().is_err(),
+            "root's record and the reload are not alice's to see"
+        );
+    }
+}

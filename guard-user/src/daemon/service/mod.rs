@@ -249,6 +249,11 @@ impl Daemon {
         if let Err(err) = self.rebuild() {
             self.loaded = previous;
             let message = format!("reload refused, the old policy stays: {err:#}");
+            self.audit.record(
+                RecordType::Reload,
+                by,
+                json!({"ok": false, "error": message}),
+            );
             self.last_reload_error = Some(message.clone());
             return Err(message);
         }

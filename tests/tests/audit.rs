@@ -481,6 +481,12 @@ fn a_writer_that_falls_behind_is_counted_in_loss_records_and_status() {
         written + ring <= SENT && SENT <= written + ring + writer,
         "every refusal is written or counted lost: {written} written, {ring} ring buffer, {writer} writer, of {SENT}"
     );
+    // People read the same counts in `guard status`.
+    let shown = text(&daemon.guard(&["status"]).stdout);
+    assert!(
+        shown.contains(&format!("lost: {writer} (writer behind)")),
+        "{shown}"
+    );
     // The gaps in the sequence are the records the writer lost.
     let first = records.first().unwrap().seq;
     let last = records.last().unwrap().seq;

@@ -300,6 +300,29 @@ pub fn status(args: &StatusArgs) -> ExitCode {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     println!("{bold}counters{bold:#} {}", counters.join(" "));
+    let audit = &status["audit"];
+    println!(
+        "{bold}audit log{bold:#} {} · {} written · lost: {} (writer behind), {} (write errors), \
+         {} (slow followers){}",
+        audit["path"].as_str().unwrap_or("?"),
+        audit["written"],
+        audit["writer_lost"],
+        audit["write_errors"],
+        audit["follower_missed"],
+        match audit["syslog"].as_object() {
+            Some(s) => format!(
+                " · syslog {}: {} sent, {} failed, {} lost",
+                s["target"].as_str().unwrap_or("?"),
+                s["sent"],
+                s["failed"],
+                s["lost"]
+            ),
+            None => String::new(),
+        }
+    );
+    if let Some(error) = audit["last_error"].as_str() {
+        eprintln!("guard: the audit log: {error}");
+    }
     if let Some(error) = status["last_reload_error"].as_str() {
         eprintln!("guard: the last reload failed: {error}");
     }

@@ -142,5 +142,8 @@ pub fn run(guard: &Path) -> Result<i32> {
     // Approved once: the same push runs now (and fails on its own: the remote does not exist).
     demo.guard(&["run", "--", "sh", "-c", PUSH])?;
     demo.guard(&["status"])?;
+    // What the audit log holds of it: the refusal, the ask and its approval, each with the
+    // rule's file and line.
+    demo.guard(&["audit", "--type", "decision", "--type", "ask", "--type", "approval"])?;
     Ok(0)
 }

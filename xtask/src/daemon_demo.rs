@@ -144,6 +144,8 @@ pub fn run(guard: &Path) -> Result<i32> {
     demo.guard(&["status"])?;
     // What the audit log holds of it: the refusal, the ask and its approval, each with the
     // rule's file and line.
-    demo.guard(&["audit", "--type", "decision", "--type", "ask", "--type", "approval"])?;
+    demo.guard(&[
+        "audit", "--type", "decision", "--type", "ask", "--type", "approval",
+    ])?;
     Ok(0)
 }

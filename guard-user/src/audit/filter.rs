@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use super::record::AuditRecord;
+use super::record::{AuditRecord, RecordType};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -64,6 +64,17 @@ impl AuditFilter {
                 })
             })
             .transpose()?;
+        if let Some(unknown) = self
+            .types
+            .iter()
+            .find(|t| !RecordType::ALL.iter().any(|k| k.as_str() == t.as_str()))
+        {
+            let known: Vec<&str> = RecordType::ALL.iter().map(|k| k.as_str()).collect();
+            return Err(format!(
+                "--type {unknown:?} is not a record type: give one of {}",
+                known.join(", ")
+            ));
+        }
         Ok(CompiledFilter {
             filter: self.clone(),
             since,
@@ -119,7 +130,7 @@ impl CompiledFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::record::{ProcessInfo, RecordType};
+    use crate::audit::record::ProcessInfo;
 
     fn record(
         kind: RecordType,
@@ -206,5 +217,15 @@ mod tests {
             ..Default::default()
         };
         assert!(bad.compile().err().unwrap().contains("RFC 3339"));
+        let bad = AuditFilter {
+            types: vec!["decisions".into()],
+            ..Default::default()
+        };
+        assert!(
+            bad.compile()
+                .err()
+                .unwrap()
+                .contains("decision, ask, ask_expired")
+        );
     }
 }

@@ -49,6 +49,23 @@ pub enum RecordType {
 }
 
 impl RecordType {
+    /// Every type this version writes.
+    pub const ALL: [RecordType; 13] = [
+        RecordType::Decision,
+        RecordType::Ask,
+        RecordType::AskExpired,
+        RecordType::Approval,
+        RecordType::Denial,
+        RecordType::Amendment,
+        RecordType::Reload,
+        RecordType::Run,
+        RecordType::ControlRefused,
+        RecordType::ControlAllowed,
+        RecordType::Loss,
+        RecordType::DaemonStart,
+        RecordType::DaemonStop,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             RecordType::Decision => "decision",

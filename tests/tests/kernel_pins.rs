@@ -119,13 +119,26 @@ impl Fixture {
         );
     }
 
+    /// Nothing enforces any more, within a second: the kernel unregisters a tracepoint
+    /// program when its last link goes, but a CPU already inside the tracepoint may still run it
+    /// (the probe list is freed after an RCU grace period), so an exec at that very moment can
+    /// still meet it. Seen once in a run on a loaded machine.
     #[track_caller]
     fn assert_not_enforced(&self, cgroup: &ScopeCgroup, when: &str) {
-        let marker = self.marker(when);
-        assert!(
-            self.exec_runs(cgroup, &marker),
-            "gt-pinned is refused {when}"
-        );
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let marker = self.marker(&format!("{when} (try {tries})"));
+            if self.exec_runs(cgroup, &marker) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "gt-pinned is refused {when} ({tries} tries in a second)"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         assert_eq!(self.connect(cgroup), "ok", "the connect {when}");
     }
 

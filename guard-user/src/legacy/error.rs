@@ -163,8 +163,8 @@ impl fmt::Display for Error {
             ),
             Error::UnknownOption { program, option } => write!(
                 f,
-                "`{program}` has no option `{option}` in the policy (options must be written \
-                 exactly as declared: `-al` is not `-a -l`, `--opt=value` is not `--opt value`)"
+                "`{program}` has no option `{option}` in the policy (options are matched exactly \
+                 as declared: `-al` is not read as `-a -l`, nor `--opt=value` as `--opt value`)"
             ),
             Error::UnexpectedArguments { program, args } => {
                 write!(

@@ -232,7 +232,7 @@ mod tests {
     fn each_value_is_validated_by_its_pattern() {
         let literal = ArgMatcher::Literal("status".into());
         assert_eq!(
-            resolve(&[literal.clone()], &["status"]).unwrap()[0].arg_type,
+            resolve(std::slice::from_ref(&literal), &["status"]).unwrap()[0].arg_type,
             ArgType::Literal("status".into())
         );
         assert_eq!(

@@ -5,5 +5,6 @@ pub mod cli;
 pub mod compile;
 pub mod daemon;
 pub mod kernel;
+pub mod legacy;
 pub mod policy;
 pub mod session;

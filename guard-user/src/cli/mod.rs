@@ -8,6 +8,7 @@ mod check;
 mod control;
 mod daemon;
 mod doctor;
+mod legacy;
 mod output;
 mod policy;
 mod replay;
@@ -99,6 +100,9 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// Break glass: detach the programs a stopped daemon left pinned.
     Release(daemon::ReleaseArgs),
+    /// The legacy engine: classify an exec with a define_program policy (spec §8).
+    #[command(subcommand)]
+    Legacy(legacy::LegacyCommand),
 }
 
 /// Where the policy comes from; shared by every subcommand that reads one.
@@ -142,6 +146,7 @@ pub fn main() -> ExitCode {
         Command::Audit(args) => audit::audit(&args),
         Command::Replay(args) => replay::run(&args),
         Command::Release(args) => daemon::release(&args),
+        Command::Legacy(command) => legacy::run(command),
     }
 }
 

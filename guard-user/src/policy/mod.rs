@@ -15,6 +15,7 @@ pub mod paths;
 pub mod reason;
 pub mod render;
 pub mod rule;
+pub mod rule_set;
 pub mod shell;
 
 pub use destination::{DestinationEvaluation, DestinationMatch};

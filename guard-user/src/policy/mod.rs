@@ -12,6 +12,7 @@ pub mod load;
 mod model;
 pub mod parser;
 pub mod paths;
+pub mod protected;
 pub mod reason;
 pub mod render;
 pub mod rule;

@@ -21,7 +21,7 @@ use globset::{GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 use super::error::{PolicyError, Result};
 use super::examples::render_example;
 use super::paths::normalize_lexically;
-use super::rule::{Decision, RuleOrigin};
+use super::rule::{Decision, RuleMatch, RuleOrigin};
 
 /// The tools a rule-set pattern can name, and what their subject is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -283,6 +283,17 @@ pub struct RuleSetDecision<'a> {
     pub decision: Decision,
     pub pattern: &'a RuleSetPattern,
     pub origin: Option<&'a RuleOrigin>,
+}
+
+impl RuleSetDecision<'_> {
+    /// As one of the matches `guard check` reports.
+    pub fn to_rule_match(&self) -> RuleMatch {
+        RuleMatch::RuleSetMatch {
+            pattern: self.pattern.text().to_string(),
+            decision: self.decision,
+            origin: self.origin.cloned(),
+        }
+    }
 }
 
 impl RuleSet {

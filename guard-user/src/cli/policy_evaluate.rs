@@ -54,12 +54,14 @@ pub fn run(args: &EvaluateArgs) -> ExitCode {
     if args.json {
         let mut value = json!({"decision": decision_name(decision)});
         if let Some(found) = found {
-            let mut rule = json!({"pattern": found.pattern.text()});
+            // In the order the contract lists them: file, line, pattern.
+            let mut rule = serde_json::Map::new();
             if let Some(origin) = found.origin {
-                rule["file"] = json!(&*origin.file);
-                rule["line"] = json!(origin.line);
+                rule.insert("file".into(), json!(&*origin.file));
+                rule.insert("line".into(), json!(origin.line));
             }
-            value["rule"] = rule;
+            rule.insert("pattern".into(), json!(found.pattern.text()));
+            value["rule"] = rule.into();
         }
         print_json(&value);
         return ExitCode::SUCCESS;

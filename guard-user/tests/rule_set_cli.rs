@@ -148,15 +148,29 @@ fn tool_star_star_and_tool_name_globs_with_the_bash_alias() {
 #[test]
 fn command_globs_star_matches_slashes_and_spaces_and_subjects_are_requoted() {
     let sandbox = Sandbox::new();
-    let rules = sandbox.rules(
-        "rule_set(deny=[\"exec(rm -rf*)\", \"exec(*/bin/sh *)\", \"exec(echo 'a b')\"])\n",
+    let rules = sandbox
+        .rules("rule_set(deny=[\"exec(rm -rf*)\", \"exec(*/bin/sh *)\", \"exec(echo 'a b')\"])\n");
+    assert_eq!(
+        sandbox.decision(&rules, "exec", Some("rm -rf /home/u")),
+        "forbidden"
     );
-    assert_eq!(sandbox.decision(&rules, "exec", Some("rm -rf /home/u")), "forbidden");
-    assert_eq!(sandbox.decision(&rules, "exec", Some("/usr/bin/sh -c x")), "forbidden");
-    assert_eq!(sandbox.decision(&rules, "exec", Some("sudo rm -rf /")), "none");
+    assert_eq!(
+        sandbox.decision(&rules, "exec", Some("/usr/bin/sh -c x")),
+        "forbidden"
+    );
+    assert_eq!(
+        sandbox.decision(&rules, "exec", Some("sudo rm -rf /")),
+        "none"
+    );
     // The subject is split like a shell and rendered again, as `guard check` shows argv.
-    assert_eq!(sandbox.decision(&rules, "exec", Some("rm   -rf   x")), "forbidden");
-    assert_eq!(sandbox.decision(&rules, "exec", Some("echo \"a b\"")), "forbidden");
+    assert_eq!(
+        sandbox.decision(&rules, "exec", Some("rm   -rf   x")),
+        "forbidden"
+    );
+    assert_eq!(
+        sandbox.decision(&rules, "exec", Some("echo \"a b\"")),
+        "forbidden"
+    );
     let bad = sandbox.evaluate_run(&rules, "exec", Some("echo 'open"), false);
     bad.assert_code(2);
     assert!(bad.stderr.contains("unbalanced quotes"), "{}", bad.stderr);
@@ -173,20 +187,55 @@ fn path_globs_follow_gitignore_habits() {
 "#,
     );
     // A pattern without `/` is a file name anywhere.
-    assert_eq!(sandbox.decision(&rules, "read", Some("/home/u/.env")), "forbidden");
-    assert_eq!(sandbox.decision(&rules, "read", Some("/a/b/c/prod.env")), "forbidden");
-    assert_eq!(sandbox.decision(&rules, "read", Some("/a/prod.env.bak")), "none");
+    assert_eq!(
+        sandbox.decision(&rules, "read", Some("/home/u/.env")),
+        "forbidden"
+    );
+    assert_eq!(
+        sandbox.decision(&rules, "read", Some("/a/b/c/prod.env")),
+        "forbidden"
+    );
+    assert_eq!(
+        sandbox.decision(&rules, "read", Some("/a/prod.env.bak")),
+        "none"
+    );
     // A relative pattern with `/` matches below any folder, the folder itself included.
-    for path in ["/repo/.git/config", "/x/y/.git/refs/heads/main", "/repo/.git"] {
-        assert_eq!(sandbox.decision(&rules, "write", Some(path)), "forbidden", "{path}");
+    for path in [
+        "/repo/.git/config",
+        "/x/y/.git/refs/heads/main",
+        "/repo/.git",
+    ] {
+        assert_eq!(
+            sandbox.decision(&rules, "write", Some(path)),
+            "forbidden",
+            "{path}"
+        );
     }
-    assert_eq!(sandbox.decision(&rules, "write", Some("/repo/.gitignore")), "none");
-    assert_eq!(sandbox.decision(&rules, "write", Some("/p/src/main.rs")), "prompt");
-    assert_eq!(sandbox.decision(&rules, "write", Some("/p/src/bin/x.rs")), "none");
+    assert_eq!(
+        sandbox.decision(&rules, "write", Some("/repo/.gitignore")),
+        "none"
+    );
+    assert_eq!(
+        sandbox.decision(&rules, "write", Some("/p/src/main.rs")),
+        "prompt"
+    );
+    assert_eq!(
+        sandbox.decision(&rules, "write", Some("/p/src/bin/x.rs")),
+        "none"
+    );
     // `*` stays in one folder, `**` crosses them; an absolute pattern is anchored.
-    assert_eq!(sandbox.decision(&rules, "write", Some("/srv/a.log")), "forbidden");
-    assert_eq!(sandbox.decision(&rules, "write", Some("/srv/x/a.log")), "prompt");
-    assert_eq!(sandbox.decision(&rules, "write", Some("/home/srv/a.log")), "none");
+    assert_eq!(
+        sandbox.decision(&rules, "write", Some("/srv/a.log")),
+        "forbidden"
+    );
+    assert_eq!(
+        sandbox.decision(&rules, "write", Some("/srv/x/a.log")),
+        "prompt"
+    );
+    assert_eq!(
+        sandbox.decision(&rules, "write", Some("/home/srv/a.log")),
+        "none"
+    );
 }
 
 #[test]
@@ -197,9 +246,15 @@ fn path_subjects_are_absolute_and_lexically_normalised() {
         sandbox.decision(&rules, "write", Some("/tmp/../etc/./passwd")),
         "forbidden"
     );
-    assert_eq!(sandbox.decision(&rules, "write", Some("/etc/../tmp/x")), "none");
+    assert_eq!(
+        sandbox.decision(&rules, "write", Some("/etc/../tmp/x")),
+        "none"
+    );
     // Relative to the current folder (the sandbox), lexically.
-    assert_eq!(sandbox.decision(&rules, "write", Some(".git/config")), "forbidden");
+    assert_eq!(
+        sandbox.decision(&rules, "write", Some(".git/config")),
+        "forbidden"
+    );
     assert_eq!(
         sandbox.decision(&rules, "write", Some("sub/../.git/HEAD")),
         "forbidden"
@@ -225,7 +280,10 @@ fn text_output_is_one_line_with_the_rule() {
         )
     );
     let none = sandbox.evaluate_run(&rules, "read", None, false);
-    assert_eq!(none.stdout, "none  read (no subject)  no rule_set pattern matches\n");
+    assert_eq!(
+        none.stdout,
+        "none  read (no subject)  no rule_set pattern matches\n"
+    );
 }
 
 #[test]
@@ -236,8 +294,9 @@ fn an_unknown_tool_is_a_usage_error_naming_the_tools() {
     run.assert_code(2);
     assert!(run.stdout.is_empty());
     assert!(
-        run.stderr
-            .contains("unknown tool `shell`: the tools are exec (also called bash), connect, read, write"),
+        run.stderr.contains(
+            "unknown tool `shell`: the tools are exec (also called bash), connect, read, write"
+        ),
         "{}",
         run.stderr
     );
@@ -248,8 +307,14 @@ fn bad_patterns_are_load_errors_with_file_line_and_the_accepted_forms() {
     let sandbox = Sandbox::new();
     for (body, problem) in [
         ("rule_set(deny=[\"bash(rm -rf*\"])", "must end with `)`"),
-        ("rule_set(ask=[\"wrtie(.git/**)\"])", "names no tool of guard's (`wrtie`)"),
-        ("rule_set(allow=[\"read([)\"])", "has an invalid subject glob"),
+        (
+            "rule_set(ask=[\"wrtie(.git/**)\"])",
+            "names no tool of guard's (`wrtie`)",
+        ),
+        (
+            "rule_set(allow=[\"read([)\"])",
+            "has an invalid subject glob",
+        ),
         ("rule_set(allow=[\"read()\"])", "has an empty subject glob"),
     ] {
         let rules = sandbox.rules(&format!("# a comment\n{body}\n"));
@@ -271,7 +336,11 @@ fn bad_patterns_are_load_errors_with_file_line_and_the_accepted_forms() {
             .assert_code(2);
     }
     // Lists of strings, by keyword.
-    for body in ["rule_set([\"exec\"])", "rule_set(deny=[1])", "rule_set(deny=\"exec\")"] {
+    for body in [
+        "rule_set([\"exec\"])",
+        "rule_set(deny=[1])",
+        "rule_set(deny=\"exec\")",
+    ] {
         let rules = sandbox.rules(&format!("\n{body}\n"));
         let run = sandbox.run(["policy", "validate", &display(&rules)]);
         run.assert_code(2);
@@ -310,8 +379,14 @@ fn sets_are_evaluated_on_their_own_and_the_strongest_wins() {
             .json()
     };
     // An allow in one set does not lift an ask or a deny in another.
-    assert_eq!(run("git push origin")["rule"], rule(&second, 1, "exec(git push*)"));
-    assert_eq!(run("git push -f")["rule"], rule(&second, 2, "exec(git push -f*)"));
+    assert_eq!(
+        run("git push origin")["rule"],
+        rule(&second, 1, "exec(git push*)")
+    );
+    assert_eq!(
+        run("git push -f")["rule"],
+        rule(&second, 2, "exec(git push -f*)")
+    );
     // Equal decisions: the earlier set is named.
     assert_eq!(run("git status")["rule"], rule(&first, 1, "exec(git *)"));
     assert_eq!(run("ls")["rule"], rule(&second, 2, "*"));
@@ -343,12 +418,23 @@ rule_set(deny=["bash(rm -rf*)"], allow=["exec(git *)"])
         .run(["check", "--json", "--rules", &path, "--", "git", "push"])
         .json();
     assert_eq!(push["decision"], "forbidden");
-    assert_eq!(push["matched_rules"][1]["ruleSet"]["pattern"], "exec(git *)");
+    assert_eq!(
+        push["matched_rules"][1]["ruleSet"]["pattern"],
+        "exec(git *)"
+    );
     assert_eq!(push["matched_rules"][1]["decision"], "allow");
     // Only a rule set matched: that is a match, not the fallback's.
     let status = sandbox
         .run([
-            "check", "--json", "--fallback", "forbidden", "--rules", &path, "--", "git", "status",
+            "check",
+            "--json",
+            "--fallback",
+            "forbidden",
+            "--rules",
+            &path,
+            "--",
+            "git",
+            "status",
         ])
         .json();
     assert_eq!(status["decision"], "allow");
@@ -357,8 +443,9 @@ rule_set(deny=["bash(rm -rf*)"], allow=["exec(git *)"])
     let text = sandbox.run(["check", "--rules", &path, "--", "rm", "-rf", "/"]);
     text.assert_success();
     assert!(
-        text.stdout
-            .contains(&format!("forbidden by rule_set \"bash(rm -rf*)\" at {path}:3")),
+        text.stdout.contains(&format!(
+            "forbidden by rule_set \"bash(rm -rf*)\" at {path}:3"
+        )),
         "{}",
         text.stdout
     );
@@ -389,17 +476,29 @@ fn protected_paths_are_forbidden_and_no_allow_lifts_them() {
     ] {
         let found = sandbox.evaluate(&rules, "write", Some(path));
         assert_eq!(found["decision"], "forbidden", "{path}");
-        assert_eq!(found["rule"]["file"], "<built-in protected paths>", "{path}");
+        assert_eq!(
+            found["rule"]["file"], "<built-in protected paths>",
+            "{path}"
+        );
     }
     // The rules file the policy was read from is protected too, relative subject or not.
     let own = sandbox.evaluate(&rules, "write", Some("p.rules"));
     assert_eq!(own["decision"], "forbidden");
-    assert_eq!(own["rule"]["pattern"], format!("write({})", display(&rules)));
+    assert_eq!(
+        own["rule"]["pattern"],
+        format!("write({})", display(&rules))
+    );
     // Anything else: the written allow.
     assert_eq!(sandbox.decision(&rules, "write", Some("/tmp/x")), "allow");
-    assert_eq!(sandbox.decision(&rules, "write", Some("/etc/guardian")), "allow");
+    assert_eq!(
+        sandbox.decision(&rules, "write", Some("/etc/guardian")),
+        "allow"
+    );
     // Protected paths are about writes: reading guard's rules is not refused by them.
-    assert_eq!(sandbox.decision(&rules, "read", Some("/etc/guard/rules/x.rules")), "none");
+    assert_eq!(
+        sandbox.decision(&rules, "read", Some("/etc/guard/rules/x.rules")),
+        "none"
+    );
 }
 
 #[test]
@@ -413,7 +512,10 @@ fn a_rules_folder_is_protected_with_everything_below_it() {
         found["rule"]["pattern"],
         format!("write({}/**)", display(&folder))
     );
-    assert_eq!(sandbox.decision(&folder, "write", Some("rules.d")), "forbidden");
+    assert_eq!(
+        sandbox.decision(&folder, "write", Some("rules.d")),
+        "forbidden"
+    );
     assert_eq!(sandbox.decision(&folder, "write", Some("other/x")), "allow");
 }
 
@@ -448,8 +550,15 @@ fn policy_show_lists_rule_sets_and_protected_paths() {
             &format!("write({path})"),
         ]
     );
-    assert!(protected.iter().all(|p| !p["why"].as_str().unwrap().is_empty()));
-    assert_eq!(protected[5]["why"], "a rules file this policy was loaded from");
+    assert!(
+        protected
+            .iter()
+            .all(|p| !p["why"].as_str().unwrap().is_empty())
+    );
+    assert_eq!(
+        protected[5]["why"],
+        "a rules file this policy was loaded from"
+    );
     let text = sandbox.run(["policy", "show", "--rules", &path]);
     text.assert_success();
     for expected in [
@@ -460,7 +569,11 @@ fn policy_show_lists_rule_sets_and_protected_paths() {
         "Protected paths (6; forbidden whatever the rules say)",
         "write(/var/lib/guard/**)  the daemon's state folder, with the amendments file",
     ] {
-        assert!(text.stdout.contains(expected), "{expected}\n{}", text.stdout);
+        assert!(
+            text.stdout.contains(expected),
+            "{expected}\n{}",
+            text.stdout
+        );
     }
     let validated = sandbox.run(["policy", "validate", &path]);
     validated.assert_success();

@@ -297,7 +297,10 @@ fn describe_match(found: &RuleMatch) -> String {
             origin,
         } => {
             let style = decision_style(Some(*decision));
-            let mut line = format!("{style}{}{style:#} by rule_set {pattern:?}", decision.as_str());
+            let mut line = format!(
+                "{style}{}{style:#} by rule_set {pattern:?}",
+                decision.as_str()
+            );
             if let Some(origin) = origin {
                 line.push_str(&format!(" {dim}at {origin}{dim:#}"));
             }

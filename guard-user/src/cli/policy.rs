@@ -334,7 +334,10 @@ fn show_text(loaded: &LoadedPolicy) {
         policy.rule_sets().len()
     );
     for set in policy.rule_sets() {
-        println!("  {dim}rule_set at{dim:#} {}", origin_text(set.origin.as_ref()));
+        println!(
+            "  {dim}rule_set at{dim:#} {}",
+            origin_text(set.origin.as_ref())
+        );
         for (decision, patterns) in set.tiers() {
             if patterns.is_empty() {
                 continue;

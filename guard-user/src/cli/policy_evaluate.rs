@@ -79,6 +79,9 @@ pub fn run(args: &EvaluateArgs) -> ExitCode {
         }
         None => format!("{dim}no rule_set pattern matches{dim:#}"),
     };
-    println!("{style}{}{style:#}  {call}  {because}", decision_name(decision));
+    println!(
+        "{style}{}{style:#}  {call}  {because}",
+        decision_name(decision)
+    );
     ExitCode::SUCCESS
 }

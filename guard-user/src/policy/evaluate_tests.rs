@@ -420,7 +420,10 @@ rule_set(ask=["exec(rm *)"])
     // The prefix allow, then the strongest rule-set decision (the deny of the first set).
     assert_eq!(
         prefixes(&eval),
-        vec![argv("rm"), vec!["<rule_set>".into(), "bash(rm -rf*)".into()]]
+        vec![
+            argv("rm"),
+            vec!["<rule_set>".into(), "bash(rm -rf*)".into()]
+        ]
     );
     assert_eq!(eval.decision, Some(Decision::Forbidden));
     let eval = policy.check(&argv("rm x"), None);
@@ -430,7 +433,10 @@ rule_set(ask=["exec(rm *)"])
     let eval = policy.check(&argv("ls -l"), Some(forbid));
     assert_eq!(eval.decision, Some(Decision::Allow));
     assert!(eval.is_match());
-    assert_eq!(prefixes(&eval), vec![vec!["<rule_set>".to_string(), "exec(ls*)".into()]]);
+    assert_eq!(
+        prefixes(&eval),
+        vec![vec!["<rule_set>".to_string(), "exec(ls*)".into()]]
+    );
     // The subject is the rendered command line: quoting is part of it.
     assert_eq!(policy.check(&argv("'rm -rf' x"), None).decision, None);
 }

@@ -146,7 +146,11 @@ impl Policy {
     /// (the protected paths first, then the written sets in load order) decides on its own by
     /// first match deny → ask → allow, and the strongest of those decisions wins; on a tie the
     /// earlier set is named. `None` when no pattern of any set matches.
-    pub fn rule_set_decision(&self, tool: Tool, subject: Option<&str>) -> Option<RuleSetDecision<'_>> {
+    pub fn rule_set_decision(
+        &self,
+        tool: Tool,
+        subject: Option<&str>,
+    ) -> Option<RuleSetDecision<'_>> {
         let protected = self.protected_paths.iter().map(|p| &p.rule_set);
         strongest(protected.chain(&self.rule_sets), tool, subject)
     }

@@ -27,12 +27,12 @@ use super::examples::{PendingExamples, parse_examples};
 use super::host::normalize_network_host;
 use super::model::Policy;
 use super::paths::{executable_name, normalize_lexically};
-use super::rule_set::RuleSet;
 use super::rule::{
     AddressRule, Decision, EnforcementOverrides, NetworkProtocol, NetworkRule, PatternToken,
     PrefixPattern, PrefixRule, RuleId, RuleOrigin, Transport, parse_decision,
     parse_network_decision,
 };
+use super::rule_set::RuleSet;
 
 /// Parses rules files in order into one policy.
 #[derive(Default)]

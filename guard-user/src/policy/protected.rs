@@ -168,8 +168,15 @@ mod tests {
             file.clone(),
             PathBuf::from("/etc/guard/rules"),
         ]);
-        assert_eq!(protected.len(), FIXED.len() + 2, "/etc/guard/rules is covered");
-        assert_eq!(protected[5].why, "a rules folder this policy was loaded from");
+        assert_eq!(
+            protected.len(),
+            FIXED.len() + 2,
+            "/etc/guard/rules is covered"
+        );
+        assert_eq!(
+            protected[5].why,
+            "a rules folder this policy was loaded from"
+        );
         let inside = folder.join("new.rules");
         assert_eq!(decide(&protected, &inside.to_string_lossy()).unwrap().2, 6);
         assert_eq!(decide(&protected, &file.to_string_lossy()).unwrap().2, 7);

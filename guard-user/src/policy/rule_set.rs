@@ -109,7 +109,9 @@ pub fn canonical_subject(tool: Tool, raw: &str, cwd: &Path) -> std::result::Resu
             } else {
                 cwd.join(path)
             };
-            Ok(normalize_lexically(&absolute).to_string_lossy().into_owned())
+            Ok(normalize_lexically(&absolute)
+                .to_string_lossy()
+                .into_owned())
         }
     }
 }
@@ -354,10 +356,13 @@ pub fn strongest<'a>(
 ) -> Option<RuleSetDecision<'a>> {
     sets.into_iter()
         .filter_map(|set| set.evaluate(tool, subject))
-        .fold(None, |kept: Option<RuleSetDecision<'a>>, found| match kept {
-            Some(kept) if kept.decision >= found.decision => Some(kept),
-            _ => Some(found),
-        })
+        .fold(
+            None,
+            |kept: Option<RuleSetDecision<'a>>, found| match kept {
+                Some(kept) if kept.decision >= found.decision => Some(kept),
+                _ => Some(found),
+            },
+        )
 }
 
 #[cfg(test)]

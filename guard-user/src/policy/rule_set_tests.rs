@@ -34,10 +34,7 @@ fn first_match_goes_deny_then_ask_then_allow() {
     assert_eq!(decide(&rules, Tool::Read, Some("/etc/passwd")), None);
     // Within one list the first pattern that matches is the one reported.
     let two = set(&["exec(g*)", "exec(git*)"], &[], &[]);
-    assert_eq!(
-        decide(&two, Tool::Exec, Some("git")).unwrap().1,
-        "exec(g*)"
-    );
+    assert_eq!(decide(&two, Tool::Exec, Some("git")).unwrap().1, "exec(g*)");
 }
 
 #[test]
@@ -72,32 +69,92 @@ fn command_globs_star_crosses_slashes_and_spaces() {
     assert!(matches("bash(rm -rf*)", Tool::Exec, Some("rm -rf")));
     assert!(!matches("bash(rm -rf*)", Tool::Exec, Some("rm -r -f /")));
     assert!(!matches("bash(rm -rf*)", Tool::Exec, Some("sudo rm -rf /")));
-    assert!(matches("exec(*/bin/* --help)", Tool::Exec, Some("/usr/bin/ls --help")));
-    assert!(matches("exec(git {push,pull}*)", Tool::Exec, Some("git pull -r")));
-    assert!(matches("connect(*:443)", Tool::Connect, Some("a.example.com:443")));
-    assert!(!matches("connect(*:443)", Tool::Connect, Some("a.example.com:4433")));
+    assert!(matches(
+        "exec(*/bin/* --help)",
+        Tool::Exec,
+        Some("/usr/bin/ls --help")
+    ));
+    assert!(matches(
+        "exec(git {push,pull}*)",
+        Tool::Exec,
+        Some("git pull -r")
+    ));
+    assert!(matches(
+        "connect(*:443)",
+        Tool::Connect,
+        Some("a.example.com:443")
+    ));
+    assert!(!matches(
+        "connect(*:443)",
+        Tool::Connect,
+        Some("a.example.com:4433")
+    ));
 }
 
 #[test]
 fn path_globs_follow_gitignore_habits() {
     // No `/`: a file name anywhere.
     assert!(matches("read(*.env)", Tool::Read, Some("/home/u/.env")));
-    assert!(matches("read(*.env)", Tool::Read, Some("/srv/app/prod.env")));
-    assert!(!matches("read(*.env)", Tool::Read, Some("/srv/app/prod.env.bak")));
+    assert!(matches(
+        "read(*.env)",
+        Tool::Read,
+        Some("/srv/app/prod.env")
+    ));
+    assert!(!matches(
+        "read(*.env)",
+        Tool::Read,
+        Some("/srv/app/prod.env.bak")
+    ));
     // `*` stops at `/`, `**` crosses folders.
-    assert!(matches("write(/srv/*.log)", Tool::Write, Some("/srv/a.log")));
-    assert!(!matches("write(/srv/*.log)", Tool::Write, Some("/srv/x/a.log")));
-    assert!(matches("write(/srv/**/*.log)", Tool::Write, Some("/srv/x/y/a.log")));
+    assert!(matches(
+        "write(/srv/*.log)",
+        Tool::Write,
+        Some("/srv/a.log")
+    ));
+    assert!(!matches(
+        "write(/srv/*.log)",
+        Tool::Write,
+        Some("/srv/x/a.log")
+    ));
+    assert!(matches(
+        "write(/srv/**/*.log)",
+        Tool::Write,
+        Some("/srv/x/y/a.log")
+    ));
     // A relative pattern with `/` matches below any folder.
-    assert!(matches("write(.git/**)", Tool::Write, Some("/repo/.git/config")));
-    assert!(matches("write(.git/**)", Tool::Write, Some("/a/b/.git/refs/heads/main")));
+    assert!(matches(
+        "write(.git/**)",
+        Tool::Write,
+        Some("/repo/.git/config")
+    ));
+    assert!(matches(
+        "write(.git/**)",
+        Tool::Write,
+        Some("/a/b/.git/refs/heads/main")
+    ));
     assert!(matches("write(.git/**)", Tool::Write, Some("/repo/.git")));
-    assert!(!matches("write(.git/**)", Tool::Write, Some("/repo/.gitignore")));
-    assert!(matches("write(src/*.rs)", Tool::Write, Some("/w/p/src/main.rs")));
-    assert!(!matches("write(src/*.rs)", Tool::Write, Some("/w/p/src/bin/x.rs")));
+    assert!(!matches(
+        "write(.git/**)",
+        Tool::Write,
+        Some("/repo/.gitignore")
+    ));
+    assert!(matches(
+        "write(src/*.rs)",
+        Tool::Write,
+        Some("/w/p/src/main.rs")
+    ));
+    assert!(!matches(
+        "write(src/*.rs)",
+        Tool::Write,
+        Some("/w/p/src/bin/x.rs")
+    ));
     // An absolute pattern is anchored at the root.
     assert!(matches("write(/etc/**)", Tool::Write, Some("/etc/hosts")));
-    assert!(!matches("write(/etc/**)", Tool::Write, Some("/home/u/etc/hosts")));
+    assert!(!matches(
+        "write(/etc/**)",
+        Tool::Write,
+        Some("/home/u/etc/hosts")
+    ));
 }
 
 #[test]
@@ -121,10 +178,7 @@ fn subjects_are_canonical() {
         canonical_subject(Tool::Connect, "API.GitHub.com:443", cwd).unwrap(),
         "api.github.com:443"
     );
-    assert_eq!(
-        exec_subject(&["echo".into(), "a b".into()]),
-        "echo 'a b'"
-    );
+    assert_eq!(exec_subject(&["echo".into(), "a b".into()]), "echo 'a b'");
 }
 
 #[test]
@@ -135,7 +189,10 @@ fn bad_patterns_say_what_is_accepted() {
         ("write()", "has an empty subject glob"),
         ("(x)", "has no tool name"),
         ("", "has no tool name"),
-        ("tools_question", "names no tool of guard's (`tools_question`)"),
+        (
+            "tools_question",
+            "names no tool of guard's (`tools_question`)",
+        ),
         ("wrtie(/etc/**)", "names no tool of guard's (`wrtie`)"),
         ("write([)", "has an invalid subject glob"),
         ("{exec(ls)", "has an invalid tool-name glob"),
@@ -155,7 +212,12 @@ fn strongest_wins_across_sets_and_ties_keep_the_first() {
     let allow_all = set(&[], &[], &["write(*)"]);
     let deny_etc = set(&["write(/etc/**)"], &[], &[]);
     let ask_etc = set(&[], &["write(/etc/*)"], &[]);
-    let found = strongest([&allow_all, &ask_etc, &deny_etc], Tool::Write, Some("/etc/x")).unwrap();
+    let found = strongest(
+        [&allow_all, &ask_etc, &deny_etc],
+        Tool::Write,
+        Some("/etc/x"),
+    )
+    .unwrap();
     assert_eq!(found.decision, Decision::Forbidden);
     assert_eq!(found.pattern.text(), "write(/etc/**)");
     let found = strongest([&allow_all, &ask_etc], Tool::Write, Some("/etc/x")).unwrap();

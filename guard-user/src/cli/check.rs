@@ -190,6 +190,18 @@ pub fn match_json(found: &RuleMatch) -> Value {
         RuleMatch::HeuristicsRuleMatch { command, decision } => {
             json!({"heuristics": command, "decision": decision.as_str()})
         }
+        RuleMatch::RuleSetMatch {
+            pattern,
+            decision,
+            origin,
+        } => {
+            let mut rule = json!({"pattern": pattern});
+            if let Some(origin) = origin {
+                rule["file"] = json!(&*origin.file);
+                rule["line"] = json!(origin.line);
+            }
+            json!({"ruleSet": rule, "decision": decision.as_str()})
+        }
     }
 }
 
@@ -279,6 +291,21 @@ fn describe_match(found: &RuleMatch) -> String {
                 decision.as_str()
             )
         }
+        RuleMatch::RuleSetMatch {
+            pattern,
+            decision,
+            origin,
+        } => {
+            let style = decision_style(Some(*decision));
+            let mut line = format!(
+                "{style}{}{style:#} by rule_set {pattern:?}",
+                decision.as_str()
+            );
+            if let Some(origin) = origin {
+                line.push_str(&format!(" {dim}at {origin}{dim:#}"));
+            }
+            line
+        }
     }
 }
 
@@ -291,6 +318,9 @@ fn how_to_change(argv: &[String], evaluation: &Evaluation) -> String {
         .iter()
         .find_map(|found| match found {
             RuleMatch::PrefixRuleMatch {
+                decision, origin, ..
+            }
+            | RuleMatch::RuleSetMatch {
                 decision, origin, ..
             } if Some(*decision) == evaluation.decision => Some(
                 origin

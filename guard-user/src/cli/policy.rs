@@ -1,4 +1,4 @@
-//! `guard policy validate | show | classify`.
+//! `guard policy validate | show | evaluate | classify`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,7 +11,11 @@ use super::RulesArgs;
 use super::output::{decision_style, dim, print_json};
 use crate::policy::heuristics::{is_dangerous_command, is_known_safe_command};
 use crate::policy::load::{LoadedPolicy, RulesSource};
+use crate::policy::rule_set::{RuleSet, RuleSetPattern};
 use crate::policy::{AddressRule, PatternToken, Policy, PrefixRule};
+
+#[path = "policy_evaluate.rs"]
+mod evaluate;
 
 #[derive(Subcommand, Debug)]
 pub enum PolicyCommand {
@@ -19,8 +23,12 @@ pub enum PolicyCommand {
     /// line, or exit 2 with `PATH:LINE: MESSAGE` first on stderr.
     Validate(ValidateArgs),
     /// Print the loaded policy: prefix rules, network rules and domains, host executables,
-    /// address rules and the enforcement settings.
+    /// address rules, rule sets, the protected paths and the enforcement settings.
     Show(ShowArgs),
+    /// What the rule sets (and the built-in protected paths) decide for one tool call: each set
+    /// by first match deny → ask → allow, the strongest of them wins; `none` if no pattern
+    /// matches.
+    Evaluate(evaluate::EvaluateArgs),
     /// Say whether a command is known-safe (read-only) or dangerous, as the heuristics judge it.
     Classify(ClassifyArgs),
 }
@@ -58,6 +66,7 @@ pub fn run(command: PolicyCommand) -> ExitCode {
     match command {
         PolicyCommand::Validate(args) => validate(args),
         PolicyCommand::Show(args) => show(&args),
+        PolicyCommand::Evaluate(args) => evaluate::run(&args),
         PolicyCommand::Classify(args) => classify(&args),
     }
 }
@@ -73,7 +82,7 @@ fn validate(args: ValidateArgs) -> ExitCode {
     };
     let policy = &loaded.policy;
     println!(
-        "ok: {} file(s){}: {} prefix rule(s), {} network rule(s), {} host executable(s){}",
+        "ok: {} file(s){}: {} prefix rule(s), {} network rule(s), {} host executable(s){}{}",
         loaded.sources.len(),
         match loaded.overlay_sources.len() {
             0 => String::new(),
@@ -85,6 +94,10 @@ fn validate(args: ValidateArgs) -> ExitCode {
         match policy.address_rules().len() {
             0 => String::new(),
             n => format!(", {n} address rule(s)"),
+        },
+        match policy.rule_sets().len() {
+            0 => String::new(),
+            n => format!(", {n} rule set(s)"),
         }
     );
     ExitCode::SUCCESS
@@ -151,6 +164,19 @@ fn address_rule_json(rule: &AddressRule) -> Value {
     with_origin(object, rule.origin.as_ref())
 }
 
+fn patterns_json(patterns: &[RuleSetPattern]) -> Vec<&str> {
+    patterns.iter().map(RuleSetPattern::text).collect()
+}
+
+fn rule_set_json(set: &RuleSet) -> Value {
+    let object = json!({
+        "deny": patterns_json(&set.deny),
+        "ask": patterns_json(&set.ask),
+        "allow": patterns_json(&set.allow),
+    });
+    with_origin(object, set.origin.as_ref())
+}
+
 fn show_json(loaded: &LoadedPolicy) -> Value {
     let policy = &loaded.policy;
     let network_rules: Vec<Value> = policy
@@ -206,6 +232,12 @@ fn show_json(loaded: &LoadedPolicy) -> Value {
         "host_executables": host_executables,
         "prefix_rules": prefix_rules,
         "address_rules": address_rules,
+        "rule_sets": policy.rule_sets().iter().map(rule_set_json).collect::<Vec<_>>(),
+        "protected_paths": policy
+            .protected_paths()
+            .iter()
+            .map(|p| json!({"pattern": p.pattern(), "why": p.why}))
+            .collect::<Vec<_>>(),
         "enforcement": {
             "unmatched_exec": enforcement.unmatched_exec.as_str(),
             "unmatched_network": enforcement.unmatched_network.as_str(),
@@ -296,6 +328,35 @@ fn show_text(loaded: &LoadedPolicy) {
             addresses.join(", "),
             rule.transport
         );
+    }
+    println!(
+        "{heading}Rule sets{heading:#} ({})",
+        policy.rule_sets().len()
+    );
+    for set in policy.rule_sets() {
+        println!(
+            "  {dim}rule_set at{dim:#} {}",
+            origin_text(set.origin.as_ref())
+        );
+        for (decision, patterns) in set.tiers() {
+            if patterns.is_empty() {
+                continue;
+            }
+            let style = decision_style(Some(decision));
+            let texts: Vec<&str> = patterns.iter().map(RuleSetPattern::text).collect();
+            println!(
+                "    {style}{:<9}{style:#} {}",
+                decision.as_str(),
+                texts.join("  ")
+            );
+        }
+    }
+    println!(
+        "{heading}Protected paths{heading:#} ({}; forbidden whatever the rules say)",
+        policy.protected_paths().len()
+    );
+    for protected in policy.protected_paths() {
+        println!("  {}  {dim}{}{dim:#}", protected.pattern(), protected.why);
     }
     let enforcement = policy.enforcement();
     let overrides = policy.enforcement_overrides();

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::model::Policy;
 use super::paths::{executable_name, resolve_program_path};
 use super::rule::{Decision, PrefixRule, RuleMatch};
+use super::rule_set::{Tool, exec_subject};
 
 /// The verdict for commands no rule matched, given the command.
 pub type Fallback<'a> = &'a dyn Fn(&[String]) -> Decision;
@@ -64,7 +65,9 @@ fn kernel_rule_beats(candidate: &PrefixRule, kept: &PrefixRule) -> bool {
 
 impl Policy {
     /// Every rule that matches `cmd`: exact first-token stage, then (if that found nothing and
-    /// resolution is on) the host-executable stage, then the fallback, if any.
+    /// resolution is on) the host-executable stage, then the rule sets' decision for an exec of
+    /// `cmd` (its command line as `guard check` renders it), then, if nothing matched, the
+    /// fallback. The caller's strongest-wins takes all of them together.
     pub fn matches_for_command(
         &self,
         cmd: &[String],
@@ -81,6 +84,11 @@ impl Policy {
         };
         if matches.is_empty() && options.resolve_host_executables {
             matches = self.matches_through_host_executable(cmd);
+        }
+        if !self.rule_sets().is_empty()
+            && let Some(found) = self.rule_set_decision(Tool::Exec, Some(&exec_subject(cmd)))
+        {
+            matches.push(found.to_rule_match());
         }
         if matches.is_empty()
             && let Some(fallback) = fallback

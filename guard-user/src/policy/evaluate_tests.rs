@@ -30,6 +30,7 @@ fn prefixes(eval: &Evaluation) -> Vec<Vec<String>> {
                     .chain(command.iter().cloned())
                     .collect()
             }
+            RuleMatch::RuleSetMatch { pattern, .. } => vec!["<rule_set>".into(), pattern.clone()],
         })
         .collect()
 }
@@ -41,7 +42,7 @@ fn resolved(eval: &Evaluation) -> Vec<Option<PathBuf>> {
             RuleMatch::PrefixRuleMatch {
                 resolved_program, ..
             } => resolved_program.clone(),
-            RuleMatch::HeuristicsRuleMatch { .. } => None,
+            RuleMatch::HeuristicsRuleMatch { .. } | RuleMatch::RuleSetMatch { .. } => None,
         })
         .collect()
 }
@@ -404,4 +405,38 @@ prefix_rule(pattern=["rm", "-rf"], decision="prompt")
     assert_eq!(kernel_rule_line(&policy, "/usr/bin/rm -rf x"), Some(5));
     assert_eq!(kernel_rule_line(&policy, "/bin/rm -rf x"), Some(6));
     assert_eq!(kernel_rule_line(&policy, "/usr/bin/ls"), None);
+}
+
+#[test]
+fn rule_sets_join_prefix_rules_and_keep_the_fallback_out() {
+    let policy = parse(
+        r#"
+prefix_rule(pattern=["rm"], decision="allow")
+rule_set(deny=["bash(rm -rf*)"], allow=["exec(ls*)"])
+rule_set(ask=["exec(rm *)"])
+"#,
+    );
+    let eval = policy.check(&argv("rm -rf /"), None);
+    // The prefix allow, then the strongest rule-set decision (the deny of the first set).
+    assert_eq!(
+        prefixes(&eval),
+        vec![
+            argv("rm"),
+            vec!["<rule_set>".into(), "bash(rm -rf*)".into()]
+        ]
+    );
+    assert_eq!(eval.decision, Some(Decision::Forbidden));
+    let eval = policy.check(&argv("rm x"), None);
+    assert_eq!(eval.decision, Some(Decision::Prompt));
+    // A rule-set match is a match: the fallback does not add its verdict.
+    let forbid: &dyn Fn(&[String]) -> Decision = &|_| Decision::Forbidden;
+    let eval = policy.check(&argv("ls -l"), Some(forbid));
+    assert_eq!(eval.decision, Some(Decision::Allow));
+    assert!(eval.is_match());
+    assert_eq!(
+        prefixes(&eval),
+        vec![vec!["<rule_set>".to_string(), "exec(ls*)".into()]]
+    );
+    // The subject is the rendered command line: quoting is part of it.
+    assert_eq!(policy.check(&argv("'rm -rf' x"), None).decision, None);
 }

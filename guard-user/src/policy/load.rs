@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use super::error::LoadError;
 use super::model::Policy;
 use super::parser::PolicyParser;
+use super::protected::protected_paths;
 
 /// The system rules folder read when no rules path is given.
 pub const SYSTEM_RULES_DIR: &str = "/etc/guard/rules";
@@ -85,19 +86,30 @@ pub fn load_policy(rules: &[PathBuf], overlays: &[PathBuf]) -> Result<LoadedPoli
 /// [`load_policy`] with `extra` files read after the rules (or the defaults), by the same parser
 /// and before the overlays: the daemon's amendments file. Extra files that do not exist are
 /// skipped (no amendment was written yet).
+///
+/// The policy gets the built-in protected paths, with every rules path, extra file (written yet
+/// or not) and overlay path it was loaded from among them.
 pub fn load_policy_with(
     rules: &[PathBuf],
     extra: &[PathBuf],
     overlays: &[PathBuf],
 ) -> Result<LoadedPolicy, LoadError> {
+    let mut loaded_from: Vec<PathBuf> = Vec::new();
     let mut sources = if rules.is_empty() {
         match system_rules_dir() {
-            Some(dir) => expand(&[dir])?,
+            Some(dir) => {
+                let sources = expand(std::slice::from_ref(&dir))?;
+                loaded_from.push(dir);
+                sources
+            }
             None => vec![RulesSource::EmbeddedDefault],
         }
     } else {
+        loaded_from.extend_from_slice(rules);
         expand(rules)?
     };
+    loaded_from.extend_from_slice(extra);
+    loaded_from.extend_from_slice(overlays);
     sources.extend(
         extra
             .iter()
@@ -106,11 +118,12 @@ pub fn load_policy_with(
     );
     let overlay_sources = expand(overlays)?;
     let base = parse_sources(&sources)?;
-    let policy = if overlay_sources.is_empty() {
+    let mut policy = if overlay_sources.is_empty() {
         base
     } else {
         base.merge_overlay(&parse_sources(&overlay_sources)?)
     };
+    policy.set_protected_paths(protected_paths(&loaded_from));
     Ok(LoadedPolicy {
         policy,
         sources,

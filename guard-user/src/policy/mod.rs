@@ -12,9 +12,11 @@ pub mod load;
 mod model;
 pub mod parser;
 pub mod paths;
+pub mod protected;
 pub mod reason;
 pub mod render;
 pub mod rule;
+pub mod rule_set;
 pub mod shell;
 
 pub use destination::{DestinationEvaluation, DestinationMatch};

@@ -7,10 +7,12 @@ use std::sync::Arc;
 
 use super::error::{PolicyError, Result};
 use super::host::normalize_network_host;
+use super::protected::ProtectedPath;
 use super::rule::{
     AddressRule, Decision, EnforcementOverrides, EnforcementSettings, NetworkProtocol, NetworkRule,
     PatternToken, PrefixPattern, PrefixRule, RuleId,
 };
+use super::rule_set::{RuleSet, RuleSetDecision, Tool, strongest};
 
 /// A loaded policy.
 ///
@@ -27,6 +29,11 @@ pub struct Policy {
     address_rules: Vec<AddressRule>,
     /// What `enforcement(...)` calls set; [`Policy::enforcement`] fills in the defaults.
     enforcement: EnforcementOverrides,
+    /// `rule_set(...)` calls, in load order.
+    rule_sets: Vec<RuleSet>,
+    /// The built-in write denials for guard's own files, set by the loader (which knows the
+    /// rules paths); empty for a policy only parsed.
+    protected_paths: Vec<ProtectedPath>,
 }
 
 /// One host of the `network_rule`s with the decision §2.4 gives it, the rule that decided it,
@@ -117,6 +124,37 @@ impl Policy {
         self.address_rules.push(rule);
     }
 
+    /// Every `rule_set`, in load order.
+    pub fn rule_sets(&self) -> &[RuleSet] {
+        &self.rule_sets
+    }
+
+    pub fn add_rule_set(&mut self, rule_set: RuleSet) {
+        self.rule_sets.push(rule_set);
+    }
+
+    /// The built-in protected paths this policy holds (see [`super::protected`]).
+    pub fn protected_paths(&self) -> &[ProtectedPath] {
+        &self.protected_paths
+    }
+
+    pub fn set_protected_paths(&mut self, protected: Vec<ProtectedPath>) {
+        self.protected_paths = protected;
+    }
+
+    /// What the rule sets say about a call of `tool` with the canonical `subject`: each set
+    /// (the protected paths first, then the written sets in load order) decides on its own by
+    /// first match deny → ask → allow, and the strongest of those decisions wins; on a tie the
+    /// earlier set is named. `None` when no pattern of any set matches.
+    pub fn rule_set_decision(
+        &self,
+        tool: Tool,
+        subject: Option<&str>,
+    ) -> Option<RuleSetDecision<'_>> {
+        let protected = self.protected_paths.iter().map(|p| &p.rule_set);
+        strongest(protected.chain(&self.rule_sets), tool, subject)
+    }
+
     /// The enforcement settings in force: what `enforcement(...)` set, defaults for the rest.
     pub fn enforcement(&self) -> EnforcementSettings {
         self.enforcement.settings()
@@ -185,7 +223,8 @@ impl Policy {
 
     /// A new policy with `overlay`'s rules after this one's: prefix rules appended per program,
     /// network rules appended (so they come later in [`Policy::network_domains`]), host
-    /// executables replaced by name, address rules appended. Decisions combine by maximum, so an
+    /// executables replaced by name, address rules and rule sets appended (the base's protected
+    /// paths kept: the loader sets them for the whole policy). Decisions combine by maximum, so an
     /// overlay can only tighten command decisions. Enforcement settings: the unmatched decisions
     /// are the strongest of both; `audit_only` is the base's unless the overlay sets it.
     pub fn merge_overlay(&self, overlay: &Policy) -> Policy {
@@ -212,6 +251,13 @@ impl Policy {
             merged.add_address_rule(rule.clone());
         }
         merged.enforcement = self.enforcement.overlaid_by(overlay.enforcement);
+        merged.rule_sets = self
+            .rule_sets
+            .iter()
+            .chain(&overlay.rule_sets)
+            .cloned()
+            .collect();
+        merged.protected_paths = self.protected_paths.clone();
         merged
     }
 

@@ -1,6 +1,7 @@
 //! Reads `.rules` files: Starlark (Extended dialect, f-strings on) with the reference's three
-//! builtins, `prefix_rule`, `network_rule` and `host_executable`, and guard's kernel-only ones,
-//! `address_rule` and `enforcement` (plus `prefix_rule(audit_only=...)`). They record rules as a
+//! builtins, `prefix_rule`, `network_rule` and `host_executable`, guard's kernel-only ones,
+//! `address_rule` and `enforcement` (plus `prefix_rule(audit_only=...)`), and the seed's
+//! `rule_set(deny=, ask=, allow=)`. They record rules as a
 //! side effect; a reference file never calls guard's additions, so it keeps its meaning.
 //!
 //! One [`PolicyParser`] reads any number of files in order and builds one [`Policy`]; examples
@@ -31,6 +32,7 @@ use super::rule::{
     PrefixPattern, PrefixRule, RuleId, RuleOrigin, Transport, parse_decision,
     parse_network_decision,
 };
+use super::rule_set::RuleSet;
 
 /// Parses rules files in order into one policy.
 #[derive(Default)]
@@ -46,6 +48,7 @@ struct PolicyBuilder {
     host_executables: HashMap<String, Arc<[PathBuf]>>,
     address_rules: Vec<AddressRule>,
     enforcement: EnforcementOverrides,
+    rule_sets: Vec<RuleSet>,
     pending_examples: Vec<PendingExamples>,
 }
 
@@ -83,6 +86,9 @@ impl PolicyParser {
             policy.add_address_rule(rule);
         }
         policy.set_enforcement(builder.enforcement);
+        for rule_set in builder.rule_sets {
+            policy.add_rule_set(rule_set);
+        }
         policy
     }
 }
@@ -445,6 +451,22 @@ fn policy_builtins(globals: &mut GlobalsBuilder) {
         };
         let mut builder = policy_builder(eval);
         builder.enforcement = builder.enforcement.then(later);
+        Ok(NoneType)
+    }
+
+    /// `rule_set(deny=[], ask=[], allow=[])`: glob patterns over a tool and its subject, first
+    /// match deny → ask → allow within the set (see `policy::rule_set`). Keywords only, so
+    /// which list a pattern is in is always written out.
+    fn rule_set<'v>(
+        #[starlark(require = named)] deny: Option<UnpackList<&'v str>>,
+        #[starlark(require = named)] ask: Option<UnpackList<&'v str>>,
+        #[starlark(require = named)] allow: Option<UnpackList<&'v str>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<NoneType> {
+        let items = |list: Option<UnpackList<&'v str>>| list.map(|l| l.items).unwrap_or_default();
+        let origin = origin_of(&location_of_call(eval));
+        let rule_set = RuleSet::parse(&items(deny), &items(ask), &items(allow), origin)?;
+        policy_builder(eval).rule_sets.push(rule_set);
         Ok(NoneType)
     }
 

@@ -9,7 +9,8 @@ use super::rule::{Decision, RuleMatch};
 /// for a prompt that only the fallback gave.
 ///
 /// The deciding rule is the matched rule of that decision with the longest prefix; on ties the
-/// last one, as the reference's "maximum by key" picks.
+/// last one, as the reference's "maximum by key" picks. When only a rule set decided, its
+/// pattern is named.
 pub fn decision_reason(argv: &[String], evaluation: &Evaluation) -> Option<String> {
     let decision = evaluation.decision?;
     let command = render_example(argv);
@@ -40,15 +41,35 @@ pub fn decision_reason(argv: &[String], evaluation: &Evaluation) -> Option<Strin
             "`{command}` rejected: policy forbids commands starting with `{}`",
             render_example(prefix)
         )),
-        (Decision::Forbidden, None) => Some(format!("`{command}` rejected: blocked by policy")),
+        (Decision::Forbidden, None) => Some(match rule_set_pattern(evaluation, decision) {
+            Some(pattern) => format!("`{command}` rejected: rule_set denies `{pattern}`"),
+            None => format!("`{command}` rejected: blocked by policy"),
+        }),
         (Decision::Prompt, Some((_, Some(justification)))) => {
             Some(format!("`{command}` requires approval: {justification}"))
         }
         (Decision::Prompt, Some((_, None))) => {
             Some(format!("`{command}` requires approval by policy"))
         }
-        (Decision::Prompt, None) | (Decision::Allow, _) => None,
+        (Decision::Prompt, None) => rule_set_pattern(evaluation, decision)
+            .map(|pattern| format!("`{command}` requires approval: rule_set asks for `{pattern}`")),
+        (Decision::Allow, _) => None,
     }
+}
+
+/// The pattern of the first rule-set match of `decision`, when no prefix rule of it decided.
+fn rule_set_pattern(evaluation: &Evaluation, decision: Decision) -> Option<&str> {
+    evaluation
+        .matched_rules
+        .iter()
+        .find_map(|found| match found {
+            RuleMatch::RuleSetMatch {
+                pattern,
+                decision: rule_decision,
+                ..
+            } if *rule_decision == decision => Some(pattern.as_str()),
+            _ => None,
+        })
 }
 
 #[cfg(test)]

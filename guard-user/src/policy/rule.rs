@@ -145,19 +145,30 @@ pub enum RuleMatch {
         command: Vec<String>,
         decision: Decision,
     },
+    /// A `rule_set` pattern (or a built-in protected path) that decided for the command.
+    RuleSetMatch {
+        /// The pattern as written, e.g. `bash(rm -rf*)`.
+        pattern: String,
+        decision: Decision,
+        origin: Option<RuleOrigin>,
+    },
 }
 
 impl RuleMatch {
     pub fn decision(&self) -> Decision {
         match self {
             RuleMatch::PrefixRuleMatch { decision, .. }
-            | RuleMatch::HeuristicsRuleMatch { decision, .. } => *decision,
+            | RuleMatch::HeuristicsRuleMatch { decision, .. }
+            | RuleMatch::RuleSetMatch { decision, .. } => *decision,
         }
     }
 
     /// True for a match of a written rule, false for a fallback verdict.
     pub fn is_policy_match(&self) -> bool {
-        matches!(self, RuleMatch::PrefixRuleMatch { .. })
+        matches!(
+            self,
+            RuleMatch::PrefixRuleMatch { .. } | RuleMatch::RuleSetMatch { .. }
+        )
     }
 }
 
@@ -190,6 +201,13 @@ impl fmt::Debug for RuleMatch {
             RuleMatch::HeuristicsRuleMatch { command, decision } => f
                 .debug_struct("HeuristicsRuleMatch")
                 .field("command", command)
+                .field("decision", decision)
+                .finish(),
+            RuleMatch::RuleSetMatch {
+                pattern, decision, ..
+            } => f
+                .debug_struct("RuleSetMatch")
+                .field("pattern", pattern)
                 .field("decision", decision)
                 .finish(),
         }

@@ -80,6 +80,36 @@ pub fn read_records(
     Ok(stats)
 }
 
+/// Keeps the newest `n` items pushed (`--limit N` over a log read oldest first).
+pub struct Newest<T> {
+    n: usize,
+    items: std::collections::VecDeque<T>,
+}
+
+impl<T> Newest<T> {
+    pub fn new(n: usize) -> Self {
+        Newest {
+            n,
+            items: std::collections::VecDeque::new(),
+        }
+    }
+
+    pub fn push(&mut self, item: T) {
+        if self.n == 0 {
+            return;
+        }
+        if self.items.len() == self.n {
+            self.items.pop_front();
+        }
+        self.items.push_back(item);
+    }
+
+    /// Oldest first.
+    pub fn into_items(self) -> impl Iterator<Item = T> {
+        self.items.into_iter()
+    }
+}
+
 /// The `seq` of the last whole record in the log (the current file, else the newest rotated
 /// one), so a restarted writer continues the sequence.
 pub fn last_seq(path: &Path) -> Option<u64> {
@@ -154,5 +184,17 @@ mod tests {
         std::fs::write(rotated(&path, 1), line(41)).unwrap();
         std::fs::write(&path, "").unwrap();
         assert_eq!(last_seq(&path), Some(41));
+    }
+
+    #[test]
+    fn newest_keeps_the_last_n_in_order() {
+        let mut kept = Newest::new(2);
+        for i in 1..=5 {
+            kept.push(i);
+        }
+        assert_eq!(kept.into_items().collect::<Vec<_>>(), [4, 5]);
+        let mut none = Newest::new(0);
+        none.push(1);
+        assert_eq!(none.into_items().count(), 0);
     }
 }

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::control::{SocketArgs, client_error};
 use super::output::{decision_style, dim, usage_error};
-use crate::audit::files::{log_files, read_records};
+use crate::audit::files::{Newest, log_files, read_records};
 use crate::audit::filter::AuditFilter;
 use crate::audit::record::AuditRecord;
 use crate::audit::syslog::{Facility, SyslogSender, SyslogTarget, rfc5424};
@@ -184,24 +184,17 @@ fn from_files(args: &AuditArgs, filter: &AuditFilter, printer: &mut Printer) -> 
         }
         files.extend(log_files(path));
     }
-    let mut kept = std::collections::VecDeque::new();
+    let mut newest = args.limit.map(Newest::new);
     let read = read_records(&files, |record| {
         if compiled.matches(&record) {
-            match args.limit {
-                Some(n) => {
-                    if kept.len() == n {
-                        kept.pop_front();
-                    }
-                    if n > 0 {
-                        kept.push_back(record);
-                    }
-                }
+            match &mut newest {
+                Some(kept) => kept.push(record),
                 None => return printer.print(&record),
             }
         }
         true
     });
-    for record in kept {
+    for record in newest.into_iter().flat_map(Newest::into_items) {
         if !printer.print(&record) {
             break;
         }

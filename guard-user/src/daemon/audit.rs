@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use super::messages::protocol_for;
 use super::peer::user_name;
-use crate::audit::files::{ReadStats, log_files, read_records};
+use crate::audit::files::{Newest, ReadStats, log_files, read_records};
 use crate::audit::filter::{AuditFilter, CompiledFilter};
 use crate::audit::forward::SyslogForwarder;
 use crate::audit::record::{
@@ -108,8 +108,7 @@ impl HistoryRead {
             // Bounded: a stuck writer must not hang a reader forever.
             let _ = written.recv_timeout(std::time::Duration::from_secs(10));
         }
-        let mut newest = std::collections::VecDeque::new();
-        let limit = self.limit;
+        let mut newest = self.limit.map(Newest::new);
         let stats = read_records(&self.files, |record| {
             if record.seq >= self.before_seq
                 || !self.filter.matches(&record)
@@ -118,20 +117,15 @@ impl HistoryRead {
                 return true;
             }
             let line = record_line(&record);
-            match limit {
-                Some(n) => {
-                    if newest.len() == n {
-                        newest.pop_front();
-                    }
-                    if n > 0 {
-                        newest.push_back(line);
-                    }
+            match &mut newest {
+                Some(kept) => {
+                    kept.push(line);
                     true
                 }
                 None => out(line),
             }
         })?;
-        for line in newest {
+        for line in newest.into_iter().flat_map(Newest::into_items) {
             if !out(line) {
                 break;
             }

@@ -222,16 +222,7 @@ impl Daemon {
                     .map_err(|e| format!("{e:#}"))
             }) {
             Ok(loaded) => loaded,
-            Err(err) => {
-                let message = format!("reload refused, the old policy stays: {err}");
-                self.audit.record(
-                    RecordType::Reload,
-                    by,
-                    json!({"ok": false, "error": message}),
-                );
-                self.last_reload_error = Some(message.clone());
-                return Err(message);
-            }
+            Err(err) => return Err(self.reload_refused(by, &err)),
         };
         let (loaded, (authz, authz_source)) = loaded;
         let names = host_names(&loaded.policy);
@@ -248,14 +239,7 @@ impl Daemon {
         let previous = std::mem::replace(&mut self.loaded, loaded);
         if let Err(err) = self.rebuild() {
             self.loaded = previous;
-            let message = format!("reload refused, the old policy stays: {err:#}");
-            self.audit.record(
-                RecordType::Reload,
-                by,
-                json!({"ok": false, "error": message}),
-            );
-            self.last_reload_error = Some(message.clone());
-            return Err(message);
+            return Err(self.reload_refused(by, &format!("{err:#}")));
         }
         self.last_reload_error = None;
         self.audit.set_authz(authz.clone());
@@ -275,6 +259,18 @@ impl Daemon {
             json!({"ok": true, "files": files, "rules": rules}),
         );
         Ok(json!({"files": files, "rules": rules}))
+    }
+
+    /// A reload that keeps the old policy: recorded, kept for `guard status`, and the message.
+    fn reload_refused(&mut self, by: &str, err: &str) -> String {
+        let message = format!("reload refused, the old policy stays: {err}");
+        self.audit.record(
+            RecordType::Reload,
+            by,
+            json!({"ok": false, "error": message}),
+        );
+        self.last_reload_error = Some(message.clone());
+        message
     }
 
     /// Re-resolves names whose TTL ran out; recompiles when an answer changed.

@@ -253,7 +253,24 @@ fn from_daemon(args: &AuditArgs, filter: AuditFilter, printer: &mut Printer) -> 
                     return ExitCode::SUCCESS;
                 }
             }
-            Some("history_end") if !args.follow => return ExitCode::SUCCESS,
+            Some("history_end") => {
+                // The daemon could not read (part of) its log: say so, whatever followed.
+                if let Some(error) = event["error"].as_str() {
+                    eprintln!("guard audit: the daemon could not read its log: {error}");
+                    if !args.follow {
+                        return ExitCode::from(1);
+                    }
+                }
+                if event["bad_lines"].as_u64().is_some_and(|n| n > 0) {
+                    eprintln!(
+                        "guard audit: {} line(s) of the log are not records (a torn line after a crash?)",
+                        event["bad_lines"]
+                    );
+                }
+                if !args.follow {
+                    return ExitCode::SUCCESS;
+                }
+            }
             Some("missed") => eprintln!(
                 "guard audit: missed {} record(s): this client read too slowly (they are in the log)",
                 event["records"]

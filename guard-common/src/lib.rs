@@ -6,6 +6,7 @@
 #![no_std]
 
 pub mod decision;
+pub mod dfa;
 pub mod event;
 pub mod limits;
 pub mod maps;

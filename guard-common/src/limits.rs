@@ -30,3 +30,10 @@ pub const MAX_TASKS: u32 = 16_384;
 pub const EVENTS_BYTES: u32 = 4 << 20;
 /// `Verdict::rule` when no rule decided (the policy's unmatched default).
 pub const NO_RULE: u32 = u32::MAX;
+/// States a pattern table ([`crate::dfa`]) may have: its rows fill an array map of this size.
+pub const DFA_MAX_STATES: usize = 1024;
+/// Byte classes a pattern table may have: the width of one [`crate::dfa::DfaRow`].
+pub const DFA_MAX_CLASSES: usize = 64;
+/// Bytes of input the kernel walks through a pattern table (argv is read into a buffer of this
+/// size); past it the walk ends with the safe answer.
+pub const DFA_MAX_INPUT: usize = ARGV_LEN;

@@ -1,5 +1,6 @@
 //! `aya::Pod` for the map types, so userspace can read and write them. Every type is
 //! `#[repr(C)]`, `Copy`, and has no padding the kernel could read uninitialised (explicit `_pad`).
+use crate::dfa::{DfaHeader, DfaRow};
 use crate::event::{Event, TaskInfo};
 use crate::maps::{ArgvEdge, ArgvNode, ExecIdentity, ExecName, KernelOffsets, Settings, Verdict};
 
@@ -13,3 +14,5 @@ unsafe impl aya::Pod for ArgvNode {}
 unsafe impl aya::Pod for KernelOffsets {}
 unsafe impl aya::Pod for Event {}
 unsafe impl aya::Pod for TaskInfo {}
+unsafe impl aya::Pod for DfaHeader {}
+unsafe impl aya::Pod for DfaRow {}

@@ -12,6 +12,7 @@
 //! - a `network_rule` host becomes destination entries with its §2.4 decision, on the ports its
 //!   protocols use (`http` TCP 80, `https` TCP+UDP 443, `socks5_tcp`/`socks5_udp` any port);
 //! - an `address_rule` becomes one entry per address (or resolved name) and port.
+pub mod dfa;
 pub mod dns;
 mod exec;
 pub mod image;

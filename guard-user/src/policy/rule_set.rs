@@ -212,12 +212,7 @@ impl SubjectGlob {
     fn compile(glob: &str, tools: &[Tool]) -> std::result::Result<Self, String> {
         let needs = |kind| tools.iter().any(|tool| tool.subject_kind() == kind);
         let text = needs(SubjectKind::Text)
-            .then(|| {
-                GlobBuilder::new(glob)
-                    .literal_separator(false)
-                    .build()
-                    .map(|glob| glob.compile_matcher())
-            })
+            .then(|| text_glob(glob).map(|glob| glob.compile_matcher()))
             .transpose()
             .map_err(|err| err.kind().to_string())?;
         let path = needs(SubjectKind::Path)
@@ -232,6 +227,13 @@ impl SubjectGlob {
             SubjectKind::Path => self.path.as_ref().is_some_and(|m| m.is_match(subject)),
         }
     }
+}
+
+/// A command or destination glob as the rule set compiles it: `*` matches anything, `/` and
+/// spaces included. The kernel's pattern tables (`compile::dfa`) build from this glob's regex,
+/// so both read a glob the same way.
+pub fn text_glob(glob: &str) -> std::result::Result<globset::Glob, globset::Error> {
+    GlobBuilder::new(glob).literal_separator(false).build()
 }
 
 /// The globs a path pattern stands for, gitignore-style, for absolute subjects:

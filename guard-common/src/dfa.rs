@@ -7,8 +7,53 @@
 //! is what matched up to (not including) the byte that led to it, and [`DfaRow::at_end`] is
 //! what matches if the input ends at that row. A walk keeps the strongest verdict seen.
 
-use crate::limits::DFA_MAX_CLASSES;
+use crate::limits::{DFA_MAX_CLASSES, DFA_MAX_STATES};
 use crate::maps::Verdict;
+
+/// The pattern tables the exec programs walk, by what they read. Each has two slots in the
+/// maps: an update fills the slot not in use, then switches `DFA_SLOTS` to it with one
+/// 4-byte write, so a walk never sees half of an old table and half of a new one.
+pub mod table {
+    /// The executed file's name (forbidden program regexes).
+    pub const PROGRAM_NAME: u32 = 0;
+    /// The executed file's name, then argv after argv[0], NUL-separated (forbidden substrings).
+    pub const ARGV: u32 = 1;
+    /// The same bytes read as a command line (rule-set `exec(...)` globs).
+    pub const COMMAND_LINE: u32 = 2;
+    /// A file's absolute path, opened for reading (rule-set `read(...)` globs).
+    pub const READ_PATH: u32 = 3;
+    /// A file's absolute path, written, created, removed or renamed (rule-set `write(...)`
+    /// globs and the protected paths).
+    pub const WRITE_PATH: u32 = 4;
+    pub const COUNT: u32 = 5;
+    pub const NAMES: [&str; COUNT as usize] = [
+        "program_name",
+        "argv",
+        "command_line",
+        "read_path",
+        "write_path",
+    ];
+}
+
+/// Slots per table (see [`table`]).
+pub const DFA_SLOTS_PER_TABLE: u32 = 2;
+
+/// The index of a table's slot in the headers map.
+#[inline(always)]
+pub const fn header_index(table: u32, slot: u32) -> u32 {
+    table * DFA_SLOTS_PER_TABLE + slot
+}
+
+/// The index of a row of a table's slot in the rows map.
+#[inline(always)]
+pub const fn row_index(table: u32, slot: u32, state: u16) -> u32 {
+    header_index(table, slot) * DFA_MAX_STATES as u32 + state as u32
+}
+
+/// Entries of the headers map.
+pub const DFA_HEADER_ENTRIES: u32 = table::COUNT * DFA_SLOTS_PER_TABLE;
+/// Entries of the rows map.
+pub const DFA_ROW_ENTRIES: u32 = DFA_HEADER_ENTRIES * DFA_MAX_STATES as u32;
 
 /// [`DfaHeader::class_of`]: a byte the table cannot judge (a byte that would make the
 /// userspace subject differ from the kernel's bytes, e.g. one shell quoting would quote). A
@@ -50,6 +95,22 @@ pub struct DfaRow {
     pub _pad: u16,
     /// The next row for each byte class (only the first `classes` are meaningful).
     pub next: [u16; DFA_MAX_CLASSES],
+}
+
+impl DfaHeader {
+    /// A slot that holds no table (`states` 0): nothing to walk, nothing matches.
+    pub const EMPTY: DfaHeader = DfaHeader {
+        start: 0,
+        states: 0,
+        classes: 0,
+        flags: 0,
+        bound: Verdict::NONE,
+        class_of: [0; 256],
+    };
+
+    pub const fn is_empty(&self) -> bool {
+        self.states == 0
+    }
 }
 
 impl DfaRow {
@@ -159,7 +220,8 @@ impl DfaWalk {
         self.outcome()
     }
 
-    fn outcome(&self) -> Outcome {
+    /// What the walk found so far, as the outcome of a walk that ended here.
+    pub fn outcome(&self) -> Outcome {
         if self.seen.is_none() {
             Outcome::NoMatch
         } else {

@@ -9,6 +9,11 @@ pub mod kind {
     pub const CONNECT: u8 = 2;
     /// UDP `sendmsg`/`sendto` with a destination, on an unconnected socket.
     pub const SENDMSG: u8 = 3;
+    /// A file opened for reading (`lsm` backend); the path is in [`super::Event::argv`].
+    pub const FILE_READ: u8 = 4;
+    /// A file opened for writing, created, removed, renamed or truncated (`lsm` backend); the
+    /// path is in [`super::Event::argv`].
+    pub const FILE_WRITE: u8 = 5;
 }
 
 /// What the kernel did.
@@ -19,6 +24,8 @@ pub mod action {
     pub const EPERM: u8 = 1;
     /// The process was killed before the new image ran (exec on the `cgroup` backend).
     pub const SIGKILL: u8 = 2;
+    /// The file operation failed with EACCES (`lsm` file hooks).
+    pub const EACCES: u8 = 3;
 }
 
 /// [`Event::flags`].
@@ -66,7 +73,8 @@ pub struct Event {
     pub comm: [u8; 16],
     /// Exec: the path given to `execve`; connect: the path of the process's last exec.
     pub exe: [u8; PATH_LEN],
-    /// NUL-separated argv.
+    /// NUL-separated argv; for a file event ([`kind::FILE_READ`], [`kind::FILE_WRITE`]) the
+    /// file's path instead (the process is named by `exe`, its last exec).
     pub argv: [u8; ARGV_LEN],
 }
 

@@ -37,3 +37,10 @@ pub const DFA_MAX_CLASSES: usize = 64;
 /// Bytes of input the kernel walks through a pattern table (argv is read into a buffer of this
 /// size); past it the walk ends with the safe answer.
 pub const DFA_MAX_INPUT: usize = ARGV_LEN;
+/// Bytes of a file's path the file hooks read (`bpf_d_path`'s buffer, a power of two); the
+/// pattern walk reads at most [`DFA_MAX_INPUT`] of them.
+pub const FILE_PATH_LEN: usize = 512;
+/// Bytes of the name a path hook appends to its folder's path.
+pub const FILE_NAME_LEN: usize = 256;
+/// The file hooks' path buffer: a folder's path and one name.
+pub const FILE_PATH_BUF: usize = 1024;

@@ -222,7 +222,11 @@ pub mod counter {
     pub const ARGV_UNREADABLE: u32 = 8;
     /// Events put in the ring buffer (with `EVENTS_LOST`: every event the programs made).
     pub const EVENTS_SUBMITTED: u32 = 9;
-    pub const COUNT: u32 = 10;
+    /// File operations a rule allowed (`lsm` backend).
+    pub const FILE_ALLOW: u32 = 10;
+    /// File operations refused with EACCES (`lsm` backend).
+    pub const FILE_REFUSED: u32 = 11;
+    pub const COUNT: u32 = 12;
     pub const NAMES: [&str; COUNT as usize] = [
         "exec_allow",
         "exec_prompt",
@@ -234,6 +238,8 @@ pub mod counter {
         "events_lost",
         "argv_unreadable",
         "events_submitted",
+        "file_allow",
+        "file_refused",
     ];
 }
 
@@ -260,6 +266,10 @@ pub struct KernelOffsets {
     pub socket_type: u32,
     pub msghdr_msg_name: u32,
     pub msghdr_msg_namelen: u32,
+    /// `file.f_path` (the `struct path` `bpf_d_path` names).
+    pub file_f_path: u32,
+    /// `file.f_mode`.
+    pub file_f_mode: u32,
 }
 
 #[cfg(test)]

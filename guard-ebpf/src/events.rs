@@ -7,6 +7,7 @@ use aya_ebpf::helpers::{
     bpf_probe_read_kernel_buf,
 };
 use guard_common::event::{Event, TaskInfo};
+use guard_common::limits::{ARGV_LEN, FILE_PATH_BUF};
 use guard_common::maps::{Verdict, counter};
 
 use crate::maps::{EVENTS, TASKS, count};
@@ -19,6 +20,8 @@ pub struct Subject<'a> {
     pub flags: u8,
     /// Exec: the new image's details; connect: looked up in `TASKS`.
     pub task: Option<&'a TaskInfo>,
+    /// A file event's path and its length, carried in the event's `argv`.
+    pub path: Option<(&'a [u8; FILE_PATH_BUF], u16)>,
     pub dev: u64,
     pub ino: u64,
     pub family: u16,
@@ -80,6 +83,14 @@ pub fn emit(subject: &Subject) {
                 (*event).exe_len = 0;
                 (*event).argv_len = 0;
             }
+        }
+        if let Some((path, len)) = subject.path {
+            let _ = bpf_probe_read_kernel_buf(path.as_ptr(), &mut (*event).argv);
+            (*event).argv_len = if len as usize > ARGV_LEN {
+                ARGV_LEN as u16
+            } else {
+                len
+            };
         }
     }
     entry.submit(0);

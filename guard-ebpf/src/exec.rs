@@ -1,5 +1,6 @@
 //! Exec decisions: by program identity (device + inode of the file actually executed), by the
-//! executed file's name, and by argv prefix (the argv trie), strongest wins.
+//! executed file's name, by argv prefix (the argv trie) and by pattern tables (`patterns`),
+//! strongest wins.
 //!
 //! `tp_btf/sched_process_exec` runs after the new image is installed and before it executes a
 //! single instruction: argv there is the new image's own (other threads are gone), so a racing
@@ -27,6 +28,7 @@ use crate::maps::{
     ARGV_TRIE, EXEC_IDENTITIES, EXEC_NAMES, EXEC_SCRATCH, LSM_SCRATCH, TASKS, WalkEnd, count,
     settings,
 };
+use crate::patterns::{PatternInput, pattern_verdict};
 use crate::scope::current_in_scope;
 
 const SIGKILL: u32 = 9;
@@ -65,6 +67,21 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
     let (arg_start, arg_end) = unsafe { argv_bounds(task) }.unwrap_or((0, 0));
     fill_task_info(task, bprm, arg_start, arg_end, scratch);
 
+    // The pattern tables first, on the straight path, so the verifier checks them once rather
+    // than once per way out of the argv walk. Input and verdict go through our per-CPU scratch
+    // (plain stores and loads, volatile so what is read back is map memory, not the registers
+    // the loops that found it left behind: see `ExecScratch`).
+    let input = PatternInput::new(
+        str_len(&scratch.name.name),
+        &scratch.task,
+        arg_end.saturating_sub(arg_start),
+    );
+    // SAFETY (each volatile access): our per-CPU scratch, only this program on this CPU.
+    unsafe { core::ptr::write_volatile(&mut scratch.patterns, input) };
+    let input = unsafe { core::ptr::read_volatile(&scratch.patterns) };
+    let by_pattern = pattern_verdict(&input);
+    unsafe { core::ptr::write_volatile(&mut scratch.pattern_verdict, by_pattern) };
+
     verdict = verdict.strongest(walk_argv(
         &scratch.name,
         arg_start,
@@ -72,6 +89,7 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
         &mut scratch.scan,
         &mut scratch.walk,
     ));
+    verdict = verdict.strongest(unsafe { core::ptr::read_volatile(&scratch.pattern_verdict) });
 
     let mut flags = 0;
     if verdict.is_none() {
@@ -224,6 +242,7 @@ fn decide(
         action: act,
         flags,
         task,
+        path: None,
         dev: identity.dev,
         ino: identity.ino,
         family: 0,

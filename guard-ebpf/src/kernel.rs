@@ -22,6 +22,8 @@ static OFFSETS: KernelOffsets = KernelOffsets {
     socket_type: 0,
     msghdr_msg_name: 0,
     msghdr_msg_namelen: 0,
+    file_f_path: 0,
+    file_f_mode: 0,
 };
 
 #[inline(always)]

@@ -7,15 +7,18 @@
 //!   `cgroup/sendmsg4|6` refuse destinations with EPERM.
 //! - `lsm`: `lsm/bprm_check_security` refuses by identity and name with EPERM before the exec,
 //!   `lsm/socket_connect` and `lsm/socket_sendmsg` refuse destinations; argv rules still go
-//!   through `sched_process_exec`, because only there is argv the new image's own.
+//!   through `sched_process_exec`, because only there is argv the new image's own. The file
+//!   hooks (`lsm/file_open`, `lsm/path_*`) refuse reads and writes with EACCES.
 #![no_std]
 #![no_main]
 
 mod events;
 mod exec;
+mod files;
 mod kernel;
 mod maps;
 mod net;
+mod patterns;
 mod scope;
 
 #[cfg(not(test))]

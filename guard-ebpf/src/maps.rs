@@ -2,9 +2,13 @@
 
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray, RingBuf};
+use guard_common::dfa::{DFA_HEADER_ENTRIES, DFA_ROW_ENTRIES, DfaHeader, DfaRow, table};
 use guard_common::event::TaskInfo;
+
+use crate::patterns::PatternInput;
 use guard_common::limits::{
-    EVENTS_BYTES, MAX_EXEC_ENTRIES, MAX_NET_ENTRIES, MAX_SCOPES, MAX_TASKS, TOKEN_SCAN_LEN,
+    EVENTS_BYTES, FILE_PATH_BUF, MAX_EXEC_ENTRIES, MAX_NET_ENTRIES, MAX_SCOPES, MAX_TASKS,
+    TOKEN_SCAN_LEN,
 };
 use guard_common::maps::{
     ArgvEdge, ArgvNode, DestV4, DestV6, ExecIdentity, ExecName, Settings, Verdict, counter,
@@ -34,6 +38,18 @@ pub static DEST_V4: LpmTrie<DestV4, Verdict> = LpmTrie::with_max_entries(MAX_NET
 #[map]
 pub static DEST_V6: LpmTrie<DestV6, Verdict> = LpmTrie::with_max_entries(MAX_NET_ENTRIES, 0);
 
+/// Which slot of each pattern table is in force (`guard_common::dfa::table`), 0 or 1.
+#[map]
+pub static DFA_SLOTS: Array<u32> = Array::with_max_entries(table::COUNT, 0);
+
+/// Pattern table headers, by `guard_common::dfa::header_index`.
+#[map]
+pub static DFA_HEADERS: Array<DfaHeader> = Array::with_max_entries(DFA_HEADER_ENTRIES, 0);
+
+/// Pattern table rows, by `guard_common::dfa::row_index`.
+#[map]
+pub static DFA_ROWS: Array<DfaRow> = Array::with_max_entries(DFA_ROW_ENTRIES, 0);
+
 /// What each scoped process last executed, so its connect events can name it.
 #[map]
 pub static TASKS: LruHashMap<u32, TaskInfo> = LruHashMap::with_max_entries(MAX_TASKS, 0);
@@ -53,6 +69,11 @@ pub struct ExecScratch {
     pub name: ExecName,
     /// Where the argv walk got to, for `exec::walk_argv`'s exactness test.
     pub walk: WalkEnd,
+    /// Where the pattern tables' input lies (kept in map memory for the same reason as
+    /// `WalkEnd`: read back, it is one unknown on every way out of the loops that found it).
+    pub patterns: PatternInput,
+    /// What the pattern tables decided, read back after the argv walk.
+    pub pattern_verdict: Verdict,
 }
 
 /// How far the argv walk went: kept in map memory rather than returned, because the verifier
@@ -80,6 +101,15 @@ pub struct LsmScratch {
 
 #[map]
 pub static LSM_SCRATCH: PerCpuArray<LsmScratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// The file hooks' scratch: the path being decided.
+#[repr(C)]
+pub struct FileScratch {
+    pub path: [u8; FILE_PATH_BUF],
+}
+
+#[map]
+pub static FILE_SCRATCH: PerCpuArray<FileScratch> = PerCpuArray::with_max_entries(1, 0);
 
 #[inline(always)]
 pub fn settings() -> Option<Settings> {

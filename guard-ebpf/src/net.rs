@@ -157,6 +157,7 @@ fn refuse(mut destination: Destination, call: u8, act: u8, extra_flags: u8) -> b
         },
         flags,
         task: None,
+        path: None,
         dev: 0,
         ino: 0,
         family: destination.family,

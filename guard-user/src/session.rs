@@ -103,6 +103,11 @@ impl Session {
         self.enforcer.backend()
     }
 
+    /// The rules of this session's policy the running backend does not enforce.
+    pub fn not_enforced(&self) -> Vec<crate::compile::coverage::NotEnforced> {
+        crate::compile::coverage::not_enforced(&self.image, self.backend())
+    }
+
     pub fn scope(&self) -> &ScopeCgroup {
         &self.scope
     }
@@ -197,6 +202,15 @@ pub fn describe_event(image: &EnforcementImage, event: &KernelEvent) -> String {
         (EventKind::Exec, _) => {
             format!("exec of `{}`", shown_command(event))
         }
+        (EventKind::Read | EventKind::Write, _) => format!(
+            "{} of `{}`",
+            if event.kind == EventKind::Read {
+                "read"
+            } else {
+                "write"
+            },
+            event.path.as_deref().unwrap_or("?")
+        ),
         (kind, Some(d)) => {
             let verb = if *kind == EventKind::Connect {
                 "connect to"

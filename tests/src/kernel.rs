@@ -184,6 +184,16 @@ pub fn session_or_skip(rules: &str, options: SessionOptions) -> Option<TestSessi
 pub fn session_in_or_skip(
     dir: tempfile::TempDir,
     rules: &str,
+    options: SessionOptions,
+) -> Option<TestSession> {
+    session_from_files_or_skip(dir, &[("test.rules", rules)], options)
+}
+
+/// [`session_in_or_skip`] over several files written to the folder and loaded in order (e.g. a
+/// `.rules` file and a legacy `.policy` file); the first is [`TestSession::rules_file`].
+pub fn session_from_files_or_skip(
+    dir: tempfile::TempDir,
+    files: &[(&str, &str)],
     mut options: SessionOptions,
 ) -> Option<TestSession> {
     // SAFETY: geteuid has no preconditions.
@@ -191,10 +201,18 @@ pub fn session_in_or_skip(
         skip("guard's kernel tests need root (they load BPF programs and make cgroups)");
         return None;
     }
-    let rules_file = dir.path().join("test.rules");
-    std::fs::write(&rules_file, rules).expect("writing the rules file");
-    let loaded = load_policy(std::slice::from_ref(&rules_file), &[])
-        .unwrap_or_else(|err| panic!("the test's rules do not load: {err}\n{rules}"));
+    let paths: Vec<PathBuf> = files
+        .iter()
+        .map(|(name, text)| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).expect("writing a rules file");
+            path
+        })
+        .collect();
+    let rules_file = paths[0].clone();
+    let rules = files[0].1;
+    let loaded = load_policy(&paths, &[])
+        .unwrap_or_else(|err| panic!("the test's rules do not load: {err}\n{files:?}"));
     let backend = options.backend.unwrap_or_else(backend);
     options.backend = Some(backend);
     match Session::start(loaded.policy, &options) {

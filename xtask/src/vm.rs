@@ -43,6 +43,8 @@ pub const VM_TESTS: &[&str] = &[
     "kernel_net",
     "kernel_approvals",
     "kernel_pins",
+    "kernel_patterns",
+    "kernel_files",
 ];
 
 /// What `vm::run` is asked to do.

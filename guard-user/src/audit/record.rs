@@ -127,6 +127,9 @@ pub struct AuditRecord {
     pub process: Option<ProcessInfo>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub destination: Option<DestinationInfo>,
+    /// A file decision's path (events `read` and `write`, `lsm` backend).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
     /// The blocked-request message, as the process's user saw it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -257,7 +260,7 @@ impl AuditRecord {
 
 /// The schema's own field names: a type's `details` must not use them (the record would not
 /// read back).
-pub const FIELDS: [&str; 19] = [
+pub const FIELDS: [&str; 20] = [
     "v",
     "seq",
     "time",
@@ -272,6 +275,7 @@ pub const FIELDS: [&str; 19] = [
     "rule",
     "process",
     "destination",
+    "file",
     "message",
     "ask",
     "approval",

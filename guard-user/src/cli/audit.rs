@@ -350,7 +350,9 @@ fn what(record: &AuditRecord) -> String {
     let pid = process
         .map(|p| format!("pid {} ", p.pid))
         .unwrap_or_default();
-    let target = if let Some(d) = &record.destination {
+    let target = if let Some(file) = &record.file {
+        format!("{} {file}", record.event.as_deref().unwrap_or("write"))
+    } else if let Some(d) = &record.destination {
         match &d.host {
             Some(host) => format!("{host} ({}):{}/{}", d.address, d.port, d.transport),
             None => format!("{}:{}/{}", d.address, d.port, d.transport),

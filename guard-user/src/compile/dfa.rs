@@ -19,6 +19,8 @@
 //!   when any argument after `argv[0]` contains it (the legacy engine checks `args`): the
 //!   regex is `\A[^\0]*\0(?s:.)*<substring>`, and since a substring has no NUL, a match never
 //!   spans two arguments;
+//! - [`InputKind::Path`]: a file's absolute path, matched whole by the regexes globset builds
+//!   for the rule set's path globs ([`path_glob_regexes`]);
 //! - [`InputKind::CommandLine`]: argv joined with NUL as well, read as the rule set's subject
 //!   (argv shell-quoted and joined with spaces): NUL walks as a space, and every byte shell
 //!   quoting would quote (a space inside an argument, quotes, `$`, non-ASCII, ...) is
@@ -41,7 +43,7 @@ use regex_automata::util::primitives::StateID;
 use regex_automata::util::start;
 use regex_automata::{Anchored, MatchKind};
 
-use crate::policy::rule_set::text_glob;
+use crate::policy::rule_set::{path_glob_regexes, text_glob};
 
 /// What a table's input is; see the module doc.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +51,8 @@ pub enum InputKind {
     ProgramName,
     Argv,
     CommandLine,
+    /// A file's absolute path, as `bpf_d_path` gives it.
+    Path,
 }
 
 /// One pattern to compile: as written (for errors), the regex it stands for, and its verdict.
@@ -93,6 +97,25 @@ impl DfaPattern {
             regex: compiled.regex().to_string(),
             verdict,
         })
+    }
+}
+
+impl DfaPattern {
+    /// A `read(...)` / `write(...)` subject glob of a rule set, over a file's absolute path:
+    /// one pattern per glob it stands for (a `dir/**` pattern also covers `dir` itself).
+    pub fn path_glob(glob: &str, verdict: Verdict) -> Result<Vec<Self>, DfaError> {
+        let regexes = path_glob_regexes(glob).map_err(|message| DfaError::Invalid {
+            pattern: glob.to_string(),
+            message,
+        })?;
+        Ok(regexes
+            .into_iter()
+            .map(|regex| DfaPattern {
+                written: glob.to_string(),
+                regex,
+                verdict,
+            })
+            .collect())
     }
 }
 

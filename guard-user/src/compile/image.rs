@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use guard_common::limits::{MAX_ARGV_TOKENS, NAME_LEN, TOKEN_LEN};
 use ipnetwork::IpNetwork;
 
+pub use super::patterns::PatternTables;
 pub use crate::policy::RuleKind as KernelRuleKind;
 use crate::policy::{Decision, EnforcementSettings, RuleOrigin, Transport};
 
@@ -42,6 +43,9 @@ pub struct EnforcementImage {
     pub exec_approvals: Vec<ExecApproval>,
     /// Exact destinations a person approved ([`EnforcementImage::add_destination_approval`]).
     pub destination_approvals: Vec<DestinationApproval>,
+    /// The pattern tables (legacy forbidden regexes and substrings, rule-set `exec(...)`
+    /// patterns); their verdicts name rules after the address rules.
+    pub patterns: PatternTables,
 }
 
 /// One approved exec: the exact argv (token 0 is the executed file's name, as in argv rules)

@@ -11,12 +11,16 @@
 //! - a longer `prefix_rule` becomes an argv rule;
 //! - a `network_rule` host becomes destination entries with its §2.4 decision, on the ports its
 //!   protocols use (`http` TCP 80, `https` TCP+UDP 443, `socks5_tcp`/`socks5_udp` any port);
-//! - an `address_rule` becomes one entry per address (or resolved name) and port.
+//! - an `address_rule` becomes one entry per address (or resolved name) and port;
+//! - a legacy policy's `forbid_program_regex` and `forbid_substrings`, and a rule set's
+//!   `exec(...)` patterns, become pattern tables ([`patterns`]), walked by the kernel.
+pub mod coverage;
 pub mod dfa;
 pub mod dns;
 mod exec;
 pub mod image;
 mod network;
+pub mod patterns;
 
 pub use network::host_names;
 
@@ -84,11 +88,15 @@ impl CompileEnv {
 /// `resolver` (names it does not know end up in `unresolved_hosts`), bare program names in
 /// `env.path_dirs`.
 pub fn compile(policy: &Policy, resolver: &dyn HostResolver, env: &CompileEnv) -> EnforcementImage {
-    let rules = kernel_rules(policy);
+    let mut rules = kernel_rules(policy);
     let network_base = policy.prefix_rules().len() as u32;
     let address_base = network_base + policy.network_rules().len() as u32;
     let exec = exec::compile_exec(policy, env);
     let net = network::compile_destinations(policy, resolver, network_base, address_base);
+    let patterns = patterns::compile_patterns(policy, rules.len() as u32);
+    rules.extend(patterns.rules);
+    let mut warnings = exec.warnings;
+    warnings.extend(patterns.warnings);
     EnforcementImage {
         settings: policy.enforcement(),
         record_allowed: false,
@@ -98,13 +106,15 @@ pub fn compile(policy: &Policy, resolver: &dyn HostResolver, env: &CompileEnv) -
         argv_rules: exec.argv_rules,
         destinations: net.destinations,
         unresolved_hosts: net.unresolved_hosts,
-        warnings: exec.warnings,
+        warnings,
         exec_approvals: Vec::new(),
         destination_approvals: Vec::new(),
+        patterns: patterns.tables,
     }
 }
 
-/// Every rule of the policy, in the order prefix rules, network rules, address rules.
+/// Every rule of the policy, in the order prefix rules, network rules, address rules (the
+/// pattern rules follow, see [`patterns`]).
 fn kernel_rules(policy: &Policy) -> Vec<KernelRule> {
     let prefix = policy.prefix_rules().iter().map(|rule| KernelRule {
         kind: KernelRuleKind::Prefix,

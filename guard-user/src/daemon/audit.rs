@@ -405,6 +405,8 @@ impl AuditTrail {
                 EventKind::Exec => "exec",
                 EventKind::Connect => "connect",
                 EventKind::Sendmsg => "sendmsg",
+                EventKind::Read => "read",
+                EventKind::Write => "write",
             }
             .to_string(),
         );
@@ -413,9 +415,11 @@ impl AuditTrail {
                 Action::None => "none",
                 Action::Eperm => "eperm",
                 Action::Sigkill => "sigkill",
+                Action::Eacces => "eacces",
             }
             .to_string(),
         );
+        record.file = event.path.clone();
         record.audit_only = Some(event.audit_only);
         record.unmatched = event.unmatched.then_some(true);
         record.rule = event

@@ -60,6 +60,8 @@ fn offsets_from(btf: &Btf) -> Result<KernelOffsets> {
         socket_type: at("socket", &["type"])?,
         msghdr_msg_name: at("msghdr", &["msg_name"])?,
         msghdr_msg_namelen: at("msghdr", &["msg_namelen"])?,
+        file_f_path: at("file", &["f_path"])?,
+        file_f_mode: at("file", &["f_mode"])?,
     })
 }
 

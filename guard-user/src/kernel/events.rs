@@ -20,6 +20,17 @@ pub enum EventKind {
     Exec,
     Connect,
     Sendmsg,
+    /// A file opened for reading (`lsm` backend); the path is [`KernelEvent::path`].
+    Read,
+    /// A file written, created, removed, renamed or truncated (`lsm` backend).
+    Write,
+}
+
+impl EventKind {
+    /// A file event: the subject is a path, not a command or a destination.
+    pub fn is_file(self) -> bool {
+        matches!(self, EventKind::Read | EventKind::Write)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -29,6 +40,7 @@ pub enum Action {
     None,
     Eperm,
     Sigkill,
+    Eacces,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -64,6 +76,8 @@ pub struct KernelEvent {
     pub dev: u64,
     pub ino: u64,
     pub destination: Option<EventDestination>,
+    /// A file event's path (absolute, as the kernel names it).
+    pub path: Option<String>,
 }
 
 mod time_serde {
@@ -114,9 +128,18 @@ impl KernelEvent {
         let kind = match e.kind {
             kind::EXEC => EventKind::Exec,
             kind::CONNECT => EventKind::Connect,
+            kind::FILE_READ => EventKind::Read,
+            kind::FILE_WRITE => EventKind::Write,
             _ => EventKind::Sendmsg,
         };
-        let destination = (kind != EventKind::Exec).then(|| {
+        // A file event carries its path where argv would be; the process's argv is unknown.
+        let path = kind
+            .is_file()
+            .then(|| String::from_utf8_lossy(&e.argv[..argv_len]).into_owned());
+        if path.is_some() {
+            argv.clear();
+        }
+        let destination = matches!(kind, EventKind::Connect | EventKind::Sendmsg).then(|| {
             let address = if e.family == libc::AF_INET6 as u16 {
                 IpAddr::V6(Ipv6Addr::from(e.addr))
             } else {
@@ -138,6 +161,7 @@ impl KernelEvent {
             decision: decision_from_code(e.decision).unwrap_or(Decision::Forbidden),
             action: match e.action {
                 action::EPERM => Action::Eperm,
+                action::EACCES => Action::Eacces,
                 action::SIGKILL => Action::Sigkill,
                 _ => Action::None,
             },
@@ -157,6 +181,7 @@ impl KernelEvent {
             dev: e.dev,
             ino: e.ino,
             destination,
+            path,
         })
     }
 }

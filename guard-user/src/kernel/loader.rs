@@ -130,7 +130,18 @@ struct Pins {
     pinned: Vec<PinnedLink>,
 }
 
-const LSM_HOOKS: [&str; 3] = ["bprm_check_security", "socket_connect", "socket_sendmsg"];
+const LSM_HOOKS: [&str; 10] = [
+    "bprm_check_security",
+    "socket_connect",
+    "socket_sendmsg",
+    "file_open",
+    "path_mknod",
+    "path_mkdir",
+    "path_unlink",
+    "path_rmdir",
+    "path_rename",
+    "path_truncate",
+];
 const CGROUP_HOOKS: [&str; 4] = ["connect4", "connect6", "sendmsg4", "sendmsg6"];
 
 impl Enforcer {

@@ -23,6 +23,9 @@ use guard_common::maps::{
     TRANSPORT_ANY, TRANSPORT_TCP, TRANSPORT_UDP, VERDICT_APPROVAL, Verdict, counter, dest_key,
 };
 
+use guard_common::dfa::{DfaHeader, DfaRow, header_index, row_index, table};
+
+use crate::compile::dfa::DfaTable;
 use crate::compile::image::{EnforcementImage, Verdict as ImageVerdict, validate_exec_approval};
 use crate::policy::rule::Transport;
 
@@ -36,6 +39,8 @@ pub struct SyncStats {
     pub destinations_v6: usize,
     /// argv trie nodes that carry an approval.
     pub approvals: usize,
+    /// Rows of the pattern tables in force.
+    pub pattern_rows: usize,
     pub removed: usize,
 }
 
@@ -49,6 +54,9 @@ pub struct MapSync {
     next_node: u32,
     v4: HashMap<(u32, DestV4), Verdict>,
     v6: HashMap<(u32, DestV6), Verdict>,
+    /// Each pattern table as last written, and the slot it is in.
+    tables: [Option<DfaTable>; table::COUNT as usize],
+    slots: [u32; table::COUNT as usize],
 }
 
 type ArgvToken = (u8, [u8; guard_common::limits::TOKEN_LEN]);
@@ -126,6 +134,10 @@ impl MapSync {
                 map.insert(&Key::new(*len, *data), v, 0)
             })?;
         }
+        for (index, table) in image.patterns.by_index().into_iter().enumerate() {
+            stats.pattern_rows += table.map_or(0, |t| t.rows.len());
+            self.write_pattern_table(ebpf, index as u32, table)?;
+        }
         // 2. Settings, which also marks the maps ready on the first apply.
         {
             let mut map: Array<_, Settings> = Array::try_from(
@@ -174,6 +186,41 @@ impl MapSync {
         self.v4 = v4;
         self.v6 = v6;
         Ok(stats)
+    }
+
+    /// Puts `new` in force for pattern table `index` if it changed: the rows and header go to
+    /// the slot not in use, then one write to `DFA_SLOTS` switches the programs to it, so a
+    /// walk in progress keeps reading a whole table (the old one) to its end.
+    fn write_pattern_table(
+        &mut self,
+        ebpf: &mut Ebpf,
+        index: u32,
+        new: Option<&DfaTable>,
+    ) -> Result<()> {
+        let at = index as usize;
+        if self.tables[at].as_ref() == new {
+            return Ok(());
+        }
+        let slot = 1 - self.slots[at];
+        {
+            let mut rows: Array<_, DfaRow> = array(ebpf, "DFA_ROWS")?;
+            for (state, row) in new.map_or(&[][..], |t| &t.rows).iter().enumerate() {
+                rows.set(row_index(index, slot, state as u16), *row, 0)
+                    .context("writing DFA_ROWS")?;
+            }
+        }
+        {
+            let mut headers: Array<_, DfaHeader> = array(ebpf, "DFA_HEADERS")?;
+            let header = new.map_or(DfaHeader::EMPTY, |t| t.header);
+            headers
+                .set(header_index(index, slot), header, 0)
+                .context("writing DFA_HEADERS")?;
+        }
+        let mut slots: Array<_, u32> = array(ebpf, "DFA_SLOTS")?;
+        slots.set(index, slot, 0).context("writing DFA_SLOTS")?;
+        self.slots[at] = slot;
+        self.tables[at] = new.cloned();
+        Ok(())
     }
 
     /// The argv trie as edges, with `order` listing edges parents-first (so writing it reversed
@@ -353,6 +400,14 @@ fn hash_map<'a, K: aya::Pod, V: aya::Pod>(
 ) -> Result<BpfHashMap<&'a mut MapData, K, V>> {
     let map = ebpf.map_mut(name).ok_or_else(|| anyhow!("no {name} map"))?;
     BpfHashMap::try_from(map).with_context(|| format!("map {name}"))
+}
+
+fn array<'a, V: aya::Pod>(ebpf: &'a mut Ebpf, name: &str) -> Result<Array<&'a mut MapData, V>> {
+    Array::try_from(
+        ebpf.map_mut(name)
+            .ok_or_else(|| anyhow!("the BPF object has no {name} map"))?,
+    )
+    .with_context(|| format!("opening {name}"))
 }
 
 fn lpm<'a, K: aya::Pod, V: aya::Pod>(

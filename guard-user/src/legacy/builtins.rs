@@ -77,6 +77,12 @@ fn collected<'a>(eval: &Evaluator<'_, 'a, '_>) -> RefMut<'a, Collected> {
         .borrow_mut()
 }
 
+/// The 1-based line of the builtin call being evaluated (0 when starlark cannot say).
+fn call_line(eval: &Evaluator<'_, '_, '_>) -> usize {
+    eval.call_stack_top_location()
+        .map_or(0, |span| span.resolve_span().begin.line + 1)
+}
+
 /// Reads one legacy policy. `name` is what error locations say (its path).
 pub fn parse_policy(name: &str, source: &str) -> starlark::Result<Policy> {
     let mut dialect = Dialect::Extended.clone();
@@ -200,9 +206,10 @@ fn legacy_builtins(globals: &mut GlobalsBuilder) {
         strings: UnpackList<String>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<NoneType> {
+        let line = call_line(eval);
         collected(eval)
             .policy
-            .add_forbidden_substrings(&strings.items);
+            .add_forbidden_substrings(&strings.items, line);
         Ok(NoneType)
     }
 
@@ -215,9 +222,10 @@ fn legacy_builtins(globals: &mut GlobalsBuilder) {
     ) -> anyhow::Result<NoneType> {
         let compiled = Regex::new(regex)
             .map_err(|err| anyhow!("forbid_program_regex: invalid regex {regex:?}: {err}"))?;
+        let line = call_line(eval);
         collected(eval)
             .policy
-            .add_forbidden_program_regex(compiled, reason.to_string());
+            .add_forbidden_program_regex(compiled, reason.to_string(), line);
         Ok(NoneType)
     }
 

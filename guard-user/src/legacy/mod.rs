@@ -21,7 +21,7 @@ pub use builtins::parse_policy;
 pub use check::{Classification, check_folders, classify};
 pub use error::Error;
 pub use matchers::{ArgMatcher, ArgType};
-pub use policy::Policy;
+pub use policy::{ForbiddenProgramRegex, ForbiddenSubstring, Policy};
 pub use program::{ExecCall, MatchedArg, MatchedExec, MatchedFlag, MatchedOpt, ValidExec};
 
 /// The name error locations give the built-in policy.

@@ -13,6 +13,16 @@ use super::program::{ExecCall, MatchedExec, ProgramSpec};
 pub struct ForbiddenProgramRegex {
     pub regex: Regex,
     pub reason: String,
+    /// The line of the call (1-based; 0 when unknown), so a kernel refusal names it.
+    pub line: usize,
+}
+
+/// One string of a `forbid_substrings(strings)` call, and the call's line (1-based; 0 when
+/// unknown).
+#[derive(Clone, Debug)]
+pub struct ForbiddenSubstring {
+    pub text: String,
+    pub line: usize,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -20,7 +30,7 @@ pub struct Policy {
     /// Every spec for a program, in the order the policy defined them.
     programs: HashMap<String, Vec<ProgramSpec>>,
     forbidden_program_regexes: Vec<ForbiddenProgramRegex>,
-    forbidden_substrings: Vec<String>,
+    forbidden_substrings: Vec<ForbiddenSubstring>,
 }
 
 impl Policy {
@@ -31,13 +41,30 @@ impl Policy {
             .push(spec);
     }
 
-    pub fn add_forbidden_substrings(&mut self, substrings: &[String]) {
-        self.forbidden_substrings.extend_from_slice(substrings);
+    pub fn add_forbidden_substrings(&mut self, substrings: &[String], line: usize) {
+        self.forbidden_substrings
+            .extend(substrings.iter().map(|text| ForbiddenSubstring {
+                text: text.clone(),
+                line,
+            }));
     }
 
-    pub fn add_forbidden_program_regex(&mut self, regex: Regex, reason: String) {
-        self.forbidden_program_regexes
-            .push(ForbiddenProgramRegex { regex, reason });
+    pub fn add_forbidden_program_regex(&mut self, regex: Regex, reason: String, line: usize) {
+        self.forbidden_program_regexes.push(ForbiddenProgramRegex {
+            regex,
+            reason,
+            line,
+        });
+    }
+
+    /// `forbid_program_regex` calls, in order (the kernel's program-name table holds them).
+    pub fn forbidden_program_regexes(&self) -> &[ForbiddenProgramRegex] {
+        &self.forbidden_program_regexes
+    }
+
+    /// `forbid_substrings` strings, in order (the kernel's argv table holds them).
+    pub fn forbidden_substrings(&self) -> &[ForbiddenSubstring] {
+        &self.forbidden_substrings
     }
 
     /// The specs for `program`, in definition order.
@@ -62,7 +89,7 @@ impl Policy {
         if let Some(arg) = exec.args.iter().find(|arg| {
             self.forbidden_substrings
                 .iter()
-                .any(|substring| arg.contains(substring.as_str()))
+                .any(|substring| arg.contains(substring.text.as_str()))
         }) {
             return Ok(MatchedExec::Forbidden {
                 reason: format!("arg `{arg}` contains forbidden substring"),

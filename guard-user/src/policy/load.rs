@@ -1,10 +1,11 @@
-//! Which files make a policy, and reading them: rules paths (files or folders of `*.rules`),
-//! overlays merged on top, and the defaults when no path is given.
+//! Which files make a policy, and reading them: rules paths (files or folders of `*.rules`
+//! and legacy `*.policy` files), overlays merged on top, and the defaults when no path is given.
 
 use std::path::{Path, PathBuf};
 
 use super::error::LoadError;
-use super::model::Policy;
+use super::error::PolicyError;
+use super::model::{LegacyPolicy, Policy};
 use super::parser::PolicyParser;
 use super::protected::protected_paths;
 
@@ -41,8 +42,11 @@ pub struct LoadedPolicy {
     pub overlay_sources: Vec<RulesSource>,
 }
 
-/// The files a rules path stands for: the file itself, or a folder's regular `*.rules` files
-/// sorted by path. Symlinked entries are skipped, as the reference does (its directory walk
+/// The file name extension of a legacy policy (spec §8), loaded beside the `.rules` files.
+pub const LEGACY_POLICY_EXTENSION: &str = "policy";
+
+/// The files a rules path stands for: the file itself, or a folder's regular `*.rules` and
+/// `*.policy` files sorted by path. Symlinked entries are skipped, as the reference does (its directory walk
 /// does not follow links).
 pub fn rules_files(path: &Path) -> Result<Vec<PathBuf>, LoadError> {
     let metadata = std::fs::metadata(path).map_err(|source| LoadError::ReadFile {
@@ -61,7 +65,11 @@ pub fn rules_files(path: &Path) -> Result<Vec<PathBuf>, LoadError> {
         let entry = entry.map_err(read_dir_error)?;
         let file_type = entry.file_type().map_err(read_dir_error)?;
         let entry_path = entry.path();
-        if file_type.is_file() && entry_path.extension().is_some_and(|ext| ext == "rules") {
+        if file_type.is_file()
+            && entry_path
+                .extension()
+                .is_some_and(|ext| ext == "rules" || ext == LEGACY_POLICY_EXTENSION)
+        {
             files.push(entry_path);
         }
     }
@@ -139,10 +147,21 @@ fn expand(paths: &[PathBuf]) -> Result<Vec<RulesSource>, LoadError> {
     Ok(sources)
 }
 
-/// Parses sources in order with one parser.
+fn is_legacy_policy(source: &RulesSource) -> bool {
+    matches!(source, RulesSource::File(path)
+        if path.extension().is_some_and(|ext| ext == LEGACY_POLICY_EXTENSION))
+}
+
+/// Parses sources in order: `.rules` files with one parser, legacy `.policy` files each on
+/// its own (spec §8), added to the policy after the rules.
 pub fn parse_sources(sources: &[RulesSource]) -> Result<Policy, LoadError> {
     let mut parser = PolicyParser::new();
+    let mut legacy = Vec::new();
     for source in sources {
+        if is_legacy_policy(source) {
+            legacy.push(parse_legacy(source)?);
+            continue;
+        }
         let name = source.display_name();
         let contents = match source {
             RulesSource::File(path) => {
@@ -157,5 +176,28 @@ pub fn parse_sources(sources: &[RulesSource]) -> Result<Policy, LoadError> {
             .parse(&name, &contents)
             .map_err(|source| LoadError::Parse { path: name, source })?;
     }
-    Ok(parser.build())
+    let mut policy = parser.build();
+    for one in legacy {
+        policy.add_legacy_policy(one);
+    }
+    Ok(policy)
+}
+
+fn parse_legacy(source: &RulesSource) -> Result<LegacyPolicy, LoadError> {
+    let name = source.display_name();
+    let RulesSource::File(path) = source else {
+        unreachable!("only files are legacy policies");
+    };
+    let contents = std::fs::read_to_string(path).map_err(|source| LoadError::ReadFile {
+        path: name.clone(),
+        source,
+    })?;
+    let policy = crate::legacy::parse_policy(&name, &contents).map_err(|err| LoadError::Parse {
+        path: name.clone(),
+        source: PolicyError::Starlark(err),
+    })?;
+    Ok(LegacyPolicy {
+        file: name.into(),
+        policy: std::sync::Arc::new(policy),
+    })
 }

@@ -23,7 +23,7 @@ pub use destination::{DestinationEvaluation, DestinationMatch};
 pub use error::{LoadError, PolicyError};
 pub use evaluate::{Evaluation, Fallback, KernelExecVerdict, MatchOptions};
 pub use examples::render_example;
-pub use model::{NetworkDomains, NetworkHost, Policy};
+pub use model::{LegacyPolicy, NetworkDomains, NetworkHost, Policy};
 pub use parser::PolicyParser;
 pub use rule::{
     AddressRule, AddressTarget, Decision, EnforcementOverrides, EnforcementSettings,

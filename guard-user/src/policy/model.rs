@@ -34,6 +34,18 @@ pub struct Policy {
     /// The built-in write denials for guard's own files, set by the loader (which knows the
     /// rules paths); empty for a policy only parsed.
     protected_paths: Vec<ProtectedPath>,
+    /// Legacy `.policy` files (spec §8) loaded beside the `.rules` files, in load order.
+    legacy_policies: Vec<LegacyPolicy>,
+}
+
+/// A legacy `.policy` file loaded beside the `.rules` files. Its forbidden program regexes
+/// and substrings are enforced by the kernel (`compile::patterns`); its program specs are for
+/// `guard legacy check`.
+#[derive(Clone, Debug)]
+pub struct LegacyPolicy {
+    /// As rule origins name it (the path it was read from).
+    pub file: Arc<str>,
+    pub policy: Arc<crate::legacy::Policy>,
 }
 
 /// One host of the `network_rule`s with the decision §2.4 gives it, the rule that decided it,
@@ -131,6 +143,15 @@ impl Policy {
 
     pub fn add_rule_set(&mut self, rule_set: RuleSet) {
         self.rule_sets.push(rule_set);
+    }
+
+    /// Every legacy `.policy` file loaded with the rules, in load order.
+    pub fn legacy_policies(&self) -> &[LegacyPolicy] {
+        &self.legacy_policies
+    }
+
+    pub fn add_legacy_policy(&mut self, legacy: LegacyPolicy) {
+        self.legacy_policies.push(legacy);
     }
 
     /// The built-in protected paths this policy holds (see [`super::protected`]).
@@ -258,6 +279,12 @@ impl Policy {
             .cloned()
             .collect();
         merged.protected_paths = self.protected_paths.clone();
+        merged.legacy_policies = self
+            .legacy_policies
+            .iter()
+            .chain(&overlay.legacy_policies)
+            .cloned()
+            .collect();
         merged
     }
 

@@ -470,6 +470,10 @@ pub enum RuleKind {
     Prefix,
     Network,
     Address,
+    /// One pattern of a `rule_set(...)` (the kernel holds its `exec(...)` patterns).
+    RuleSet,
+    /// A `forbid_program_regex` or `forbid_substrings` of a legacy `.policy` file.
+    Legacy,
 }
 
 impl RuleKind {
@@ -479,6 +483,8 @@ impl RuleKind {
             RuleKind::Prefix => "prefix_rule",
             RuleKind::Network => "network_rule",
             RuleKind::Address => "address_rule",
+            RuleKind::RuleSet => "rule_set",
+            RuleKind::Legacy => "legacy_policy",
         }
     }
 }

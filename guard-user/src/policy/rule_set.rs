@@ -193,6 +193,19 @@ impl RuleSetPattern {
         &self.text
     }
 
+    /// Whether the tool-name glob covers `tool`.
+    pub fn covers_tool(&self, tool: Tool) -> bool {
+        self.tools.contains(&tool)
+    }
+
+    /// The subject glob as written (`rm -rf*` of `bash(rm -rf*)`); `None` for a bare tool-name
+    /// pattern, which matches every call of its tools.
+    pub fn subject_glob(&self) -> Option<&str> {
+        self.subject.as_ref()?;
+        let (_, rest) = self.text.split_once('(')?;
+        rest.strip_suffix(')')
+    }
+
     /// Whether this pattern covers a call of `tool` with `subject` (canonical, see
     /// [`canonical_subject`]). A call with no subject matches only bare tool-name patterns:
     /// `bash(rm*)` cannot say anything about a call it has no command line for.
@@ -255,6 +268,21 @@ fn path_globs(glob: &str) -> Vec<String> {
         globs.push(folder.to_string());
     }
     globs
+}
+
+/// The regexes of the globs a path pattern stands for ([`path_globs`]), as the kernel's path
+/// tables (`compile::dfa`) build them, so both read a path glob the same way.
+pub fn path_glob_regexes(glob: &str) -> std::result::Result<Vec<String>, String> {
+    path_globs(glob)
+        .iter()
+        .map(|pattern| {
+            GlobBuilder::new(pattern)
+                .literal_separator(true)
+                .build()
+                .map(|glob| glob.regex().to_string())
+                .map_err(|err| err.kind().to_string())
+        })
+        .collect()
 }
 
 fn compile_path_glob(glob: &str) -> std::result::Result<GlobSet, String> {

@@ -1,0 +1,282 @@
+//! Pattern rules in the real kernel: a legacy policy's forbidden program regex and forbidden
+//! substring, and a rule set's `exec(...)` globs, stop the exec (SIGKILL at
+//! `sched_process_exec`, before the new image runs) while execs they do not match run; events
+//! name the pattern's file and line; and the kernel's table walk decides every argv of a list
+//! exactly as the userspace walker does over the same tables.
+//!
+//! The programs are copies of `touch` under names nothing else uses, so an exec that was
+//! stopped is a file that does not appear. Needs root; otherwise (or where the kernel cannot
+//! run the programs) each test prints `skipped: ...`, and fails when CI=true.
+
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use guard::kernel::events::{Action, EventKind};
+use guard::policy::Decision;
+use guard::session::SessionOptions;
+use guard_tests::kernel::{
+    TestSession, copy_program, killed, session_from_files_or_skip, touch_program,
+};
+
+const RUN_TIMEOUT: Duration = Duration::from_secs(20);
+const EVENT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A folder with copies of `touch` named `names`, and options that find them first.
+fn programs(names: &[&str]) -> (tempfile::TempDir, Vec<PathBuf>, SessionOptions) {
+    let dir = tempfile::tempdir().expect("making a temporary folder");
+    let paths = names
+        .iter()
+        .map(|name| copy_program(&touch_program(), dir.path(), name))
+        .collect();
+    let options = SessionOptions {
+        extra_path_dirs: vec![dir.path().to_path_buf()],
+        ..SessionOptions::default()
+    };
+    (dir, paths, options)
+}
+
+fn work_dir(session: &TestSession) -> PathBuf {
+    let work = session.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    work
+}
+
+/// Runs `program args...` (argv[0] = `arg0`) in the scope from `work`; retries while the copy
+/// is still busy being written by another test thread's fork (not a decision of guard's).
+fn run(session: &TestSession, program: &Path, arg0: &str, args: &[&str], work: &Path) -> Output {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut command = Command::new(program);
+        command.arg0(arg0).args(args).current_dir(work);
+        let result = session.run(&mut command, RUN_TIMEOUT);
+        match result {
+            Err(err)
+                if err.kind() == io::ErrorKind::ExecutableFileBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(err) => panic!("{arg0} {args:?}: the exec failed: {err}"),
+            Ok(output) => return output,
+        }
+    }
+}
+
+fn assert_stopped(output: &Output, what: &str, work: &Path, files: &[&str]) {
+    assert!(
+        killed(&output.status),
+        "{what}: expected SIGKILL, got {} (stderr: {})",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for file in files {
+        assert!(
+            !work.join(file).exists(),
+            "{what}: `{file}` exists, so the program ran"
+        );
+    }
+}
+
+fn assert_ran(output: &Output, what: &str, work: &Path, files: &[&str]) {
+    assert!(
+        output.status.success(),
+        "{what}: expected it to run, got {} (stderr: {})",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for file in files {
+        assert!(work.join(file).exists(), "{what}: `{file}` was not made");
+    }
+}
+
+/// The refusal event of `pid`, with the file and line of the rule it names.
+fn refusal(session: &mut TestSession, what: &str, pid_of: &str) -> (String, usize) {
+    let event = session.expect_event(what, EVENT_TIMEOUT, |e| {
+        e.kind == EventKind::Exec && e.argv.first().is_some_and(|a| a == pid_of)
+    });
+    assert_eq!(event.decision, Decision::Forbidden, "{event:#?}");
+    assert_eq!(event.action, Action::Sigkill, "{event:#?}");
+    let id = event.rule.expect("the event names a rule");
+    let rule = &session.image().rules[id as usize];
+    let origin = rule.origin.as_ref().expect("the rule has an origin");
+    (origin.file.to_string(), origin.line)
+}
+
+#[test]
+fn a_forbidden_program_regex_stops_the_exec_by_the_files_name() {
+    let (dir, programs, options) = programs(&["gp-evil-tool", "gp-good-tool"]);
+    let legacy = "# a legacy policy\n\
+                  \n\
+                  forbid_program_regex(\"^gp-evil\", \"evil tools are not for agents\")\n";
+    let Some(mut session) = session_from_files_or_skip(
+        dir,
+        &[("test.rules", "# nothing here\n"), ("test.policy", legacy)],
+        options,
+    ) else {
+        return;
+    };
+    let work = work_dir(&session);
+    let out = run(
+        &session,
+        &programs[0],
+        "gp-evil-tool",
+        &["made-by-evil"],
+        &work,
+    );
+    assert_stopped(&out, "gp-evil-tool", &work, &["made-by-evil"]);
+    let (file, line) = refusal(&mut session, "gp-evil-tool", "gp-evil-tool");
+    assert!(file.ends_with("test.policy"), "{file}");
+    assert_eq!(line, 3);
+
+    // argv[0] is the caller's choice: the executed file's name is what the regex reads.
+    let out = run(
+        &session,
+        &programs[0],
+        "gp-good-tool",
+        &["made-by-evil"],
+        &work,
+    );
+    assert_stopped(
+        &out,
+        "gp-evil-tool as gp-good-tool",
+        &work,
+        &["made-by-evil"],
+    );
+    let out = run(
+        &session,
+        &programs[1],
+        "gp-evil-tool",
+        &["made-by-good"],
+        &work,
+    );
+    assert_ran(
+        &out,
+        "gp-good-tool as gp-evil-tool",
+        &work,
+        &["made-by-good"],
+    );
+}
+
+#[test]
+fn a_forbidden_substring_stops_the_exec_in_any_argument_after_argv0() {
+    let (dir, programs, options) = programs(&["gp-sub"]);
+    let legacy = "forbid_substrings([\"--gp-force\", \"DROP TABLE\"])\n";
+    let Some(mut session) = session_from_files_or_skip(
+        dir,
+        &[("test.rules", "# nothing here\n"), ("test.policy", legacy)],
+        options,
+    ) else {
+        return;
+    };
+    let work = work_dir(&session);
+    let sub = &programs[0];
+    let out = run(&session, sub, "gp-sub", &["first", "x--gp-force-y"], &work);
+    assert_stopped(&out, "an argument containing --gp-force", &work, &["first"]);
+    let (file, line) = refusal(&mut session, "--gp-force", "gp-sub");
+    assert!(file.ends_with("test.policy"), "{file}");
+    assert_eq!(line, 1);
+    let out = run(&session, sub, "gp-sub", &["a DROP TABLE b"], &work);
+    assert_stopped(&out, "an argument with a space", &work, &["a DROP TABLE b"]);
+
+    // Not in any argument: spread over two, or only in argv[0].
+    let out = run(&session, sub, "gp-sub", &["DROP", "TABLE"], &work);
+    assert_ran(&out, "DROP and TABLE apart", &work, &["DROP", "TABLE"]);
+    let out = run(&session, sub, "--gp-force", &["plain"], &work);
+    assert_ran(&out, "--gp-force only in argv[0]", &work, &["plain"]);
+}
+
+#[test]
+fn an_exec_glob_stops_the_exec_and_one_it_cannot_judge_fails_closed() {
+    let (dir, programs, options) = programs(&["gp-rm", "gp-ok"]);
+    let rules = "# rule sets\n\
+                 rule_set(\n\
+                     deny=[\"bash(gp-rm rf*)\"],\n\
+                     ask=[\"exec(gp-ok ask-*)\"],\n\
+                     allow=[\"exec(gp-ok *)\"],\n\
+                 )\n";
+    let Some(mut session) = session_from_files_or_skip(dir, &[("test.rules", rules)], options)
+    else {
+        return;
+    };
+    let work = work_dir(&session);
+    let (rm, ok) = (&programs[0], &programs[1]);
+
+    let out = run(&session, rm, "gp-rm", &["rf", "victim"], &work);
+    assert_stopped(&out, "gp-rm rf victim", &work, &["victim"]);
+    let (file, line) = refusal(&mut session, "gp-rm rf", "gp-rm");
+    assert!(file.ends_with("test.rules"), "{file}");
+    assert_eq!(line, 2, "the rule_set call starts on line 2");
+    // The executed file's name is the first word, whatever argv[0] says.
+    let out = run(&session, rm, "innocent", &["rf", "victim"], &work);
+    assert_stopped(&out, "gp-rm rf with argv[0] innocent", &work, &["victim"]);
+    let out = run(&session, rm, "gp-rm", &["r", "kept"], &work);
+    assert_ran(&out, "gp-rm r kept", &work, &["kept"]);
+
+    // ask is a prompt: refused in the kernel until approved.
+    let out = run(&session, ok, "gp-ok", &["ask-me"], &work);
+    assert!(
+        killed(&out.status),
+        "an ask pattern refuses: {}",
+        out.status
+    );
+    let out = run(&session, ok, "gp-ok", &["fine"], &work);
+    assert_ran(&out, "an allowed command", &work, &["fine"]);
+
+    // A space inside an argument would be quoted on the command line, so the table cannot tell
+    // what the glob would say: the safe answer, the strongest refusal of the table.
+    let out = run(&session, ok, "gp-ok", &["two words"], &work);
+    assert_stopped(&out, "an argument with a space", &work, &["two words"]);
+}
+
+#[test]
+fn the_kernel_walk_decides_as_the_userspace_walk_does() {
+    let (dir, programs, options) = programs(&["gp-walk"]);
+    let rules = "rule_set(deny=[\"exec(gp-walk *-x-*)\", \"exec(gp-walk [ab]?c)\"], \
+                 allow=[\"exec(gp-walk *)\"])\n";
+    let legacy = "forbid_substrings([\"zz9\"])\n";
+    let Some(session) = session_from_files_or_skip(
+        dir,
+        &[("test.rules", rules), ("test.policy", legacy)],
+        options,
+    ) else {
+        return;
+    };
+    let work = work_dir(&session);
+    let long = "l".repeat(600);
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["plain"],
+        vec!["a-x-b"],
+        vec!["-x-"],
+        vec!["abc"],
+        vec!["bbc", "more"],
+        vec!["xbc"],
+        vec!["one", "zz9"],
+        vec!["zz", "9"],
+        vec!["has space"],
+        vec![""],
+        vec![long.as_str()],
+        vec!["q", "r", "s", "t"],
+    ];
+    let mut refusals = 0;
+    for args in &cases {
+        let expected = session.image().patterns.decide("gp-walk", args);
+        let out = run(&session, &programs[0], "gp-walk", args, &work);
+        let refused = expected.is_some_and(|(decision, _)| decision != Decision::Allow);
+        assert_eq!(
+            killed(&out.status),
+            refused,
+            "args {args:?}: userspace says {expected:?}, the kernel's exit was {}",
+            out.status
+        );
+        refusals += usize::from(refused);
+    }
+    // The list holds both answers, so agreeing is not agreeing on one.
+    assert!(
+        (1..cases.len()).contains(&refusals),
+        "{refusals} of {} refused",
+        cases.len()
+    );
+}

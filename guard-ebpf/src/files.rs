@@ -2,8 +2,10 @@
 //! built-in protected paths, over the file's absolute path as `bpf_d_path` names it, walked
 //! through the `READ_PATH` and `WRITE_PATH` pattern tables. A refusal fails the call with
 //! EACCES. `file_open` decides reads and writes of an open; the path hooks decide what
-//! changes a folder: create (`path_mknod`, `path_mkdir`), remove (`path_unlink`, `path_rmdir`),
-//! rename (both names) and truncate.
+//! changes a folder: make a folder (`path_mkdir`), remove (`path_unlink`, `path_rmdir`), rename
+//! (both names) and truncate. A new file is decided at `file_open`, just after the kernel made
+//! it: `path_mknod` would be earlier, but the kernel refuses `bpf_d_path` there, so an open
+//! with O_CREAT that is refused leaves an empty file behind.
 //!
 //! A file no rule names is allowed: files have no unmatched default. A path that cannot be read
 //! takes the table's safe answer, its strongest verdict that is not an allow (fails closed).
@@ -92,7 +94,6 @@ macro_rules! dir_entry_hook {
     };
 }
 
-dir_entry_hook!(path_mknod, "path_mknod", 4);
 dir_entry_hook!(path_mkdir, "path_mkdir", 3);
 dir_entry_hook!(path_unlink, "path_unlink", 2);
 dir_entry_hook!(path_rmdir, "path_rmdir", 2);

@@ -808,7 +808,7 @@ fn nothing_stays_loaded_or_attached_after_a_session() {
     let ours = session.program_ids();
     let expected = match backend {
         Backend::Cgroup => 5, // the exec tracepoint and the four sock_addr hooks
-        Backend::Lsm => 11,   // the exec tracepoint and ten LSM hooks (exec, net, files)
+        Backend::Lsm => 10,   // the exec tracepoint and nine LSM hooks (exec, net, files)
     };
     assert_eq!(
         ours.len(),

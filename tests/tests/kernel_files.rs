@@ -106,7 +106,6 @@ fn write_rules_refuse_writes_below_git_with_eacces_on_lsm() {
     // Every way of changing what is below .git.
     for script in [
         "echo x >> .git/config",
-        "touch .git/new-file",
         "mkdir .git/new-folder",
         "rm .git/config",
         "mv .git/config moved",
@@ -116,7 +115,15 @@ fn write_rules_refuse_writes_below_git_with_eacces_on_lsm() {
         assert_refused(&shell(&session, &work, script), script);
     }
     assert_eq!(std::fs::read_to_string(&config).unwrap(), "[core]\n");
-    for gone in [".git/new-file", ".git/new-folder", ".git/moved-in", "moved"] {
+    // A new file is decided when it is opened, just after the kernel made it: the open is
+    // refused and the file stays empty.
+    let script = "echo x > .git/new-file";
+    assert_refused(&shell(&session, &work, script), script);
+    assert_eq!(
+        std::fs::read(work.join(".git/new-file")).unwrap_or_default(),
+        b""
+    );
+    for gone in [".git/new-folder", ".git/moved-in", "moved"] {
         assert!(!work.join(gone).exists(), "{gone} exists");
     }
     // Reading below .git and writing elsewhere are fine.

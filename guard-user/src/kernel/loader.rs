@@ -130,12 +130,14 @@ struct Pins {
     pinned: Vec<PinnedLink>,
 }
 
-const LSM_HOOKS: [&str; 10] = [
+// `path_mknod` would decide a file's creation before it happens, but the kernel refuses
+// `bpf_d_path` there (it is not among the hooks that may sleep), so a new file is decided at
+// `file_open`, just after its creation.
+const LSM_HOOKS: [&str; 9] = [
     "bprm_check_security",
     "socket_connect",
     "socket_sendmsg",
     "file_open",
-    "path_mknod",
     "path_mkdir",
     "path_unlink",
     "path_rmdir",

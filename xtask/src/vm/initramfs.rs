@@ -27,6 +27,9 @@ const GUEST_PROGRAMS: &[&str] = &[
     "/bin/mkdir",
     "/bin/rm",
     "/bin/chmod",
+    "/bin/mv",
+    "/bin/rmdir",
+    "/usr/bin/truncate",
     "/usr/bin/touch",
     "/usr/bin/env",
 ];

@@ -193,6 +193,19 @@ impl RuleSetPattern {
         &self.text
     }
 
+    /// Whether the tool-name glob covers `tool` (under any of its names).
+    pub fn covers_tool(&self, tool: Tool) -> bool {
+        self.tools.contains(&tool)
+    }
+
+    /// The subject glob as written (`.git/**` of `write(.git/**)`); `None` for a bare tool-name
+    /// pattern, which matches any subject.
+    pub fn subject_glob(&self) -> Option<&str> {
+        self.subject.as_ref()?;
+        let (_, rest) = self.text.split_once('(')?;
+        rest.strip_suffix(')')
+    }
+
     /// Whether this pattern covers a call of `tool` with `subject` (canonical, see
     /// [`canonical_subject`]). A call with no subject matches only bare tool-name patterns:
     /// `bash(rm*)` cannot say anything about a call it has no command line for.

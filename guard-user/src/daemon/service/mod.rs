@@ -512,7 +512,11 @@ impl Daemon {
             &user_name(peer.uid),
             json!({"pid": pid, "argv": argv, "scope": path, "cgroup_id": id}),
         );
-        Ok(json!({"scope": path, "cgroup_id": id}))
+        // The client holds the policy's write rules with Landlock on the command it starts
+        // (it knows its own current folder and file system; the daemon's kernel programs do
+        // not decide writes).
+        let writes = crate::confine::WriteRules::of_policy(&self.loaded.policy);
+        Ok(json!({"scope": path, "cgroup_id": id, "writes": writes}))
     }
 
     /// Drains the kernel's events now, then says so on `stream` (after any `blocked` lines the

@@ -3,6 +3,7 @@ pub mod audit;
 pub mod authz;
 pub mod cli;
 pub mod compile;
+pub mod confine;
 pub mod daemon;
 pub mod kernel;
 pub mod legacy;

@@ -3,6 +3,7 @@
 //! the integration tests drive sessions directly.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,8 @@ use anyhow::{Context, Result};
 use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
 use crate::compile::image::EnforcementImage;
 use crate::compile::{CompileEnv, NoResolver, compile, host_names};
+use crate::confine::WritePlan;
+use crate::confine::landlock::{self, Confinement};
 use crate::kernel::events::{Action, EventKind, EventReader, KernelEvent};
 use crate::kernel::scope::{ScopeCgroup, join_from_pre_exec};
 use crate::kernel::{Backend, Enforcer};
@@ -99,6 +102,11 @@ impl Session {
         &self.image
     }
 
+    /// The policy this session enforces.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
     pub fn backend(&self) -> Backend {
         self.enforcer.backend()
     }
@@ -144,12 +152,45 @@ impl Session {
     }
 
     /// Starts `command` inside the scope: it joins the cgroup between fork and exec, so its
-    /// very first exec is already decided.
+    /// very first exec is already decided. Its writes are not confined: see
+    /// [`Session::spawn_confined`].
     pub fn spawn(&self, command: &mut Command) -> Result<Child> {
+        self.spawn_confined(command, &Confinement::Nothing)
+    }
+
+    /// What this session's policy denies for writes (its protected paths and its rule sets'
+    /// `write(...)` denials) with `cwd` as the command's current folder, as a plan and the
+    /// Landlock ruleset that holds it (made here, in the parent: nothing of it may run between
+    /// fork and exec). An error is a kernel with Landlock that refused the ruleset.
+    pub fn write_confinement(&self, cwd: &Path) -> Result<(WritePlan, Confinement)> {
+        let plan = WritePlan::for_policy(&self.policy, cwd);
+        let confinement = landlock::confinement(&plan)?;
+        Ok((plan, confinement))
+    }
+
+    /// [`Session::spawn`], with the command's writes confined by `confinement` (see
+    /// [`Session::write_confinement`]): between fork and exec the child joins the cgroup, then
+    /// puts itself under the Landlock ruleset, so neither its first exec nor its first write
+    /// escapes. Keep `confinement` alive until this returns.
+    pub fn spawn_confined(
+        &self,
+        command: &mut Command,
+        confinement: &Confinement,
+    ) -> Result<Child> {
         use std::os::unix::process::CommandExt;
         let procs = self.scope.procs_path().clone();
-        // SAFETY: the closure only makes async-signal-safe calls (open/write/close).
-        unsafe { command.pre_exec(move || join_from_pre_exec(&procs)) };
+        let ruleset = confinement.ruleset_fd();
+        // SAFETY: the closure only makes async-signal-safe calls (open/write/close, then the
+        // raw Landlock syscalls of `restrict_from_pre_exec`).
+        unsafe {
+            command.pre_exec(move || {
+                join_from_pre_exec(&procs)?;
+                if let Some(fd) = ruleset {
+                    landlock::restrict_from_pre_exec(fd)?;
+                }
+                Ok(())
+            })
+        };
         command.spawn().context("starting the command")
     }
 

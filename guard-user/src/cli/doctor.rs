@@ -12,6 +12,8 @@ use crate::kernel::doctor;
 #[command(
     after_help = "Each check loads real programs (root needed): a kernel can list `bpf` among
 its LSMs and still refuse LSM programs, so configuration is never trusted.
+The `landlock:` line gives the Landlock ABI the kernel answers (or absent): with it, `guard run`
+confines the command's writes below the protected paths and write(...) denials.
 Exit status: 0 when some backend works, 1 when none does."
 )]
 pub struct DoctorArgs {
@@ -39,6 +41,7 @@ pub fn run(args: &DoctorArgs) -> ExitCode {
             };
             println!("{style}{mark}{style:#} {}: {}", check.name, check.detail);
         }
+        println!("landlock: {}", report.landlock.detail);
         match report.backend {
             Some(backend) => println!("backend: {} (the one `guard run` uses)", backend.as_str()),
             None => println!("backend: none: guard cannot enforce on this kernel"),

@@ -1,11 +1,14 @@
 //! `guard run`: run one command under the policy, enforced by the kernel, in a fresh scope.
 
+use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use clap::Args;
 
 use super::RulesArgs;
+use crate::confine::WritePlan;
+use crate::confine::landlock::Confinement;
 use crate::kernel::Backend;
 use crate::session::{Session, SessionOptions};
 
@@ -21,6 +24,10 @@ Each refusal prints one line to stderr as it happens:
 With --socket (or, without --rules, when a guard daemon listens on /run/guard/guard.sock) the
 command runs in a fresh scope of the daemon instead: the daemon's policy applies, asks can be
 approved (`guard prompts`, `guard approve ID`) and the retry succeeds.
+
+Writes are confined with Landlock: below the protected paths (guard's configuration, the rules
+files the policy was loaded from, the daemon's state) and the concrete paths of `write(...)`
+denials, a write fails with EACCES; -v says which write rules are held only in part or not at all.
 
 The exit status is the command's (128+N when a signal N ended it; a refused exec on the cgroup
 backend is SIGKILL, so 137). guard needs root; `guard doctor` says which backend this kernel allows.")]
@@ -83,7 +90,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
                 "--rules, --overlay, --audit-only, --backend and --nameserver are the daemon's to choose; drop them to run under the daemon, or drop --socket to enforce on your own",
             );
         }
-        return super::run_daemon::run(&socket, &args.command, args.json_events);
+        return super::run_daemon::run(&socket, &args.command, args.json_events, args.verbose);
     }
     let loaded = match args.rules.load() {
         Ok(loaded) => loaded,
@@ -108,9 +115,20 @@ pub fn run(args: &RunArgs) -> ExitCode {
     for warning in session.image().warnings.iter().filter(|_| args.verbose) {
         eprintln!("guard: note: {warning}");
     }
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let confinement = match session.write_confinement(&cwd) {
+        Ok((plan, confinement)) => {
+            report_confinement(&plan, &confinement, args.verbose);
+            confinement
+        }
+        Err(err) => {
+            eprintln!("guard: cannot confine the command's writes: {err:#}");
+            return ExitCode::from(125);
+        }
+    };
     let mut command = Command::new(&args.command[0]);
     command.args(&args.command[1..]);
-    let mut child = match session.spawn(&mut command) {
+    let mut child = match session.spawn_confined(&mut command, &confinement) {
         Ok(child) => child,
         Err(err) => {
             eprintln!("guard: cannot run `{}`: {err:#}", args.command[0]);
@@ -158,6 +176,74 @@ pub fn run(args: &RunArgs) -> ExitCode {
     }
     drop(session);
     super::output::exit_code_of(status)
+}
+
+/// What the command's writes get, on stderr: one line when Landlock is absent (writes are not
+/// confined), one line when some `write(...)` rule is held only in part or not at all (`-v`
+/// lists each, the denied paths and the folders on the way), and every folder that could not be
+/// listed.
+pub(super) fn report_confinement(plan: &WritePlan, confinement: &Confinement, verbose: bool) {
+    match confinement {
+        Confinement::Unavailable(why) => {
+            eprintln!(
+                "guard: warning: writes are not confined: {why}; the protected paths and \
+                write(...) denials are not held for this command"
+            );
+            return;
+        }
+        Confinement::Landlock(ruleset) => {
+            for error in &ruleset.errors {
+                eprintln!("guard: warning: {error}: nothing below it is writable");
+            }
+            if verbose {
+                let denied: Vec<String> = plan
+                    .denied
+                    .iter()
+                    .map(|d| d.path.display().to_string())
+                    .collect();
+                let ways: Vec<String> = plan
+                    .ways()
+                    .iter()
+                    .map(|w| w.display().to_string())
+                    .collect();
+                eprintln!(
+                    "guard: note: writes confined by Landlock (ABI {}): denied below {}; {} \
+                    hierarchies writable; no new entry can be made, removed or renamed directly \
+                    in {}",
+                    ruleset.abi,
+                    denied.join(", "),
+                    ruleset.granted,
+                    ways.join(", ")
+                );
+            }
+        }
+        Confinement::Nothing => {}
+    }
+    if verbose {
+        for not_held in &plan.not_held {
+            eprintln!(
+                "guard: note: {} is not held: {}",
+                not_held.rule, not_held.why
+            );
+        }
+        for partly in &plan.partly {
+            eprintln!("guard: note: {} is {}", partly.rule, partly.why);
+        }
+        for rule in &plan.not_enforced {
+            eprintln!(
+                "guard: note: {rule} asks, and Landlock cannot ask: not enforced on this backend"
+            );
+        }
+    } else {
+        let unheld = plan.unheld_written_rules();
+        if unheld > 0 {
+            eprintln!(
+                "guard: note: {unheld} write(...) rule{} held only in part or not at all for \
+                this command (-v says which)",
+                if unheld == 1 { " is" } else { "s are" }
+            );
+        }
+    }
 }
 
 fn report(session: &mut Session, wait: Duration, json: bool) {

@@ -1,9 +1,11 @@
 //! `guard run --socket S -- CMD`: the command runs in a fresh scope of the running daemon. The
 //! daemon moves this process into the scope (it has the peer's pid from SO_PEERCRED), then this
 //! process starts CMD, which inherits the scope, and prints the daemon's messages about it.
+//! CMD's writes are confined with Landlock by this process (see `confine`), from the write
+//! rules the daemon answers with: its protected paths and its rule sets' `write(...)` denials.
 
 use std::io::BufRead;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -12,13 +14,15 @@ use anstream::eprintln;
 use serde_json::Value;
 
 use super::control::client_error;
+use crate::confine::landlock;
+use crate::confine::{WritePlan, WriteRules};
 use crate::daemon::client::Client;
 use crate::daemon::protocol::{FLUSH_LINE, Request};
 
 /// How long to wait for the daemon to pass on the last events after CMD ended.
 const FLUSH_WAIT: Duration = Duration::from_secs(2);
 
-pub fn run(socket: &Path, argv: &[String], json: bool) -> ExitCode {
+pub fn run(socket: &Path, argv: &[String], json: bool, verbose: bool) -> ExitCode {
     let mut client = match Client::connect(socket) {
         Ok(client) => client,
         Err(err) => {
@@ -26,12 +30,37 @@ pub fn run(socket: &Path, argv: &[String], json: bool) -> ExitCode {
             return ExitCode::from(125);
         }
     };
-    if let Err(err) = client.request(Request::Run {
+    let started = match client.request(Request::Run {
         argv: argv.to_vec(),
     }) {
-        eprintln!("guard: cannot run under the daemon: {err}");
-        return ExitCode::from(125);
-    }
+        Ok(started) => started,
+        Err(err) => {
+            eprintln!("guard: cannot run under the daemon: {err}");
+            return ExitCode::from(125);
+        }
+    };
+    // The daemon's write rules (its protected paths and rule sets), held here with Landlock:
+    // the plan needs this process's current folder and file system.
+    let rules = match serde_json::from_value::<WriteRules>(started["writes"].clone()) {
+        Ok(rules) => rules,
+        Err(_) => {
+            eprintln!(
+                "guard: note: the daemon did not say which write rules it has (an older \
+                 daemon?): only guard's fixed protected paths and its socket are held"
+            );
+            WriteRules::fixed(&[socket.to_path_buf()])
+        }
+    };
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let plan = WritePlan::new(&rules, &cwd);
+    let confinement = match landlock::confinement(&plan) {
+        Ok(confinement) => confinement,
+        Err(err) => {
+            eprintln!("guard: cannot confine the command's writes: {err:#}");
+            return ExitCode::from(125);
+        }
+    };
+    super::run::report_confinement(&plan, &confinement, verbose);
     let mut writer = match client.writer() {
         Ok(writer) => writer,
         Err(err) => {
@@ -75,6 +104,12 @@ pub fn run(socket: &Path, argv: &[String], json: bool) -> ExitCode {
     });
     let mut command = Command::new(&argv[0]);
     command.args(&argv[1..]);
+    if let Some(fd) = confinement.ruleset_fd() {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: the closure makes only the raw syscalls of `restrict_from_pre_exec`. The
+        // daemon has already moved this process into the scope, so there is no cgroup to join.
+        unsafe { command.pre_exec(move || landlock::restrict_from_pre_exec(fd)) };
+    }
     let status = match command.status() {
         Ok(status) => status,
         Err(err) => {
@@ -91,5 +126,6 @@ pub fn run(socket: &Path, argv: &[String], json: bool) -> ExitCode {
     {
         let _ = flushed_rx.recv_timeout(FLUSH_WAIT);
     }
+    drop(confinement);
     super::output::exit_code_of(status)
 }

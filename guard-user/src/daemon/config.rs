@@ -52,6 +52,9 @@ pub struct Config {
     /// Extra attributes for the authorization policy, per user name:
     /// `[users.alice] email = "alice@example.com"` and `attrs = { team = ["infra"] }`.
     pub users: BTreeMap<String, UserConfig>,
+    /// The file this configuration was read from (not a key: [`Config::load`] sets it).
+    #[serde(skip)]
+    pub file: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -182,6 +185,7 @@ impl Default for Config {
             scope: ScopeConfig::default(),
             asks: AskConfig::default(),
             users: BTreeMap::new(),
+            file: None,
         }
     }
 }
@@ -220,11 +224,12 @@ impl Config {
             }
             Err(err) => return Err(err).with_context(|| format!("reading {}", path.display())),
         };
-        let config: Config = toml::from_str(&text)
+        let mut config: Config = toml::from_str(&text)
             .map_err(|err| anyhow::anyhow!("{}: {}", path.display(), err.to_string().trim_end()))?;
         config
             .validate()
             .with_context(|| path.display().to_string())?;
+        config.file = Some(path.to_path_buf());
         Ok(config)
     }
 
@@ -247,6 +252,28 @@ impl Config {
     /// The amendments file: approvals with `--always` and the amendment verbs append here.
     pub fn amendments_file(&self) -> PathBuf {
         self.state_dir.join("rules").join("default.rules")
+    }
+
+    /// The paths besides the rules that a guarded process must never change, and why: the
+    /// state folder (with the amendments file), the control socket, the audit log, this file
+    /// and the authorization policy. The daemon adds them to its policy's protected paths
+    /// (`policy::protected`), wherever they are configured.
+    pub fn protected_paths(&self) -> Vec<(PathBuf, &'static str)> {
+        let mut paths = vec![
+            (
+                self.state_dir.clone(),
+                "the daemon's state folder, with the amendments file rules/default.rules",
+            ),
+            (self.socket.clone(), "the daemon's control socket"),
+            (self.audit.path.clone(), "the daemon's audit log"),
+        ];
+        if let Some(file) = &self.file {
+            paths.push((file.clone(), "the daemon's configuration"));
+        }
+        if let Some(authz) = &self.authz_policy {
+            paths.push((authz.clone(), "the control socket's authorization policy"));
+        }
+        paths
     }
 }
 

@@ -17,6 +17,55 @@ pub struct Check {
 pub struct Report {
     pub backend: Option<Backend>,
     pub checks: Vec<Check>,
+    /// Whether `guard run` can confine writes (either backend).
+    pub landlock: Landlock,
+}
+
+/// The Landlock ABI this kernel answers, found by asking it
+/// (`landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`).
+#[derive(Debug, Serialize)]
+pub struct Landlock {
+    /// The ABI version; `None` when Landlock is absent.
+    pub abi: Option<u32>,
+    pub present: bool,
+    pub detail: String,
+}
+
+impl Landlock {
+    pub fn probe() -> Landlock {
+        // securityfs says which LSMs are active, where it is mounted; the syscall decides.
+        let listed = std::fs::read_to_string("/sys/kernel/security/lsm")
+            .ok()
+            .map(|lsms| lsms.trim().split(',').any(|lsm| lsm == "landlock"));
+        let listed = match listed {
+            Some(true) => " (listed in /sys/kernel/security/lsm)",
+            Some(false) => " (not listed in /sys/kernel/security/lsm)",
+            None => "",
+        };
+        match crate::confine::landlock::abi() {
+            Ok(abi) if abi >= 1 => Landlock {
+                abi: Some(abi),
+                present: true,
+                detail: format!(
+                    "ABI {abi}{listed}: `guard run` confines writes below the protected paths \
+                     and the rule sets' write(...) denials"
+                ),
+            },
+            Ok(abi) => Landlock {
+                abi: None,
+                present: false,
+                detail: format!("absent (ABI {abi}){listed}: `guard run` does not confine writes"),
+            },
+            Err(err) => Landlock {
+                abi: None,
+                present: false,
+                detail: format!(
+                    "absent: {}{listed}: `guard run` does not confine writes",
+                    crate::confine::landlock::absent_because(&err)
+                ),
+            },
+        }
+    }
 }
 
 fn check(name: &'static str, result: anyhow::Result<String>) -> Check {
@@ -61,7 +110,11 @@ pub fn run() -> Report {
     };
     checks.push(lsm);
     checks.push(cgroup);
-    Report { backend, checks }
+    Report {
+        backend,
+        checks,
+        landlock: Landlock::probe(),
+    }
 }
 
 /// Loads the exec tracepoint and attaches the connect hooks to a throw-away cgroup.

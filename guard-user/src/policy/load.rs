@@ -7,7 +7,7 @@ use super::error::LoadError;
 use super::error::PolicyError;
 use super::model::{LegacyPolicy, Policy};
 use super::parser::PolicyParser;
-use super::protected::protected_paths;
+use super::protected::protected_paths_with;
 
 /// The system rules folder read when no rules path is given.
 pub const SYSTEM_RULES_DIR: &str = "/etc/guard/rules";
@@ -102,6 +102,18 @@ pub fn load_policy_with(
     extra: &[PathBuf],
     overlays: &[PathBuf],
 ) -> Result<LoadedPolicy, LoadError> {
+    load_policy_protecting(rules, extra, overlays, &[])
+}
+
+/// [`load_policy_with`], with `also` (a path and why) among the protected paths too: the
+/// daemon's state folder, socket, audit log and configuration (see
+/// [`super::protected::protected_paths_with`]).
+pub fn load_policy_protecting(
+    rules: &[PathBuf],
+    extra: &[PathBuf],
+    overlays: &[PathBuf],
+    also: &[(PathBuf, &str)],
+) -> Result<LoadedPolicy, LoadError> {
     let mut loaded_from: Vec<PathBuf> = Vec::new();
     let mut sources = if rules.is_empty() {
         match system_rules_dir() {
@@ -131,7 +143,7 @@ pub fn load_policy_with(
     } else {
         base.merge_overlay(&parse_sources(&overlay_sources)?)
     };
-    policy.set_protected_paths(protected_paths(&loaded_from));
+    policy.set_protected_paths(protected_paths_with(&loaded_from, also));
     Ok(LoadedPolicy {
         policy,
         sources,

@@ -50,25 +50,41 @@ impl ProtectedPath {
 /// itself, a folder with everything below it) that those do not already cover. Relative paths
 /// are made absolute against the current folder.
 pub fn protected_paths(loaded_from: &[PathBuf]) -> Vec<ProtectedPath> {
+    protected_paths_with(loaded_from, &[])
+}
+
+/// [`protected_paths`], then each of `also` (a path and why it is protected) that the others do
+/// not already cover: the daemon's configured state folder, control socket, audit log and
+/// configuration files, which need not be at the fixed places. A folder is protected with
+/// everything below it, anything else (a file, a socket, a path not made yet) as itself.
+pub fn protected_paths_with(
+    loaded_from: &[PathBuf],
+    also: &[(PathBuf, &str)],
+) -> Vec<ProtectedPath> {
     let mut protected: Vec<ProtectedPath> = Vec::new();
     for (glob, why) in FIXED {
         push(&mut protected, glob.to_string(), why);
     }
-    for path in loaded_from {
+    let rules = loaded_from.iter().map(|path| {
+        (
+            path,
+            "a rules folder this policy was loaded from",
+            "a rules file this policy was loaded from",
+        )
+    });
+    let others = also.iter().map(|(path, why)| (path, *why, *why));
+    for (path, folder_why, file_why) in rules.chain(others) {
         let absolute = absolute(path);
         let subject = absolute.to_string_lossy().into_owned();
         if covered(protected_sets(&protected), &subject) {
             continue;
         }
-        // A rules path may hold glob characters (`[`, `*`); they are literal here.
+        // A path may hold glob characters (`[`, `*`); they are literal here.
         let escaped = globset::escape(&subject);
         let (glob, why) = if absolute.is_dir() {
-            (
-                format!("{}/**", escaped.trim_end_matches('/')),
-                "a rules folder this policy was loaded from",
-            )
+            (format!("{}/**", escaped.trim_end_matches('/')), folder_why)
         } else {
-            (escaped, "a rules file this policy was loaded from")
+            (escaped, file_why)
         };
         push(&mut protected, glob, why);
     }
@@ -182,6 +198,36 @@ mod tests {
         assert_eq!(decide(&protected, &file.to_string_lossy()).unwrap().2, 7);
         // The file's `*` is literal: its neighbours stay writable.
         let neighbour = dir.path().join("ab.rules");
+        assert_eq!(decide(&protected, &neighbour.to_string_lossy()), None);
+    }
+
+    #[test]
+    fn the_daemons_configured_paths_are_protected_unless_already_covered() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        let socket = dir.path().join("guard.sock");
+        let audit = dir.path().join("audit.jsonl");
+        let protected = protected_paths_with(
+            &[],
+            &[
+                (state.clone(), "the daemon's state folder"),
+                (socket.clone(), "the daemon's control socket"),
+                (audit.clone(), "the audit log"),
+                (PathBuf::from("/var/lib/guard"), "already covered"),
+            ],
+        );
+        assert_eq!(protected.len(), FIXED.len() + 3);
+        assert_eq!(protected[5].why, "the daemon's state folder");
+        assert!(protected[5].pattern().ends_with("/state/**)"));
+        let amendments = state.join("rules").join("default.rules");
+        assert_eq!(
+            decide(&protected, &amendments.to_string_lossy()).unwrap().2,
+            6
+        );
+        assert_eq!(decide(&protected, &socket.to_string_lossy()).unwrap().2, 7);
+        assert_eq!(decide(&protected, &audit.to_string_lossy()).unwrap().2, 8);
+        let neighbour = dir.path().join("other");
         assert_eq!(decide(&protected, &neighbour.to_string_lossy()), None);
     }
 }

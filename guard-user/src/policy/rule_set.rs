@@ -193,12 +193,12 @@ impl RuleSetPattern {
         &self.text
     }
 
-    /// Whether the tool-name glob covers `tool`.
+    /// Whether the tool-name glob covers `tool` (under any of its names).
     pub fn covers_tool(&self, tool: Tool) -> bool {
         self.tools.contains(&tool)
     }
 
-    /// The subject glob as written (`rm -rf*` of `bash(rm -rf*)`); `None` for a bare tool-name
+    /// The subject glob as written (`.git/**` of `write(.git/**)`); `None` for a bare tool-name
     /// pattern, which matches every call of its tools.
     pub fn subject_glob(&self) -> Option<&str> {
         self.subject.as_ref()?;

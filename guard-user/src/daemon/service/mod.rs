@@ -30,7 +30,7 @@ use crate::compile::{CompileEnv, compile, host_names};
 use crate::kernel::events::{EventReader, KernelEvent};
 use crate::kernel::scope::{cgroup_id, cgroup2_root};
 use crate::kernel::{Backend, Enforcer, pins};
-use crate::policy::load::{LoadedPolicy, load_policy_with};
+use crate::policy::load::{LoadedPolicy, load_policy_protecting};
 use crate::session::describe_event;
 
 mod answers;
@@ -60,9 +60,15 @@ pub struct Daemon {
     pub notes: Vec<String>,
 }
 
-/// Loads the rules, the amendments file, then the overlays.
+/// Loads the rules, the amendments file, then the overlays; the daemon's own files (state
+/// folder, socket, audit log, configuration) are protected paths besides the rules.
 fn load(config: &Config) -> Result<LoadedPolicy, crate::policy::LoadError> {
-    load_policy_with(&config.rules, &[config.amendments_file()], &config.overlays)
+    load_policy_protecting(
+        &config.rules,
+        &[config.amendments_file()],
+        &config.overlays,
+        &config.protected_paths(),
+    )
 }
 
 fn load_authz(config: &Config) -> Result<(Arc<AuthzPolicy>, String)> {
@@ -506,7 +512,11 @@ impl Daemon {
             &user_name(peer.uid),
             json!({"pid": pid, "argv": argv, "scope": path, "cgroup_id": id}),
         );
-        Ok(json!({"scope": path, "cgroup_id": id}))
+        // The client holds the policy's write rules with Landlock on the command it starts
+        // (it knows its own current folder and file system; the daemon's kernel programs do
+        // not decide writes).
+        let writes = crate::confine::WriteRules::of_policy(&self.loaded.policy);
+        Ok(json!({"scope": path, "cgroup_id": id, "writes": writes}))
     }
 
     /// Drains the kernel's events now, then says so on `stream` (after any `blocked` lines the

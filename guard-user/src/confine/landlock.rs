@@ -1,0 +1,193 @@
+//! A [`WritePlan`] as a Landlock ruleset: made in the parent before the fork (opening paths,
+//! allocating: none of it is allowed between fork and exec), then put on the child between fork
+//! and exec by [`restrict_from_pre_exec`], which makes only raw syscalls.
+//!
+//! The ruleset handles the write rights only (`WRITE_FILE`, `REMOVE_DIR`, `REMOVE_FILE`, every
+//! `MAKE_*`, and `REFER` and `TRUNCATE` where the ABI has them), so reads and execs are never
+//! decided by it. Each [`Grant`] of the plan gets every one of them below a folder, or the ones
+//! that apply to a file (`WRITE_FILE`, `TRUNCATE`); the folders on the way to a denied path,
+//! and the denied paths, get none. The `landlock` crate builds the ruleset (its best-effort
+//! mode leaves out what an older kernel lacks); the restriction itself is two syscalls here.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+
+use anyhow::{Context, Result};
+use landlock::{ABI, AccessFs, BitFlags, PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr};
+
+use super::{Grant, WritePlan};
+
+/// `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)` answers the ABI version.
+const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+
+/// The Landlock ABI version of this kernel (1 or more), or why there is none: `ENOSYS` (not
+/// built in) or `EOPNOTSUPP` (built in, not enabled at boot).
+pub fn abi() -> io::Result<u32> {
+    // SAFETY: with a NULL attribute and size 0 the kernel reads no memory; it only answers the
+    // version (or an error).
+    let version = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if version < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(version as u32)
+}
+
+/// Why Landlock is absent, for a person: the errno and what it means.
+pub fn absent_because(err: &io::Error) -> String {
+    match err.raw_os_error() {
+        Some(libc::ENOSYS) => "this kernel has no Landlock (ENOSYS)".to_string(),
+        Some(libc::EOPNOTSUPP) => "Landlock is built in but not enabled (EOPNOTSUPP: add \
+                                   `landlock` to the kernel's `lsm=` boot parameter)"
+            .to_string(),
+        _ => format!("Landlock does not answer: {err}"),
+    }
+}
+
+/// Every write right guard handles: ABI 4's write set is ABI 1's plus `REFER` (2) and
+/// `TRUNCATE` (3). Later ABIs add `IOCTL_DEV` and `RESOLVE_UNIX` to the crate's write set;
+/// they are not writes, so they are never handled.
+fn write_rights() -> BitFlags<AccessFs> {
+    AccessFs::from_write(ABI::V4)
+}
+
+/// The write rights that apply to a file (not a folder).
+fn file_rights() -> BitFlags<AccessFs> {
+    write_rights() & (AccessFs::WriteFile | AccessFs::Truncate)
+}
+
+/// A ruleset ready for [`restrict_from_pre_exec`]; keep it alive until the command has
+/// started (the child uses its file descriptor between fork and exec; it is close-on-exec).
+#[derive(Debug)]
+pub struct LandlockRuleset {
+    fd: OwnedFd,
+    /// The kernel's ABI version.
+    pub abi: u32,
+    /// How many hierarchies got write rights.
+    pub granted: usize,
+    /// Folders on the way that could not be listed (nothing below them is writable).
+    pub errors: Vec<String>,
+}
+
+impl LandlockRuleset {
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// What the command gets for its writes.
+#[derive(Debug)]
+pub enum Confinement {
+    /// Landlock is there, and nothing to deny: no ruleset (writes are as without guard).
+    Nothing,
+    /// This ruleset, put on the command between fork and exec.
+    Landlock(LandlockRuleset),
+    /// Landlock is absent (why): writes are not confined.
+    Unavailable(String),
+}
+
+impl Confinement {
+    /// The ruleset's file descriptor, when there is one to restrict the child with.
+    pub fn ruleset_fd(&self) -> Option<RawFd> {
+        match self {
+            Confinement::Landlock(ruleset) => Some(ruleset.raw_fd()),
+            _ => None,
+        }
+    }
+}
+
+/// Turns `plan` into a ruleset: every grant opened (`O_PATH`, not following symlinks, checked
+/// to still be a folder or not) and added with its rights. An error is a ruleset that could not
+/// be made on a kernel that has Landlock.
+pub fn confinement(plan: &WritePlan) -> Result<Confinement> {
+    // Asked first, whatever the plan: a kernel without Landlock is worth one line on every run
+    // (the protected paths are not held), even when nothing of them exists yet.
+    let abi = match abi() {
+        Ok(version) if version >= 1 => version,
+        Ok(version) => {
+            return Ok(Confinement::Unavailable(format!(
+                "Landlock answers ABI {version}"
+            )));
+        }
+        Err(err) => return Ok(Confinement::Unavailable(absent_because(&err))),
+    };
+    if plan.is_empty() {
+        return Ok(Confinement::Nothing);
+    }
+    let (grants, errors) = plan.grants();
+    let mut ruleset = Ruleset::default()
+        .handle_access(write_rights())
+        .context("asking Landlock to handle the write rights")?
+        .create()
+        .context("creating a Landlock ruleset")?;
+    let mut granted = 0;
+    for grant in &grants {
+        let Some(file) = open_grant(grant) else {
+            continue;
+        };
+        let rights = if grant.folder {
+            write_rights()
+        } else {
+            file_rights()
+        };
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(file, rights))
+            .with_context(|| format!("granting writes below {}", grant.path.display()))?;
+        granted += 1;
+    }
+    let fd: Option<OwnedFd> = ruleset.into();
+    let fd = fd.context("Landlock made no ruleset file descriptor")?;
+    Ok(Confinement::Landlock(LandlockRuleset {
+        fd,
+        abi,
+        granted,
+        errors,
+    }))
+}
+
+/// `grant`'s path opened `O_PATH | O_NOFOLLOW`, if it is still what the plan saw (a folder or
+/// not, and no symlink); `None` when it went away or changed.
+fn open_grant(grant: &Grant) -> Option<std::fs::File> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
+        .open(&grant.path)
+        .ok()?;
+    let kind = file.metadata().ok()?.file_type();
+    (!kind.is_symlink() && kind.is_dir() == grant.folder).then_some(file)
+}
+
+/// Puts the calling process under the Landlock ruleset `fd`. Only raw syscalls (no allocation,
+/// no locks): async-signal-safe, so usable between fork and exec, next to
+/// `kernel::scope::join_from_pre_exec`.
+///
+/// `landlock_restrict_self` needs either `no_new_privs` or `CAP_SYS_ADMIN`. guard runs as root,
+/// so the first try goes without `no_new_privs`: a root command keeps the same set-user-ID and
+/// file-capability behaviour it has unguarded (the Landlock domain stays on every process it
+/// starts, set-user-ID or not). Only when the kernel refuses (`EPERM`: no `CAP_SYS_ADMIN`) is
+/// `PR_SET_NO_NEW_PRIVS` set and the call made again.
+pub fn restrict_from_pre_exec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: two syscalls with integer arguments; nothing is read from or written to memory.
+    unsafe {
+        if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0 as libc::c_uint) == 0 {
+            return Ok(());
+        }
+        if io::Error::last_os_error().raw_os_error() != Some(libc::EPERM) {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0 as libc::c_uint) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}

@@ -55,6 +55,8 @@ pub struct DaemonSetup {
     pub nameserver: Option<SocketAddr>,
     /// A cgroup to start the daemon in (it joins between fork and exec).
     pub daemon_cgroup: Option<PathBuf>,
+    /// A legacy policy's text, written to `team.policy` and loaded after the rules.
+    pub legacy_policy: Option<String>,
 }
 
 pub struct TestDaemon {
@@ -116,10 +118,16 @@ impl TestDaemon {
             log: Default::default(),
             dir,
         };
+        let mut rules = vec![daemon.rules_file.clone()];
+        if let Some(legacy) = &setup.legacy_policy {
+            let path = daemon.dir.path().join("team.policy");
+            std::fs::write(&path, legacy).expect("writing the legacy policy");
+            rules.push(path);
+        }
         let mut config = format!(
-            "rules = [{:?}]\nstate_dir = {:?}\nsocket = {:?}\npin_dir = {:?}\n\
+            "rules = {:?}\nstate_dir = {:?}\nsocket = {:?}\npin_dir = {:?}\n\
              run_cgroup = {:?}\nbackend = \"cgroup\"\n",
-            daemon.rules_file, daemon.state_dir, daemon.socket, daemon.pin_dir, daemon.run_cgroup
+            rules, daemon.state_dir, daemon.socket, daemon.pin_dir, daemon.run_cgroup
         );
         if let Some(ns) = setup.nameserver {
             config.push_str(&format!("nameserver = \"{ns}\"\n"));

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, text};
 use guard_tests::dns::TestDns;
-use guard_tests::kernel::helper;
+use guard_tests::kernel::{copy_program, helper, touch_program};
 use serde_json::Value;
 
 fn net_probe() -> PathBuf {
@@ -977,6 +977,7 @@ fn a_configured_cgroup_is_enforced_and_the_daemon_inside_it_is_exempt() {
         extra_config: format!("[scope]\ncgroups = [{:?}]\n", scope.0),
         nameserver: Some(ns),
         daemon_cgroup: Some(daemon_cgroup.clone()),
+        ..Default::default()
     });
     let port = ns.port().to_string();
     let ip = ns.ip().to_string();
@@ -1114,4 +1115,49 @@ fn prompts_watch_on_a_terminal_takes_a_key_without_enter() {
     assert_eq!(status["approvals"][0]["mode"], "once", "{status}");
     let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.13.1", "53"]);
     assert_eq!(code, 0, "approved once from the terminal");
+}
+
+#[test]
+fn the_daemon_loads_a_legacy_policy_beside_its_rules_and_audits_what_it_cannot_hold() {
+    if !can_run() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("making a temporary folder");
+    let evil = copy_program(&touch_program(), dir.path(), "gd-evil-tool");
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "rule_set(deny=[\"write(.git/**)\"])\n".to_string(),
+        legacy_policy: Some(
+            "# legacy\nforbid_program_regex(\"^gd-evil\", \"no evil tools\")\n".to_string(),
+        ),
+        ..Default::default()
+    });
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let marker = work.join("made");
+    let (code, _, stderr) = daemon.run_in_scope(&evil, &[marker.to_str().unwrap()]);
+    assert_eq!(code, 137, "killed before it ran: {stderr}");
+    assert!(!marker.exists(), "gd-evil-tool ran");
+    assert!(
+        stderr.contains("team.policy:2"),
+        "the refusal names the legacy file and line: {stderr}"
+    );
+
+    // The audit log says which rules the cgroup backend does not hold: the write rule and the
+    // protected paths, from the start and at every reload.
+    let out = daemon.guard(&["audit", "--json", "--type", "daemon_start"]);
+    let start: Value = serde_json::from_str(
+        text(&out.stdout)
+            .lines()
+            .last()
+            .expect("a daemon_start record"),
+    )
+    .unwrap();
+    let gaps = start["not_enforced"].as_array().expect("not_enforced");
+    assert!(
+        gaps.iter()
+            .any(|g| g["rule"].as_str().unwrap().contains("write(.git/**)")),
+        "{start:#}"
+    );
+    let reload = daemon.json(&["reload", "--json"]);
+    assert_eq!(reload["not_enforced"], start["not_enforced"], "{reload:#}");
 }

@@ -216,6 +216,21 @@ pub fn reload(args: &ReloadArgs) -> ExitCode {
                 value["rules"],
                 value["files"].as_array().map_or(0, |f| f.len())
             );
+            let gaps = value["not_enforced"]
+                .as_array()
+                .map_or(&[][..], Vec::as_slice);
+            if !gaps.is_empty() {
+                eprintln!(
+                    "guard: note: {} rules are not enforced by the kernel on this backend:",
+                    gaps.len()
+                );
+                for gap in gaps {
+                    eprintln!("  {}", gap["rule"].as_str().unwrap_or("?"));
+                }
+                if let Some(reason) = gaps[0]["reason"].as_str() {
+                    eprintln!("  ({reason})");
+                }
+            }
             ExitCode::SUCCESS
         }
         Err(code) => code,

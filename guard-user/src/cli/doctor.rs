@@ -14,6 +14,8 @@ use crate::kernel::doctor;
 its LSMs and still refuse LSM programs, so configuration is never trusted.
 The `landlock:` line gives the Landlock ABI the kernel answers (or absent): with it, `guard run`
 confines the command's writes below the protected paths and write(...) denials.
+Then, for the backend in use, how each kind of rule is enforced, and which are not (on the
+cgroup backend the kernel holds no read(...)/write(...) rule; the README has the full table).
 Exit status: 0 when some backend works, 1 when none does."
 )]
 pub struct DoctorArgs {
@@ -45,6 +47,17 @@ pub fn run(args: &DoctorArgs) -> ExitCode {
         match report.backend {
             Some(backend) => println!("backend: {} (the one `guard run` uses)", backend.as_str()),
             None => println!("backend: none: guard cannot enforce on this kernel"),
+        }
+        if let Some(backend) = report.backend {
+            println!("what the {} backend enforces:", backend.as_str());
+            for row in &report.enforces {
+                let style = output::decision_style(Some(if row.enforced {
+                    crate::policy::Decision::Allow
+                } else {
+                    crate::policy::Decision::Prompt
+                }));
+                println!("  {}: {style}{}{style:#}", row.rules, row.how);
+            }
         }
     }
     if report.backend.is_some() {

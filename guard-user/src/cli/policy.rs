@@ -9,10 +9,13 @@ use serde_json::{Value, json};
 
 use super::RulesArgs;
 use super::output::{decision_style, dim, print_json};
+use crate::compile::coverage::{NotEnforced, not_enforced};
+use crate::compile::{CompileEnv, NoResolver, compile};
+use crate::kernel::Backend;
 use crate::policy::heuristics::{is_dangerous_command, is_known_safe_command};
 use crate::policy::load::{LoadedPolicy, RulesSource};
 use crate::policy::rule_set::{RuleSet, RuleSetPattern};
-use crate::policy::{AddressRule, PatternToken, Policy, PrefixRule};
+use crate::policy::{AddressRule, LegacyPolicy, PatternToken, Policy, PrefixRule};
 
 #[path = "policy_evaluate.rs"]
 mod evaluate;
@@ -238,6 +241,11 @@ fn show_json(loaded: &LoadedPolicy) -> Value {
             .iter()
             .map(|p| json!({"pattern": p.pattern(), "why": p.why}))
             .collect::<Vec<_>>(),
+        "legacy_policies": policy.legacy_policies().iter().map(legacy_json).collect::<Vec<_>>(),
+        "not_enforced": {
+            "lsm": not_enforced_on(policy, Backend::Lsm),
+            "cgroup": not_enforced_on(policy, Backend::Cgroup),
+        },
         "enforcement": {
             "unmatched_exec": enforcement.unmatched_exec.as_str(),
             "unmatched_network": enforcement.unmatched_network.as_str(),
@@ -245,6 +253,31 @@ fn show_json(loaded: &LoadedPolicy) -> Value {
         },
         "sources": names(&loaded.sources),
         "overlay_sources": names(&loaded.overlay_sources),
+    })
+}
+
+/// The rules `backend` would not enforce (compiled without resolving names or reading PATH:
+/// which rules are file rules does not depend on either).
+fn not_enforced_on(policy: &Policy, backend: Backend) -> Vec<NotEnforced> {
+    let image = compile(policy, &NoResolver, &CompileEnv::default());
+    not_enforced(&image, backend)
+}
+
+fn legacy_json(legacy: &LegacyPolicy) -> Value {
+    json!({
+        "file": &*legacy.file,
+        "forbidden_program_regexes": legacy
+            .policy
+            .forbidden_program_regexes()
+            .iter()
+            .map(|f| json!({"regex": f.regex.as_str(), "reason": f.reason, "line": f.line}))
+            .collect::<Vec<_>>(),
+        "forbidden_substrings": legacy
+            .policy
+            .forbidden_substrings()
+            .iter()
+            .map(|f| json!({"substring": f.text, "line": f.line}))
+            .collect::<Vec<_>>(),
     })
 }
 
@@ -357,6 +390,35 @@ fn show_text(loaded: &LoadedPolicy) {
     );
     for protected in policy.protected_paths() {
         println!("  {}  {dim}{}{dim:#}", protected.pattern(), protected.why);
+    }
+    if !policy.legacy_policies().is_empty() {
+        println!(
+            "{heading}Legacy policies{heading:#} ({}; their forbidden regexes and substrings are \
+             enforced by the kernel)",
+            policy.legacy_policies().len()
+        );
+        for legacy in policy.legacy_policies() {
+            let regexes = legacy.policy.forbidden_program_regexes().len();
+            let substrings = legacy.policy.forbidden_substrings().len();
+            println!(
+                "  {}  {dim}{regexes} forbidden program regexes, {substrings} forbidden substrings{dim:#}",
+                legacy.file
+            );
+        }
+    }
+    let gaps = not_enforced_on(policy, Backend::Cgroup);
+    if !gaps.is_empty() {
+        println!(
+            "{heading}Not enforced on the cgroup backend{heading:#} ({}; the lsm backend enforces them)",
+            gaps.len()
+        );
+        for gap in &gaps {
+            println!("  {}", gap.rule);
+        }
+        println!(
+            "  {dim}{}{dim:#}",
+            crate::compile::coverage::CGROUP_FILE_RULES
+        );
     }
     let enforcement = policy.enforcement();
     let overrides = policy.enforcement_overrides();

@@ -115,6 +115,27 @@ pub fn run(args: &RunArgs) -> ExitCode {
     for warning in session.image().warnings.iter().filter(|_| args.verbose) {
         eprintln!("guard: note: {warning}");
     }
+    // Writes are the confinement report's (below); reads have nothing on this backend.
+    let unread: Vec<_> = session
+        .not_enforced()
+        .into_iter()
+        .filter(|gap| gap.reads)
+        .collect();
+    if !unread.is_empty() {
+        eprintln!(
+            "guard: note: {} read(...) rules are not enforced on the {} backend{}",
+            unread.len(),
+            session.backend().as_str(),
+            if args.verbose {
+                ":"
+            } else {
+                " (-v lists them)"
+            }
+        );
+        for gap in unread.iter().filter(|_| args.verbose) {
+            eprintln!("  {}", gap.rule);
+        }
+    }
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let confinement = match session.write_confinement(&cwd) {
         Ok((plan, confinement)) => {

@@ -14,13 +14,75 @@ use crate::kernel::Backend;
 pub struct NotEnforced {
     /// The rule as written, with where: `rule_set(deny=["write(.git/**)"]) (team.rules:4)`.
     pub rule: String,
+    /// It is about reading files (`read(...)`), about writing them, or both.
+    pub reads: bool,
+    pub writes: bool,
     pub reason: String,
 }
 
 /// Why the `cgroup` backend holds no file rule.
 pub const CGROUP_FILE_RULES: &str = "the cgroup backend has no file hooks, so the kernel does not \
-     enforce read and write rules there (they are enforced on the lsm backend; `guard check` and \
-     `guard policy evaluate` still decide them)";
+     enforce read and write rules there (the lsm backend does; `guard run` holds the write \
+     denials that name existing paths with Landlock; `guard check` and `guard policy evaluate` \
+     still decide them)";
+
+/// One kind of rule and how each backend holds it: the table `guard doctor` prints for the
+/// running backend and the README gives in full.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Enforces {
+    pub rules: &'static str,
+    pub lsm: &'static str,
+    pub cgroup: &'static str,
+}
+
+pub const ENFORCES: [Enforces; 7] = [
+    Enforces {
+        rules: "one-token prefix_rule (program identity and name)",
+        lsm: "EPERM from execve, before the exec",
+        cgroup: "SIGKILL after the exec, before the new image runs",
+    },
+    Enforces {
+        rules: "longer prefix_rule (argv), approvals of exact argv",
+        lsm: "SIGKILL before the new image runs",
+        cgroup: "SIGKILL before the new image runs",
+    },
+    Enforces {
+        rules: "rule_set exec(...), legacy forbid_program_regex and forbid_substrings",
+        lsm: "SIGKILL before the new image runs (pattern tables)",
+        cgroup: "SIGKILL before the new image runs (pattern tables)",
+    },
+    Enforces {
+        rules: "network_rule, address_rule, approvals of exact destinations",
+        lsm: "EPERM from connect and sendmsg",
+        cgroup: "EPERM from connect and sendmsg",
+    },
+    Enforces {
+        rules: "rule_set write(...) and the protected paths",
+        lsm: "EACCES from open for writing, mkdir, unlink, rmdir, rename, truncate",
+        cgroup: "not enforced by the kernel; `guard run` holds deny patterns that name existing \
+                 paths with Landlock (EACCES)",
+    },
+    Enforces {
+        rules: "rule_set read(...)",
+        lsm: "EACCES from open for reading",
+        cgroup: "not enforced",
+    },
+    Enforces {
+        rules: "legacy define_program specs and readable/writeable folders",
+        lsm: "not enforced by the kernel (`guard legacy check` decides them)",
+        cgroup: "not enforced by the kernel (`guard legacy check` decides them)",
+    },
+];
+
+impl Enforces {
+    /// How `backend` holds these rules.
+    pub fn on(&self, backend: Backend) -> &'static str {
+        match backend {
+            Backend::Lsm => self.lsm,
+            Backend::Cgroup => self.cgroup,
+        }
+    }
+}
 
 /// The rules of `image` that `backend` does not enforce.
 pub fn not_enforced(image: &EnforcementImage, backend: Backend) -> Vec<NotEnforced> {
@@ -31,12 +93,14 @@ pub fn not_enforced(image: &EnforcementImage, backend: Backend) -> Vec<NotEnforc
         .patterns
         .file_rules
         .iter()
-        .filter_map(|&id| image.rules.get(id as usize))
-        .map(|rule| NotEnforced {
+        .filter_map(|file_rule| Some((file_rule, image.rules.get(file_rule.rule as usize)?)))
+        .map(|(file_rule, rule)| NotEnforced {
             rule: match &rule.origin {
                 Some(origin) => format!("{} ({origin})", rule.text),
                 None => rule.text.clone(),
             },
+            reads: file_rule.reads,
+            writes: file_rule.writes,
             reason: CGROUP_FILE_RULES.to_string(),
         })
         .collect()

@@ -29,9 +29,17 @@ pub struct PatternTables {
     pub read_path: Option<DfaTable>,
     /// `write(...)` patterns and the protected paths (enforced on the `lsm` backend only).
     pub write_path: Option<DfaTable>,
-    /// The kernel rule ids of the `read(...)` and `write(...)` patterns (and the protected
-    /// paths), in order: what a backend without file hooks does not hold.
-    pub file_rules: Vec<u32>,
+    /// The `read(...)` and `write(...)` patterns (and the protected paths), in order: what a
+    /// backend without file hooks does not hold.
+    pub file_rules: Vec<FileRule>,
+}
+
+/// A rule-set pattern about files: its kernel rule id and which accesses it covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileRule {
+    pub rule: u32,
+    pub reads: bool,
+    pub writes: bool,
 }
 
 impl PatternTables {
@@ -168,7 +176,7 @@ struct Gathered {
     command_line: Vec<DfaPattern>,
     read_path: Vec<DfaPattern>,
     write_path: Vec<DfaPattern>,
-    file_rules: Vec<u32>,
+    file_rules: Vec<FileRule>,
     warnings: Vec<String>,
 }
 
@@ -204,8 +212,13 @@ impl Gathered {
             origin: origin.cloned(),
         });
         let verdict = KernelVerdict::new(decision, rule, false);
-        if tools.iter().any(|&tool| tool != Tool::Exec) {
-            self.file_rules.push(rule);
+        let (reads, writes) = (tools.contains(&Tool::Read), tools.contains(&Tool::Write));
+        if reads || writes {
+            self.file_rules.push(FileRule {
+                rule,
+                reads,
+                writes,
+            });
         }
         for tool in tools {
             let compiled = match (tool, glob) {

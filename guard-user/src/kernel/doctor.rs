@@ -19,6 +19,29 @@ pub struct Report {
     pub checks: Vec<Check>,
     /// Whether `guard run` can confine writes (either backend).
     pub landlock: Landlock,
+    /// How the backend in use holds each kind of rule (empty when none works).
+    pub enforces: Vec<Enforcing>,
+}
+
+/// One kind of rule and how the backend in use holds it.
+#[derive(Debug, Serialize)]
+pub struct Enforcing {
+    pub rules: &'static str,
+    pub how: &'static str,
+    /// `false` where the kernel does not enforce these rules on this backend.
+    pub enforced: bool,
+}
+
+/// The rows of [`crate::compile::coverage::ENFORCES`] for `backend`.
+pub fn enforcing(backend: Backend) -> Vec<Enforcing> {
+    crate::compile::coverage::ENFORCES
+        .iter()
+        .map(|row| Enforcing {
+            rules: row.rules,
+            how: row.on(backend),
+            enforced: !row.on(backend).starts_with("not enforced"),
+        })
+        .collect()
 }
 
 /// The Landlock ABI this kernel answers, found by asking it
@@ -114,6 +137,7 @@ pub fn run() -> Report {
         backend,
         checks,
         landlock: Landlock::probe(),
+        enforces: backend.map(enforcing).unwrap_or_default(),
     }
 }
 

@@ -157,10 +157,16 @@ impl Daemon {
             .iter()
             .map(|s| s.display_name())
             .collect();
+        let gaps = daemon.not_enforced();
         daemon.audit.record(
             RecordType::DaemonStart,
             "root",
-            json!({"backend": backend.as_str(), "rules": sources, "pid": std::process::id()}),
+            json!({
+                "backend": backend.as_str(),
+                "rules": sources,
+                "pid": std::process::id(),
+                "not_enforced": gaps,
+            }),
         );
         Ok(daemon)
     }
@@ -259,12 +265,19 @@ impl Daemon {
             .map(|s| s.display_name())
             .collect();
         let rules = self.image.rules.len();
+        let gaps = self.not_enforced();
         self.audit.record(
             RecordType::Reload,
             by,
-            json!({"ok": true, "files": files, "rules": rules}),
+            json!({"ok": true, "files": files, "rules": rules, "not_enforced": gaps}),
         );
-        Ok(json!({"files": files, "rules": rules}))
+        Ok(json!({"files": files, "rules": rules, "not_enforced": gaps}))
+    }
+
+    /// The rules of the policy in force that the running backend does not enforce (audited at
+    /// start and at every reload, so the log says what was not held).
+    fn not_enforced(&self) -> Vec<crate::compile::coverage::NotEnforced> {
+        crate::compile::coverage::not_enforced(&self.image, self.enforcer.backend())
     }
 
     /// A reload that keeps the old policy: recorded, kept for `guard status`, and the message.

@@ -249,8 +249,8 @@ impl Gathered {
     }
 }
 
-/// One table for `patterns`; a set the kernel cannot hold keeps the patterns that fit on their
-/// own (each left out is named in a warning), so one oversized pattern does not drop the rest.
+/// One table for `patterns`; a set the kernel cannot hold keeps the patterns it can (each left
+/// out is named in a warning), so one oversized pattern does not drop the rest.
 fn table(
     kind: InputKind,
     patterns: Vec<DfaPattern>,
@@ -259,18 +259,25 @@ fn table(
     if patterns.is_empty() {
         return None;
     }
-    match dfa::compile(kind, &patterns) {
+    let err = match dfa::compile(kind, &patterns) {
         Ok(table) => return Some(table),
-        Err(err) => warnings.push(not_held(&err)),
-    }
-    let fitting: Vec<DfaPattern> = patterns
+        Err(err) => err,
+    };
+    warnings.push(not_held(&err));
+    // The error names the culprits: too large alone, or the one that does not compile.
+    let culprits: Vec<String> = match &err {
+        DfaError::TooLarge { patterns, .. } => patterns.clone(),
+        DfaError::Invalid { pattern, .. } => vec![pattern.clone()],
+    };
+    let kept: Vec<DfaPattern> = patterns
         .into_iter()
-        .filter(|p| dfa::compile(kind, std::slice::from_ref(p)).is_ok())
+        .filter(|p| !culprits.contains(&p.written))
         .collect();
-    if fitting.is_empty() {
+    // Only the set was too large (every pattern was named): nothing is kept.
+    if kept.is_empty() {
         return None;
     }
-    match dfa::compile(kind, &fitting) {
+    match dfa::compile(kind, &kept) {
         Ok(table) => Some(table),
         Err(err) => {
             warnings.push(not_held(&err));
@@ -301,3 +308,6 @@ fn tier_name(decision: Decision) -> &'static str {
         Decision::Allow => "allow",
     }
 }
+
+#[cfg(test)]
+mod tests;

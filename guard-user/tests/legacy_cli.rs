@@ -860,3 +860,110 @@ fn colour_only_on_request_or_a_terminal() {
     let coloured = common::run_command(&mut command);
     assert!(coloured.stdout.contains("\x1b["), "{:?}", coloured.stdout);
 }
+
+// Legacy policy files loaded beside `.rules` files (`--rules FILE.policy`, or a folder's
+// `*.policy` files): their forbidden regexes and substrings join every other decision.
+
+#[test]
+fn a_legacy_policy_beside_the_rules_forbids_in_guard_check_with_its_file_and_line() {
+    let sandbox = Sandbox::new();
+    let rules = display(&sandbox.write(
+        "team.rules",
+        "prefix_rule(pattern=[\"git\"], decision=\"allow\")\n",
+    ));
+    let legacy = display(&sandbox.write(
+        "team.policy",
+        "# legacy\nforbid_substrings([\"--force\"])\nforbid_program_regex(\"^evil\", \"no evil tools\")\n",
+    ));
+    let out = sandbox.run([
+        "check", "--json", "--rules", &rules, "--rules", &legacy, "--", "git", "push", "--force",
+    ]);
+    let result = out.json();
+    assert_eq!(result["decision"], "forbidden", "{result}");
+    let matched = result["matched_rules"].as_array().unwrap();
+    let legacy_match = matched
+        .iter()
+        .find(|m| m.get("legacy").is_some())
+        .unwrap_or_else(|| panic!("{result}"));
+    assert_eq!(legacy_match["legacy"]["line"], 2);
+    assert_eq!(
+        legacy_match["legacy"]["rule"],
+        "forbid_substrings([\"--force\"])"
+    );
+    // The program regex reads the file name of argv[0], as the kernel does.
+    let result = sandbox
+        .run([
+            "check",
+            "--json",
+            "--rules",
+            &legacy,
+            "--",
+            "/opt/bin/evil-x",
+        ])
+        .json();
+    assert_eq!(result["decision"], "forbidden", "{result}");
+    assert_eq!(
+        result["matched_rules"][0]["legacy"]["reason"],
+        "no evil tools"
+    );
+    // Not forbidden: the allow rule decides.
+    let result = sandbox
+        .run([
+            "check", "--json", "--rules", &rules, "--rules", &legacy, "--", "git", "status",
+        ])
+        .json();
+    assert_eq!(result["decision"], "allow", "{result}");
+}
+
+#[test]
+fn a_rules_folder_loads_its_policy_files_and_policy_show_lists_them() {
+    let sandbox = Sandbox::new();
+    sandbox.write("rules/a.rules", "rule_set(deny=[\"write(.git/**)\"])\n");
+    sandbox.write("rules/b.policy", "forbid_substrings([\"DROP\"])\n");
+    let folder = display(&sandbox.file("rules"));
+    let shown = sandbox
+        .run(["policy", "show", "--json", "--rules", &folder])
+        .json();
+    let legacy = &shown["legacy_policies"][0];
+    assert!(
+        legacy["file"].as_str().unwrap().ends_with("b.policy"),
+        "{shown}"
+    );
+    assert_eq!(legacy["forbidden_substrings"][0]["substring"], "DROP");
+    // What the cgroup backend would not enforce: the write rule and the protected paths.
+    let cgroup = shown["not_enforced"]["cgroup"].as_array().unwrap();
+    assert!(
+        cgroup
+            .iter()
+            .any(|g| g["rule"].as_str().unwrap().contains("write(.git/**)")),
+        "{shown}"
+    );
+    assert_eq!(shown["not_enforced"]["lsm"], json!([]));
+    let text = sandbox.run(["policy", "show", "--rules", &folder]);
+    let stdout = &text.stdout;
+    assert!(stdout.contains("Legacy policies (1"), "{stdout}");
+    assert!(
+        stdout.contains("Not enforced on the cgroup backend"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_broken_policy_file_beside_the_rules_refuses_the_whole_load_naming_file_and_line() {
+    let sandbox = Sandbox::new();
+    let rules = display(&sandbox.write(
+        "team.rules",
+        "prefix_rule(pattern=[\"git\"], decision=\"allow\")\n",
+    ));
+    let legacy = display(&sandbox.write(
+        "team.policy",
+        "# ok\n\nforbid_program_regex(\"(\", \"x\")\n",
+    ));
+    let out = sandbox.run([
+        "check", "--rules", &rules, "--rules", &legacy, "--", "git", "status",
+    ]);
+    out.assert_code(2);
+    let line = out.first_stderr_line();
+    assert!(line.contains("team.policy:3"), "{line}");
+    assert!(line.contains("invalid regex"), "{line}");
+}

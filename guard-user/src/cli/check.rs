@@ -202,6 +202,18 @@ pub fn match_json(found: &RuleMatch) -> Value {
             }
             json!({"ruleSet": rule, "decision": decision.as_str()})
         }
+        RuleMatch::LegacyMatch {
+            rule,
+            reason,
+            origin,
+        } => {
+            let mut legacy = json!({"rule": rule, "reason": reason});
+            if let Some(origin) = origin {
+                legacy["file"] = json!(&*origin.file);
+                legacy["line"] = json!(origin.line);
+            }
+            json!({"legacy": legacy, "decision": "forbidden"})
+        }
     }
 }
 
@@ -306,6 +318,18 @@ fn describe_match(found: &RuleMatch) -> String {
             }
             line
         }
+        RuleMatch::LegacyMatch {
+            rule,
+            reason,
+            origin,
+        } => {
+            let style = decision_style(Some(Decision::Forbidden));
+            let mut line = format!("{style}forbidden{style:#} by legacy {rule}: {reason}");
+            if let Some(origin) = origin {
+                line.push_str(&format!(" {dim}at {origin}{dim:#}"));
+            }
+            line
+        }
     }
 }
 
@@ -327,6 +351,15 @@ fn how_to_change(argv: &[String], evaluation: &Evaluation) -> String {
                     .as_ref()
                     .map_or_else(|| "an amendment".to_string(), ToString::to_string),
             ),
+            RuleMatch::LegacyMatch { origin, .. }
+                if evaluation.decision == Some(Decision::Forbidden) =>
+            {
+                Some(
+                    origin
+                        .as_ref()
+                        .map_or_else(|| "a legacy policy".to_string(), ToString::to_string),
+                )
+            }
             _ => None,
         });
     match (evaluation.decision, strongest_rule) {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::model::Policy;
 use super::paths::{executable_name, resolve_program_path};
-use super::rule::{Decision, PrefixRule, RuleMatch};
+use super::rule::{Decision, PrefixRule, RuleMatch, RuleOrigin};
 use super::rule_set::{Tool, exec_subject};
 
 /// The verdict for commands no rule matched, given the command.
@@ -90,6 +90,7 @@ impl Policy {
         {
             matches.push(found.to_rule_match());
         }
+        matches.extend(self.legacy_matches(cmd));
         if matches.is_empty()
             && let Some(fallback) = fallback
         {
@@ -99,6 +100,47 @@ impl Policy {
             });
         }
         matches
+    }
+
+    /// What the legacy policies forbid of `cmd`, as the kernel reads it: a forbidden program
+    /// regex over `argv[0]`'s file name, a forbidden substring in any later argument.
+    fn legacy_matches(&self, cmd: &[String]) -> Vec<RuleMatch> {
+        let Some((program, args)) = cmd.split_first() else {
+            return Vec::new();
+        };
+        let name = program.rsplit('/').next().unwrap_or(program);
+        let mut found = Vec::new();
+        for legacy in self.legacy_policies() {
+            let origin = |line: usize| {
+                Some(RuleOrigin {
+                    file: legacy.file.clone(),
+                    line,
+                })
+            };
+            if let Some(regex) = legacy
+                .policy
+                .forbidden_program_regexes()
+                .iter()
+                .find(|f| f.regex.is_match(name))
+            {
+                found.push(RuleMatch::LegacyMatch {
+                    rule: format!("forbid_program_regex({:?})", regex.regex.as_str()),
+                    reason: regex.reason.clone(),
+                    origin: origin(regex.line),
+                });
+            }
+            for forbidden in legacy.policy.forbidden_substrings() {
+                if let Some(arg) = args.iter().find(|arg| arg.contains(&forbidden.text)) {
+                    found.push(RuleMatch::LegacyMatch {
+                        rule: format!("forbid_substrings([{:?}])", forbidden.text),
+                        reason: format!("arg `{arg}` contains forbidden substring"),
+                        origin: origin(forbidden.line),
+                    });
+                    break;
+                }
+            }
+        }
+        found
     }
 
     /// `argv[0]` as an absolute path, matched by its file name against that name's rules, if

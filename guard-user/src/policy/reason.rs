@@ -41,10 +41,16 @@ pub fn decision_reason(argv: &[String], evaluation: &Evaluation) -> Option<Strin
             "`{command}` rejected: policy forbids commands starting with `{}`",
             render_example(prefix)
         )),
-        (Decision::Forbidden, None) => Some(match rule_set_pattern(evaluation, decision) {
-            Some(pattern) => format!("`{command}` rejected: rule_set denies `{pattern}`"),
-            None => format!("`{command}` rejected: blocked by policy"),
-        }),
+        (Decision::Forbidden, None) => Some(
+            match (
+                rule_set_pattern(evaluation, decision),
+                legacy_reason(evaluation),
+            ) {
+                (Some(pattern), _) => format!("`{command}` rejected: rule_set denies `{pattern}`"),
+                (None, Some(reason)) => format!("`{command}` rejected: {reason}"),
+                (None, None) => format!("`{command}` rejected: blocked by policy"),
+            },
+        ),
         (Decision::Prompt, Some((_, Some(justification)))) => {
             Some(format!("`{command}` requires approval: {justification}"))
         }
@@ -55,6 +61,17 @@ pub fn decision_reason(argv: &[String], evaluation: &Evaluation) -> Option<Strin
             .map(|pattern| format!("`{command}` requires approval: rule_set asks for `{pattern}`")),
         (Decision::Allow, _) => None,
     }
+}
+
+/// The reason of the first legacy policy match.
+fn legacy_reason(evaluation: &Evaluation) -> Option<&str> {
+    evaluation
+        .matched_rules
+        .iter()
+        .find_map(|found| match found {
+            RuleMatch::LegacyMatch { reason, .. } => Some(reason.as_str()),
+            _ => None,
+        })
 }
 
 /// The pattern of the first rule-set match of `decision`, when no prefix rule of it decided.

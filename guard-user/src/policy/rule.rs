@@ -152,6 +152,14 @@ pub enum RuleMatch {
         decision: Decision,
         origin: Option<RuleOrigin>,
     },
+    /// A legacy policy's `forbid_program_regex` or `forbid_substrings` (always forbidden).
+    LegacyMatch {
+        /// The call, e.g. `forbid_substrings(["--force"])`.
+        rule: String,
+        /// Why: the regex's reason, or which argument holds the substring.
+        reason: String,
+        origin: Option<RuleOrigin>,
+    },
 }
 
 impl RuleMatch {
@@ -160,6 +168,7 @@ impl RuleMatch {
             RuleMatch::PrefixRuleMatch { decision, .. }
             | RuleMatch::HeuristicsRuleMatch { decision, .. }
             | RuleMatch::RuleSetMatch { decision, .. } => *decision,
+            RuleMatch::LegacyMatch { .. } => Decision::Forbidden,
         }
     }
 
@@ -167,7 +176,9 @@ impl RuleMatch {
     pub fn is_policy_match(&self) -> bool {
         matches!(
             self,
-            RuleMatch::PrefixRuleMatch { .. } | RuleMatch::RuleSetMatch { .. }
+            RuleMatch::PrefixRuleMatch { .. }
+                | RuleMatch::RuleSetMatch { .. }
+                | RuleMatch::LegacyMatch { .. }
         )
     }
 }
@@ -209,6 +220,11 @@ impl fmt::Debug for RuleMatch {
                 .debug_struct("RuleSetMatch")
                 .field("pattern", pattern)
                 .field("decision", decision)
+                .finish(),
+            RuleMatch::LegacyMatch { rule, reason, .. } => f
+                .debug_struct("LegacyMatch")
+                .field("rule", rule)
+                .field("reason", reason)
                 .finish(),
         }
     }

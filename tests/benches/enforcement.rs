@@ -56,7 +56,11 @@
 //!   entries);
 //! - one in twenty `["true", "x<i>"]` `forbidden` (the exec walks the argv trie from its own
 //!   name; the measured exec is `true bench`, whose second token matches no edge);
-//! - the rest `["prog<i>", "sub<i>"]` (every third with a third token) `forbidden`.
+//! - the rest `["prog<i>", "sub<i>"]` (every third with a third token) `forbidden`;
+//! - in the "+ patterns" case, also [`PATTERNS`] exec globs `*guard-bench-glob-<i>*` (deny) in
+//!   one rule set and a legacy policy of [`PATTERNS`] forbidden substrings and program regexes:
+//!   every measured exec walks its whole name and argv through all three pattern tables (the
+//!   leading `*` keeps the walk from ending early), and none matches.
 //!
 //! Results: markdown tables on stdout, JSON lines in `target/bench/enforcement.json` (every
 //! ratio with its per-round samples).
@@ -76,8 +80,11 @@ use guard::kernel::scope::cgroup2_root;
 use guard::policy::{Policy, PolicyParser};
 use guard::session::{Session, SessionOptions};
 
-/// Policy sizes, in rules.
-const SIZES: [usize; 3] = [10, 1_000, 100_000];
+/// Policy sizes, in rules, and whether the policy also has pattern rules (a rule set of exec
+/// globs and a legacy policy's forbidden substrings and program regexes: the pattern tables).
+const SIZES: [(usize, bool); 4] = [(10, false), (1_000, false), (1_000, true), (100_000, false)];
+/// Pattern rules of each kind in a policy with patterns.
+const PATTERNS: usize = 20;
 /// Rounds per size.
 const ROUNDS: usize = 9;
 /// Operations per round: fork+exec+wait, connect, getppid.
@@ -315,14 +322,39 @@ fn policy_text(n: usize, port: u16) -> String {
     text
 }
 
-fn parse_policy(n: usize, port: u16) -> Result<(Policy, Duration)> {
-    let text = policy_text(n, port);
+fn parse_policy(n: usize, port: u16, patterns: bool) -> Result<(Policy, Duration)> {
+    let mut text = policy_text(n, port);
+    let mut legacy = String::new();
+    if patterns {
+        let globs: Vec<String> = (0..PATTERNS)
+            .map(|i| format!("\"exec(*guard-bench-glob-{i}*)\""))
+            .collect();
+        let _ = writeln!(text, "rule_set(deny=[{}])", globs.join(", "));
+        let substrings: Vec<String> = (0..PATTERNS)
+            .map(|i| format!("\"guard-bench-substring-{i}\""))
+            .collect();
+        let _ = writeln!(legacy, "forbid_substrings([{}])", substrings.join(", "));
+        for i in 0..PATTERNS {
+            let _ = writeln!(
+                legacy,
+                "forbid_program_regex(\"^guard-bench-evil-{i}[0-9]*$\", \"bench\")"
+            );
+        }
+    }
     let started = Instant::now();
     let mut parser = PolicyParser::new();
     parser
         .parse(&format!("bench-{n}.rules"), &text)
         .map_err(|e| anyhow!("parsing the generated policy of {n} rules: {e}"))?;
-    let policy = parser.build();
+    let mut policy = parser.build();
+    if patterns {
+        let parsed = guard::legacy::parse_policy("bench.policy", &legacy)
+            .map_err(|e| anyhow!("parsing the generated legacy policy: {e}"))?;
+        policy.add_legacy_policy(guard::policy::LegacyPolicy {
+            file: "bench.policy".into(),
+            policy: std::sync::Arc::new(parsed),
+        });
+    }
     Ok((policy, started.elapsed()))
 }
 
@@ -351,6 +383,8 @@ impl Clock {
 /// the image held.
 struct SizeResult {
     rules: usize,
+    /// The policy has pattern rules (see [`SIZES`]).
+    patterns: bool,
     samples: [[[Vec<f64>; 3]; 3]; 2],
     parse: Duration,
     starts: Vec<Duration>,
@@ -383,11 +417,12 @@ fn run(options: &Options, backend: Backend) -> Result<()> {
     let total = Instant::now();
     eprintln!("enforcement bench: load average {}", load_average());
     let mut results = Vec::new();
-    for n in SIZES {
-        let (policy, parse) = parse_policy(n, port)?;
-        eprintln!("enforcement bench: {n} rules parsed in {parse:.2?}");
+    for (n, patterns) in SIZES {
+        let (policy, parse) = parse_policy(n, port, patterns)?;
+        eprintln!("enforcement bench: {n} rules (patterns: {patterns}) parsed in {parse:.2?}");
         let mut result = SizeResult {
             rules: n,
+            patterns,
             samples: Default::default(),
             parse,
             starts: Vec::new(),
@@ -404,13 +439,21 @@ fn run(options: &Options, backend: Backend) -> Result<()> {
             std::thread::sleep(SETTLE);
             if round == 0 {
                 let image = session.image();
+                let pattern_rows: usize = image
+                    .patterns
+                    .by_index()
+                    .iter()
+                    .flatten()
+                    .map(|t| t.rows.len())
+                    .sum();
                 result.image = format!(
-                    "{{\"rules\":{},\"identities\":{},\"names\":{},\"argv_rules\":{},\"destinations\":{}}}",
+                    "{{\"rules\":{},\"identities\":{},\"names\":{},\"argv_rules\":{},\"destinations\":{},\"pattern_rows\":{}}}",
                     image.rules.len(),
                     image.identities.len(),
                     image.names.len(),
                     image.argv_rules.len(),
-                    image.destinations.len()
+                    image.destinations.len(),
+                    pattern_rows
                 );
             }
             let before = counters(&session)?;
@@ -635,6 +678,12 @@ fn format_rules(n: usize) -> String {
     out
 }
 
+/// A column heading: `1 000 rules`, `1 000 rules + patterns`.
+fn size_label(r: &SizeResult) -> String {
+    let patterns = if r.patterns { " + patterns" } else { "" };
+    format!("{} rules{patterns}", format_rules(r.rules))
+}
+
 fn report(results: &[SizeResult], options: &Options, backend: Backend) -> Result<()> {
     let mut json = String::new();
     for clock in CLOCKS {
@@ -655,7 +704,7 @@ fn report(results: &[SizeResult], options: &Options, backend: Backend) -> Result
     }
     let mut table = String::from("| |");
     for r in results {
-        let _ = write!(table, " {} rules |", format_rules(r.rules));
+        let _ = write!(table, " {} |", size_label(r));
     }
     table.push_str("\n|---|");
     table.push_str(&"---|".repeat(results.len()));
@@ -698,10 +747,11 @@ fn report(results: &[SizeResult], options: &Options, backend: Backend) -> Result
         let _ = write!(table, " {} |", format_duration(start));
         let _ = writeln!(
             json,
-            "{{\"bench\":\"enforcement\",\"op\":\"load\",\"rules\":{},\"backend\":\"{}\",\
+            "{{\"bench\":\"enforcement\",\"op\":\"load\",\"rules\":{},\"patterns\":{},\"backend\":\"{}\",\
              \"parse_ms\":{:.1},\"session_start_ms\":{:.1},\"session_start_rounds_ms\":{},\"image\":{},\
              \"bpf_exec_ns_per_exec\":{},\"bpf_exec_ns_per_run\":{},\"bpf_connect4_ns_per_connect\":{}}}",
             r.rules,
+            r.patterns,
             backend.as_str(),
             r.parse.as_secs_f64() * 1e3,
             start.as_secs_f64() * 1e3,
@@ -740,7 +790,7 @@ fn overhead_table(
 ) -> String {
     let mut table = String::from("| | unguarded |");
     for r in results {
-        let _ = write!(table, " {} rules |", format_rules(r.rules));
+        let _ = write!(table, " {} |", size_label(r));
     }
     table.push_str("\n|---|---|");
     table.push_str(&"---|".repeat(results.len()));
@@ -794,13 +844,14 @@ fn overhead_table(
                 let _ = writeln!(
                     json,
                     "{{\"bench\":\"enforcement\",\"op\":\"{}\",\"clock\":\"{}\",\"ratio_of\":\"{name}\",\
-                     \"rules\":{},\"backend\":\"{}\",\"rounds\":{},\"k\":{},\"numerator_ns\":{n:.1},\
+                     \"rules\":{},\"patterns\":{},\"backend\":\"{}\",\"rounds\":{},\"k\":{},\"numerator_ns\":{n:.1},\
                      \"denominator_ns\":{d:.1},\"ratio\":{:.4},\"paired_ratio_median\":{:.4},\
                      \"paired_ratio_min\":{:.4},\"paired_ratio_max\":{:.4},\"numerator_rounds_ns\":{},\
                      \"denominator_rounds_ns\":{}}}",
                     op.name(),
                     clock.name(),
                     r.rules,
+                    r.patterns,
                     backend.as_str(),
                     options.rounds,
                     options.k(op),

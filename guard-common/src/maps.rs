@@ -23,7 +23,7 @@ pub const VERDICT_APPROVAL: u8 = 2;
 /// A rule's decision as the kernel stores it: the decision code, flags and the kernel rule id
 /// (an index into the userspace rule table, which maps it back to file and line).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Verdict {
     pub decision: u8,
     pub flags: u8,

@@ -224,10 +224,13 @@ pub fn reload(args: &ReloadArgs) -> ExitCode {
                     "guard: note: {} rules are not enforced by the kernel on this backend:",
                     gaps.len()
                 );
-                for gap in gaps {
-                    eprintln!("  {}", gap["rule"].as_str().unwrap_or("?"));
-                }
-                if let Some(reason) = gaps[0]["reason"].as_str() {
+                let mut reasons: Vec<&str> =
+                    gaps.iter().filter_map(|g| g["reason"].as_str()).collect();
+                reasons.dedup();
+                for reason in reasons {
+                    for gap in gaps.iter().filter(|g| g["reason"] == reason) {
+                        eprintln!("  {}", gap["rule"].as_str().unwrap_or("?"));
+                    }
                     eprintln!("  ({reason})");
                 }
             }

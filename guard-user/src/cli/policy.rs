@@ -406,19 +406,22 @@ fn show_text(loaded: &LoadedPolicy) {
             );
         }
     }
+    // The cgroup backend's gaps include the lsm backend's: grouped by why.
     let gaps = not_enforced_on(policy, Backend::Cgroup);
     if !gaps.is_empty() {
         println!(
-            "{heading}Not enforced on the cgroup backend{heading:#} ({}; the lsm backend enforces them)",
-            gaps.len()
+            "{heading}Not enforced by the kernel{heading:#} ({} on the cgroup backend, {} on lsm)",
+            gaps.len(),
+            not_enforced_on(policy, Backend::Lsm).len()
         );
-        for gap in &gaps {
-            println!("  {}", gap.rule);
+        let mut reasons: Vec<&str> = gaps.iter().map(|g| g.reason.as_str()).collect();
+        reasons.dedup();
+        for reason in reasons {
+            for gap in gaps.iter().filter(|g| g.reason == reason) {
+                println!("  {}", gap.rule);
+            }
+            println!("  {dim}{reason}{dim:#}");
         }
-        println!(
-            "  {dim}{}{dim:#}",
-            crate::compile::coverage::CGROUP_FILE_RULES
-        );
     }
     let enforcement = policy.enforcement();
     let overrides = policy.enforcement_overrides();

@@ -35,7 +35,7 @@ pub struct Enforces {
     pub cgroup: &'static str,
 }
 
-pub const ENFORCES: [Enforces; 7] = [
+pub const ENFORCES: [Enforces; 8] = [
     Enforces {
         rules: "one-token prefix_rule (program identity and name)",
         lsm: "EPERM from execve, before the exec",
@@ -68,6 +68,11 @@ pub const ENFORCES: [Enforces; 7] = [
         cgroup: "not enforced",
     },
     Enforces {
+        rules: "rule_set connect(...)",
+        lsm: "not enforced by the kernel (it sees addresses; write a network_rule)",
+        cgroup: "not enforced by the kernel (it sees addresses; write a network_rule)",
+    },
+    Enforces {
         rules: "legacy define_program specs and readable/writeable folders",
         lsm: "not enforced by the kernel (`guard legacy check` decides them)",
         cgroup: "not enforced by the kernel (`guard legacy check` decides them)",
@@ -84,24 +89,40 @@ impl Enforces {
     }
 }
 
+/// Why no backend holds a rule set's `connect(...)` patterns.
+pub const CONNECT_PATTERNS: &str = "the kernel sees addresses, not the `host:port` a connect(...) \
+     pattern names, so no backend enforces it (`guard check` and `guard policy evaluate` decide \
+     it; write a network_rule or address_rule for the kernel)";
+
 /// The rules of `image` that `backend` does not enforce.
 pub fn not_enforced(image: &EnforcementImage, backend: Backend) -> Vec<NotEnforced> {
-    if backend == Backend::Lsm {
-        return Vec::new();
-    }
-    image
+    let described = |id: u32| {
+        let rule = image.rules.get(id as usize)?;
+        Some(match &rule.origin {
+            Some(origin) => format!("{} ({origin})", rule.text),
+            None => rule.text.clone(),
+        })
+    };
+    let files = image
         .patterns
         .file_rules
         .iter()
-        .filter_map(|file_rule| Some((file_rule, image.rules.get(file_rule.rule as usize)?)))
-        .map(|(file_rule, rule)| NotEnforced {
-            rule: match &rule.origin {
-                Some(origin) => format!("{} ({origin})", rule.text),
-                None => rule.text.clone(),
-            },
-            reads: file_rule.reads,
-            writes: file_rule.writes,
-            reason: CGROUP_FILE_RULES.to_string(),
+        .filter(|_| backend == Backend::Cgroup)
+        .filter_map(|file_rule| {
+            Some(NotEnforced {
+                rule: described(file_rule.rule)?,
+                reads: file_rule.reads,
+                writes: file_rule.writes,
+                reason: CGROUP_FILE_RULES.to_string(),
+            })
+        });
+    let connects = image.patterns.connect_rules.iter().filter_map(|&id| {
+        Some(NotEnforced {
+            rule: described(id)?,
+            reads: false,
+            writes: false,
+            reason: CONNECT_PATTERNS.to_string(),
         })
-        .collect()
+    });
+    files.chain(connects).collect()
 }

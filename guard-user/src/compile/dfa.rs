@@ -46,7 +46,7 @@ use regex_automata::{Anchored, MatchKind};
 use crate::policy::rule_set::{path_glob_regexes, text_glob};
 
 /// What a table's input is; see the module doc.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum InputKind {
     ProgramName,
     Argv,
@@ -56,7 +56,7 @@ pub enum InputKind {
 }
 
 /// One pattern to compile: as written (for errors), the regex it stands for, and its verdict.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct DfaPattern {
     pub written: String,
     regex: String,

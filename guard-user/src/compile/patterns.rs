@@ -10,7 +10,8 @@
 //! (`"exec"`, `"bash*"`, `"*"`) matches every exec: it is the empty regex over the program
 //! name, so bytes a command line could not judge do not make it fail.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use guard_common::maps::Verdict as KernelVerdict;
 
@@ -32,6 +33,10 @@ pub struct PatternTables {
     /// The `read(...)` and `write(...)` patterns (and the protected paths), in order: what a
     /// backend without file hooks does not hold.
     pub file_rules: Vec<FileRule>,
+    /// The kernel rule ids of `connect(...)` patterns: no backend holds them (the kernel sees
+    /// addresses, the patterns name `host:port`), only `guard check` and `guard policy
+    /// evaluate` decide them.
+    pub connect_rules: Vec<u32>,
 }
 
 /// A rule-set pattern about files: its kernel rule id and which accesses it covers.
@@ -159,6 +164,7 @@ pub fn compile_patterns(policy: &Policy, first_rule: u32) -> CompiledPatterns {
         read_path: table(InputKind::Path, gathered.read_path, &mut warnings),
         write_path: table(InputKind::Path, gathered.write_path, &mut warnings),
         file_rules: gathered.file_rules,
+        connect_rules: gathered.connect_rules,
     };
     CompiledPatterns {
         tables,
@@ -177,6 +183,7 @@ struct Gathered {
     read_path: Vec<DfaPattern>,
     write_path: Vec<DfaPattern>,
     file_rules: Vec<FileRule>,
+    connect_rules: Vec<u32>,
     warnings: Vec<String>,
 }
 
@@ -193,7 +200,8 @@ impl Gathered {
             .into_iter()
             .filter(|&tool| pattern.covers_tool(tool))
             .collect();
-        if tools.is_empty() {
+        let connects = pattern.covers_tool(Tool::Connect);
+        if tools.is_empty() && !connects {
             return;
         }
         let glob = pattern.subject_glob();
@@ -204,6 +212,7 @@ impl Gathered {
                 (Some(glob), [Tool::Exec]) => format!("commands matching `{glob}`"),
                 (Some(glob), [Tool::Read]) => format!("reading files matching `{glob}`"),
                 (Some(glob), [Tool::Write]) => format!("writing files matching `{glob}`"),
+                (Some(glob), []) => format!("destinations matching `{glob}`"),
                 (Some(glob), _) => format!("calls matching `{glob}`"),
                 (None, _) => format!("every call of `{}`", pattern.text()),
             },
@@ -212,6 +221,9 @@ impl Gathered {
             origin: origin.cloned(),
         });
         let verdict = KernelVerdict::new(decision, rule, false);
+        if connects {
+            self.connect_rules.push(rule);
+        }
         let (reads, writes) = (tools.contains(&Tool::Read), tools.contains(&Tool::Write));
         if reads || writes {
             self.file_rules.push(FileRule {
@@ -249,8 +261,20 @@ impl Gathered {
     }
 }
 
-/// One table for `patterns`; a set the kernel cannot hold keeps the patterns it can (each left
-/// out is named in a warning), so one oversized pattern does not drop the rest.
+/// Tables built before, by input kind and patterns: a policy is compiled again at every reload
+/// and DNS refresh, and a table of tens of patterns takes a large part of a second to build.
+/// Bounded: cleared when full.
+static BUILT: LazyLock<Mutex<HashMap<TableKey, Built>>> = LazyLock::new(Mutex::default);
+type TableKey = (InputKind, Vec<DfaPattern>);
+const BUILT_MAX: usize = 32;
+
+#[derive(Clone)]
+struct Built {
+    table: Option<DfaTable>,
+    warnings: Vec<String>,
+}
+
+/// [`build_table`], remembered.
 fn table(
     kind: InputKind,
     patterns: Vec<DfaPattern>,
@@ -259,6 +283,33 @@ fn table(
     if patterns.is_empty() {
         return None;
     }
+    let key = (kind, patterns);
+    let cached = BUILT.lock().ok().and_then(|built| built.get(&key).cloned());
+    let built = cached.unwrap_or_else(|| {
+        let mut fresh = Built {
+            table: None,
+            warnings: Vec::new(),
+        };
+        fresh.table = build_table(key.0, key.1.clone(), &mut fresh.warnings);
+        if let Ok(mut cache) = BUILT.lock() {
+            if cache.len() >= BUILT_MAX {
+                cache.clear();
+            }
+            cache.insert(key, fresh.clone());
+        }
+        fresh
+    });
+    warnings.extend(built.warnings);
+    built.table
+}
+
+/// One table for `patterns`; a set the kernel cannot hold keeps the patterns it can (each left
+/// out is named in a warning), so one oversized pattern does not drop the rest.
+fn build_table(
+    kind: InputKind,
+    patterns: Vec<DfaPattern>,
+    warnings: &mut Vec<String>,
+) -> Option<DfaTable> {
     let err = match dfa::compile(kind, &patterns) {
         Ok(table) => return Some(table),
         Err(err) => err,

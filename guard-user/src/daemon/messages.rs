@@ -72,6 +72,35 @@ pub fn describe(image: &EnforcementImage, event: &KernelEvent) -> Described {
             });
             Described { message, target }
         }
+        (EventKind::Read | EventKind::Write, _) => {
+            let access = if event.kind == EventKind::Read {
+                "read"
+            } else {
+                "write"
+            };
+            let path = event.path.as_deref().unwrap_or("?");
+            // No approval can answer a file operation: it was refused, prompt or not.
+            let message = match (prompt, justification, rule) {
+                (_, Some(j), _) => format!("{access} of `{path}` rejected: {j}"),
+                (true, None, Some(r)) => {
+                    format!(
+                        "{access} of `{path}` rejected: approval required for {}",
+                        r.summary
+                    )
+                }
+                (false, None, Some(r)) => {
+                    format!(
+                        "{access} of `{path}` rejected: policy forbids {}",
+                        r.summary
+                    )
+                }
+                (_, None, None) => format!("{access} of `{path}` rejected: blocked by policy"),
+            };
+            Described {
+                message,
+                target: None,
+            }
+        }
         (_, Some(d)) => {
             let host = destination_host(image, event);
             let shown = host.map_or_else(|| d.address.to_string(), str::to_string);
@@ -110,6 +139,16 @@ pub fn blocked_request(image: &EnforcementImage, event: &KernelEvent) -> Blocked
             destination_host(image, event).map_or_else(|| d.address.to_string(), str::to_string),
             protocol_for(d.port, d.transport).as_str().to_string(),
             Some(d.port),
+        ),
+        None if event.kind.is_file() => (
+            event.path.clone().unwrap_or_default(),
+            if event.kind == EventKind::Read {
+                "read"
+            } else {
+                "write"
+            }
+            .to_string(),
+            None,
         ),
         None => (String::new(), "exec".to_string(), None),
     };
@@ -158,5 +197,59 @@ mod tests {
                 "{port}/{transport}"
             );
         }
+    }
+
+    #[test]
+    fn a_file_refusal_names_the_access_the_path_and_the_rule_and_asks_nothing() {
+        let policy = {
+            let mut parser = crate::policy::PolicyParser::new();
+            parser
+                .parse("t.rules", "rule_set(deny=[\"write(.git/**)\"])\n")
+                .unwrap();
+            parser.build()
+        };
+        let image = crate::compile::compile(
+            &policy,
+            &crate::compile::NoResolver,
+            &crate::compile::CompileEnv::default(),
+        );
+        let rule = image
+            .patterns
+            .decide_path(crate::policy::rule_set::Tool::Write, "/w/.git/config");
+        let (decision, rule) = rule.expect("the write table decides it");
+        let event = KernelEvent {
+            time: std::time::SystemTime::now(),
+            kind: EventKind::Write,
+            decision,
+            action: crate::kernel::events::Action::Eacces,
+            audit_only: false,
+            unmatched: false,
+            rule: Some(rule),
+            pid: 1,
+            tgid: 1,
+            ppid: 0,
+            uid: 0,
+            gid: 0,
+            cgroup_id: 0,
+            comm: "sh".into(),
+            exe: "/bin/sh".into(),
+            argv: Vec::new(),
+            argv_truncated: false,
+            dev: 0,
+            ino: 0,
+            destination: None,
+            path: Some("/w/.git/config".into()),
+        };
+        let described = describe(&image, &event);
+        assert_eq!(
+            described.message,
+            "write of `/w/.git/config` rejected: policy forbids writing files matching `.git/**`"
+        );
+        assert!(described.target.is_none());
+        let request = blocked_request(&image, &event);
+        assert_eq!(
+            (request.host.as_str(), request.protocol.as_str()),
+            ("/w/.git/config", "write")
+        );
     }
 }

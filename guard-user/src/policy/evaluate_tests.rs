@@ -31,6 +31,7 @@ fn prefixes(eval: &Evaluation) -> Vec<Vec<String>> {
                     .collect()
             }
             RuleMatch::RuleSetMatch { pattern, .. } => vec!["<rule_set>".into(), pattern.clone()],
+            RuleMatch::LegacyMatch { rule, .. } => vec!["<legacy>".into(), rule.clone()],
         })
         .collect()
 }
@@ -42,7 +43,9 @@ fn resolved(eval: &Evaluation) -> Vec<Option<PathBuf>> {
             RuleMatch::PrefixRuleMatch {
                 resolved_program, ..
             } => resolved_program.clone(),
-            RuleMatch::HeuristicsRuleMatch { .. } | RuleMatch::RuleSetMatch { .. } => None,
+            RuleMatch::HeuristicsRuleMatch { .. }
+            | RuleMatch::RuleSetMatch { .. }
+            | RuleMatch::LegacyMatch { .. } => None,
         })
         .collect()
 }

@@ -31,26 +31,42 @@ const EACCES: i32 = 13;
 const FMODE_READ: u32 = 1;
 const FMODE_WRITE: u32 = 2;
 
-#[lsm(hook = "file_open")]
-pub fn file_open(ctx: LsmContext) -> i32 {
-    // A previous LSM's refusal stands.
-    let previous: i32 = ctx.arg(1);
-    if previous != 0 {
-        return lsm_return(previous);
-    }
-    // The scratch map or the file's mode unreadable fails open: nothing can be compared, and
-    // refusing every open of the scope would stop the machine's programs, not the policy's.
-    lsm_return(unsafe { try_file_open(&ctx) }.unwrap_or(0))
+/// One file hook: a previous LSM's refusal stands; otherwise `$decide` says. An error there
+/// (the scratch map, or the file's mode, unreadable) fails open: nothing can be compared, and
+/// refusing every such call in the scope would stop the machine's programs, not the policy's.
+macro_rules! file_hook {
+    ($name:ident, $hook:literal, $ret_arg:literal, $decide:ident) => {
+        #[lsm(hook = $hook)]
+        pub fn $name(ctx: LsmContext) -> i32 {
+            let previous: i32 = ctx.arg($ret_arg);
+            if previous != 0 {
+                return lsm_return(previous);
+            }
+            lsm_return(unsafe { $decide(&ctx) }.unwrap_or(0))
+        }
+    };
+}
+
+// `path_mknod` is left out: the kernel refuses `bpf_d_path` there (see the module doc).
+file_hook!(file_open, "file_open", 1, try_file_open);
+file_hook!(path_mkdir, "path_mkdir", 3, try_dir_entry);
+file_hook!(path_unlink, "path_unlink", 2, try_dir_entry);
+file_hook!(path_rmdir, "path_rmdir", 2, try_dir_entry);
+file_hook!(path_rename, "path_rename", 5, try_path_rename);
+file_hook!(path_truncate, "path_truncate", 1, try_path_truncate);
+
+/// The settings, when this call is guard's to decide. `None` lets it through: before the maps
+/// are filled nothing is enforced (fails open), and processes outside the scope are none of
+/// guard's business.
+#[inline(always)]
+fn scoped_settings() -> Option<Settings> {
+    settings().filter(|_| current_in_scope())
 }
 
 unsafe fn try_file_open(ctx: &LsmContext) -> Result<i32, i32> {
-    // Not configured yet, or not ours: let it through (fails open, as the exec hooks do).
-    let Some(settings) = settings() else {
+    let Some(settings) = scoped_settings() else {
         return Ok(0);
     };
-    if !current_in_scope() {
-        return Ok(0);
-    }
     let file: *const u8 = ctx.arg(0);
     let off = offsets();
     let mode: u32 = unsafe { read_at(file, off.file_f_mode)? };
@@ -79,33 +95,10 @@ unsafe fn try_file_open(ctx: &LsmContext) -> Result<i32, i32> {
     Ok(decide(&settings, verdict, event, input.name_len))
 }
 
-/// One `(dir, dentry, ...)` path hook: the path of `dentry` in `dir` against the write rules.
-macro_rules! dir_entry_hook {
-    ($name:ident, $hook:literal, $ret_arg:literal) => {
-        #[lsm(hook = $hook)]
-        pub fn $name(ctx: LsmContext) -> i32 {
-            let previous: i32 = ctx.arg($ret_arg);
-            if previous != 0 {
-                return lsm_return(previous);
-            }
-            // The scratch map unreadable fails open (as `file_open`, and for its reason).
-            lsm_return(unsafe { try_dir_entry(&ctx) }.unwrap_or(0))
-        }
-    };
-}
-
-dir_entry_hook!(path_mkdir, "path_mkdir", 3);
-dir_entry_hook!(path_unlink, "path_unlink", 2);
-dir_entry_hook!(path_rmdir, "path_rmdir", 2);
-
 unsafe fn try_dir_entry(ctx: &LsmContext) -> Result<i32, i32> {
-    // Not configured yet, or not ours: let it through (fails open).
-    let Some(settings) = settings() else {
+    let Some(settings) = scoped_settings() else {
         return Ok(0);
     };
-    if !current_in_scope() {
-        return Ok(0);
-    }
     let dir: *mut path = ctx.arg(0);
     let dentry: *const u8 = ctx.arg(1);
     let input = file_path_input(dir, Some(dentry))?;
@@ -113,24 +106,10 @@ unsafe fn try_dir_entry(ctx: &LsmContext) -> Result<i32, i32> {
     Ok(decide(&settings, verdict, kind::FILE_WRITE, input.name_len))
 }
 
-#[lsm(hook = "path_rename")]
-pub fn path_rename(ctx: LsmContext) -> i32 {
-    let previous: i32 = ctx.arg(5);
-    if previous != 0 {
-        return lsm_return(previous);
-    }
-    // The scratch map unreadable fails open (as `file_open`, and for its reason).
-    lsm_return(unsafe { try_path_rename(&ctx) }.unwrap_or(0))
-}
-
 unsafe fn try_path_rename(ctx: &LsmContext) -> Result<i32, i32> {
-    // Not configured yet, or not ours: let it through (fails open).
-    let Some(settings) = settings() else {
+    let Some(settings) = scoped_settings() else {
         return Ok(0);
     };
-    if !current_in_scope() {
-        return Ok(0);
-    }
     // The old name goes away and the new one appears: both are writes. The old one first; a
     // refusal there is the one reported.
     let input = file_path_input(ctx.arg(0), Some(ctx.arg(1)))?;
@@ -143,24 +122,10 @@ unsafe fn try_path_rename(ctx: &LsmContext) -> Result<i32, i32> {
     Ok(decide(&settings, verdict, kind::FILE_WRITE, input.name_len))
 }
 
-#[lsm(hook = "path_truncate")]
-pub fn path_truncate(ctx: LsmContext) -> i32 {
-    let previous: i32 = ctx.arg(1);
-    if previous != 0 {
-        return lsm_return(previous);
-    }
-    // The scratch map unreadable fails open (as `file_open`, and for its reason).
-    lsm_return(unsafe { try_path_truncate(&ctx) }.unwrap_or(0))
-}
-
 unsafe fn try_path_truncate(ctx: &LsmContext) -> Result<i32, i32> {
-    // Not configured yet, or not ours: let it through (fails open).
-    let Some(settings) = settings() else {
+    let Some(settings) = scoped_settings() else {
         return Ok(0);
     };
-    if !current_in_scope() {
-        return Ok(0);
-    }
     let input = file_path_input(ctx.arg(0), None)?;
     let verdict = table_verdict(table::WRITE_PATH, &input);
     Ok(decide(&settings, verdict, kind::FILE_WRITE, input.name_len))

@@ -942,10 +942,7 @@ fn a_rules_folder_loads_its_policy_files_and_policy_show_lists_them() {
     let text = sandbox.run(["policy", "show", "--rules", &folder]);
     let stdout = &text.stdout;
     assert!(stdout.contains("Legacy policies (1"), "{stdout}");
-    assert!(
-        stdout.contains("Not enforced on the cgroup backend"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("Not enforced by the kernel"), "{stdout}");
 }
 
 #[test]

@@ -770,6 +770,12 @@ const PROGRAM_NAMES: &[&str] = &[
     "bprm_check_security",
     "socket_connect",
     "socket_sendmsg",
+    "file_open",
+    "path_mkdir",
+    "path_unlink",
+    "path_rmdir",
+    "path_rename",
+    "path_truncate",
 ];
 
 fn is_guard_program_name(kernel_name: &str) -> bool {

@@ -235,6 +235,12 @@ fn expected_pins(backend: Backend) -> BTreeSet<String> {
             "bprm_check_security-1",
             "socket_connect-2",
             "socket_sendmsg-3",
+            "file_open-4",
+            "path_mkdir-5",
+            "path_unlink-6",
+            "path_rmdir-7",
+            "path_rename-8",
+            "path_truncate-9",
         ],
     };
     names.iter().map(|n| n.to_string()).collect()

@@ -34,9 +34,12 @@ pub const NO_RULE: u32 = u32::MAX;
 pub const DFA_MAX_STATES: usize = 1024;
 /// Byte classes a pattern table may have: the width of one [`crate::dfa::DfaRow`].
 pub const DFA_MAX_CLASSES: usize = 64;
-/// Bytes of input the kernel walks through a pattern table (argv is read into a buffer of this
-/// size); past it the walk ends with the safe answer.
-pub const DFA_MAX_INPUT: usize = ARGV_LEN;
+/// Bytes of argv the exec program reads for the pattern tables (more than an event carries, so
+/// that a long command line is still read to its end rather than refused as unknown).
+pub const PATTERN_ARGV_LEN: usize = 4096;
+/// Bytes of input the kernel walks through a pattern table (the file's name and argv after
+/// `argv[0]`, or a file's path); past it the walk ends with the safe answer.
+pub const DFA_MAX_INPUT: usize = PATTERN_ARGV_LEN;
 /// Bytes of a file's path the file hooks read (`bpf_d_path`'s buffer, a power of two); the
 /// pattern walk reads at most [`DFA_MAX_INPUT`] of them.
 pub const FILE_PATH_LEN: usize = 512;

@@ -16,7 +16,8 @@ use aya_ebpf::programs::{BtfTracePointContext, LsmContext};
 use guard_common::Decision;
 use guard_common::event::{TaskInfo, action, flag, kind};
 use guard_common::limits::{
-    ARGV_LEN, MAX_ARGV_TOKENS, NAME_LEN, NO_RULE, PATH_LEN, TOKEN_LEN, TOKEN_SCAN_LEN,
+    ARGV_LEN, MAX_ARGV_TOKENS, NAME_LEN, NO_RULE, PATH_LEN, PATTERN_ARGV_LEN, TOKEN_LEN,
+    TOKEN_SCAN_LEN,
 };
 use guard_common::maps::{
     ArgvEdge, ExecIdentity, ExecName, Settings, VERDICT_APPROVAL, Verdict, counter,
@@ -71,10 +72,13 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
     // than once per way out of the argv walk. Input and verdict go through our per-CPU scratch
     // (plain stores and loads, volatile so what is read back is map memory, not the registers
     // the loops that found it left behind: see `ExecScratch`).
+    let total = arg_end.saturating_sub(arg_start);
+    let read = read_pattern_argv(arg_start, total, &mut scratch.pattern_argv);
     let input = PatternInput::new(
         str_len(&scratch.name.name),
-        &scratch.task,
-        arg_end.saturating_sub(arg_start),
+        &scratch.pattern_argv,
+        read,
+        total,
     );
     // SAFETY (each volatile access): our per-CPU scratch, only this program on this CPU.
     unsafe { core::ptr::write_volatile(&mut scratch.patterns, input) };
@@ -449,6 +453,25 @@ fn fill_task_info(
         {
             info.argv_len = len as u16;
         }
+    }
+}
+
+/// Reads up to `PATTERN_ARGV_LEN` bytes of the new image's argv into `buf`; how many (0 when
+/// unreadable: the pattern walks then take their safe answer).
+#[inline(always)]
+fn read_pattern_argv(arg_start: u64, total: u64, buf: &mut [u8; PATTERN_ARGV_LEN]) -> usize {
+    let len = if total > PATTERN_ARGV_LEN as u64 {
+        PATTERN_ARGV_LEN
+    } else {
+        total as usize
+    };
+    if len == 0 || len > PATTERN_ARGV_LEN {
+        return 0;
+    }
+    // SAFETY: user memory of the new image into our scratch buffer.
+    match unsafe { bpf_probe_read_user_buf(arg_start as *const u8, &mut buf[..len]) } {
+        Ok(()) => len,
+        Err(_) => 0,
     }
 }
 

@@ -8,7 +8,7 @@ use guard_common::event::TaskInfo;
 use crate::patterns::PatternInput;
 use guard_common::limits::{
     EVENTS_BYTES, FILE_PATH_BUF, MAX_EXEC_ENTRIES, MAX_NET_ENTRIES, MAX_SCOPES, MAX_TASKS,
-    TOKEN_SCAN_LEN,
+    PATTERN_ARGV_LEN, TOKEN_SCAN_LEN,
 };
 use guard_common::maps::{
     ArgvEdge, ArgvNode, DestV4, DestV6, ExecIdentity, ExecName, Settings, Verdict, counter,
@@ -74,6 +74,9 @@ pub struct ExecScratch {
     pub patterns: PatternInput,
     /// What the pattern tables decided, read back after the argv walk.
     pub pattern_verdict: Verdict,
+    /// argv as the pattern tables read it: up to `PATTERN_ARGV_LEN` bytes, more than the
+    /// event's copy in `task`.
+    pub pattern_argv: [u8; PATTERN_ARGV_LEN],
 }
 
 /// How far the argv walk went: kept in map memory rather than returned, because the verifier

@@ -13,14 +13,13 @@ use core::ffi::c_void;
 
 use aya_ebpf::helpers::generated::bpf_loop;
 use guard_common::dfa::{DfaHeader, DfaWalk, Outcome, Step, header_index, row_index, table};
-use guard_common::event::TaskInfo;
-use guard_common::limits::{ARGV_LEN, DFA_MAX_INPUT};
+use guard_common::limits::{DFA_MAX_INPUT, PATTERN_ARGV_LEN};
 use guard_common::maps::Verdict;
 
 use crate::maps::{DFA_HEADERS, DFA_ROWS, DFA_SLOTS, EXEC_SCRATCH, FILE_SCRATCH};
 
-/// Where the input lies in the exec's scratch (`EXEC_SCRATCH`: the name, and the event's copy
-/// of argv). Byte `i` of the input is `name[i]` below `name_len`, then
+/// Where the input lies in the exec's scratch (`EXEC_SCRATCH`: the name, and the pattern
+/// tables' copy of argv). Byte `i` of the input is `name[i]` below `name_len`, then
 /// `argv[args_from + i - name_len]`.
 ///
 /// Plain integers, no `Option` or `bool`: a `None` would leave its payload undefined, and the
@@ -42,6 +41,8 @@ pub struct PatternInput {
 
 /// [`PatternInput::args_from`] when argv after argv[0] cannot be found.
 const NO_ARGS: u32 = u32::MAX;
+/// Bytes of argv searched for the end of argv[0].
+const ARGV0_SCAN_LEN: usize = 512;
 /// The input is an exec's (`EXEC_SCRATCH`: the file's name, then argv).
 pub const SOURCE_EXEC: u32 = 0;
 /// The input is a file's path (`FILE_SCRATCH`), `name_len` bytes of it; `complete` 0 when
@@ -49,21 +50,22 @@ pub const SOURCE_EXEC: u32 = 0;
 pub const SOURCE_FILE: u32 = 1;
 
 impl PatternInput {
-    /// The input of one exec: `task.argv` holds `task.argv_len` bytes of the `total` argv
-    /// bytes (NUL-terminated strings).
+    /// The input of one exec: `argv` holds `len` bytes of the `total` argv bytes
+    /// (NUL-terminated strings), read into the exec scratch's `pattern_argv`.
     #[inline(always)]
-    pub fn new(name_len: usize, task: &TaskInfo, total: u64) -> Self {
-        let len = task.argv_len as usize;
+    pub fn new(name_len: usize, argv: &[u8; PATTERN_ARGV_LEN], len: usize, total: u64) -> Self {
         let complete = len > 0 && len as u64 == total;
         // A complete copy ends with argv's last NUL, which separates nothing.
         let end = if complete { len - 1 } else { len };
+        // argv[0] is looked for in its first bytes only (a bounded loop the verifier walks
+        // once); a longer argv[0] leaves the arguments unknown (the safe answer).
         let mut args_from = NO_ARGS;
         let mut i = 0;
-        while i < ARGV_LEN {
+        while i < ARGV0_SCAN_LEN {
             if i >= len {
                 break;
             }
-            if task.argv[i] == 0 {
+            if argv[i] == 0 {
                 args_from = i as u32;
                 break;
             }
@@ -244,8 +246,7 @@ fn input_byte(state: &WalkState, index: usize) -> Option<u8> {
         scratch.name.name.get(index).copied()
     } else {
         scratch
-            .task
-            .argv
+            .pattern_argv
             .get(state.args_from as usize + (index - name_len))
             .copied()
     }

@@ -186,6 +186,29 @@ fn a_forbidden_substring_stops_the_exec_in_any_argument_after_argv0() {
     assert_ran(&out, "DROP and TABLE apart", &work, &["DROP", "TABLE"]);
     let out = run(&session, sub, "--gp-force", &["plain"], &work);
     assert_ran(&out, "--gp-force only in argv[0]", &work, &["plain"]);
+
+    // A long command line is read to its end (up to 4 KiB): the substring far past the 512
+    // bytes an event carries is found, and a long one without it runs.
+    let filler = "f".repeat(200);
+    let mut long: Vec<String> = (0..8).map(|i| format!("{filler}{i}")).collect();
+    let names: Vec<&str> = long.iter().map(String::as_str).collect();
+    let out = run(&session, sub, "gp-sub", &names, &work);
+    assert_ran(
+        &out,
+        "1.6 KB of argv without the substring",
+        &work,
+        &names[..1],
+    );
+    long.push("x--gp-force".to_string());
+    long[0] = "first-of-long".to_string();
+    let names: Vec<&str> = long.iter().map(String::as_str).collect();
+    let out = run(&session, sub, "gp-sub", &names, &work);
+    assert_stopped(&out, "--gp-force at byte 1 600", &work, &["first-of-long"]);
+    // Past what the kernel reads, what follows is unknown: the safe answer.
+    let huge: Vec<String> = (0..25).map(|i| format!("h{i}{filler}")).collect();
+    let names: Vec<&str> = huge.iter().map(String::as_str).collect();
+    let out = run(&session, sub, "gp-sub", &names, &work);
+    assert_stopped(&out, "5 KB of argv", &work, &names[..1]);
 }
 
 #[test]
@@ -246,6 +269,8 @@ fn the_kernel_walk_decides_as_the_userspace_walk_does() {
     };
     let work = work_dir(&session);
     let long = "l".repeat(600);
+    let mid = "m".repeat(3000);
+    let huge = "h".repeat(5000);
     let cases: Vec<Vec<&str>> = vec![
         vec!["plain"],
         vec!["a-x-b"],
@@ -258,6 +283,9 @@ fn the_kernel_walk_decides_as_the_userspace_walk_does() {
         vec!["has space"],
         vec![""],
         vec![long.as_str()],
+        vec![mid.as_str(), "abc"],
+        vec![mid.as_str(), "x-x-y"],
+        vec![huge.as_str()],
         vec!["q", "r", "s", "t"],
     ];
     let mut refusals = 0;

@@ -4,7 +4,8 @@
 //!
 //! Run with `cargo xtask bench` (after the policy benchmarks; `cargo xtask bench -- enforcement`
 //! runs only this one) or `cargo bench -p guard-tests --bench enforcement`. Options after `--`:
-//! `--quick` (3 rounds, a third of the operations) and `--rounds N`. Needs root and a kernel
+//! `--quick` (3 rounds, a third of the operations), `--rounds N`, and `--exec-arg-bytes N` (the
+//! measured exec also gets arguments of 200 bytes, N bytes in all). Needs root and a kernel
 //! that loads guard's programs; otherwise it prints why and exits 0 (1 when `CI=true`).
 //!
 //! # Method
@@ -93,6 +94,8 @@ const CONNECT_K: usize = 3_000;
 const GETPPID_K: usize = 200_000;
 /// The first argument that makes this binary the worker.
 const WORKER_ARG: &str = "--guard-enforcement-bench-worker";
+/// How `--exec-arg-bytes` reaches the worker.
+const EXEC_ARG_BYTES_ENV: &str = "GUARD_BENCH_EXEC_ARG_BYTES";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
@@ -198,6 +201,12 @@ fn parse_args(args: &[String]) -> Option<Options> {
                 options.exec_k /= 3;
                 options.connect_k /= 3;
                 options.getppid_k /= 3;
+            }
+            "--exec-arg-bytes" => {
+                if let Some(bytes) = iter.next().filter(|n| n.parse::<usize>().is_ok()) {
+                    // SAFETY: set before any thread is started (the worker inherits it).
+                    unsafe { std::env::set_var(EXEC_ARG_BYTES_ENV, bytes) };
+                }
             }
             "--rounds" => {
                 options.rounds = iter
@@ -1006,12 +1015,22 @@ fn worker() -> Result<()> {
         sin_zero: [0; 8],
     };
     let program = CString::new("/bin/true")?;
-    let argv_owned = [CString::new("true")?, CString::new("bench")?];
-    let argv: [*const libc::c_char; 3] = [
-        argv_owned[0].as_ptr(),
-        argv_owned[1].as_ptr(),
-        std::ptr::null(),
-    ];
+    // `--exec-arg-bytes N`: after `bench`, arguments of 200 bytes up to N bytes in all (what a
+    // long command line costs the pattern tables, which read up to 4 KiB of argv; each is
+    // short enough for the argv trie to step over).
+    let mut argv_owned = vec![CString::new("true")?, CString::new("bench")?];
+    let extra: usize = std::env::var(EXEC_ARG_BYTES_ENV)
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    for i in 0..extra.div_ceil(201) {
+        argv_owned.push(CString::new(format!("{i:03}{}", "b".repeat(197)))?);
+    }
+    let argv: Vec<*const libc::c_char> = argv_owned
+        .iter()
+        .map(|arg| arg.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
     let envp: [*const libc::c_char; 1] = [std::ptr::null()];
 
     let mut out = std::io::stdout().lock();
@@ -1085,7 +1104,7 @@ fn join_cgroup(procs: &Path) -> Result<String> {
 
 fn fork_exec_wait(
     program: &CString,
-    argv: &[*const libc::c_char; 3],
+    argv: &[*const libc::c_char],
     envp: &[*const libc::c_char; 1],
 ) -> Result<()> {
     // SAFETY: the child only calls execve and _exit (async-signal-safe) on memory prepared

@@ -126,3 +126,60 @@ pub fn not_enforced(image: &EnforcementImage, backend: Backend) -> Vec<NotEnforc
     });
     files.chain(connects).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::{CompileEnv, NoResolver, compile};
+    use crate::policy::PolicyParser;
+
+    fn image(rules: &str) -> EnforcementImage {
+        let mut parser = PolicyParser::new();
+        parser.parse("t.rules", rules).unwrap();
+        compile(&parser.build(), &NoResolver, &CompileEnv::default())
+    }
+
+    #[test]
+    fn file_rules_are_gaps_on_cgroup_only_and_connect_patterns_on_both() {
+        let image = image(
+            "rule_set(deny=[\"write(.git/**)\", \"bash(rm -rf*)\"], ask=[\"connect(*:22)\", \"read(*.env)\"])\n",
+        );
+        let lsm = not_enforced(&image, Backend::Lsm);
+        assert_eq!(lsm.len(), 1, "{lsm:#?}");
+        assert!(lsm[0].rule.contains("connect(*:22)") && lsm[0].rule.contains("t.rules:1"));
+        assert_eq!(lsm[0].reason, CONNECT_PATTERNS);
+        let cgroup = not_enforced(&image, Backend::Cgroup);
+        let rules: Vec<(&str, bool, bool)> = cgroup
+            .iter()
+            .map(|g| (g.rule.as_str(), g.reads, g.writes))
+            .collect();
+        assert_eq!(
+            rules,
+            [
+                (
+                    "rule_set(deny=[\"write(.git/**)\"]) (t.rules:1)",
+                    false,
+                    true
+                ),
+                ("rule_set(ask=[\"read(*.env)\"]) (t.rules:1)", true, false),
+                (
+                    "rule_set(ask=[\"connect(*:22)\"]) (t.rules:1)",
+                    false,
+                    false
+                ),
+            ]
+        );
+        // The exec pattern is held everywhere: never a gap.
+        assert!(cgroup.iter().all(|g| !g.rule.contains("rm -rf")));
+    }
+
+    #[test]
+    fn the_enforcement_table_says_not_enforced_where_the_reports_do() {
+        let files = ENFORCES
+            .iter()
+            .find(|row| row.rules.contains("write(...)"))
+            .unwrap();
+        assert!(files.on(Backend::Cgroup).starts_with("not enforced"));
+        assert!(!files.on(Backend::Lsm).starts_with("not enforced"));
+    }
+}

@@ -18,12 +18,11 @@ use aya::Ebpf;
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
 use guard_common::Decision;
+use guard_common::dfa::{DfaHeader, DfaRow, header_index, row_index, table};
 use guard_common::maps::{
     ArgvEdge, ArgvNode, DEST_HEAD_BITS, DestV4, DestV6, ExecIdentity, ExecName, Settings,
     TRANSPORT_ANY, TRANSPORT_TCP, TRANSPORT_UDP, VERDICT_APPROVAL, Verdict, counter, dest_key,
 };
-
-use guard_common::dfa::{DfaHeader, DfaRow, header_index, row_index, table};
 
 use crate::compile::dfa::DfaTable;
 use crate::compile::image::{EnforcementImage, Verdict as ImageVerdict, validate_exec_approval};

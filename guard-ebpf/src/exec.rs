@@ -29,7 +29,7 @@ use crate::maps::{
     ARGV_TRIE, EXEC_IDENTITIES, EXEC_NAMES, EXEC_SCRATCH, LSM_SCRATCH, TASKS, WalkEnd, count,
     settings,
 };
-use crate::patterns::{PatternInput, pattern_verdict};
+use crate::patterns::{PatternInput, exec_tables_loaded, pattern_verdict};
 use crate::scope::current_in_scope;
 
 const SIGKILL: u32 = 9;
@@ -72,18 +72,24 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
     // than once per way out of the argv walk. Input and verdict go through our per-CPU scratch
     // (plain stores and loads, volatile so what is read back is map memory, not the registers
     // the loops that found it left behind: see `ExecScratch`).
-    let total = arg_end.saturating_sub(arg_start);
-    let read = read_pattern_argv(arg_start, total, &mut scratch.pattern_argv);
-    let input = PatternInput::new(
-        str_len(&scratch.name.name),
-        &scratch.pattern_argv,
-        read,
-        total,
-    );
-    // SAFETY (each volatile access): our per-CPU scratch, only this program on this CPU.
-    unsafe { core::ptr::write_volatile(&mut scratch.patterns, input) };
-    let input = unsafe { core::ptr::read_volatile(&scratch.patterns) };
-    let by_pattern = pattern_verdict(&input);
+    // With no exec table loaded (no pattern rule in the policy), argv is not copied for them:
+    // nothing to decide (not a failure).
+    let by_pattern = if exec_tables_loaded() {
+        let total = arg_end.saturating_sub(arg_start);
+        let read = read_pattern_argv(arg_start, total, &mut scratch.pattern_argv);
+        let input = PatternInput::new(
+            str_len(&scratch.name.name),
+            &scratch.pattern_argv,
+            read,
+            total,
+        );
+        // SAFETY (each volatile access): our per-CPU scratch, only this program on this CPU.
+        unsafe { core::ptr::write_volatile(&mut scratch.patterns, input) };
+        let input = unsafe { core::ptr::read_volatile(&scratch.patterns) };
+        pattern_verdict(&input)
+    } else {
+        Verdict::NONE
+    };
     unsafe { core::ptr::write_volatile(&mut scratch.pattern_verdict, by_pattern) };
 
     verdict = verdict.strongest(walk_argv(

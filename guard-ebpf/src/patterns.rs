@@ -116,6 +116,21 @@ pub fn pattern_verdict(input: &PatternInput) -> Verdict {
         .strongest(walk_table(table::COMMAND_LINE, input))
 }
 
+/// Whether any of the exec tables (program name, argv, command line) holds patterns.
+#[inline(always)]
+pub fn exec_tables_loaded() -> bool {
+    [table::PROGRAM_NAME, table::ARGV, table::COMMAND_LINE]
+        .iter()
+        .any(|&t| table_header(t).is_some_and(|(_, h)| !h.is_empty()))
+}
+
+/// The header in force for `table` (none before userspace wrote one).
+#[inline(always)]
+fn table_header(table: u32) -> Option<(u32, &'static DfaHeader)> {
+    let slot = *DFA_SLOTS.get(table)? & 1;
+    Some((slot, DFA_HEADERS.get(header_index(table, slot))?))
+}
+
 /// The verdict of one table for `input` (none when the table holds nothing).
 #[inline(always)]
 pub fn table_verdict(table: u32, input: &PatternInput) -> Verdict {
@@ -125,11 +140,7 @@ pub fn table_verdict(table: u32, input: &PatternInput) -> Verdict {
 #[inline(always)]
 fn walk_table(table: u32, input: &PatternInput) -> Verdict {
     // No slot or header: the maps hold no table yet (fails open, as before any policy).
-    let Some(slot) = DFA_SLOTS.get(table) else {
-        return Verdict::NONE;
-    };
-    let slot = *slot & 1;
-    let Some(header) = DFA_HEADERS.get(header_index(table, slot)) else {
+    let Some((slot, header)) = table_header(table) else {
         return Verdict::NONE;
     };
     // No pattern of this kind in the policy (not a failure).

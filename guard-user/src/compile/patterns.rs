@@ -235,7 +235,6 @@ impl Gathered {
         for tool in tools {
             let compiled = match (tool, glob) {
                 // A bare pattern matches every call: the empty regex, over the shortest input.
-                (Tool::Exec, None) => Ok(vec![DfaPattern::program_regex("", verdict)]),
                 (_, None) => Ok(vec![DfaPattern::program_regex("", verdict)]),
                 (Tool::Exec, Some(glob)) => {
                     DfaPattern::command_glob(glob, verdict).map(|p| vec![p])

@@ -38,6 +38,8 @@ pub mod flag {
     pub const ARGV_TRUNCATED: u8 = 4;
     /// The decision came from the `lsm` backend's hook.
     pub const LSM: u8 = 8;
+    /// Exec of a file no path names (a memfd, a deleted file): `enforcement(anonymous_exec)`.
+    pub const ANONYMOUS: u8 = 16;
 }
 
 #[repr(C)]

@@ -111,7 +111,10 @@ pub struct Settings {
     /// Non-zero: allowed execs and connections are recorded too (`[audit] record_allowed`),
     /// as events with action none, so an audit log holds all traffic for `guard replay`.
     pub record_allowed: u8,
-    pub _pad: [u8; 2],
+    /// Decision code for an exec of a file no path names (a memfd, a deleted file), which no
+    /// rule can name (`enforcement(anonymous_exec=...)`).
+    pub anonymous_exec: u8,
+    pub _pad: [u8; 1],
 }
 
 /// Program identity: the executed file's device (kernel `dev_t`: major << 20 | minor) and inode.
@@ -270,6 +273,8 @@ pub struct KernelOffsets {
     pub file_f_path: u32,
     /// `file.f_mode`.
     pub file_f_mode: u32,
+    /// `dentry.d_hash.pprev` (NULL: the dentry is unhashed, no path reaches it).
+    pub dentry_d_hash_pprev: u32,
 }
 
 #[cfg(test)]

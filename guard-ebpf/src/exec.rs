@@ -1,6 +1,7 @@
 //! Exec decisions: by program identity (device + inode of the file actually executed), by the
-//! executed file's name, by argv prefix (the argv trie) and by pattern tables (`patterns`),
-//! strongest wins.
+//! executed file's name, by argv prefix (the argv trie, under each reading of token 0: `argv`),
+//! by pattern tables (`patterns`) and, for a file no path names, by the policy's default for
+//! those; strongest wins.
 //!
 //! `tp_btf/sched_process_exec` runs after the new image is installed and before it executes a
 //! single instruction: argv there is the new image's own (other threads are gone), so a racing
@@ -8,27 +9,18 @@
 //! (where the kernel allows it) refuses by identity and name earlier, with EPERM.
 
 use aya_ebpf::helpers::generated::{bpf_get_current_task, bpf_send_signal};
-use aya_ebpf::helpers::{
-    bpf_probe_read_kernel_str_bytes, bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
-};
+use aya_ebpf::helpers::{bpf_probe_read_kernel_str_bytes, bpf_probe_read_user_buf};
 use aya_ebpf::macros::{btf_tracepoint, lsm};
 use aya_ebpf::programs::{BtfTracePointContext, LsmContext};
 use guard_common::Decision;
 use guard_common::event::{TaskInfo, action, flag, kind};
-use guard_common::limits::{
-    ARGV_LEN, MAX_ARGV_TOKENS, NAME_LEN, NO_RULE, PATH_LEN, PATTERN_ARGV_LEN, TOKEN_LEN,
-    TOKEN_SCAN_LEN,
-};
-use guard_common::maps::{
-    ArgvEdge, ExecIdentity, ExecName, Settings, VERDICT_APPROVAL, Verdict, counter,
-};
+use guard_common::limits::{ARGV_LEN, NO_RULE, PATH_LEN, PATTERN_ARGV_LEN};
+use guard_common::maps::{ExecIdentity, ExecName, Settings, Verdict, counter};
 
+use crate::argv::walk_argv;
 use crate::events::{Subject, emit};
-use crate::kernel::{file_identity, lsm_return, offsets, read_at};
-use crate::maps::{
-    ARGV_TRIE, EXEC_IDENTITIES, EXEC_NAMES, EXEC_SCRATCH, LSM_SCRATCH, TASKS, WalkEnd, count,
-    settings,
-};
+use crate::kernel::{file_identity, file_is_anonymous, lsm_return, offsets, read_at};
+use crate::maps::{EXEC_IDENTITIES, EXEC_NAMES, EXEC_SCRATCH, LSM_SCRATCH, TASKS, count, settings};
 use crate::patterns::{PatternInput, exec_tables_loaded, pattern_verdict};
 use crate::scope::current_in_scope;
 
@@ -60,6 +52,9 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
 
     let file: *const u8 = unsafe { read_at(bprm, off.bprm_file)? };
     let identity = unsafe { file_identity(file, &mut scratch.name)? };
+    // Unreadable: decided as a file with a path (fails open to the rules, which still decide;
+    // `file_identity` read the same file just before, so this is not expected).
+    let anonymous = unsafe { file_is_anonymous(file) }.unwrap_or(false);
     let mut verdict = identity_verdict(&identity, &scratch.name);
 
     // The new image's argv, and what the events of this process will name. Bounds that cannot
@@ -78,7 +73,7 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
         let total = arg_end.saturating_sub(arg_start);
         let read = read_pattern_argv(arg_start, total, &mut scratch.pattern_argv);
         let input = PatternInput::new(
-            str_len(&scratch.name.name),
+            crate::argv::str_len(&scratch.name.name),
             &scratch.pattern_argv,
             read,
             total,
@@ -92,16 +87,17 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
     };
     unsafe { core::ptr::write_volatile(&mut scratch.pattern_verdict, by_pattern) };
 
-    verdict = verdict.strongest(walk_argv(
-        &scratch.name,
-        arg_start,
-        arg_end,
-        &mut scratch.scan,
-        &mut scratch.walk,
-    ));
+    let by_argv = walk_argv(&identity, arg_start, arg_end);
+    verdict = verdict.strongest(by_argv.verdict);
     verdict = verdict.strongest(unsafe { core::ptr::read_volatile(&scratch.pattern_verdict) });
 
     let mut flags = 0;
+    if anonymous {
+        // A file no path names (a memfd, a deleted or O_TMPFILE file): no rule can name it,
+        // so the policy's default for such files decides with the rules that matched.
+        verdict = verdict.strongest(anonymous_verdict(&settings));
+        flags |= flag::ANONYMOUS;
+    }
     if verdict.is_none() {
         verdict = Verdict {
             decision: settings.unmatched_exec,
@@ -115,9 +111,7 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
     // or the unmatched default, becomes an allow (counted as one, no event). `forbidden` is
     // never approved away, and `approved` is false for anything the walk could not compare to
     // its end (fails closed: decided as without the approval).
-    if verdict.decision == Decision::Prompt as u8
-        && walked_to_approval(&scratch.walk, arg_start, arg_end)
-    {
+    if verdict.decision == Decision::Prompt as u8 && by_argv.approved != 0 {
         verdict.decision = Decision::Allow as u8;
     }
     let tgid = (aya_ebpf::helpers::bpf_get_current_pid_tgid() >> 32) as u32;
@@ -174,9 +168,15 @@ unsafe fn try_bprm_check_security(ctx: &LsmContext) -> Result<i32, i32> {
     let scratch = unsafe { &mut *LSM_SCRATCH.get_ptr_mut(0).ok_or(0)? };
     let file: *const u8 = unsafe { read_at(bprm, offsets().bprm_file)? };
     let identity = unsafe { file_identity(file, &mut scratch.name)? };
-    // Only matched identity and name rules decide here: the unmatched default needs argv,
-    // which sched_process_exec has.
-    let verdict = identity_verdict(&identity, &scratch.name);
+    // Only matched identity and name rules (and the default for a file no path names) decide
+    // here: the unmatched default needs argv, which sched_process_exec has.
+    let mut verdict = identity_verdict(&identity, &scratch.name);
+    let mut flags = flag::LSM;
+    // Unreadable: sched_process_exec decides it again (fails open here only).
+    if unsafe { file_is_anonymous(file) }.unwrap_or(false) {
+        verdict = verdict.strongest(anonymous_verdict(&settings));
+        flags |= flag::ANONYMOUS;
+    }
     // Nothing to refuse by identity or name (not a failure; sched_process_exec still decides
     // argv and the unmatched default).
     if verdict.is_none() || verdict.decision == Decision::Allow as u8 {
@@ -210,12 +210,24 @@ unsafe fn try_bprm_check_security(ctx: &LsmContext) -> Result<i32, i32> {
     decide(
         &settings,
         verdict,
-        flag::LSM,
+        flags,
         &identity,
         Some(&scratch.task),
         refuse,
     );
     Ok(if refused { -EPERM } else { 0 })
+}
+
+/// The policy's decision for an exec of a file no path names
+/// (`enforcement(anonymous_exec=...)`), which no rule can name.
+#[inline(always)]
+fn anonymous_verdict(settings: &Settings) -> Verdict {
+    Verdict {
+        decision: settings.anonymous_exec,
+        flags: 0,
+        _pad: 0,
+        rule: NO_RULE,
+    }
 }
 
 #[inline(always)]
@@ -287,151 +299,6 @@ fn enforcement(
         return Some(action::NONE);
     }
     Some(enforce())
-}
-
-/// Walks the argv trie: token 0 is the executed file's name (never `argv[0]`, which the caller
-/// chooses), tokens 1.. are the new image's argv. Every node passed contributes the rule that
-/// ends there. Where the walk cannot go on (argv unreadable, a token too long to step over, or
-/// more tokens than the bound) the strongest rule below the last node is taken: the safe answer.
-///
-/// `end` records how far it got, for [`walked_to_approval`]: where the next token starts once
-/// argv[0] is stepped over, and the flags of the last node reached. Both are written on the
-/// straight path (no write at any way out), so every exit leaves a consistent pair.
-#[inline(always)]
-fn walk_argv(
-    name: &ExecName,
-    arg_start: u64,
-    arg_end: u64,
-    scan: &mut [u8; TOKEN_SCAN_LEN],
-    end: &mut WalkEnd,
-) -> Verdict {
-    // SAFETY (every write to `end`): plain stores into our per-CPU scratch, volatile so that
-    // they stay stores (see `WalkEnd`).
-    unsafe {
-        core::ptr::write_volatile(&mut end.pos, 0);
-        core::ptr::write_volatile(&mut end.flags, 0);
-    }
-    let mut edge = ArgvEdge {
-        parent: 0,
-        len: 0,
-        _pad: [0; 3],
-        token: [0; TOKEN_LEN],
-    };
-    let name_len = str_len(&name.name);
-    set_token(&mut edge, &name.name, name_len);
-    // SAFETY: lookups with plain keys.
-    let Some(mut node) = (unsafe { ARGV_TRIE.get(&edge) }).copied() else {
-        // No argv rule or approval for this program name: nothing for argv to decide (not a
-        // failure; identity, name and the unmatched default decide).
-        return Verdict::NONE;
-    };
-    unsafe { core::ptr::write_volatile(&mut end.flags, node.here.flags) };
-    let mut verdict = node.here;
-    // argv[0] is skipped: the program is token 0 already.
-    let mut pos = arg_start;
-    // SAFETY (both reads): user memory of the new image into our scratch buffer.
-    // argv unreadable, or argv[0] too long to step over: fails closed (the strongest rule
-    // below counts as matched; an allow there cannot weaken a refusal, and no approval).
-    let Ok(argv0) = (unsafe { bpf_probe_read_user_str_bytes(pos as *const u8, &mut scan[..]) })
-    else {
-        count(counter::ARGV_UNREADABLE);
-        return verdict.strongest(node.below);
-    };
-    let argv0_len = argv0.len();
-    if argv0_len >= TOKEN_SCAN_LEN - 1 {
-        count(counter::ARGV_UNREADABLE);
-        return verdict.strongest(node.below);
-    }
-    pos += argv0_len as u64 + 1;
-    unsafe { core::ptr::write_volatile(&mut end.pos, pos) };
-    let mut compared = 1;
-    while compared < MAX_ARGV_TOKENS {
-        if pos >= arg_end {
-            // argv ends: every token compared (not a failure).
-            return verdict;
-        }
-        let len = match unsafe { bpf_probe_read_user_str_bytes(pos as *const u8, &mut scan[..]) } {
-            Ok(bytes) => bytes.len(),
-            Err(_) => {
-                // Fails closed: the strongest rule below counts as matched.
-                count(counter::ARGV_UNREADABLE);
-                return verdict.strongest(node.below);
-            }
-        };
-        edge.parent = node.id;
-        set_token(&mut edge, scan, len);
-        // SAFETY: lookup with a plain key.
-        match unsafe { ARGV_TRIE.get(&edge) } {
-            Some(next) => {
-                node = *next;
-                verdict = verdict.strongest(node.here);
-            }
-            // No rule continues with this token: the rules passed decide (not a failure).
-            None => return verdict,
-        }
-        unsafe { core::ptr::write_volatile(&mut end.flags, node.here.flags) };
-        if len >= TOKEN_SCAN_LEN - 1 {
-            // Too long to find where the next token starts: fails closed (below counts).
-            return verdict.strongest(node.below);
-        }
-        pos += len as u64 + 1;
-        unsafe { core::ptr::write_volatile(&mut end.pos, pos) };
-        compared += 1;
-    }
-    // More tokens than the kernel compares: the rules below count as matched.
-    if pos < arg_end {
-        verdict.strongest(node.below)
-    } else {
-        verdict
-    }
-}
-
-/// Whether the walk ended exactly at a node a person approved ([`Verdict::approved`] on its
-/// `here`): argv[0] stepped over and every later token compared, the last one at that node.
-/// Every other way out of the walk leaves `end.pos` short of `arg_end` (a token not in the
-/// trie, one too long to compare, unreadable argv, more tokens than the bound) or 0 (no node
-/// for the program, argv[0] unreadable), so a failure never approves (fails closed).
-#[inline(always)]
-fn walked_to_approval(end: &WalkEnd, arg_start: u64, arg_end: u64) -> bool {
-    // SAFETY: reads of our per-CPU scratch, written by `walk_argv` on this CPU just before.
-    let (pos, flags) = unsafe {
-        (
-            core::ptr::read_volatile(&end.pos),
-            core::ptr::read_volatile(&end.flags),
-        )
-    };
-    flags & VERDICT_APPROVAL != 0 && pos > arg_start && pos >= arg_end
-}
-
-#[inline(always)]
-fn str_len(bytes: &[u8; NAME_LEN]) -> usize {
-    let mut i = 0;
-    while i < NAME_LEN {
-        if bytes[i] == 0 {
-            return i;
-        }
-        i += 1;
-    }
-    NAME_LEN
-}
-
-/// Copies the first `TOKEN_LEN` bytes of a `len`-byte token into the edge key, zero-padded.
-#[inline(always)]
-fn set_token(edge: &mut ArgvEdge, bytes: &[u8], len: usize) {
-    let mut i = 0;
-    while i < TOKEN_LEN {
-        edge.token[i] = if i < len && i < bytes.len() {
-            bytes[i]
-        } else {
-            0
-        };
-        i += 1;
-    }
-    edge.len = if len > TOKEN_LEN {
-        TOKEN_LEN as u8 + 1
-    } else {
-        len as u8
-    };
 }
 
 /// Fills the per-CPU TaskInfo: parent, the path given to exec, and argv (bounded).

@@ -24,6 +24,7 @@ static OFFSETS: KernelOffsets = KernelOffsets {
     msghdr_msg_namelen: 0,
     file_f_path: 0,
     file_f_mode: 0,
+    dentry_d_hash_pprev: 0,
 };
 
 #[inline(always)]
@@ -56,6 +57,19 @@ pub unsafe fn file_identity(file: *const u8, name: &mut ExecName) -> Result<Exec
             dev: dev as u64,
             ino,
         })
+    }
+}
+
+/// Whether no path names the open file `file`: its dentry is not in the dentry cache's hash
+/// (a memfd or other pseudo file, a file deleted or made with O_TMPFILE), so lookup by any path
+/// cannot reach it and no rule can name it.
+#[inline(always)]
+pub unsafe fn file_is_anonymous(file: *const u8) -> Result<bool, i32> {
+    let off = offsets();
+    unsafe {
+        let dentry: *const u8 = read_at(file, off.file_dentry)?;
+        let pprev: *const u8 = read_at(dentry, off.dentry_d_hash_pprev)?;
+        Ok(pprev.is_null())
     }
 }
 

@@ -12,6 +12,7 @@
 #![no_std]
 #![no_main]
 
+mod argv;
 mod events;
 mod exec;
 mod files;

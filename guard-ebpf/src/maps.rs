@@ -5,6 +5,7 @@ use aya_ebpf::maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray, RingBuf};
 use guard_common::dfa::{DFA_HEADER_ENTRIES, DFA_ROW_ENTRIES, DfaHeader, DfaRow, table};
 use guard_common::event::TaskInfo;
 
+use crate::argv::ArgvWalk;
 use crate::patterns::PatternInput;
 use guard_common::limits::{
     EVENTS_BYTES, FILE_PATH_BUF, MAX_EXEC_ENTRIES, MAX_NET_ENTRIES, MAX_SCOPES, MAX_TASKS,
@@ -31,6 +32,12 @@ pub static EXEC_NAMES: HashMap<ExecName, Verdict> = HashMap::with_max_entries(MA
 
 #[map]
 pub static ARGV_TRIE: HashMap<ArgvEdge, ArgvNode> = HashMap::with_max_entries(MAX_EXEC_ENTRIES, 0);
+
+/// The argv trie node of the program whose file this is (device + inode), so a program's argv
+/// rules hold under any name it is run by (a hard link, a copy of the path).
+#[map]
+pub static ARGV_ROOTS: HashMap<ExecIdentity, ArgvNode> =
+    HashMap::with_max_entries(MAX_EXEC_ENTRIES, 0);
 
 #[map]
 pub static DEST_V4: LpmTrie<DestV4, Verdict> = LpmTrie::with_max_entries(MAX_NET_ENTRIES, 0);
@@ -67,8 +74,8 @@ pub struct ExecScratch {
     pub task: TaskInfo,
     pub scan: [u8; TOKEN_SCAN_LEN],
     pub name: ExecName,
-    /// Where the argv walk got to, for `exec::walk_argv`'s exactness test.
-    pub walk: WalkEnd,
+    /// The argv trie walk under each reading of token 0 (`argv`).
+    pub argv: ArgvWalk,
     /// Where the pattern tables' input lies (kept in map memory for the same reason as
     /// `WalkEnd`: read back, it is one unknown on every way out of the loops that found it).
     pub patterns: PatternInput,
@@ -77,18 +84,6 @@ pub struct ExecScratch {
     /// argv as the pattern tables read it: up to `PATTERN_ARGV_LEN` bytes, more than the
     /// event's copy in `task`.
     pub pattern_argv: [u8; PATTERN_ARGV_LEN],
-}
-
-/// How far the argv walk went: kept in map memory rather than returned, because the verifier
-/// tracks registers and stack but not map contents, so one value read back after the walk is
-/// the same unknown on every way out of it and the rest of the program is verified once, not
-/// once per exit (a returned flag cost 20% more verified instructions).
-#[repr(C)]
-pub struct WalkEnd {
-    /// Where the next token starts (0 until argv[0] is stepped over).
-    pub pos: u64,
-    /// `here.flags` of the last node reached.
-    pub flags: u8,
 }
 
 #[map]

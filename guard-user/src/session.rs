@@ -292,6 +292,11 @@ pub fn describe_event(image: &EnforcementImage, event: &KernelEvent) -> String {
                 .unwrap_or_default();
             format!("{reason}{justification}{location}")
         }
+        None if event.anonymous => format!(
+            "the executed file has no path a rule could name (a memfd or a deleted file), and \
+             this policy's enforcement(anonymous_exec=...) is `{}`",
+            event.decision.as_str()
+        ),
         None => format!(
             "no rule matches, and this policy's default for unmatched {} is `{}`",
             if event.kind == EventKind::Exec {

@@ -45,6 +45,7 @@ fn process(exe: &str) -> ProcessInfo {
         exe: exe.into(),
         argv: vec!["curl".into(), "-d".into(), "{\"a\": \"b\\c\"}".into()],
         argv_truncated: false,
+        exe_anonymous: false,
         comm: "curl".into(),
     }
 }

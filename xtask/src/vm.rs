@@ -45,6 +45,7 @@ pub const VM_TESTS: &[&str] = &[
     "kernel_pins",
     "kernel_patterns",
     "kernel_files",
+    "kernel_escapes",
 ];
 
 /// What `vm::run` is asked to do.

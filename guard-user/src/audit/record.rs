@@ -192,6 +192,10 @@ pub struct ProcessInfo {
     /// argv was longer than the kernel's event holds.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub argv_truncated: bool,
+    /// Exec: the executed file has no path (a memfd, a deleted file), so
+    /// `enforcement(anonymous_exec=...)` decided with the rules.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exe_anonymous: bool,
     pub comm: String,
 }
 

@@ -10,7 +10,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::CompileEnv;
-use super::image::{ArgvRule, IdentityEntry, NameEntry, Verdict};
+use super::image::{ArgvRoot, ArgvRule, IdentityEntry, NameEntry, Verdict};
 use crate::policy::{Policy, PrefixRule};
 
 /// What the exec side of the image holds.
@@ -19,6 +19,7 @@ pub(super) struct ExecTables {
     pub identities: Vec<IdentityEntry>,
     pub names: Vec<NameEntry>,
     pub argv_rules: Vec<ArgvRule>,
+    pub argv_roots: Vec<ArgvRoot>,
     pub warnings: Vec<String>,
 }
 
@@ -84,6 +85,25 @@ impl ExecTables {
         }
     }
 
+    /// The files `program` stands for start its argv walk, whatever name they are run by. A
+    /// file two programs' rules stand for (hard links with rules of their own) keeps the first.
+    fn add_roots(&mut self, program: &str, files: &[FoundFile]) {
+        for file in files {
+            if !self
+                .argv_roots
+                .iter()
+                .any(|root| (root.dev, root.ino) == (file.dev, file.ino))
+            {
+                self.argv_roots.push(ArgvRoot {
+                    dev: file.dev,
+                    ino: file.ino,
+                    path: file.path.clone(),
+                    program: program.to_string(),
+                });
+            }
+        }
+    }
+
     fn add_name(&mut self, index: &mut HashMap<String, usize>, name: &str, verdict: Verdict) {
         match index.get(name) {
             Some(&slot) => {
@@ -126,6 +146,12 @@ pub(super) fn compile_exec(policy: &Policy, env: &CompileEnv) -> ExecTables {
                      name instead",
                     where_written(rule)
                 ));
+            }
+            if !program.contains('/') {
+                let found = found_for_name
+                    .entry(program.to_string())
+                    .or_insert_with(|| files_for_name(policy, env, program));
+                tables.add_roots(program, found);
             }
             tables.argv_rules.push(ArgvRule {
                 program: program.to_string(),

@@ -29,6 +29,10 @@ pub struct EnforcementImage {
     /// Rules of two or more tokens, compared with the exec's argv (token 0 is the executed
     /// file's name).
     pub argv_rules: Vec<ArgvRule>,
+    /// The files each argv rule's program stands for, so the kernel starts its argv walk at
+    /// that program's node for an exec of the file under any name (a hard link, a renamed copy
+    /// of the path).
+    pub argv_roots: Vec<ArgvRoot>,
     /// Destinations: networks with a port (or any) and a transport. Several entries may match
     /// one connection; the strongest verdict among them decides.
     pub destinations: Vec<DestinationEntry>,
@@ -223,6 +227,15 @@ pub struct ArgvRule {
     /// The alternatives for each following position; at least one position.
     pub rest: Vec<Vec<String>>,
     pub verdict: Verdict,
+}
+
+/// A file an argv rule's program stands for: its identity and the program's first token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArgvRoot {
+    pub dev: u64,
+    pub ino: u64,
+    pub path: PathBuf,
+    pub program: String,
 }
 
 /// A destination network, port and transport.

@@ -19,6 +19,7 @@ pub mod dfa;
 pub mod dns;
 mod exec;
 pub mod image;
+pub mod loader;
 mod network;
 pub mod patterns;
 
@@ -56,11 +57,15 @@ impl HostResolver for NoResolver {
     }
 }
 
-/// What compiling reads from the machine: where bare program names are looked up.
+/// What compiling reads from the machine: where bare program names are looked up, and where
+/// the dynamic loaders are.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CompileEnv {
     /// The folders a bare name is looked up in, in order (absolute paths only).
     pub path_dirs: Vec<PathBuf>,
+    /// The folders searched for dynamic loaders, whose direct execs are refused unless a rule
+    /// names them (`loader`); empty: none.
+    pub loader_dirs: Vec<PathBuf>,
 }
 
 /// `PATH` when the process has none: the usual system folders.
@@ -74,12 +79,13 @@ impl CompileEnv {
         Self::from_path_var(&path)
     }
 
-    /// The folders of a `PATH`-style value.
+    /// The folders of a `PATH`-style value, and the system's library folders for loaders.
     pub fn from_path_var(path: &std::ffi::OsStr) -> Self {
         CompileEnv {
             path_dirs: std::env::split_paths(path)
                 .filter(|dir| dir.is_absolute())
                 .collect(),
+            loader_dirs: loader::system_loader_dirs(),
         }
     }
 }
@@ -95,15 +101,18 @@ pub fn compile(policy: &Policy, resolver: &dyn HostResolver, env: &CompileEnv) -
     let net = network::compile_destinations(policy, resolver, network_base, address_base);
     let patterns = patterns::compile_patterns(policy, rules.len() as u32);
     rules.extend(patterns.rules);
+    let mut identities = exec.identities;
+    loader::forbid_direct_loader_execs(&env.loader_dirs, &mut rules, &mut identities, &exec.names);
     let mut warnings = exec.warnings;
     warnings.extend(patterns.warnings);
     EnforcementImage {
         settings: policy.enforcement(),
         record_allowed: false,
         rules,
-        identities: exec.identities,
+        identities,
         names: exec.names,
         argv_rules: exec.argv_rules,
+        argv_roots: exec.argv_roots,
         destinations: net.destinations,
         unresolved_hosts: net.unresolved_hosts,
         warnings,

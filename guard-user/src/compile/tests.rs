@@ -93,6 +93,7 @@ fn a_bare_name_becomes_a_name_entry_and_one_identity_per_file() {
             dir.path().join("other"),
             dir.path().join("missing"),
         ],
+        ..CompileEnv::default()
     };
     let policy = parse("prefix_rule(pattern=[\"tool\"], decision=\"forbidden\")\n");
     let image = compile(&policy, &NoResolver, &env);
@@ -126,6 +127,7 @@ fn host_executable_paths_add_identities_for_their_name() {
     write_executable(&elsewhere);
     let env = CompileEnv {
         path_dirs: vec![dir.path().join("bin")],
+        ..CompileEnv::default()
     };
     let policy = parse(&format!(
         "host_executable(name=\"tool\", paths=[{:?}, \"/nonexistent/tool\"])\nprefix_rule(pattern=[\"tool\"], decision=\"prompt\")\n",
@@ -181,6 +183,7 @@ fn a_program_found_nowhere_is_a_warning_and_still_a_name() {
         &NoResolver,
         &CompileEnv {
             path_dirs: vec!["/nonexistent".into()],
+            ..CompileEnv::default()
         },
     );
     assert!(image.identities.is_empty());
@@ -199,6 +202,7 @@ fn entries_keep_the_strongest_verdict_and_ties_keep_the_earlier_rule() {
     write_executable(&file);
     let env = CompileEnv {
         path_dirs: vec![dir.path().join("bin")],
+        ..CompileEnv::default()
     };
     let policy = parse(&format!(
         r#"

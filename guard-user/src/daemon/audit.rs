@@ -453,6 +453,7 @@ impl AuditTrail {
             exe: event.exe,
             argv: event.argv,
             argv_truncated: event.argv_truncated,
+            exe_anonymous: event.anonymous,
             comm: event.comm,
         });
         record.message = Some(message);

@@ -235,6 +235,7 @@ mod tests {
             exe: "/bin/sh".into(),
             argv: Vec::new(),
             argv_truncated: false,
+            anonymous: false,
             dev: 0,
             ino: 0,
             destination: None,

@@ -62,6 +62,7 @@ fn offsets_from(btf: &Btf) -> Result<KernelOffsets> {
         msghdr_msg_namelen: at("msghdr", &["msg_namelen"])?,
         file_f_path: at("file", &["f_path"])?,
         file_f_mode: at("file", &["f_mode"])?,
+        dentry_d_hash_pprev: at("dentry", &["d_hash", "pprev"])?,
     })
 }
 

@@ -73,6 +73,9 @@ pub struct KernelEvent {
     pub exe: String,
     pub argv: Vec<String>,
     pub argv_truncated: bool,
+    /// Exec of a file no path names (a memfd, a deleted file): the policy's
+    /// `enforcement(anonymous_exec=...)` decided with the rules.
+    pub anonymous: bool,
     pub dev: u64,
     pub ino: u64,
     pub destination: Option<EventDestination>,
@@ -178,6 +181,7 @@ impl KernelEvent {
             exe: String::from_utf8_lossy(&e.exe[..exe_len]).into_owned(),
             argv,
             argv_truncated: e.flags & flag::ARGV_TRUNCATED != 0,
+            anonymous: e.kind == kind::EXEC && e.flags & flag::ANONYMOUS != 0,
             dev: e.dev,
             ino: e.ino,
             destination,

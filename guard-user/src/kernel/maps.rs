@@ -49,6 +49,7 @@ pub struct MapSync {
     identities: HashMap<ExecIdentity, Verdict>,
     names: HashMap<ExecName, Verdict>,
     edges: HashMap<ArgvEdge, ArgvNode>,
+    roots: HashMap<ExecIdentity, ArgvNode>,
     node_ids: HashMap<Vec<ArgvToken>, u32>,
     next_node: u32,
     v4: HashMap<(u32, DestV4), Verdict>,
@@ -94,6 +95,7 @@ impl MapSync {
             ExecName::new(e.name.as_bytes()).map(|name| (name, kernel_verdict(&e.verdict)))
         }));
         let (edges, order) = self.build_trie(image);
+        let roots = argv_roots(image, &edges);
         let (v4, v6) = destination_entries(image);
         stats.identities = identities.len();
         stats.names = names.len();
@@ -120,6 +122,11 @@ impl MapSync {
                     map.insert(edge, node, 0).context("writing ARGV_TRIE")?;
                 }
             }
+        }
+        {
+            // After the trie: a root points at a node that is already there.
+            let mut map: BpfHashMap<_, ExecIdentity, ArgvNode> = hash_map(ebpf, "ARGV_ROOTS")?;
+            write_changed(&roots, &self.roots, |k, v| map.insert(k, v, 0))?;
         }
         {
             let mut map: LpmTrie<_, DestV4, Verdict> = lpm(ebpf, "DEST_V4")?;
@@ -150,7 +157,8 @@ impl MapSync {
                 ready: 1,
                 exec_approvals: u8::from(stats.approvals > 0),
                 record_allowed: u8::from(image.record_allowed),
-                _pad: [0; 2],
+                anonymous_exec: image.settings.anonymous_exec as u8,
+                _pad: [0; 1],
             };
             map.set(0, settings, 0).context("writing SETTINGS")?;
         }
@@ -162,6 +170,10 @@ impl MapSync {
         {
             let mut map: BpfHashMap<_, ExecName, Verdict> = hash_map(ebpf, "EXEC_NAMES")?;
             stats.removed += remove_stale(&names, &self.names, |k| map.remove(k))?;
+        }
+        {
+            let mut map: BpfHashMap<_, ExecIdentity, ArgvNode> = hash_map(ebpf, "ARGV_ROOTS")?;
+            stats.removed += remove_stale(&roots, &self.roots, |k| map.remove(k))?;
         }
         {
             let mut map: BpfHashMap<_, ArgvEdge, ArgvNode> = hash_map(ebpf, "ARGV_TRIE")?;
@@ -182,6 +194,7 @@ impl MapSync {
         self.identities = identities;
         self.names = names;
         self.edges = edges;
+        self.roots = roots;
         self.v4 = v4;
         self.v6 = v6;
         Ok(stats)
@@ -348,6 +361,31 @@ impl MapSync {
         map.remove(&cgroup_id).context("removing the scope")?;
         Ok(())
     }
+}
+
+/// `ARGV_ROOTS`: each argv root file → the trie node of its program's first token.
+fn argv_roots(
+    image: &EnforcementImage,
+    edges: &HashMap<ArgvEdge, ArgvNode>,
+) -> HashMap<ExecIdentity, ArgvNode> {
+    image
+        .argv_roots
+        .iter()
+        .filter_map(|root| {
+            let (len, bytes) = token(&root.program);
+            let edge = ArgvEdge {
+                parent: 0,
+                len,
+                _pad: [0; 3],
+                token: bytes,
+            };
+            let identity = ExecIdentity {
+                dev: root.dev,
+                ino: root.ino,
+            };
+            edges.get(&edge).map(|node| (identity, *node))
+        })
+        .collect()
 }
 
 fn token(text: &str) -> ArgvToken {

@@ -266,6 +266,9 @@ fn enforcement_defaults_never_lock_anyone_out() {
             unmatched_exec: Decision::Allow,
             unmatched_network: Decision::Allow,
             audit_only: false,
+            // No rule can name a file without a path: refused, as an unmatched exec would be
+            // under `unmatched_exec="deny"`.
+            anonymous_exec: Decision::Forbidden,
         }
     );
     assert_eq!(policy.enforcement(), EnforcementSettings::default());
@@ -291,6 +294,7 @@ enforcement()
             unmatched_exec: Decision::Forbidden,
             unmatched_network: Decision::Prompt,
             audit_only: true,
+            anonymous_exec: Decision::Forbidden,
         }
     );
     let later = parse(
@@ -298,6 +302,7 @@ enforcement()
 enforcement("prompt", "deny", True)
 enforcement(unmatched_exec="allow", audit_only=False)
 enforcement(unmatched_network="forbidden")
+enforcement(anonymous_exec="prompt")
 "#,
     );
     assert_eq!(
@@ -306,6 +311,7 @@ enforcement(unmatched_network="forbidden")
             unmatched_exec: Decision::Allow,
             unmatched_network: Decision::Forbidden,
             audit_only: false,
+            anonymous_exec: Decision::Prompt,
         }
     );
     // Several files parsed by one parser: later files override earlier keys too.
@@ -397,6 +403,7 @@ enforcement(unmatched_exec="allow", unmatched_network="deny")
             unmatched_network: Decision::Forbidden,
             // Not set by the overlay: the base's.
             audit_only: true,
+            anonymous_exec: Decision::Forbidden,
         }
     );
     // An overlay that sets audit_only decides it.

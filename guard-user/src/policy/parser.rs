@@ -435,19 +435,22 @@ fn policy_builtins(globals: &mut GlobalsBuilder) {
         Ok(NoneType)
     }
 
-    /// `enforcement(unmatched_exec=None, unmatched_network=None, audit_only=None)`: what the
-    /// kernel does where no rule speaks, and global audit-only mode. Each call sets only the
-    /// keys it gives (`None` is "not given"); a later call overrides earlier keys.
+    /// `enforcement(unmatched_exec=None, unmatched_network=None, audit_only=None,
+    /// anonymous_exec=None)`: what the kernel does where no rule speaks, and global audit-only
+    /// mode. Each call sets only the keys it gives (`None` is "not given"); a later call
+    /// overrides earlier keys.
     fn enforcement<'v>(
         unmatched_exec: Option<Value<'v>>,
         unmatched_network: Option<Value<'v>>,
         audit_only: Option<Value<'v>>,
+        #[starlark(require = named)] anonymous_exec: Option<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<NoneType> {
         let later = EnforcementOverrides {
             unmatched_exec: parse_enforcement_decision("unmatched_exec", unmatched_exec)?,
             unmatched_network: parse_enforcement_decision("unmatched_network", unmatched_network)?,
             audit_only: parse_enforcement_audit_only(audit_only)?,
+            anonymous_exec: parse_enforcement_decision("anonymous_exec", anonymous_exec)?,
         };
         let mut builder = policy_builder(eval);
         builder.enforcement = builder.enforcement.then(later);

@@ -415,7 +415,9 @@ impl AddressRule {
 /// (`enforcement(...)`).
 ///
 /// The defaults (allow, allow, enforced) never lock anyone out of their own machine: only what
-/// a rule names is asked about or refused.
+/// a rule names is asked about or refused. The one refusal by default is an exec of a file no
+/// path names (a memfd, a deleted file): no rule could name it, so allowing it would let any
+/// program run past every rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct EnforcementSettings {
     /// The decision for an exec no prefix rule matches.
@@ -424,6 +426,9 @@ pub struct EnforcementSettings {
     pub unmatched_network: Decision,
     /// Global audit-only mode: every decision is recorded, none is enforced.
     pub audit_only: bool,
+    /// The decision for an exec of a file no path names (a memfd, a deleted or O_TMPFILE
+    /// file), decided with the rules that match its name.
+    pub anonymous_exec: Decision,
 }
 
 impl Default for EnforcementSettings {
@@ -432,6 +437,7 @@ impl Default for EnforcementSettings {
             unmatched_exec: Decision::Allow,
             unmatched_network: Decision::Allow,
             audit_only: false,
+            anonymous_exec: Decision::Forbidden,
         }
     }
 }
@@ -442,6 +448,7 @@ pub struct EnforcementOverrides {
     pub unmatched_exec: Option<Decision>,
     pub unmatched_network: Option<Decision>,
     pub audit_only: Option<bool>,
+    pub anonymous_exec: Option<Decision>,
 }
 
 impl EnforcementOverrides {
@@ -451,6 +458,7 @@ impl EnforcementOverrides {
             unmatched_exec: later.unmatched_exec.or(self.unmatched_exec),
             unmatched_network: later.unmatched_network.or(self.unmatched_network),
             audit_only: later.audit_only.or(self.audit_only),
+            anonymous_exec: later.anonymous_exec.or(self.anonymous_exec),
         }
     }
 
@@ -465,6 +473,7 @@ impl EnforcementOverrides {
             unmatched_exec: strongest(self.unmatched_exec, overlay.unmatched_exec),
             unmatched_network: strongest(self.unmatched_network, overlay.unmatched_network),
             audit_only: overlay.audit_only.or(self.audit_only),
+            anonymous_exec: strongest(self.anonymous_exec, overlay.anonymous_exec),
         }
     }
 
@@ -475,6 +484,7 @@ impl EnforcementOverrides {
             unmatched_exec: self.unmatched_exec.unwrap_or(defaults.unmatched_exec),
             unmatched_network: self.unmatched_network.unwrap_or(defaults.unmatched_network),
             audit_only: self.audit_only.unwrap_or(defaults.audit_only),
+            anonymous_exec: self.anonymous_exec.unwrap_or(defaults.anonymous_exec),
         }
     }
 }

@@ -1,0 +1,365 @@
+//! The same program by another route gets the same decision, in the real kernel: through the
+//! dynamic loader, from a file no path names (a memfd, a deleted file), under another
+//! `argv[0]` or another name of the same file (multi-call dispatch, hard links, `NAME-SUB`).
+//!
+//! The programs are copies of `touch` in each test's temporary folder, so what must not happen
+//! is a file that appears. Needs root; without it, or where the kernel cannot run guard's
+//! programs, each test prints `skipped: ...` (and fails when CI=true).
+
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use guard::compile::loader::LOADER_RULE_ORIGIN;
+use guard::kernel::events::EventKind;
+use guard::policy::Decision;
+use guard::session::SessionOptions;
+use guard_tests::kernel::{
+    TestSession, copy_program, exec_refused, helper, killed, session_in_or_skip, skip,
+    touch_program,
+};
+
+const RUN_TIMEOUT: Duration = Duration::from_secs(20);
+const EVENT_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn options_for(dir: &Path) -> SessionOptions {
+    SessionOptions {
+        extra_path_dirs: vec![dir.to_path_buf()],
+        ..SessionOptions::default()
+    }
+}
+
+fn exec_anon() -> PathBuf {
+    helper("exec-anon", env!("CARGO_BIN_EXE_exec-anon"))
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn assert_ran(what: &str, result: io::Result<Output>) {
+    match result {
+        Ok(output) if output.status.success() => {}
+        Ok(output) => panic!(
+            "{what}: expected it to run, got {} (stderr: {})",
+            output.status,
+            stderr(&output)
+        ),
+        Err(err) => panic!("{what}: expected it to run, the exec failed: {err}"),
+    }
+}
+
+/// Refused by either backend: SIGKILL (`cgroup`, or argv on `lsm`), or EPERM from the exec
+/// (`lsm`: the spawn fails, or `exec-anon`'s own execv fails and it exits 126).
+fn assert_refused(what: &str, result: io::Result<Output>) {
+    if exec_refused(&result) {
+        return;
+    }
+    match result {
+        Ok(output)
+            if output.status.code() == Some(126)
+                && stderr(&output).contains("Operation not permitted") => {}
+        Ok(output) => panic!(
+            "{what}: expected a refusal, got {} (stderr: {})",
+            output.status,
+            stderr(&output)
+        ),
+        Err(err) => panic!("{what}: expected a refusal, got the error {err}"),
+    }
+}
+
+fn assert_absent(path: &Path, why: &str) {
+    assert!(!path.exists(), "{} exists: {why}", path.display());
+}
+
+fn assert_exists(path: &Path, why: &str) {
+    assert!(path.exists(), "{} does not exist: {why}", path.display());
+}
+
+fn run(session: &TestSession, command: &mut Command) -> io::Result<Output> {
+    session.run(command, RUN_TIMEOUT)
+}
+
+fn fresh_dir(parent: &Path, name: &str) -> PathBuf {
+    let dir = parent.join(name);
+    std::fs::create_dir(&dir).unwrap();
+    dir
+}
+
+// --- files no path names ---------------------------------------------------------------------
+
+#[test]
+fn an_exec_of_a_memfd_or_a_deleted_file_is_refused_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let touch = copy_program(&touch_program(), dir.path(), "gt-payload");
+    // No rule names the payload, and the default for unmatched execs is allow: only the
+    // default for files without a path refuses it.
+    let rules = "prefix_rule(pattern=[\"gt-unrelated\"], decision=\"forbidden\")\n";
+    let Some(mut session) = session_in_or_skip(dir, rules, SessionOptions::default()) else {
+        return;
+    };
+    let work = fresh_dir(session.path(), "work");
+
+    assert_ran(
+        "the payload by its path",
+        run(
+            &session,
+            Command::new(&touch).arg("by-path").current_dir(&work),
+        ),
+    );
+    assert_exists(&work.join("by-path"), "a file with a path runs");
+
+    for mode in ["memfd", "deleted"] {
+        let marker = format!("from-{mode}");
+        assert_refused(
+            mode,
+            run(
+                &session,
+                Command::new(exec_anon())
+                    .args([mode, touch.to_str().unwrap(), &marker])
+                    .current_dir(&work),
+            ),
+        );
+        assert_absent(
+            &work.join(&marker),
+            "a program from a file no path names must not run",
+        );
+    }
+    let event = session.expect_event("the memfd exec", EVENT_TIMEOUT, |e| {
+        e.kind == EventKind::Exec && e.anonymous
+    });
+    assert_eq!(event.decision, Decision::Forbidden);
+    assert_eq!(event.rule, None, "no rule decided: {event:#?}");
+    let message = session.describe(&event);
+    assert!(
+        message.contains("no path") && message.contains("anonymous_exec"),
+        "{message}"
+    );
+}
+
+#[test]
+fn anonymous_exec_allow_lets_a_memfd_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let touch = copy_program(&touch_program(), dir.path(), "gt-payload");
+    let rules = "enforcement(anonymous_exec=\"allow\")\n";
+    let Some(session) = session_in_or_skip(dir, rules, SessionOptions::default()) else {
+        return;
+    };
+    let work = fresh_dir(session.path(), "work");
+    assert_ran(
+        "memfd under anonymous_exec=allow",
+        run(
+            &session,
+            Command::new(exec_anon())
+                .args(["memfd", touch.to_str().unwrap(), "from-memfd"])
+                .current_dir(&work),
+        ),
+    );
+    assert_exists(&work.join("from-memfd"), "the policy allows it");
+}
+
+// --- the dynamic loader ----------------------------------------------------------------------
+
+/// The loader this machine's programs name (their ELF interpreter).
+fn system_loader() -> Option<PathBuf> {
+    [
+        "/lib64/ld-linux-x86-64.so.2",
+        "/lib/ld-linux-aarch64.so.1",
+        "/lib/ld-linux-armhf.so.3",
+        "/lib/ld-musl-x86_64.so.1",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.is_file())
+}
+
+#[test]
+fn a_program_run_through_the_dynamic_loader_is_refused_unless_a_rule_allows_the_loader() {
+    let Some(loader) = system_loader() else {
+        skip("no dynamic loader at a known path on this machine");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let touch = copy_program(&touch_program(), dir.path(), "gt-touch");
+    let options = options_for(dir.path());
+    let rules = "prefix_rule(pattern=[\"gt-touch\"], decision=\"forbidden\")\n";
+    let Some(mut session) = session_in_or_skip(dir, rules, options) else {
+        return;
+    };
+    assert!(
+        session.image().rules.iter().any(|r| r
+            .origin
+            .as_ref()
+            .is_some_and(|o| &*o.file == LOADER_RULE_ORIGIN)),
+        "the image holds the built-in loader rule; warnings: {:?}",
+        session.image().warnings
+    );
+    let work = fresh_dir(session.path(), "work");
+    assert_refused(
+        "gt-touch itself",
+        run(
+            &session,
+            Command::new(&touch).arg("direct").current_dir(&work),
+        ),
+    );
+    assert_refused(
+        "gt-touch through the loader",
+        run(
+            &session,
+            Command::new(&loader)
+                .args([touch.to_str().unwrap(), "through-loader"])
+                .current_dir(&work),
+        ),
+    );
+    assert_absent(
+        &work.join("through-loader"),
+        "a forbidden program must not run through the loader",
+    );
+    let event = session.expect_event("the loader exec", EVENT_TIMEOUT, |e| {
+        e.kind == EventKind::Exec && e.exe.contains("ld-")
+    });
+    let message = session.describe(&event);
+    assert!(message.contains("dynamic loader"), "{message}");
+
+    // Ordinary dynamically linked programs are not execs of the loader.
+    let other = copy_program(&touch_program(), session.path(), "gt-other");
+    assert_ran(
+        "a dynamically linked program",
+        run(
+            &session,
+            Command::new(&other).arg("plain").current_dir(&work),
+        ),
+    );
+    assert_exists(
+        &work.join("plain"),
+        "the loader rule costs ordinary programs nothing",
+    );
+}
+
+#[test]
+fn a_rule_that_allows_the_loader_lets_it_run() {
+    let Some(loader) = system_loader() else {
+        skip("no dynamic loader at a known path on this machine");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let touch = copy_program(&touch_program(), dir.path(), "gt-touch");
+    let rules = format!(
+        "prefix_rule(pattern=[\"{}\"], decision=\"allow\")\n",
+        loader.display()
+    );
+    let Some(session) = session_in_or_skip(dir, &rules, SessionOptions::default()) else {
+        return;
+    };
+    let work = fresh_dir(session.path(), "work");
+    assert_ran(
+        "the loader, allowed by a rule",
+        run(
+            &session,
+            Command::new(&loader)
+                .args([touch.to_str().unwrap(), "through-loader"])
+                .current_dir(&work),
+        ),
+    );
+    assert_exists(&work.join("through-loader"), "the rule allows the loader");
+}
+
+// --- argv[0] dispatch and other names of the same file ---------------------------------------
+
+/// A folder with a fake `git` (a copy of `touch`: `git push origin` makes `push` and `origin`)
+/// and hard links of it under other names.
+fn fake_git_with_links() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("making a temporary folder");
+    let git = copy_program(&touch_program(), dir.path(), "git");
+    for name in ["git-push", "git-status", "gt-other-name"] {
+        std::fs::hard_link(&git, dir.path().join(name)).unwrap();
+    }
+    (dir, git)
+}
+
+#[test]
+fn argv_rules_hold_under_every_name_and_argv0_a_dispatcher_acts_on() {
+    let (dir, git) = fake_git_with_links();
+    let links = dir.path().to_path_buf();
+    let options = options_for(dir.path());
+    let rules = "prefix_rule(pattern=[\"git\", \"push\"], decision=\"forbidden\")\n";
+    let Some(session) = session_in_or_skip(dir, rules, options) else {
+        return;
+    };
+    let work = fresh_dir(session.path(), "work");
+    let refused = |what: &str, command: &mut Command, files: &[&str]| {
+        let result = run(&session, command.current_dir(&work));
+        match &result {
+            Ok(output) if killed(&output.status) => {}
+            _ => panic!("{what}: expected SIGKILL, got {result:?}"),
+        }
+        for file in files {
+            assert_absent(&work.join(file), what);
+        }
+    };
+
+    // `exec -a git-push git origin main`: git dispatches on argv[0].
+    refused(
+        "git with argv[0] = git-push",
+        Command::new(&git).arg0("git-push").args(["origin", "main"]),
+        &["origin", "main"],
+    );
+    // git's own hard link `git-push`: read as `git push`.
+    refused(
+        "the hard link git-push",
+        Command::new(links.join("git-push")).arg("origin"),
+        &["origin"],
+    );
+    // Any other name of the same file: its argv rules hold by identity.
+    refused(
+        "a hard link of git under another name",
+        Command::new(links.join("gt-other-name")).arg("push"),
+        &["push"],
+    );
+    // An argv[0] path whose last component dispatches.
+    refused(
+        "argv[0] = /usr/lib/git-core/git-push",
+        Command::new(&git)
+            .arg0("/usr/lib/git-core/git-push")
+            .arg("upstream"),
+        &["upstream"],
+    );
+
+    // No collateral: other subcommands under the same names still run.
+    assert_ran(
+        "the hard link git-status",
+        run(
+            &session,
+            Command::new(links.join("git-status"))
+                .arg("st1")
+                .current_dir(&work),
+        ),
+    );
+    assert_exists(
+        &work.join("st1"),
+        "git-status is `git status`, not forbidden",
+    );
+    assert_ran(
+        "git with argv[0] = git-status",
+        run(
+            &session,
+            Command::new(&git)
+                .arg0("git-status")
+                .arg("st2")
+                .current_dir(&work),
+        ),
+    );
+    assert_exists(&work.join("st2"), "argv[0] git-status is not forbidden");
+    assert_ran(
+        "another name, another subcommand",
+        run(
+            &session,
+            Command::new(links.join("gt-other-name"))
+                .arg("st3")
+                .current_dir(&work),
+        ),
+    );
+    assert_exists(&work.join("st3"), "`git st3` is not forbidden");
+}

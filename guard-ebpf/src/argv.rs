@@ -309,20 +309,25 @@ fn outcome(walk: &ArgvWalk) -> ArgvOutcome {
         }
         r += 1;
     }
-    // An approval is exact: each reading that prompts followed every token to the approved
-    // node. Anything cut short, or a reading that prompts elsewhere, is not approved (fails
-    // closed).
-    let mut approved = verdict.decision == Decision::Prompt as u8 && walk.finished != 0;
+    // An approval is exact: some reading followed every token to an approved node, and each
+    // reading that prompts did. Anything cut short, or a reading that prompts elsewhere, is not
+    // approved (fails closed). The prompt it approves may come from the walk, a name or
+    // identity rule, or the unmatched default: the caller checks the final decision.
+    let mut any_exact = false;
+    let mut all_prompts_exact = true;
     let mut r = 0;
     while r < READINGS {
-        if walk.state[r] != UNUSED
-            && walk.verdict[r].decision == Decision::Prompt as u8
-            && !(walk.state[r] == FOLLOWING && walk.node[r].here.approved())
-        {
-            approved = false;
+        if walk.state[r] != UNUSED {
+            let exact =
+                walk.finished != 0 && walk.state[r] == FOLLOWING && walk.node[r].here.approved();
+            any_exact |= exact;
+            if walk.verdict[r].decision == Decision::Prompt as u8 && !exact {
+                all_prompts_exact = false;
+            }
         }
         r += 1;
     }
+    let approved = any_exact && all_prompts_exact;
     ArgvOutcome {
         verdict,
         approved: u32::from(approved),

@@ -244,9 +244,6 @@ impl Policy {
         } else {
             program
         };
-        let renamed: Vec<String> = std::iter::once(name.to_string())
-            .chain(cmd[1..].iter().cloned())
-            .collect();
         let mut matches = Vec::new();
         if program.starts_with('/') {
             let path = super::paths::normalize_lexically(std::path::Path::new(program));
@@ -256,11 +253,38 @@ impl Policy {
                     .filter(|rule| rule.pattern.rest.is_empty()),
             );
         }
-        let mut by_name: Vec<&Arc<PrefixRule>> = self
-            .rules_for_program(name)
-            .iter()
-            .filter(|rule| rule.matches(&renamed).is_some())
-            .collect();
+        // The readings of token 0 the kernel's argv walk follows (by name; identity is the
+        // kernel's alone): the name itself, and `NAME SUB` for a git-style `NAME-SUB`.
+        let mut readings: Vec<Vec<String>> = vec![
+            std::iter::once(name.to_string())
+                .chain(cmd[1..].iter().cloned())
+                .collect(),
+        ];
+        if let Some((head, sub)) = name.split_once('-')
+            && !head.is_empty()
+            && !sub.is_empty()
+        {
+            readings.push(
+                [head.to_string(), sub.to_string()]
+                    .into_iter()
+                    .chain(cmd[1..].iter().cloned())
+                    .collect(),
+            );
+        }
+        let mut by_name: Vec<&Arc<PrefixRule>> = Vec::new();
+        for (i, renamed) in readings.iter().enumerate() {
+            for rule in self.rules_for_program(&renamed[0]) {
+                // One-token rules hold by the file's own name only (the split reading is for
+                // argv rules, as in the kernel's trie).
+                let counts = i == 0 || !rule.pattern.rest.is_empty();
+                if counts
+                    && rule.matches(renamed).is_some()
+                    && !by_name.iter().any(|kept| Arc::ptr_eq(kept, rule))
+                {
+                    by_name.push(rule);
+                }
+            }
+        }
         // Stable: rules of one length stay in definition order, as in the kernel's tables.
         by_name.sort_by_key(|rule| rule.pattern.rest.len());
         matches.extend(by_name);

@@ -443,3 +443,26 @@ rule_set(ask=["exec(rm *)"])
     // The subject is the rendered command line: quoting is part of it.
     assert_eq!(policy.check(&argv("'rm -rf' x"), None).decision, None);
 }
+
+#[test]
+fn the_kernel_reads_a_git_style_name_sub_as_name_and_sub() {
+    let policy = parse(
+        r#"
+prefix_rule(pattern=["git", "push"], decision="forbidden")
+prefix_rule(pattern=["git"], decision="prompt")
+"#,
+    );
+    // `git-push origin` (git's own hard link) is `git push origin` to the argv walk.
+    assert_eq!(
+        policy.kernel_exec_decision(&argv("/usr/lib/git-core/git-push origin")),
+        Decision::Forbidden
+    );
+    // Another subcommand is not: and the one-token rule for `git` holds only by git's own
+    // name (a file named git-status is not `git`).
+    assert_eq!(
+        policy.kernel_exec_decision(&argv("git-status")),
+        Decision::Allow
+    );
+    // The reference's own evaluation is unchanged: `git-push` is a program of its own there.
+    assert_eq!(policy.check(&argv("git-push origin"), None).decision, None);
+}

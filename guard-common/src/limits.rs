@@ -1,11 +1,21 @@
 //! Bounds the kernel programs work within. Past a bound the programs take the safe answer
 //! (see `argv`): an allow rule that cannot be compared in full does not allow.
 
-/// Bytes of one argv token the argv trie compares. Longer tokens are compared on this prefix
-/// and marked [`TOKEN_LONG`].
+/// Bytes of one argv token in an argv trie key. A longer token is keyed by its id in
+/// `LONG_TOKEN_IDS` (the whole token, looked up once), so every token the kernel can read
+/// ([`TOKEN_MAX_LEN`]) is compared exactly.
 pub const TOKEN_LEN: usize = 32;
-/// The `len` of an [`crate::maps::ArgvEdge`] whose token is longer than [`TOKEN_LEN`].
-pub const TOKEN_LONG: u8 = TOKEN_LEN as u8 + 1;
+/// The longest argv token the kernel compares (and steps over): its scan buffer less the NUL
+/// and one byte to tell "longer" apart.
+pub const TOKEN_MAX_LEN: usize = TOKEN_SCAN_LEN - 2;
+/// The `len` of an [`crate::maps::ArgvEdge`] whose token is longer than [`TOKEN_MAX_LEN`]: no
+/// argv token the kernel reads has it (the walk stops there with the safe answer).
+pub const TOKEN_TOO_LONG: u8 = u8::MAX;
+/// The `len` of an [`crate::maps::ArgvEdge`] for a token longer than [`TOKEN_LEN`]: its key
+/// holds the token's id from `LONG_TOKEN_IDS` instead of its bytes.
+pub const TOKEN_BY_ID: u8 = u8::MAX - 1;
+/// Distinct long tokens (longer than [`TOKEN_LEN`]) the rules and approvals may hold.
+pub const MAX_LONG_TOKENS: u32 = 4096;
 /// argv tokens (program name included) the kernel walks through the argv trie.
 pub const MAX_ARGV_TOKENS: usize = 8;
 /// Longest argv token the kernel can step over to reach the next one.

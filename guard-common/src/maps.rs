@@ -1,7 +1,9 @@
 //! Map keys and values, shared by the kernel programs and the userspace map sync.
 
 use crate::decision::Decision;
-use crate::limits::{NAME_LEN, NO_RULE, TOKEN_LEN, TOKEN_LONG};
+use crate::limits::{
+    NAME_LEN, NO_RULE, TOKEN_BY_ID, TOKEN_LEN, TOKEN_MAX_LEN, TOKEN_SCAN_LEN, TOKEN_TOO_LONG,
+};
 
 /// No decision stored here (an argv trie node that only leads further).
 pub const DECISION_NONE: u8 = 0xff;
@@ -149,20 +151,25 @@ impl ExecName {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ArgvEdge {
     pub parent: u32,
-    /// Token length, or [`TOKEN_LONG`] for a token longer than [`TOKEN_LEN`] (compared on its
-    /// first [`TOKEN_LEN`] bytes).
+    /// Token length; [`TOKEN_BY_ID`] for a token longer than [`TOKEN_LEN`], whose `token`
+    /// holds its id (little-endian u32) from `LONG_TOKEN_IDS`; [`TOKEN_TOO_LONG`] for one longer
+    /// than [`TOKEN_MAX_LEN`] (which no exec's argv matches).
     pub len: u8,
     pub _pad: [u8; 3],
     pub token: [u8; TOKEN_LEN],
 }
 
 impl ArgvEdge {
+    /// The edge for a token of at most [`TOKEN_LEN`] bytes (a longer one: [`ArgvEdge::long`],
+    /// or for one past [`TOKEN_MAX_LEN`] an edge nothing matches).
     pub fn new(parent: u32, token: &[u8]) -> Self {
         let mut out = [0u8; TOKEN_LEN];
         let kept = token.len().min(TOKEN_LEN);
         out[..kept].copy_from_slice(&token[..kept]);
-        let len = if token.len() > TOKEN_LEN {
-            TOKEN_LONG
+        let len = if token.len() > TOKEN_MAX_LEN {
+            TOKEN_TOO_LONG
+        } else if token.len() > TOKEN_LEN {
+            TOKEN_BY_ID
         } else {
             token.len() as u8
         };
@@ -172,6 +179,37 @@ impl ArgvEdge {
             _pad: [0; 3],
             token: out,
         }
+    }
+
+    /// The edge for the long token whose id is `id`.
+    pub fn long(parent: u32, id: u32) -> Self {
+        let mut token = [0u8; TOKEN_LEN];
+        token[..4].copy_from_slice(&id.to_le_bytes());
+        ArgvEdge {
+            parent,
+            len: TOKEN_BY_ID,
+            _pad: [0; 3],
+            token,
+        }
+    }
+}
+
+/// The whole of a token longer than [`TOKEN_LEN`], NUL-padded: the key of `LONG_TOKEN_IDS`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LongToken {
+    pub bytes: [u8; TOKEN_SCAN_LEN],
+}
+
+impl LongToken {
+    /// `None` for a token that fits an edge key (or is too long for any argv the kernel reads).
+    pub fn new(token: &[u8]) -> Option<Self> {
+        if token.len() <= TOKEN_LEN || token.len() > TOKEN_MAX_LEN {
+            return None;
+        }
+        let mut bytes = [0u8; TOKEN_SCAN_LEN];
+        bytes[..token.len()].copy_from_slice(token);
+        Some(LongToken { bytes })
     }
 }
 
@@ -315,12 +353,20 @@ mod tests {
     }
 
     #[test]
-    fn long_tokens_are_marked_and_truncated() {
+    fn long_tokens_keep_their_length_and_their_whole_text() {
         let long = [b'a'; TOKEN_LEN + 5];
-        let edge = ArgvEdge::new(7, &long);
-        assert_eq!(edge.len, TOKEN_LONG);
-        assert_eq!(edge.token, [b'a'; TOKEN_LEN]);
+        assert_eq!(ArgvEdge::new(7, &long).len, TOKEN_BY_ID);
+        let edge = ArgvEdge::long(7, 0x0102_0304);
+        assert_eq!((edge.parent, edge.len), (7, TOKEN_BY_ID));
+        assert_eq!(edge.token[..5], [4, 3, 2, 1, 0]);
         assert_eq!(ArgvEdge::new(0, b"push").len, 4);
+        let whole = LongToken::new(&long).unwrap();
+        assert_eq!(&whole.bytes[..long.len()], &long[..]);
+        assert!(whole.bytes[long.len()..].iter().all(|&b| b == 0));
+        assert!(LongToken::new(b"push").is_none());
+        let too_long = [b'a'; TOKEN_MAX_LEN + 1];
+        assert_eq!(ArgvEdge::new(0, &too_long).len, TOKEN_TOO_LONG);
+        assert!(LongToken::new(&too_long).is_none());
     }
 
     #[test]

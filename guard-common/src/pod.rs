@@ -2,7 +2,9 @@
 //! `#[repr(C)]`, `Copy`, and has no padding the kernel could read uninitialised (explicit `_pad`).
 use crate::dfa::{DfaHeader, DfaRow};
 use crate::event::{Event, TaskInfo};
-use crate::maps::{ArgvEdge, ArgvNode, ExecIdentity, ExecName, KernelOffsets, Settings, Verdict};
+use crate::maps::{
+    ArgvEdge, ArgvNode, ExecIdentity, ExecName, KernelOffsets, LongToken, Settings, Verdict,
+};
 
 // SAFETY: plain old data: repr(C), Copy, every bit pattern valid.
 unsafe impl aya::Pod for Verdict {}
@@ -11,6 +13,7 @@ unsafe impl aya::Pod for ExecIdentity {}
 unsafe impl aya::Pod for ExecName {}
 unsafe impl aya::Pod for ArgvEdge {}
 unsafe impl aya::Pod for ArgvNode {}
+unsafe impl aya::Pod for LongToken {}
 unsafe impl aya::Pod for KernelOffsets {}
 unsafe impl aya::Pod for Event {}
 unsafe impl aya::Pod for TaskInfo {}

@@ -21,10 +21,13 @@ use core::ffi::c_void;
 use aya_ebpf::helpers::bpf_probe_read_user_str_bytes;
 use aya_ebpf::helpers::generated::bpf_loop;
 use guard_common::Decision;
-use guard_common::limits::{MAX_ARGV_TOKENS, NAME_LEN, TOKEN_LEN, TOKEN_SCAN_LEN};
-use guard_common::maps::{ArgvEdge, ArgvNode, ExecIdentity, Verdict, counter};
+use guard_common::limits::{
+    MAX_ARGV_TOKENS, NAME_LEN, TOKEN_BY_ID, TOKEN_LEN, TOKEN_MAX_LEN, TOKEN_SCAN_LEN,
+    TOKEN_TOO_LONG,
+};
+use guard_common::maps::{ArgvEdge, ArgvNode, ExecIdentity, LongToken, Verdict, counter};
 
-use crate::maps::{ARGV_ROOTS, ARGV_TRIE, EXEC_SCRATCH, count};
+use crate::maps::{ARGV_ROOTS, ARGV_TRIE, EXEC_SCRATCH, LONG_TOKEN_IDS, count};
 
 /// Readings of token 0 (see the module docs).
 pub const READINGS: usize = 5;
@@ -63,6 +66,8 @@ pub struct ArgvWalk {
     pub outcome: ArgvOutcome,
     /// Lengths and marks passed through map memory ([`opaque`]).
     pub opaque: [u64; 4],
+    /// A long token's whole text, the key of `LONG_TOKEN_IDS`.
+    pub long_key: LongToken,
     /// The trie key being looked up: in map memory, so that the bytes a token leaves in it
     /// are not part of the verifier's state (on the stack, each token length made one more).
     pub edge: ArgvEdge,
@@ -153,8 +158,17 @@ extern "C" fn setup_readings(_index: u64, _ctx: *mut c_void) -> i64 {
     walk.edge.parent = 0;
     let name_len = opaque(&mut walk.opaque[0], str_len(&scratch.name.name)) & (NAME_LEN * 2 - 1);
     set_token(&mut walk.edge, &scratch.name.name, 0, name_len);
+    if name_len > TOKEN_LEN {
+        // A long name: keyed by its id. The name buffer is NUL-padded, so its 64 bytes are
+        // the whole key's start.
+        clear_long_key(walk);
+        walk.long_key.bytes[..NAME_LEN].copy_from_slice(&scratch.name.name);
+        let id = long_token_id(walk);
+        set_long(&mut walk.edge, id);
+    }
     // SAFETY (every lookup): plain keys.
     let by_name = unsafe { ARGV_TRIE.get(&walk.edge) }.copied();
+
     start(walk, BY_NAME, by_name);
     let by_identity = unsafe { ARGV_ROOTS.get(&walk.identity) }.copied();
     start(walk, BY_IDENTITY, by_identity);
@@ -191,6 +205,7 @@ extern "C" fn setup_readings(_index: u64, _ctx: *mut c_void) -> i64 {
     walk.edge.parent = 0;
     set_token(&mut walk.edge, &scratch.scan, base, base_len);
     let by_argv0 = unsafe { ARGV_TRIE.get(&walk.edge) }.copied();
+    let by_argv0 = short_word(by_argv0, base_len);
     start(walk, BY_ARGV0, by_argv0);
     split_reading(walk, SPLIT_ARGV0, &scratch.scan, argv0_marks, argv0_len);
     drop_repeats(walk);
@@ -242,12 +257,15 @@ fn split_reading<const N: usize>(
     walk.edge.parent = 0;
     set_token(&mut walk.edge, bytes, marks.base, marks.dash - marks.base);
     // SAFETY (both lookups): plain keys.
-    let Some(root) = (unsafe { ARGV_TRIE.get(&walk.edge) }).copied() else {
+    let root = unsafe { ARGV_TRIE.get(&walk.edge) }.copied();
+    let Some(root) = short_word(root, marks.dash - marks.base) else {
         return;
     };
     walk.edge.parent = root.id;
-    set_token(&mut walk.edge, bytes, marks.dash + 1, len - marks.dash - 1);
-    match unsafe { ARGV_TRIE.get(&walk.edge) }.copied() {
+    let sub_len = len - marks.dash - 1;
+    set_token(&mut walk.edge, bytes, marks.dash + 1, sub_len);
+    let sub = unsafe { ARGV_TRIE.get(&walk.edge) }.copied();
+    match short_word(sub, sub_len) {
         Some(sub) => {
             walk.node[r] = sub;
             walk.verdict[r] = root.here.strongest(sub.here);
@@ -365,6 +383,18 @@ extern "C" fn walk_token(_index: u64, _ctx: *mut c_void) -> i64 {
             }
         };
     set_token(&mut walk.edge, &scratch.scan, 0, len);
+    if len > TOKEN_LEN && len <= TOKEN_MAX_LEN {
+        // A long token: its whole text, NUL-padded, names its id (read again into the zeroed
+        // key: the scan buffer holds older bytes past this token's end).
+        clear_long_key(walk);
+        // SAFETY: user memory of the new image into our scratch key. Unreadable now: an id
+        // no rule has (the walk leaves the trie here; it read this token a moment ago).
+        let _ = unsafe {
+            bpf_probe_read_user_str_bytes(walk.pos as *const u8, &mut walk.long_key.bytes)
+        };
+        let id = long_token_id(walk);
+        set_long(&mut walk.edge, id);
+    }
     let mut r = 0;
     while r < READINGS {
         if walk.state[r] == FOLLOWING {
@@ -395,6 +425,51 @@ extern "C" fn walk_token(_index: u64, _ctx: *mut c_void) -> i64 {
         return 1;
     }
     0
+}
+
+/// `node` for a reading that starts at a word of `argv[0]` (its name, or a `NAME-SUB` part):
+/// such a word longer than a trie key holds is not read (no reading from it, which adds no
+/// allow; the file's own name and identity still read exactly).
+#[inline(always)]
+fn short_word(node: Option<ArgvNode>, len: usize) -> Option<ArgvNode> {
+    if len > TOKEN_LEN { None } else { node }
+}
+
+/// The id `LONG_TOKEN_IDS` gives the token now in `walk.long_key` ([`NO_LONG_TOKEN`] when no
+/// rule holds it: an edge nothing matches, so the walk leaves the trie there).
+#[inline(always)]
+fn long_token_id(walk: &ArgvWalk) -> u32 {
+    // SAFETY: lookup with a plain key.
+    unsafe { LONG_TOKEN_IDS.get(&walk.long_key) }
+        .copied()
+        .unwrap_or(NO_LONG_TOKEN)
+}
+
+/// No rule's long token.
+const NO_LONG_TOKEN: u32 = u32::MAX;
+
+/// Zeroes the long-token key (volatile stores, so no `memset` the BPF target lacks).
+#[inline(always)]
+fn clear_long_key(walk: &mut ArgvWalk) {
+    let words = walk.long_key.bytes.as_mut_ptr().cast::<u64>();
+    let mut i = 0;
+    while i < TOKEN_SCAN_LEN / 8 {
+        // SAFETY: within the 256-byte key, 8-byte aligned (the struct is).
+        unsafe { core::ptr::write_volatile(words.add(i), 0) };
+        i += 1;
+    }
+}
+
+/// Keys `edge` by a long token's id.
+#[inline(always)]
+fn set_long(edge: &mut ArgvEdge, id: u32) {
+    let bytes = id.to_le_bytes();
+    let mut i = 0;
+    while i < TOKEN_LEN {
+        edge.token[i] = if i < 4 { bytes[i] } else { 0 };
+        i += 1;
+    }
+    edge.len = TOKEN_BY_ID;
 }
 
 /// Where a word's last path component starts, and its first `-` after that.
@@ -498,7 +573,7 @@ pub fn str_len(bytes: &[u8; NAME_LEN]) -> usize {
 }
 
 /// Puts the `len`-byte token at `bytes[from..]` in the edge key: its first `TOKEN_LEN` bytes,
-/// zero-padded, and its length (or `TOKEN_LEN + 1` for a longer token).
+/// zero-padded, and its length (or `TOKEN_TOO_LONG`); [`tail_matches`] compares the rest.
 ///
 /// Branch-free over `len` (a byte is kept by an arithmetic mask, not an `if`): a branch per
 /// byte would give the verifier one state per token length, and everything after it would be
@@ -513,8 +588,8 @@ fn set_token<const N: usize>(edge: &mut ArgvEdge, bytes: &[u8; N], from: usize, 
         edge.token[i] = bytes[(from + i) & (N - 1)] & keep;
         i += 1;
     }
-    edge.len = if len > TOKEN_LEN {
-        TOKEN_LEN as u8 + 1
+    edge.len = if len > TOKEN_MAX_LEN {
+        TOKEN_TOO_LONG
     } else {
         len as u8
     };

@@ -8,11 +8,12 @@ use guard_common::event::TaskInfo;
 use crate::argv::ArgvWalk;
 use crate::patterns::PatternInput;
 use guard_common::limits::{
-    EVENTS_BYTES, FILE_PATH_BUF, MAX_EXEC_ENTRIES, MAX_NET_ENTRIES, MAX_SCOPES, MAX_TASKS,
-    PATTERN_ARGV_LEN, TOKEN_SCAN_LEN,
+    EVENTS_BYTES, FILE_PATH_BUF, MAX_EXEC_ENTRIES, MAX_LONG_TOKENS, MAX_NET_ENTRIES, MAX_SCOPES,
+    MAX_TASKS, PATTERN_ARGV_LEN, TOKEN_SCAN_LEN,
 };
 use guard_common::maps::{
-    ArgvEdge, ArgvNode, DestV4, DestV6, ExecIdentity, ExecName, Settings, Verdict, counter,
+    ArgvEdge, ArgvNode, DestV4, DestV6, ExecIdentity, ExecName, LongToken, Settings, Verdict,
+    counter,
 };
 
 #[map]
@@ -32,6 +33,11 @@ pub static EXEC_NAMES: HashMap<ExecName, Verdict> = HashMap::with_max_entries(MA
 
 #[map]
 pub static ARGV_TRIE: HashMap<ArgvEdge, ArgvNode> = HashMap::with_max_entries(MAX_EXEC_ENTRIES, 0);
+
+/// Each argv token of the rules longer than a trie key holds (whole, NUL-padded) → its id,
+/// which the trie keys it by (`argv`).
+#[map]
+pub static LONG_TOKEN_IDS: HashMap<LongToken, u32> = HashMap::with_max_entries(MAX_LONG_TOKENS, 0);
 
 /// The argv trie node of the program whose file this is (device + inode), so a program's argv
 /// rules hold under any name it is run by (a hard link, a copy of the path).

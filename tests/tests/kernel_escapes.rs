@@ -363,3 +363,47 @@ fn argv_rules_hold_under_every_name_and_argv0_a_dispatcher_acts_on() {
     );
     assert_exists(&work.join("st3"), "`git st3` is not forbidden");
 }
+
+// --- long tokens -----------------------------------------------------------------------------
+
+#[test]
+fn a_long_token_is_compared_to_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let tool = copy_program(&touch_program(), dir.path(), "gt-long");
+    // 60 bytes; the other differs only in its last byte, past the trie key's 32.
+    let forbidden = format!("{}A", "m".repeat(59));
+    let other = format!("{}B", "m".repeat(59));
+    let rules =
+        format!("prefix_rule(pattern=[\"gt-long\", \"{forbidden}\"], decision=\"forbidden\")\n");
+    let options = options_for(dir.path());
+    let Some(mut session) = session_in_or_skip(dir, &rules, options) else {
+        return;
+    };
+    let work = fresh_dir(session.path(), "work");
+    assert_ran(
+        "a long token that differs after byte 32",
+        run(&session, Command::new(&tool).arg(&other).current_dir(&work)),
+    );
+    assert_exists(
+        &work.join(&other),
+        "`guard check` allows it, and so does the kernel",
+    );
+    let result = run(
+        &session,
+        Command::new(&tool).arg(&forbidden).current_dir(&work),
+    );
+    assert!(
+        matches!(&result, Ok(output) if killed(&output.status)),
+        "the exact long token: expected SIGKILL, got {result:?}"
+    );
+    assert_absent(&work.join(&forbidden), "the long token is forbidden");
+    let event = session.expect_event("the long token's refusal", EVENT_TIMEOUT, |e| {
+        e.kind == EventKind::Exec && e.argv.iter().any(|a| a == &forbidden)
+    });
+    // The message quotes what ran.
+    let message = session.describe(&event);
+    assert!(
+        message.contains(&format!("`gt-long {forbidden}`")),
+        "{message}"
+    );
+}

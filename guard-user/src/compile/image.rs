@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use guard_common::limits::{MAX_ARGV_TOKENS, NAME_LEN, TOKEN_LEN};
+use guard_common::limits::{MAX_ARGV_TOKENS, NAME_LEN, TOKEN_MAX_LEN};
 use ipnetwork::IpNetwork;
 
 pub use super::patterns::PatternTables;
@@ -118,8 +118,8 @@ pub enum ApprovalError {
 
 /// Checks that the kernel can match `tokens` exactly, as an argv (token 0: the executed
 /// file's name): 1..=[`MAX_ARGV_TOKENS`] tokens, a non-empty name without `/` that fits both
-/// an [`ExecName`](guard_common::maps::ExecName) and an argv trie token, and later tokens of at
-/// most [`TOKEN_LEN`] bytes (longer ones are compared on a prefix only), none holding a NUL.
+/// an [`ExecName`](guard_common::maps::ExecName), and later tokens of at most
+/// [`TOKEN_MAX_LEN`] bytes (the longest the kernel reads), none holding a NUL.
 pub fn validate_exec_approval(tokens: &[String]) -> Result<(), ApprovalError> {
     let Some(program) = tokens.first() else {
         return Err(ApprovalError::NoTokens);
@@ -138,9 +138,8 @@ pub fn validate_exec_approval(tokens: &[String]) -> Result<(), ApprovalError> {
             program: program.clone(),
         });
     }
-    // Token 0 is an ExecName (< NAME_LEN bytes) and an argv trie token (<= TOKEN_LEN bytes,
-    // compared exactly); TOKEN_LEN is the smaller bound.
-    let name_max = TOKEN_LEN.min(NAME_LEN - 1);
+    // Token 0 is the executed file's name as the kernel reads it (< NAME_LEN bytes).
+    let name_max = NAME_LEN - 1;
     if program.len() > name_max {
         return Err(ApprovalError::ProgramTooLong {
             program: program.clone(),
@@ -152,11 +151,11 @@ pub fn validate_exec_approval(tokens: &[String]) -> Result<(), ApprovalError> {
         if token.as_bytes().contains(&0) {
             return Err(ApprovalError::TokenHasNul { index });
         }
-        if index > 0 && token.len() > TOKEN_LEN {
+        if index > 0 && token.len() > TOKEN_MAX_LEN {
             return Err(ApprovalError::TokenTooLong {
                 index,
                 len: token.len(),
-                max: TOKEN_LEN,
+                max: TOKEN_MAX_LEN,
             });
         }
     }

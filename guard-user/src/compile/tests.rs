@@ -907,9 +907,9 @@ fn an_approval_adds_an_allow_rule_without_origin_and_returns_its_id() {
 
 #[test]
 fn approvals_the_kernel_cannot_match_exactly_are_refused_and_change_nothing() {
-    use guard_common::limits::{MAX_ARGV_TOKENS, TOKEN_LEN};
-    let long_token = "x".repeat(TOKEN_LEN + 1);
-    let long_name = "n".repeat(TOKEN_LEN + 1);
+    use guard_common::limits::{MAX_ARGV_TOKENS, NAME_LEN, TOKEN_MAX_LEN};
+    let long_token = "x".repeat(TOKEN_MAX_LEN + 1);
+    let long_name = "n".repeat(NAME_LEN);
     let too_many = vec!["git".to_string(); MAX_ARGV_TOKENS + 1];
     let cases: Vec<(Vec<String>, ApprovalError)> = vec![
         (vec![], ApprovalError::NoTokens),
@@ -937,16 +937,16 @@ fn approvals_the_kernel_cannot_match_exactly_are_refused_and_change_nothing() {
             vec![long_name.clone()],
             ApprovalError::ProgramTooLong {
                 program: long_name,
-                len: TOKEN_LEN + 1,
-                max: TOKEN_LEN,
+                len: NAME_LEN,
+                max: NAME_LEN - 1,
             },
         ),
         (
             vec!["git".into(), "push".into(), long_token],
             ApprovalError::TokenTooLong {
                 index: 2,
-                len: TOKEN_LEN + 1,
-                max: TOKEN_LEN,
+                len: TOKEN_MAX_LEN + 1,
+                max: TOKEN_MAX_LEN,
             },
         ),
         (
@@ -969,10 +969,12 @@ fn approvals_the_kernel_cannot_match_exactly_are_refused_and_change_nothing() {
 
 #[test]
 fn approvals_at_the_bounds_are_accepted() {
-    use guard_common::limits::{MAX_ARGV_TOKENS, TOKEN_LEN};
+    use guard_common::limits::{MAX_ARGV_TOKENS, NAME_LEN, TOKEN_MAX_LEN};
     let mut image = compile_plain(&parse(""));
-    let mut tokens = vec!["n".repeat(TOKEN_LEN)];
-    tokens.extend((1..MAX_ARGV_TOKENS).map(|_| "t".repeat(TOKEN_LEN)));
+    // Long tokens are compared exactly (the rest of a token past the trie key's prefix is in
+    // LONG_TOKENS), so approvals hold them up to what the kernel reads.
+    let mut tokens = vec!["n".repeat(NAME_LEN - 1)];
+    tokens.extend((1..MAX_ARGV_TOKENS).map(|_| "t".repeat(TOKEN_MAX_LEN)));
     assert_eq!(tokens.len(), MAX_ARGV_TOKENS);
     image
         .add_exec_approval(&tokens, String::new(), String::new())

@@ -13,15 +13,17 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use aya::Ebpf;
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
 use guard_common::Decision;
 use guard_common::dfa::{DfaHeader, DfaRow, header_index, row_index, table};
+use guard_common::limits::{MAX_LONG_TOKENS, TOKEN_LEN};
 use guard_common::maps::{
-    ArgvEdge, ArgvNode, DEST_HEAD_BITS, DestV4, DestV6, ExecIdentity, ExecName, Settings,
-    TRANSPORT_ANY, TRANSPORT_TCP, TRANSPORT_UDP, VERDICT_APPROVAL, Verdict, counter, dest_key,
+    ArgvEdge, ArgvNode, DEST_HEAD_BITS, DestV4, DestV6, ExecIdentity, ExecName, LongToken,
+    Settings, TRANSPORT_ANY, TRANSPORT_TCP, TRANSPORT_UDP, VERDICT_APPROVAL, Verdict, counter,
+    dest_key,
 };
 
 use crate::compile::dfa::DfaTable;
@@ -50,6 +52,9 @@ pub struct MapSync {
     names: HashMap<ExecName, Verdict>,
     edges: HashMap<ArgvEdge, ArgvNode>,
     roots: HashMap<ExecIdentity, ArgvNode>,
+    long: HashMap<LongToken, u32>,
+    long_ids: HashMap<String, u32>,
+    next_long_id: u32,
     node_ids: HashMap<Vec<ArgvToken>, u32>,
     next_node: u32,
     v4: HashMap<(u32, DestV4), Verdict>,
@@ -59,7 +64,17 @@ pub struct MapSync {
     slots: [u32; table::COUNT as usize],
 }
 
-type ArgvToken = (u8, [u8; guard_common::limits::TOKEN_LEN]);
+/// The argv trie as [`MapSync::build_trie`] makes it.
+struct ArgvTrie {
+    edges: HashMap<ArgvEdge, ArgvNode>,
+    /// Edges parents-first.
+    order: Vec<ArgvEdge>,
+    /// Each long token's whole text → its id (`LONG_TOKEN_IDS`).
+    long: HashMap<LongToken, u32>,
+}
+
+/// A token of an argv trie path, whole (a long one's edge key holds only its first bytes).
+type ArgvToken = String;
 
 fn kernel_verdict(v: &ImageVerdict) -> Verdict {
     Verdict::new(v.decision, v.rule, v.audit_only)
@@ -94,8 +109,8 @@ impl MapSync {
         let names = merge(image.names.iter().filter_map(|e| {
             ExecName::new(e.name.as_bytes()).map(|name| (name, kernel_verdict(&e.verdict)))
         }));
-        let (edges, order) = self.build_trie(image);
-        let roots = argv_roots(image, &edges);
+        let ArgvTrie { edges, order, long } = self.build_trie(image)?;
+        let roots = argv_roots(image, &edges, &self.long_ids);
         let (v4, v6) = destination_entries(image);
         stats.identities = identities.len();
         stats.names = names.len();
@@ -112,6 +127,11 @@ impl MapSync {
         {
             let mut map: BpfHashMap<_, ExecName, Verdict> = hash_map(ebpf, "EXEC_NAMES")?;
             write_changed(&names, &self.names, |k, v| map.insert(k, v, 0))?;
+        }
+        {
+            // Before the edges keyed by them: a long token's id is known before it leads on.
+            let mut map: BpfHashMap<_, LongToken, u32> = hash_map(ebpf, "LONG_TOKEN_IDS")?;
+            write_changed(&long, &self.long, |k, v| map.insert(k, v, 0))?;
         }
         {
             let mut map: BpfHashMap<_, ArgvEdge, ArgvNode> = hash_map(ebpf, "ARGV_TRIE")?;
@@ -180,6 +200,10 @@ impl MapSync {
             stats.removed += remove_stale(&edges, &self.edges, |k| map.remove(k))?;
         }
         {
+            let mut map: BpfHashMap<_, LongToken, u32> = hash_map(ebpf, "LONG_TOKEN_IDS")?;
+            stats.removed += remove_stale(&long, &self.long, |k| map.remove(k))?;
+        }
+        {
             let mut map: LpmTrie<_, DestV4, Verdict> = lpm(ebpf, "DEST_V4")?;
             stats.removed += remove_stale(&v4, &self.v4, |(len, data)| {
                 map.remove(&Key::new(*len, *data))
@@ -195,6 +219,7 @@ impl MapSync {
         self.names = names;
         self.edges = edges;
         self.roots = roots;
+        self.long = long;
         self.v4 = v4;
         self.v6 = v6;
         Ok(stats)
@@ -238,10 +263,7 @@ impl MapSync {
     /// The argv trie as edges, with `order` listing edges parents-first (so writing it reversed
     /// puts children first). Alternatives at a position fan out from every node reached so far;
     /// a shared prefix shares nodes.
-    fn build_trie(
-        &mut self,
-        image: &EnforcementImage,
-    ) -> (HashMap<ArgvEdge, ArgvNode>, Vec<ArgvEdge>) {
+    fn build_trie(&mut self, image: &EnforcementImage) -> Result<ArgvTrie> {
         // path -> (here, children paths)
         let mut here: BTreeMap<Vec<ArgvToken>, Verdict> = BTreeMap::new();
         for rule in &image.argv_rules {
@@ -303,6 +325,7 @@ impl MapSync {
         let mut edges = HashMap::new();
         let mut order = Vec::new();
         let mut ids = HashMap::new();
+        let mut long = HashMap::new();
         for (path, verdict) in &here {
             let id = match self.node_ids.get(path) {
                 Some(id) => *id,
@@ -318,12 +341,15 @@ impl MapSync {
             } else {
                 ids[&path[..path.len() - 1]]
             };
-            let (len, bytes) = path[path.len() - 1];
-            let edge = ArgvEdge {
-                parent,
-                len,
-                _pad: [0; 3],
-                token: bytes,
+            let last = &path[path.len() - 1];
+            let edge = ArgvEdge::new(parent, last.as_bytes());
+            let edge = match LongToken::new(last.as_bytes()) {
+                Some(whole) => {
+                    let id = self.long_token_id(last);
+                    long.insert(whole, id);
+                    ArgvEdge::long(parent, id)
+                }
+                None => edge,
             };
             edges.insert(
                 edge,
@@ -336,7 +362,28 @@ impl MapSync {
             order.push(edge);
         }
         self.node_ids = ids;
-        (edges, order)
+        if long.len() > MAX_LONG_TOKENS as usize {
+            bail!(
+                "the rules and approvals hold {} distinct argv tokens longer than {TOKEN_LEN} \
+                 bytes, and the kernel holds at most {MAX_LONG_TOKENS}; shorten the rules \
+                 before their long tokens",
+                long.len()
+            );
+        }
+        // Ids of long tokens no longer held are not reused while this process runs (a walk in
+        // progress never meets an old id on a new token).
+        Ok(ArgvTrie { edges, order, long })
+    }
+
+    /// The id of a long token: the same for the same text across updates.
+    fn long_token_id(&mut self, text: &str) -> u32 {
+        if let Some(id) = self.long_ids.get(text) {
+            return *id;
+        }
+        let id = self.next_long_id;
+        self.next_long_id += 1;
+        self.long_ids.insert(text.to_string(), id);
+        id
     }
 
     /// Lists `cgroup_id` as in scope: it and the cgroups below it are enforced on, unless a
@@ -367,17 +414,15 @@ impl MapSync {
 fn argv_roots(
     image: &EnforcementImage,
     edges: &HashMap<ArgvEdge, ArgvNode>,
+    long_ids: &HashMap<String, u32>,
 ) -> HashMap<ExecIdentity, ArgvNode> {
     image
         .argv_roots
         .iter()
         .filter_map(|root| {
-            let (len, bytes) = token(&root.program);
-            let edge = ArgvEdge {
-                parent: 0,
-                len,
-                _pad: [0; 3],
-                token: bytes,
+            let edge = match long_ids.get(&root.program) {
+                Some(id) => ArgvEdge::long(0, *id),
+                None => ArgvEdge::new(0, root.program.as_bytes()),
             };
             let identity = ExecIdentity {
                 dev: root.dev,
@@ -389,8 +434,7 @@ fn argv_roots(
 }
 
 fn token(text: &str) -> ArgvToken {
-    let edge = ArgvEdge::new(0, text.as_bytes());
-    (edge.len, edge.token)
+    text.to_string()
 }
 
 /// One entry per key, strongest verdict kept.
@@ -642,7 +686,7 @@ mod tests {
         let mut image = image("prefix_rule(pattern=[\"git\", \"push\"], decision=\"prompt\")\n");
         let rule = approve(&mut image, "git push origin main");
         assert_eq!(rule, 1, "after the policy's one rule");
-        let (edges, order) = MapSync::new().build_trie(&image);
+        let ArgvTrie { edges, order, .. } = MapSync::new().build_trie(&image).unwrap();
         assert_eq!(edges.len(), 4, "git, push, origin, main: {edges:?}");
 
         let push = node(&edges, "git push").unwrap();
@@ -681,7 +725,7 @@ mod tests {
         );
         approve(&mut image, "git push");
         approve(&mut image, "git push origin");
-        let (edges, _) = MapSync::new().build_trie(&image);
+        let edges = MapSync::new().build_trie(&image).unwrap().edges;
         let push = node(&edges, "git push").unwrap();
         assert_eq!(push.here.decision, Decision::Prompt as u8);
         assert_eq!(push.here.rule, 0, "the rule's id, not the approval's");
@@ -707,7 +751,7 @@ mod tests {
     fn an_approval_of_a_program_alone_marks_its_root_node() {
         let mut image = image("enforcement(unmatched_exec=\"prompt\")\n");
         let rule = approve(&mut image, "gt-unmatched");
-        let (edges, _) = MapSync::new().build_trie(&image);
+        let edges = MapSync::new().build_trie(&image).unwrap().edges;
         assert_eq!(edges.len(), 1);
         assert_eq!(
             node(&edges, "gt-unmatched").unwrap().here,
@@ -722,9 +766,9 @@ mod tests {
         approve(&mut approved, "git push origin main");
         approve(&mut approved, "git push");
         let mut sync = MapSync::new();
-        let (before, _) = sync.build_trie(&approved);
+        let before = sync.build_trie(&approved).unwrap().edges;
         sync.edges = before.clone();
-        let (after, _) = sync.build_trie(&base);
+        let after = sync.build_trie(&base).unwrap().edges;
         assert_eq!(after.len(), 2, "git and push remain: {after:?}");
         for path in ["git", "git push"] {
             let (old, new) = (node(&before, path).unwrap(), node(&after, path).unwrap());
@@ -800,5 +844,28 @@ mod tests {
         // Nothing else carries a mark.
         let marks = v4.values().filter(|v| v.approved()).count();
         assert_eq!(marks, 3, "{v4:?}");
+    }
+
+    #[test]
+    fn a_long_token_is_keyed_by_its_id_and_keeps_the_id_across_updates() {
+        let long = "l".repeat(TOKEN_LEN + 8);
+        let base = image(&format!(
+            "prefix_rule(pattern=[\"tool\", \"{long}\"], decision=\"forbidden\")\n"
+        ));
+        let mut sync = MapSync::new();
+        let first = sync.build_trie(&base).unwrap();
+        let (whole, id) = first.long.iter().next().map(|(k, v)| (*k, *v)).unwrap();
+        assert_eq!(&whole.bytes[..long.len()], long.as_bytes());
+        let tool = first.edges[&ArgvEdge::new(0, b"tool")];
+        let node = first.edges[&ArgvEdge::long(tool.id, id)];
+        assert_eq!(node.here.decision, Decision::Forbidden as u8);
+        // A token alike in its first 32 bytes is another key, not this one.
+        assert!(
+            !first
+                .edges
+                .contains_key(&ArgvEdge::new(tool.id, long.as_bytes()))
+        );
+        let again = sync.build_trie(&base).unwrap();
+        assert_eq!(again.long, first.long, "the same text keeps its id");
     }
 }

@@ -425,3 +425,33 @@ fn under_the_daemon_work_beside_protected_paths_goes_on() {
     );
     assert_eq!(std::fs::read(&daemon.rules_file).unwrap(), rules_before);
 }
+
+#[test]
+fn a_missing_system_rules_folder_cannot_be_made_from_inside() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Guard's own folder exists, its rules folder does not (as /etc/guard without rules/).
+    std::fs::create_dir(d.join("guard")).unwrap();
+    let system_rules = d.join("guard/rules");
+    let script = [
+        step("make_rules", "mkdir \"$D/guard/rules\" 2>/dev/null"),
+        step("plant_file", "echo x > \"$D/guard/rules\" 2>/dev/null"),
+        step("beside", "touch \"$D/new\""),
+    ]
+    .concat();
+    let out = run(Command::new(guard_bin())
+        .args(["run", "-v", "--", "sh", "-c", &script])
+        .env("GUARD_SYSTEM_RULES", &system_rules)
+        .env_remove("GUARD_SOCKET")
+        .env("D", d)
+        .current_dir(d));
+    assert_steps(
+        &out,
+        &["make_rules=refused", "plant_file=refused", "beside=ok"],
+    );
+    assert!(!system_rules.exists());
+    assert!(d.join("new").exists());
+}

@@ -170,6 +170,10 @@ pub struct WritePlan {
     /// Held only in part: relative patterns, which match below any folder, held at the
     /// current folder only.
     pub partly: Vec<NotHeld>,
+    /// Guard's own folders that hold a missing protected path (the nearest existing folder
+    /// above it, when that folder is guard's: see [`guards_own_holder`]): held read-only, so
+    /// the missing path cannot be made to plant the next run's policy.
+    pub missing_holders: Vec<PathBuf>,
 }
 
 impl WritePlan {
@@ -213,7 +217,15 @@ impl WritePlan {
                             rule: rule.clone(),
                         });
                     }
-                    Err(err) => plan.not_held.push(NotHeld {
+                    Err(err) => {
+                        if rule.builtin
+                            && err.kind() == std::io::ErrorKind::NotFound
+                            && let Some(holder) = guards_own_holder(&path)
+                            && !plan.missing_holders.contains(&holder)
+                        {
+                            plan.missing_holders.push(holder);
+                        }
+                        plan.not_held.push(NotHeld {
                         rule: rule.clone(),
                         why: if err.kind() == std::io::ErrorKind::NotFound {
                             format!(
@@ -224,7 +236,8 @@ impl WritePlan {
                         } else {
                             format!("{}: {err}", path.display())
                         },
-                    }),
+                        })
+                    }
                 },
             }
         }
@@ -424,6 +437,17 @@ impl PreExecSteps {
         }
         Ok(())
     }
+}
+
+/// The folder that holds the missing `path`'s place: its nearest existing ancestor, when that
+/// folder is guard's own (its name starts with `guard`, as `/etc/guard` and `/var/lib/guard`
+/// do). Any other folder (`/etc` when `/etc/guard` is missing) is not held: a read-only `/etc`
+/// would stop ordinary work, so the missing path stays open there (see the README's Limits).
+pub fn guards_own_holder(path: &Path) -> Option<PathBuf> {
+    let existing = path.ancestors().skip(1).find(|a| a.exists())?;
+    let holder = existing.canonicalize().ok()?;
+    let name = holder.file_name()?.to_string_lossy();
+    name.starts_with("guard").then_some(holder)
 }
 
 /// What one rule's glob names.

@@ -49,15 +49,16 @@ impl MountPlan {
     /// `mountinfo`, the text of `/proc/self/mountinfo`).
     pub fn new(plan: &WritePlan, mountinfo: &str) -> MountPlan {
         let mut wanted: BTreeMap<PathBuf, bool> = BTreeMap::new();
-        let read_only = plan
+        let held: Vec<PathBuf> = plan
             .denied
             .iter()
             .map(|d| d.path.clone())
-            .chain(pseudo_file_systems(mountinfo));
-        for path in read_only {
+            .chain(plan.missing_holders.iter().cloned())
+            .collect();
+        for path in held.iter().cloned().chain(pseudo_file_systems(mountinfo)) {
             wanted.insert(path, true);
         }
-        for path in plan.denied.iter().map(|d| &d.path) {
+        for path in &held {
             for ancestor in path.ancestors().skip(1) {
                 if ancestor != Path::new("/") {
                     wanted.entry(ancestor.to_path_buf()).or_insert(false);

@@ -455,3 +455,65 @@ fn a_missing_system_rules_folder_cannot_be_made_from_inside() {
     assert!(!system_rules.exists());
     assert!(d.join("new").exists());
 }
+
+#[test]
+fn a_non_root_daemon_client_keeps_the_landlock_plan_and_says_so() {
+    if !landlock_or_skip() {
+        return;
+    }
+    const UID: u32 = 64_331;
+    let authz = tempfile::tempdir().unwrap();
+    let policy = authz.path().join("authz.json");
+    std::fs::write(
+        &policy,
+        format!(
+            r#"{{"rules": [
+                {{"effect": "allow", "actions": ["*"], "when": {{"uid": ["0"]}}}},
+                {{"effect": "allow", "actions": ["run"], "when": {{"uid": ["{UID}"]}}}}
+            ]}}"#
+        ),
+    )
+    .unwrap();
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: format!("{RULES}rule_set(deny = [\"write(.git/**)\"])\n"),
+        extra_config: format!("socket_group = \"{UID}\"\nauthz_policy = {policy:?}\n"),
+        ..Default::default()
+    });
+    // A project the user owns (so a refusal is guard's, not the file mode's).
+    let project = tempfile::tempdir().unwrap();
+    let cwd = project.path();
+    std::fs::create_dir_all(cwd.join(".git")).unwrap();
+    std::fs::write(cwd.join(".git/config"), "[core]\n").unwrap();
+    std::fs::create_dir(cwd.join("src")).unwrap();
+    for path in [
+        cwd.to_path_buf(),
+        cwd.join(".git"),
+        cwd.join(".git/config"),
+        cwd.join("src"),
+    ] {
+        std::os::unix::fs::chown(&path, Some(UID), Some(UID)).unwrap();
+    }
+    let script = [
+        step("git_dir", "echo x > .git/config 2>/dev/null"),
+        step("in_src", "mkdir src/a && echo y > src/a/new"),
+        // The Landlock plan's limit: the current folder is on the way to `.git`.
+        step("new_in_cwd", "echo y > new 2>/dev/null"),
+    ]
+    .concat();
+    let out = run(daemon
+        .guard_command_as(UID, &["run", "-v", "--", "sh", "-c", &script])
+        .current_dir(cwd));
+    assert_steps(
+        &out,
+        &["git_dir=refused", "in_src=ok", "new_in_cwd=refused"],
+    );
+    assert!(
+        text(&out.stderr).contains("no mount namespace (not root)"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(cwd.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+}

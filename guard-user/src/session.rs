@@ -12,8 +12,7 @@ use anyhow::{Context, Result};
 use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
 use crate::compile::image::EnforcementImage;
 use crate::compile::{CompileEnv, NoResolver, compile, host_names};
-use crate::confine::WritePlan;
-use crate::confine::landlock::{self, Confinement};
+use crate::confine::{CommandConfinement, WritePlan};
 use crate::kernel::events::{Action, EventKind, EventReader, KernelEvent};
 use crate::kernel::scope::{ScopeCgroup, join_from_pre_exec};
 use crate::kernel::{Backend, Enforcer};
@@ -155,16 +154,21 @@ impl Session {
     /// very first exec is already decided. Its writes are not confined: see
     /// [`Session::spawn_confined`].
     pub fn spawn(&self, command: &mut Command) -> Result<Child> {
-        self.spawn_confined(command, &Confinement::Nothing)
+        self.spawn_confined(command, &CommandConfinement::none())
     }
 
     /// What this session's policy denies for writes (its protected paths and its rule sets'
     /// `write(...)` denials) with `cwd` as the command's current folder, as a plan and the
-    /// Landlock ruleset that holds it (made here, in the parent: nothing of it may run between
-    /// fork and exec). An error is a kernel with Landlock that refused the ruleset.
-    pub fn write_confinement(&self, cwd: &Path) -> Result<(WritePlan, Confinement)> {
+    /// mount namespace binds and Landlock ruleset that hold it (made here, in the parent:
+    /// nothing of it may run between fork and exec); `keep_capabilities` keeps the root
+    /// hardening off. An error is a kernel with Landlock that refused the ruleset.
+    pub fn write_confinement(
+        &self,
+        cwd: &Path,
+        keep_capabilities: bool,
+    ) -> Result<(WritePlan, CommandConfinement)> {
         let plan = WritePlan::for_policy(&self.policy, cwd);
-        let confinement = landlock::confinement(&plan)?;
+        let confinement = CommandConfinement::prepare(&plan, keep_capabilities)?;
         Ok((plan, confinement))
     }
 
@@ -175,20 +179,17 @@ impl Session {
     pub fn spawn_confined(
         &self,
         command: &mut Command,
-        confinement: &Confinement,
+        confinement: &CommandConfinement,
     ) -> Result<Child> {
         use std::os::unix::process::CommandExt;
         let procs = self.scope.procs_path().clone();
-        let ruleset = confinement.ruleset_fd();
+        let steps = confinement.steps();
         // SAFETY: the closure only makes async-signal-safe calls (open/write/close, then the
-        // raw Landlock syscalls of `restrict_from_pre_exec`).
+        // raw syscalls of `PreExecSteps::apply`; its data was made before the fork).
         unsafe {
             command.pre_exec(move || {
                 join_from_pre_exec(&procs)?;
-                if let Some(fd) = ruleset {
-                    landlock::restrict_from_pre_exec(fd)?;
-                }
-                Ok(())
+                steps.apply()
             })
         };
         command.spawn().context("starting the command")

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::RulesArgs;
-use crate::confine::WritePlan;
 use crate::confine::landlock::Confinement;
+use crate::confine::{CommandConfinement, Holding, WritePlan, capabilities};
 use crate::kernel::Backend;
 use crate::session::{Session, SessionOptions};
 
@@ -25,9 +25,13 @@ With --socket (or, without --rules, when a guard daemon listens on /run/guard/gu
 command runs in a fresh scope of the daemon instead: the daemon's policy applies, asks can be
 approved (`guard prompts`, `guard approve ID`) and the retry succeeds.
 
-Writes are confined with Landlock: below the protected paths (guard's configuration, the rules
-files the policy was loaded from, the daemon's state) and the concrete paths of `write(...)`
-denials, a write fails with EACCES; -v says which write rules are held only in part or not at all.
+Writes are confined: the command runs in a private mount namespace where the protected paths
+(guard's configuration, the rules files the policy was loaded from, the daemon's state) and the
+concrete paths of `write(...)` denials are read-only binds, so a write, chmod, chown or xattr
+change there fails with EROFS and everything else is written as usual. Without root (a daemon
+client), Landlock alone holds them (EACCES). A root command also loses CAP_SYS_ADMIN and the
+other capabilities that could undo this (see --keep-capabilities); -v says which write rules are
+held only in part or not at all.
 
 The exit status is the command's (128+N when a signal N ended it; a refused exec on the cgroup
 backend is SIGKILL, so 137). guard needs root; `guard doctor` says which backend this kernel allows.")]
@@ -57,6 +61,11 @@ pub struct RunArgs {
     /// socket is used when a daemon is running there.
     #[arg(long, value_name = "PATH", env = "GUARD_SOCKET")]
     pub socket: Option<std::path::PathBuf>,
+    /// Keep every capability of a root command (by default CAP_SYS_ADMIN, CAP_NET_RAW,
+    /// CAP_SYS_PTRACE, CAP_LINUX_IMMUTABLE, CAP_BPF and the others that could undo guard are
+    /// dropped from all its sets).
+    #[arg(long)]
+    pub keep_capabilities: bool,
     /// The command and its arguments.
     #[arg(
         required = true,
@@ -90,7 +99,13 @@ pub fn run(args: &RunArgs) -> ExitCode {
                 "--rules, --overlay, --audit-only, --backend and --nameserver are the daemon's to choose; drop them to run under the daemon, or drop --socket to enforce on your own",
             );
         }
-        return super::run_daemon::run(&socket, &args.command, args.json_events, args.verbose);
+        return super::run_daemon::run(
+            &socket,
+            &args.command,
+            args.json_events,
+            args.verbose,
+            args.keep_capabilities,
+        );
     }
     let loaded = match args.rules.load() {
         Ok(loaded) => loaded,
@@ -137,7 +152,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
         }
     }
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let confinement = match session.write_confinement(&cwd) {
+    let confinement = match session.write_confinement(&cwd, args.keep_capabilities) {
         Ok((plan, confinement)) => {
             report_confinement(&plan, &confinement, args.verbose);
             confinement
@@ -203,14 +218,75 @@ pub fn run(args: &RunArgs) -> ExitCode {
 /// confined), one line when some `write(...)` rule is held only in part or not at all (`-v`
 /// lists each, the denied paths and the folders on the way), and every folder that could not be
 /// listed.
-pub(super) fn report_confinement(plan: &WritePlan, confinement: &Confinement, verbose: bool) {
+pub(super) fn report_confinement(
+    plan: &WritePlan,
+    confinement: &CommandConfinement,
+    verbose: bool,
+) {
+    if let Holding::Mounts(mounts) = &confinement.holding {
+        report_mounts(mounts, confinement, verbose);
+    } else {
+        report_landlock(plan, &confinement.landlock, verbose);
+    }
+    report_unheld(plan, verbose);
+}
+
+/// The mount namespace's binds (`-v`), and a warning when nothing stops the command from
+/// unmounting them (no Landlock, capabilities kept).
+fn report_mounts(
+    mounts: &crate::confine::namespace::MountPlan,
+    confinement: &CommandConfinement,
+    verbose: bool,
+) {
+    let locked = matches!(confinement.landlock, Confinement::Landlock(_));
+    if !locked && !confinement.drop_capabilities {
+        eprintln!(
+            "guard: warning: no Landlock here and the capabilities are kept: the command can \
+             unmount the read-only binds that hold its protected paths"
+        );
+    }
+    if verbose {
+        let read_only: Vec<String> = mounts
+            .binds
+            .iter()
+            .filter(|b| b.read_only)
+            .map(|b| b.path.display().to_string())
+            .collect();
+        eprintln!(
+            "guard: note: writes held in a private mount namespace: read-only {}; the folders on \
+             the way are mount points (they cannot be removed or renamed; a rename across one \
+             fails with EXDEV){}",
+            read_only.join(", "),
+            if locked {
+                "; Landlock refuses mount and umount"
+            } else {
+                ""
+            }
+        );
+        if confinement.drop_capabilities {
+            let names: Vec<&str> = capabilities::DROPPED.iter().map(|(_, n)| *n).collect();
+            eprintln!(
+                "guard: note: capabilities dropped: {} (--keep-capabilities keeps them)",
+                names.join(" ")
+            );
+        }
+    }
+}
+
+/// The Landlock plan's report, when no mount namespace could be made.
+fn report_landlock(plan: &WritePlan, confinement: &Confinement, verbose: bool) {
+    if verbose {
+        eprintln!(
+            "guard: note: no mount namespace (not root): writes are held by Landlock alone, \
+             which refuses new entries in every folder on the way to a protected path"
+        );
+    }
     match confinement {
         Confinement::Unavailable(why) => {
             eprintln!(
                 "guard: warning: writes are not confined: {why}; the protected paths and \
                 write(...) denials are not held for this command"
             );
-            return;
         }
         Confinement::Landlock(ruleset) => {
             for error in &ruleset.errors {
@@ -240,6 +316,10 @@ pub(super) fn report_confinement(plan: &WritePlan, confinement: &Confinement, ve
         }
         Confinement::Nothing => {}
     }
+}
+
+/// `write(...)` rules held only in part or not at all.
+fn report_unheld(plan: &WritePlan, verbose: bool) {
     if verbose {
         for not_held in &plan.not_held {
             eprintln!(

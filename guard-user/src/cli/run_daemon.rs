@@ -14,15 +14,20 @@ use anstream::eprintln;
 use serde_json::Value;
 
 use super::control::client_error;
-use crate::confine::landlock;
-use crate::confine::{WritePlan, WriteRules};
+use crate::confine::{CommandConfinement, WritePlan, WriteRules};
 use crate::daemon::client::Client;
 use crate::daemon::protocol::{FLUSH_LINE, Request};
 
 /// How long to wait for the daemon to pass on the last events after CMD ended.
 const FLUSH_WAIT: Duration = Duration::from_secs(2);
 
-pub fn run(socket: &Path, argv: &[String], json: bool, verbose: bool) -> ExitCode {
+pub fn run(
+    socket: &Path,
+    argv: &[String],
+    json: bool,
+    verbose: bool,
+    keep_capabilities: bool,
+) -> ExitCode {
     let mut client = match Client::connect(socket) {
         Ok(client) => client,
         Err(err) => {
@@ -53,7 +58,7 @@ pub fn run(socket: &Path, argv: &[String], json: bool, verbose: bool) -> ExitCod
     };
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let plan = WritePlan::new(&rules, &cwd);
-    let confinement = match landlock::confinement(&plan) {
+    let confinement = match CommandConfinement::prepare(&plan, keep_capabilities) {
         Ok(confinement) => confinement,
         Err(err) => {
             eprintln!("guard: cannot confine the command's writes: {err:#}");
@@ -104,11 +109,12 @@ pub fn run(socket: &Path, argv: &[String], json: bool, verbose: bool) -> ExitCod
     });
     let mut command = Command::new(&argv[0]);
     command.args(&argv[1..]);
-    if let Some(fd) = confinement.ruleset_fd() {
+    let steps = confinement.steps();
+    {
         use std::os::unix::process::CommandExt;
-        // SAFETY: the closure makes only the raw syscalls of `restrict_from_pre_exec`. The
-        // daemon has already moved this process into the scope, so there is no cgroup to join.
-        unsafe { command.pre_exec(move || landlock::restrict_from_pre_exec(fd)) };
+        // SAFETY: the closure makes only the raw syscalls of `PreExecSteps::apply`. The daemon
+        // has already moved this process into the scope, so there is no cgroup to join.
+        unsafe { command.pre_exec(move || steps.apply()) };
     }
     let status = match command.status() {
         Ok(status) => status,

@@ -191,3 +191,38 @@ pub fn restrict_from_pre_exec(fd: RawFd) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// A ruleset that grants every write right below `/`: it decides no write, but a process under
+/// any Landlock domain that handles file rights cannot mount, unmount or pivot_root, so the
+/// read-only binds of [`super::namespace`] stay. `Unavailable` without Landlock.
+pub fn mount_lock() -> Result<Confinement> {
+    let abi = match abi() {
+        Ok(version) if version >= 1 => version,
+        Ok(version) => {
+            return Ok(Confinement::Unavailable(format!(
+                "Landlock answers ABI {version}"
+            )));
+        }
+        Err(err) => return Ok(Confinement::Unavailable(absent_because(&err))),
+    };
+    let root = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open("/")
+        .context("opening / for the Landlock ruleset")?;
+    let ruleset = Ruleset::default()
+        .handle_access(write_rights())
+        .context("asking Landlock to handle the write rights")?
+        .create()
+        .context("creating a Landlock ruleset")?
+        .add_rule(PathBeneath::new(root, write_rights()))
+        .context("granting writes below /")?;
+    let fd: Option<OwnedFd> = ruleset.into();
+    let fd = fd.context("Landlock made no ruleset file descriptor")?;
+    Ok(Confinement::Landlock(LandlockRuleset {
+        fd,
+        abi,
+        granted: 1,
+        errors: Vec::new(),
+    }))
+}

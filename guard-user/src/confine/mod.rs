@@ -20,7 +20,9 @@
 //! Only write-type rights are handled, so reads and execs are never affected. Symlinks are
 //! followed: a denial is on the file or folder a path names, wherever it is reached from.
 
+pub mod capabilities;
 pub mod landlock;
+pub mod namespace;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -168,6 +170,10 @@ pub struct WritePlan {
     /// Held only in part: relative patterns, which match below any folder, held at the
     /// current folder only.
     pub partly: Vec<NotHeld>,
+    /// Guard's own folders that hold a missing protected path (the nearest existing folder
+    /// above it, when that folder is guard's: see [`guards_own_holder`]): held read-only, so
+    /// the missing path cannot be made to plant the next run's policy.
+    pub missing_holders: Vec<PathBuf>,
 }
 
 impl WritePlan {
@@ -211,7 +217,15 @@ impl WritePlan {
                             rule: rule.clone(),
                         });
                     }
-                    Err(err) => plan.not_held.push(NotHeld {
+                    Err(err) => {
+                        if rule.builtin
+                            && err.kind() == std::io::ErrorKind::NotFound
+                            && let Some(holder) = guards_own_holder(&path)
+                            && !plan.missing_holders.contains(&holder)
+                        {
+                            plan.missing_holders.push(holder);
+                        }
+                        plan.not_held.push(NotHeld {
                         rule: rule.clone(),
                         why: if err.kind() == std::io::ErrorKind::NotFound {
                             format!(
@@ -222,7 +236,8 @@ impl WritePlan {
                         } else {
                             format!("{}: {err}", path.display())
                         },
-                    }),
+                        })
+                    }
                 },
             }
         }
@@ -332,6 +347,107 @@ impl WritePlan {
         }
         (grants, errors)
     }
+}
+
+/// How the command's writes are held, made in the parent before the fork.
+#[derive(Debug)]
+pub enum Holding {
+    /// A private mount namespace with read-only binds (see [`namespace`]).
+    Mounts(namespace::MountPlan),
+    /// No mount namespace could be made (not root): the Landlock plan alone, which refuses
+    /// new entries in every folder on the way to a denied path.
+    LandlockOnly,
+}
+
+/// Everything put on the command between fork and exec, in this order: the mount namespace,
+/// the Landlock domain (which then refuses mount and umount), the dropped capabilities.
+#[derive(Debug)]
+pub struct CommandConfinement {
+    pub holding: Holding,
+    pub landlock: landlock::Confinement,
+    /// Whether [`capabilities::DROPPED`] are dropped (root only; `--keep-capabilities` keeps
+    /// them).
+    pub drop_capabilities: bool,
+}
+
+impl CommandConfinement {
+    /// The confinement for `plan`: binds in a mount namespace when this process can make one,
+    /// else the Landlock plan. `keep_capabilities` keeps the root hardening off.
+    pub fn prepare(plan: &WritePlan, keep_capabilities: bool) -> anyhow::Result<Self> {
+        let root = capabilities::can_make_mount_namespace();
+        let (holding, landlock) = if root {
+            let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+            (
+                Holding::Mounts(namespace::MountPlan::new(plan, &mountinfo)),
+                landlock::mount_lock()?,
+            )
+        } else {
+            (Holding::LandlockOnly, landlock::confinement(plan)?)
+        };
+        Ok(CommandConfinement {
+            holding,
+            landlock,
+            drop_capabilities: root && !keep_capabilities,
+        })
+    }
+
+    /// Nothing held, nothing dropped (a plain spawn).
+    pub fn none() -> Self {
+        CommandConfinement {
+            holding: Holding::LandlockOnly,
+            landlock: landlock::Confinement::Nothing,
+            drop_capabilities: false,
+        }
+    }
+
+    /// What the child does between fork and exec (owned, for `pre_exec`); keep `self` alive
+    /// until the command has started (the ruleset's file descriptor is used there).
+    pub fn steps(&self) -> PreExecSteps {
+        PreExecSteps {
+            mounts: match &self.holding {
+                Holding::Mounts(mounts) => Some(mounts.clone()),
+                Holding::LandlockOnly => None,
+            },
+            ruleset: self.landlock.ruleset_fd(),
+            drop_capabilities: self.drop_capabilities,
+        }
+    }
+}
+
+/// [`CommandConfinement`]'s steps, made before the fork.
+#[derive(Clone, Debug)]
+pub struct PreExecSteps {
+    mounts: Option<namespace::MountPlan>,
+    ruleset: Option<std::os::fd::RawFd>,
+    drop_capabilities: bool,
+}
+
+impl PreExecSteps {
+    /// Between fork and exec, in the child: only raw syscalls. Fails closed (the command does
+    /// not start).
+    pub fn apply(&self) -> std::io::Result<()> {
+        if let Some(mounts) = &self.mounts {
+            mounts.apply_from_pre_exec()?;
+        }
+        if let Some(fd) = self.ruleset {
+            landlock::restrict_from_pre_exec(fd)?;
+        }
+        if self.drop_capabilities {
+            capabilities::drop_from_pre_exec()?;
+        }
+        Ok(())
+    }
+}
+
+/// The folder that holds the missing `path`'s place: its nearest existing ancestor, when that
+/// folder is guard's own (its name starts with `guard`, as `/etc/guard` and `/var/lib/guard`
+/// do). Any other folder (`/etc` when `/etc/guard` is missing) is not held: a read-only `/etc`
+/// would stop ordinary work, so the missing path stays open there (see the README's Limits).
+pub fn guards_own_holder(path: &Path) -> Option<PathBuf> {
+    let existing = path.ancestors().skip(1).find(|a| a.exists())?;
+    let holder = existing.canonicalize().ok()?;
+    let name = holder.file_name()?.to_string_lossy();
+    name.starts_with("guard").then_some(holder)
 }
 
 /// What one rule's glob names.

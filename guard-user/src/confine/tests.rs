@@ -290,3 +290,32 @@ fn the_fixed_rules_hold_the_fixed_folders_and_the_files_named() {
     assert!(rules.deny.iter().all(|r| r.builtin));
     assert_eq!(rules.deny[5].glob.as_deref(), Some("/run/guard-test.sock"));
 }
+
+#[test]
+fn a_missing_protected_path_is_held_by_guards_own_folder_above_it_only() {
+    let (_dir, root) = tempdir();
+    std::fs::create_dir_all(root.join("guard")).unwrap();
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    let builtin = |path: &Path| {
+        WriteRule::parse(&format!("write({})", path.display()), "<b>:1", true).unwrap()
+    };
+    let written = WriteRule::parse(
+        &format!("write({}/guard/mine/**)", root.display()),
+        "t.rules:1",
+        false,
+    )
+    .unwrap();
+    let rules = WriteRules {
+        deny: vec![
+            builtin(&root.join("guard/rules")),
+            builtin(&root.join("guard/rules/deeper")),
+            builtin(&root.join("etc/guard/rules")),
+            written,
+        ],
+        ask: vec![],
+    };
+    let plan = WritePlan::new(&rules, &root);
+    // Once for both rules below `guard`; `etc` is not guard's; a written rule is not held.
+    assert_eq!(plan.missing_holders, [root.join("guard")]);
+    assert_eq!(plan.not_held.len(), 4);
+}

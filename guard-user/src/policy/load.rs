@@ -79,10 +79,15 @@ pub fn rules_files(path: &Path) -> Result<Vec<PathBuf>, LoadError> {
 
 /// The system rules folder (or its override), when it exists.
 pub fn system_rules_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os(SYSTEM_RULES_ENV)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(SYSTEM_RULES_DIR));
+    let dir = system_rules_location();
     dir.exists().then_some(dir)
+}
+
+/// Where the system rules folder is (or its override), made or not.
+pub fn system_rules_location() -> PathBuf {
+    std::env::var_os(SYSTEM_RULES_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(SYSTEM_RULES_DIR))
 }
 
 /// Loads `rules` (or the defaults when empty) with one parser, then `overlays` with another,
@@ -122,7 +127,12 @@ pub fn load_policy_protecting(
                 loaded_from.push(dir);
                 sources
             }
-            None => vec![RulesSource::EmbeddedDefault],
+            None => {
+                // Protected although missing: a rules folder made there would be the next
+                // run's policy (see `confine`, which holds its place when it can).
+                loaded_from.push(system_rules_location());
+                vec![RulesSource::EmbeddedDefault]
+            }
         }
     } else {
         loaded_from.extend_from_slice(rules);

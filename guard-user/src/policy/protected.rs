@@ -117,7 +117,13 @@ fn covered<'a>(mut sets: impl Iterator<Item = &'a RuleSet>, subject: &str) -> bo
     sets.any(|set| set.evaluate(Tool::Write, Some(subject)).is_some())
 }
 
+/// `path` as the loader opened it: resolved the way open(2) does (`dir/link/../x.rules` is
+/// `x.rules` beside the link's target, not in `dir`) when it exists, else made absolute and
+/// lexically normalised (a path not made yet has no symlinks to follow).
 fn absolute(path: &Path) -> PathBuf {
+    if let Ok(resolved) = path.canonicalize() {
+        return resolved;
+    }
     let joined = if path.is_absolute() {
         path.to_path_buf()
     } else {
@@ -169,6 +175,23 @@ mod tests {
                 .rule_set
                 .evaluate(Tool::Read, Some("/etc/guard/guard.toml"))
                 .is_none()
+        );
+    }
+
+    #[test]
+    fn a_rules_path_through_a_symlink_and_dotdot_is_the_file_open_reaches() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(d.join("dir")).unwrap();
+        std::fs::create_dir_all(d.join("real/sub")).unwrap();
+        std::os::unix::fs::symlink(d.join("real/sub"), d.join("dir/link")).unwrap();
+        std::fs::write(d.join("real/x.rules"), "").unwrap();
+        std::fs::write(d.join("dir/x.rules"), "").unwrap();
+        let protected = protected_paths(&[d.join("dir/link/../x.rules")]);
+        let loaded = d.join("real/x.rules").display().to_string();
+        assert_eq!(
+            protected.last().unwrap().pattern(),
+            format!("write({loaded})")
         );
     }
 

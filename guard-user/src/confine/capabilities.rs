@@ -1,0 +1,106 @@
+//! Root hardening for the command: capabilities that let a root process undo or go around
+//! guard (mounting, loading kernel code or BPF, tracing other processes, raw devices and
+//! sockets, immutable flags, opening files by handle) are dropped between fork and exec from
+//! every set (bounding, ambient, permitted, effective, inheritable), so neither the command
+//! nor anything it executes (set-user-ID or with file capabilities) gets them back.
+
+use std::io;
+
+/// The dropped capabilities and their names (`linux/capability.h` numbers).
+pub const DROPPED: [(u32, &str); 13] = [
+    (9, "CAP_LINUX_IMMUTABLE"),
+    (13, "CAP_NET_RAW"),
+    (16, "CAP_SYS_MODULE"),
+    (17, "CAP_SYS_RAWIO"),
+    (19, "CAP_SYS_PTRACE"),
+    (21, "CAP_SYS_ADMIN"),
+    (22, "CAP_SYS_BOOT"),
+    // open_by_handle_at(2) reaches a file without its path, past any read-only bind.
+    (2, "CAP_DAC_READ_SEARCH"),
+    (25, "CAP_SYS_TIME"),
+    (32, "CAP_MAC_OVERRIDE"),
+    (33, "CAP_MAC_ADMIN"),
+    (38, "CAP_PERFMON"),
+    (39, "CAP_BPF"),
+];
+
+/// The bits of [`DROPPED`], as `/proc/PID/status` shows capability sets.
+pub fn dropped_mask() -> u64 {
+    DROPPED.iter().fold(0, |mask, (cap, _)| mask | 1 << cap)
+}
+
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// The calling thread's effective capability set.
+pub fn effective() -> io::Result<u64> {
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: the header and two data structs are what capget(2) version 3 reads and writes.
+    if unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(u64::from(data[0].effective) | u64::from(data[1].effective) << 32)
+}
+
+/// Whether this process may make a mount namespace (`CAP_SYS_ADMIN` is effective).
+pub fn can_make_mount_namespace() -> bool {
+    effective().is_ok_and(|caps| caps & (1 << 21) != 0)
+}
+
+/// Drops [`DROPPED`] from every set of the calling process. Only raw syscalls on the stack:
+/// usable between fork and exec. A capability this kernel does not know (`EINVAL`) is not
+/// there to drop. Fails closed: any other error stops the command from starting.
+pub fn drop_from_pre_exec() -> io::Result<()> {
+    // SAFETY: prctl and capget/capset with integer arguments and stack structs.
+    unsafe {
+        for (cap, _) in DROPPED {
+            let cap = libc::c_ulong::from(cap);
+            if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0
+                && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL)
+            {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_LOWER, cap, 0, 0) != 0
+                && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL)
+            {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        let mut header = CapHeader {
+            version: CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let mut data = [CapData::default(); 2];
+        if libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mask = dropped_mask();
+        for (half, entry) in data.iter_mut().enumerate() {
+            let keep = !((mask >> (32 * half)) as u32);
+            entry.effective &= keep;
+            entry.permitted &= keep;
+            entry.inheritable &= keep;
+        }
+        if libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}

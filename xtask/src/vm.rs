@@ -67,7 +67,9 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             tests: Vec::new(),
-            timeout_secs: 600,
+            // Nine test binaries under emulation (TCG), each loading guard's programs many
+            // times; a bound for a hung VM, not a measure of speed.
+            timeout_secs: 1500,
             verbose: false,
             kernel_args: Vec::new(),
         }

@@ -78,6 +78,7 @@ impl Session {
         if options.audit_only {
             image.settings.audit_only = true;
         }
+        crate::compile::coverage::refuse_unheld_denials(&image)?;
         let mut enforcer = Enforcer::load(backend)?;
         let events = enforcer.events()?;
         enforcer.apply(&image)?;

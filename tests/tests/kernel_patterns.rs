@@ -308,3 +308,52 @@ fn the_kernel_walk_decides_as_the_userspace_walk_does() {
         cases.len()
     );
 }
+
+/// The ten `exec(*secretN*)` deny globs: each fits a table, all ten do not.
+fn ten_secret_globs() -> String {
+    let globs: Vec<String> = (0..10).map(|i| format!("\"exec(*secret{i}*)\"")).collect();
+    format!("# secrets\nrule_set(deny=[{}])\n", globs.join(", "))
+}
+
+#[test]
+fn deny_globs_the_kernel_cannot_hold_refuse_the_start_and_one_that_fits_stops_the_exec() {
+    if !guard_tests::kernel::root_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("making a temporary folder");
+    let path = dir.path().join("secrets.rules");
+    std::fs::write(&path, ten_secret_globs()).unwrap();
+    let loaded = guard::policy::load::load_policy(&[path], &[]).unwrap();
+    let options = SessionOptions {
+        backend: Some(guard_tests::kernel::backend()),
+        ..SessionOptions::default()
+    };
+    let Err(err) = guard::session::Session::start(loaded.policy, &options) else {
+        panic!("a policy with deny rules the kernel cannot hold was enforced");
+    };
+    let err = format!("{err:#}");
+    assert!(err.contains("cannot hold the deny rule"), "{err}");
+    assert!(err.contains("secrets.rules:2"), "{err}");
+    assert!(
+        err.contains("the limit is") && err.contains("fix:"),
+        "{err}"
+    );
+
+    let Some(session) = guard_tests::kernel::session_or_skip(
+        "rule_set(deny=[\"exec(*secret1*)\"])\n",
+        SessionOptions::default(),
+    ) else {
+        return;
+    };
+    let work = work_dir(&session);
+    let echo = guard_tests::kernel::system_program(&["/bin/echo", "/usr/bin/echo"]);
+    let out = run(&session, &echo, "echo", &["secret1x"], &work);
+    assert!(
+        killed(&out.status) && out.stdout.is_empty(),
+        "echo secret1x ran: {} {:?}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = run(&session, &echo, "echo", &["public"], &work);
+    assert_ran(&out, "echo public", &work, &[]);
+}

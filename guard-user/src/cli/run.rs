@@ -130,6 +130,9 @@ pub fn run(args: &RunArgs) -> ExitCode {
     for warning in session.image().warnings.iter().filter(|_| args.verbose) {
         eprintln!("guard: note: {warning}");
     }
+    for warning in crate::compile::coverage::unheld_allowances(session.image()) {
+        eprintln!("guard: warning: {warning}");
+    }
     // Writes are the confinement report's (below); reads have nothing on this backend.
     let unread: Vec<_> = session
         .not_enforced()

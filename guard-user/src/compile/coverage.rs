@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::image::EnforcementImage;
 use crate::kernel::Backend;
+use crate::policy::Decision;
 
 /// One rule the backend does not enforce, and why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -124,7 +125,74 @@ pub fn not_enforced(image: &EnforcementImage, backend: Backend) -> Vec<NotEnforc
             reason: CONNECT_PATTERNS.to_string(),
         })
     });
-    files.chain(connects).collect()
+    let left_out = image.patterns.left_out.iter().filter_map(|left| {
+        Some(NotEnforced {
+            rule: described(left.rule)?,
+            reads: false,
+            writes: false,
+            reason: format!("{}; {LEFT_OUT}", left.why),
+        })
+    });
+    files.chain(connects).chain(left_out).collect()
+}
+
+/// Why a pattern is missing from the kernel's tables.
+pub const LEFT_OUT: &str = "the kernel's pattern tables do not hold it (`guard check` still \
+     decides it)";
+
+/// How to make a left-out pattern fit.
+pub const LEFT_OUT_FIX: &str = "merge or shorten the patterns (one `exec(*secret*)` instead of \
+     one glob per name, fewer `?` and `*` in a row), write exact commands as prefix_rule, or \
+     split the rules so each table holds fewer patterns";
+
+/// Deny rules the kernel cannot hold: guard refuses to enforce a policy with one, rather than
+/// run the command with a denial that silently holds nothing.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.join("\n"))]
+pub struct UnheldDenials(pub Vec<String>);
+
+/// A pattern left out of the kernel's tables, as one sentence: the rule as written with its
+/// file and line, why, and (for a denial) the fix.
+pub fn left_out_sentences(image: &EnforcementImage) -> Vec<(Decision, String)> {
+    image
+        .patterns
+        .left_out
+        .iter()
+        .map(|left| {
+            let rule = image.rules.get(left.rule as usize);
+            let written = rule.map_or_else(String::new, |rule| match &rule.origin {
+                Some(origin) => format!("{} ({origin})", rule.text),
+                None => rule.text.clone(),
+            });
+            (left.decision, format!("{written}: {}", left.why))
+        })
+        .collect()
+}
+
+/// `Err` naming every deny rule the kernel cannot hold, with the limit and the fix.
+pub fn refuse_unheld_denials(image: &EnforcementImage) -> Result<(), UnheldDenials> {
+    let denials: Vec<String> = left_out_sentences(image)
+        .into_iter()
+        .filter(|(decision, _)| *decision == Decision::Forbidden)
+        .map(|(_, sentence)| {
+            format!("the kernel cannot hold the deny rule {sentence}; fix: {LEFT_OUT_FIX}")
+        })
+        .collect();
+    if denials.is_empty() {
+        Ok(())
+    } else {
+        Err(UnheldDenials(denials))
+    }
+}
+
+/// The allow and ask patterns the kernel cannot hold, as warnings: the kernel decides those
+/// commands by its other rules and its default.
+pub fn unheld_allowances(image: &EnforcementImage) -> Vec<String> {
+    left_out_sentences(image)
+        .into_iter()
+        .filter(|(decision, _)| *decision != Decision::Forbidden)
+        .map(|(_, sentence)| format!("the kernel does not hold {sentence}; {LEFT_OUT}"))
+        .collect()
 }
 
 #[cfg(test)]
@@ -171,6 +239,43 @@ mod tests {
         );
         // The exec pattern is held everywhere: never a gap.
         assert!(cgroup.iter().all(|g| !g.rule.contains("rm -rf")));
+    }
+
+    fn secret_globs(tier: &str) -> String {
+        let globs: Vec<String> = (0..10).map(|i| format!("\"exec(*secret{i}*)\"")).collect();
+        format!("# team\nrule_set({tier}=[{}])\n", globs.join(", "))
+    }
+
+    #[test]
+    fn a_deny_pattern_the_kernel_cannot_hold_refuses_the_policy_naming_file_line_limit_and_fix() {
+        let ten = image(&secret_globs("deny"));
+        let err = refuse_unheld_denials(&ten).unwrap_err().to_string();
+        assert!(err.contains("t.rules:2"), "{err}");
+        assert!(err.contains("the limit is"), "{err}");
+        assert!(err.contains("fix: merge or shorten"), "{err}");
+        assert!(unheld_allowances(&ten).is_empty());
+        // Listed as not enforced on both backends.
+        for backend in [Backend::Lsm, Backend::Cgroup] {
+            let gaps = not_enforced(&ten, backend);
+            assert!(
+                gaps.iter().any(|g| g.reason.contains(LEFT_OUT)),
+                "{gaps:#?}"
+            );
+        }
+        // One glob fits: nothing to refuse.
+        let one = image("rule_set(deny=[\"exec(*secret1*)\"])\n");
+        assert!(refuse_unheld_denials(&one).is_ok());
+    }
+
+    #[test]
+    fn an_ask_or_allow_pattern_left_out_is_a_warning_not_an_error() {
+        for tier in ["ask", "allow"] {
+            let image = image(&secret_globs(tier));
+            assert!(refuse_unheld_denials(&image).is_ok());
+            let warnings = unheld_allowances(&image);
+            assert!(!warnings.is_empty(), "{tier}");
+            assert!(warnings[0].contains("t.rules:2") && warnings[0].contains(tier));
+        }
     }
 
     #[test]

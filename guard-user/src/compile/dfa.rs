@@ -194,7 +194,8 @@ fn too_large_alone(kind: InputKind, patterns: &[DfaPattern]) -> Option<Vec<Strin
     (!alone.is_empty()).then_some(alone)
 }
 
-fn compile_set(kind: InputKind, patterns: &[DfaPattern]) -> Result<DfaTable, DfaError> {
+/// [`compile`] without naming culprits: the error of a set too large names no pattern.
+pub fn compile_set(kind: InputKind, patterns: &[DfaPattern]) -> Result<DfaTable, DfaError> {
     let dfa = build_dense(patterns)?;
     let start = dfa
         .start_state(&start::Config::new().anchored(Anchored::No))

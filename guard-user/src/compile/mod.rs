@@ -103,8 +103,7 @@ pub fn compile(policy: &Policy, resolver: &dyn HostResolver, env: &CompileEnv) -
     rules.extend(patterns.rules);
     let mut identities = exec.identities;
     loader::forbid_direct_loader_execs(&env.loader_dirs, &mut rules, &mut identities, &exec.names);
-    let mut warnings = exec.warnings;
-    warnings.extend(patterns.warnings);
+    let warnings = exec.warnings;
     EnforcementImage {
         settings: policy.enforcement(),
         record_allowed: false,

@@ -37,6 +37,16 @@ pub struct PatternTables {
     /// addresses, the patterns name `host:port`), only `guard check` and `guard policy
     /// evaluate` decide them.
     pub connect_rules: Vec<u32>,
+    /// Patterns no table holds (too large for the kernel, or not compilable for it), in order.
+    pub left_out: Vec<LeftOut>,
+}
+
+/// A pattern the kernel does not hold: its kernel rule id, its decision, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeftOut {
+    pub rule: u32,
+    pub decision: Decision,
+    pub why: String,
 }
 
 /// A rule-set pattern about files: its kernel rule id and which accesses it covers.
@@ -95,12 +105,11 @@ impl PatternTables {
     }
 }
 
-/// What [`compile_patterns`] made: the tables, the rules they name (to be appended to the
-/// image's rules at `first_rule`), and sentences about patterns the kernel does not hold.
+/// What [`compile_patterns`] made: the tables (with the patterns they leave out) and the rules
+/// they name (to be appended to the image's rules at `first_rule`).
 pub struct CompiledPatterns {
     pub tables: PatternTables,
     pub rules: Vec<KernelRule>,
-    pub warnings: Vec<String>,
 }
 
 /// The pattern rules of `policy`, numbered from `first_rule`.
@@ -156,20 +165,24 @@ pub fn compile_patterns(policy: &Policy, first_rule: u32) -> CompiledPatterns {
             }
         }
     }
-    let mut warnings = gathered.warnings;
-    let tables = PatternTables {
-        program_name: table(InputKind::ProgramName, gathered.program_name, &mut warnings),
-        argv: table(InputKind::Argv, gathered.argv, &mut warnings),
-        command_line: table(InputKind::CommandLine, gathered.command_line, &mut warnings),
-        read_path: table(InputKind::Path, gathered.read_path, &mut warnings),
-        write_path: table(InputKind::Path, gathered.write_path, &mut warnings),
+    let mut left_out = gathered.left_out;
+    let mut tables = PatternTables {
+        program_name: table(InputKind::ProgramName, gathered.program_name, &mut left_out),
+        argv: table(InputKind::Argv, gathered.argv, &mut left_out),
+        command_line: table(InputKind::CommandLine, gathered.command_line, &mut left_out),
+        read_path: table(InputKind::Path, gathered.read_path, &mut left_out),
+        write_path: table(InputKind::Path, gathered.write_path, &mut left_out),
         file_rules: gathered.file_rules,
         connect_rules: gathered.connect_rules,
+        left_out: Vec::new(),
     };
+    // One entry per rule (a path glob may stand for several regexes), in rule order.
+    left_out.sort_by_key(|l| l.rule);
+    left_out.dedup_by_key(|l| l.rule);
+    tables.left_out = left_out;
     CompiledPatterns {
         tables,
         rules: gathered.rules,
-        warnings,
     }
 }
 
@@ -184,7 +197,7 @@ struct Gathered {
     write_path: Vec<DfaPattern>,
     file_rules: Vec<FileRule>,
     connect_rules: Vec<u32>,
-    warnings: Vec<String>,
+    left_out: Vec<LeftOut>,
 }
 
 impl Gathered {
@@ -249,7 +262,11 @@ impl Gathered {
             };
             match compiled {
                 Ok(patterns) => table.extend(patterns),
-                Err(err) => self.warnings.push(not_held(&err)),
+                Err(err) => self.left_out.push(LeftOut {
+                    rule,
+                    decision,
+                    why: not_held(&err),
+                }),
             }
         }
     }
@@ -270,14 +287,14 @@ const BUILT_MAX: usize = 32;
 #[derive(Clone)]
 struct Built {
     table: Option<DfaTable>,
-    warnings: Vec<String>,
+    left_out: Vec<LeftOut>,
 }
 
 /// [`build_table`], remembered.
 fn table(
     kind: InputKind,
     patterns: Vec<DfaPattern>,
-    warnings: &mut Vec<String>,
+    left_out: &mut Vec<LeftOut>,
 ) -> Option<DfaTable> {
     if patterns.is_empty() {
         return None;
@@ -285,11 +302,7 @@ fn table(
     let key = (kind, patterns);
     let cached = BUILT.lock().ok().and_then(|built| built.get(&key).cloned());
     let built = cached.unwrap_or_else(|| {
-        let mut fresh = Built {
-            table: None,
-            warnings: Vec::new(),
-        };
-        fresh.table = build_table(key.0, key.1.clone(), &mut fresh.warnings);
+        let fresh = build_table(key.0, &key.1);
         if let Ok(mut cache) = BUILT.lock() {
             if cache.len() >= BUILT_MAX {
                 cache.clear();
@@ -298,46 +311,74 @@ fn table(
         }
         fresh
     });
-    warnings.extend(built.warnings);
+    left_out.extend(built.left_out);
     built.table
 }
 
-/// One table for `patterns`; a set the kernel cannot hold keeps the patterns it can (each left
-/// out is named in a warning), so one oversized pattern does not drop the rest.
-fn build_table(
-    kind: InputKind,
-    patterns: Vec<DfaPattern>,
-    warnings: &mut Vec<String>,
-) -> Option<DfaTable> {
-    let err = match dfa::compile(kind, &patterns) {
-        Ok(table) => return Some(table),
-        Err(err) => err,
+/// One table for `patterns`. A set the kernel cannot hold keeps, in order, the patterns that
+/// fit: one too large alone (or not compilable) is skipped, and once the table is full every
+/// later pattern is left out. Failed builds are the slow ones (they run to the build limit), so
+/// the table stops at the first that overflows it instead of trying each later pattern. Each
+/// pattern left out is named: the caller refuses a left-out denial and warns about the others.
+fn build_table(kind: InputKind, patterns: &[DfaPattern]) -> Built {
+    let mut built = Built {
+        table: None,
+        left_out: Vec::new(),
     };
-    warnings.push(not_held(&err));
-    // The error names the culprits: too large alone, or the one that does not compile.
-    let culprits: Vec<String> = match &err {
-        DfaError::TooLarge { patterns, .. } => patterns.clone(),
-        DfaError::Invalid { pattern, .. } => vec![pattern.clone()],
-    };
-    let kept: Vec<DfaPattern> = patterns
-        .into_iter()
-        .filter(|p| !culprits.contains(&p.written))
-        .collect();
-    // Only the set was too large (every pattern was named): nothing is kept.
-    if kept.is_empty() {
-        return None;
+    if let Ok(table) = dfa::compile_set(kind, patterns) {
+        built.table = Some(table);
+        return built;
     }
-    match dfa::compile(kind, &kept) {
-        Ok(table) => Some(table),
-        Err(err) => {
-            warnings.push(not_held(&err));
-            None
+    let mut kept: Vec<DfaPattern> = Vec::new();
+    for (at, pattern) in patterns.iter().enumerate() {
+        kept.push(pattern.clone());
+        let err = match dfa::compile_set(kind, &kept) {
+            Ok(fits) => {
+                built.table = Some(fits);
+                continue;
+            }
+            Err(err) => err,
+        };
+        kept.pop();
+        let DfaError::TooLarge { needs, .. } = err else {
+            built.left_out.push(left_out(pattern, &err));
+            continue;
+        };
+        let full = !kept.is_empty();
+        let rest = if full {
+            &patterns[at..]
+        } else {
+            &patterns[at..=at]
+        };
+        for skipped in rest {
+            let why = DfaError::TooLarge {
+                patterns: vec![skipped.written.clone()],
+                needs: if full {
+                    format!("{needs} with the patterns before it")
+                } else {
+                    needs.clone()
+                },
+            };
+            built.left_out.push(left_out(skipped, &why));
         }
+        if full {
+            break;
+        }
+    }
+    built
+}
+
+fn left_out(pattern: &DfaPattern, why: &DfaError) -> LeftOut {
+    LeftOut {
+        rule: pattern.verdict.rule,
+        decision: crate::kernel::maps::decision_from_code(pattern.verdict.decision)
+            .unwrap_or(Decision::Forbidden),
+        why: not_held(why),
     }
 }
 
 fn not_held(err: &DfaError) -> String {
-    format!("{err}; the kernel does not enforce it (`guard check` still does)")
+    err.to_string()
 }
 
 fn legacy_origin(file: &Arc<str>, line: usize) -> Option<RuleOrigin> {

@@ -41,7 +41,7 @@ fn each_form_goes_to_its_table_and_names_its_file_and_line() {
     assert!(tables.program_name.is_some() && tables.argv.is_some());
     assert!(tables.command_line.is_some() && tables.read_path.is_some());
     assert!(tables.write_path.is_some());
-    assert!(compiled.warnings.is_empty(), "{:?}", compiled.warnings);
+    assert!(tables.left_out.is_empty(), "{:?}", tables.left_out);
 
     let (decision, rule) = tables.decide("evil-tool", &[]).unwrap();
     assert_eq!(decision, Decision::Forbidden);
@@ -98,14 +98,38 @@ fn a_pattern_the_kernel_cannot_hold_is_named_and_the_others_are_kept() {
         None,
     );
     let compiled = compile_patterns(&policy, 0);
-    assert_eq!(compiled.warnings.len(), 1, "{:?}", compiled.warnings);
-    assert!(
-        compiled.warnings[0].contains("*a??????????"),
-        "{:?}",
-        compiled.warnings
-    );
-    assert!(compiled.warnings[0].contains("does not enforce it"));
+    let left_out = &compiled.tables.left_out;
+    assert_eq!(left_out.len(), 1, "{left_out:?}");
+    assert!(left_out[0].why.contains("*a??????????"), "{left_out:?}");
+    assert_eq!(left_out[0].decision, Decision::Forbidden);
     assert!(compiled.tables.decide("rm", &["-rf", "/"]).is_some());
+}
+
+/// Ten globs that each fit but not together (the issue's `exec(*secretN*)`).
+fn secret_globs(tier: &str, n: usize) -> String {
+    let globs: Vec<String> = (0..n).map(|i| format!("\"exec(*secret{i}*)\"")).collect();
+    format!("rule_set({tier}=[{}])\n", globs.join(", "))
+}
+
+#[test]
+fn a_set_too_large_keeps_the_patterns_that_fit_and_names_each_left_out() {
+    let compiled = compile_patterns(&policy(&secret_globs("deny", 10), None), 0);
+    let left_out = &compiled.tables.left_out;
+    assert!(
+        !left_out.is_empty(),
+        "ten globs fit: the test needs a set that does not"
+    );
+    assert!(left_out.len() < 10, "nothing was kept: {left_out:?}");
+    // The first patterns are kept and held; each left out names only itself and the limit.
+    assert_eq!(
+        compiled.tables.decide("echo", &["secret0x"]).map(|d| d.0),
+        Some(Decision::Forbidden)
+    );
+    for left in left_out {
+        assert_eq!(left.decision, Decision::Forbidden);
+        assert!(left.why.contains("the limit is"), "{}", left.why);
+        assert_eq!(left.why.matches("secret").count(), 1, "{}", left.why);
+    }
 }
 
 /// The rule-set engine's decision for a write of `path`, as `guard policy evaluate` gives it.

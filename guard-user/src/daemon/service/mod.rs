@@ -114,6 +114,8 @@ impl Daemon {
         let mut image = compile(&loaded.policy, &dns, &env);
         image.settings.audit_only |= config.audit_only;
         image.record_allowed = config.audit.record_allowed;
+        crate::compile::coverage::refuse_unheld_denials(&image)?;
+        log_unheld_allowances(&image);
         enforcer.apply(&image)?;
         let (mut audit, audit_error) =
             AuditTrail::open(config.audit.writer_config(), authz.clone());
@@ -207,6 +209,9 @@ impl Daemon {
     /// Compiles the policy with the approvals on top and updates the maps.
     fn rebuild(&mut self) -> Result<()> {
         let image = self.compile_with(&self.approvals)?;
+        if image.patterns.left_out != self.image.patterns.left_out {
+            log_unheld_allowances(&image);
+        }
         self.enforcer.apply(&image)?;
         self.image = image;
         Ok(())
@@ -219,6 +224,7 @@ impl Daemon {
         if let Some(error) = approvals.add_to_image(&mut image).into_iter().next() {
             return Err(anyhow!(error));
         }
+        crate::compile::coverage::refuse_unheld_denials(&image)?;
         Ok(image)
     }
 
@@ -588,6 +594,13 @@ impl Daemon {
         self.audit
             .follow(subject, filter, live, limit)
             .map_err(|message| ResponseLine::error(ErrorCode::BadRequest, message))
+    }
+}
+
+/// The allow and ask patterns the kernel does not hold, in the daemon's log.
+fn log_unheld_allowances(image: &EnforcementImage) {
+    for warning in crate::compile::coverage::unheld_allowances(image) {
+        daemon_note(&format!("warning: {warning}"));
     }
 }
 

@@ -212,7 +212,7 @@ fn a_forbidden_substring_stops_the_exec_in_any_argument_after_argv0() {
 }
 
 #[test]
-fn an_exec_glob_stops_the_exec_and_one_it_cannot_judge_fails_closed() {
+fn an_exec_glob_stops_the_exec_by_its_tiers() {
     let (dir, programs, options) = programs(&["gp-rm", "gp-ok"]);
     let rules = "# rule sets\n\
                  rule_set(\n\
@@ -248,10 +248,42 @@ fn an_exec_glob_stops_the_exec_and_one_it_cannot_judge_fails_closed() {
     let out = run(&session, ok, "gp-ok", &["fine"], &work);
     assert_ran(&out, "an allowed command", &work, &["fine"]);
 
-    // A space inside an argument would be quoted on the command line, so the table cannot tell
-    // what the glob would say: the safe answer, the strongest refusal of the table.
+    // A space inside an argument is quoted on the command line (`gp-ok 'two words'`), which
+    // the table reads as the rule set does: allowed by `gp-ok *`.
     let out = run(&session, ok, "gp-ok", &["two words"], &work);
-    assert_stopped(&out, "an argument with a space", &work, &["two words"]);
+    assert_ran(&out, "an argument with a space", &work, &["two words"]);
+}
+
+#[test]
+fn an_exec_glob_reads_quoted_arguments_as_the_rule_set_does() {
+    let (dir, programs, options) = programs(&["gp-say"]);
+    let rules = "rule_set(deny=[\"exec(*push*)\"])\n";
+    let Some(session) = session_from_files_or_skip(dir, &[("test.rules", rules)], options) else {
+        return;
+    };
+    let work = work_dir(&session);
+    let say = &programs[0];
+    // Each argument is a file `touch` makes when the exec runs. The rule set's subject is the
+    // quoted join; `pu'sh` renders as `"pu'sh"`, which holds no `push`.
+    for arg in [
+        "hi there",
+        "it's",
+        "$HOME",
+        "caf\u{e9} \u{2603}",
+        "pu'sh",
+        "say \"hi\"",
+    ] {
+        let out = run(&session, say, "gp-say", &[arg], &work);
+        assert_ran(&out, &format!("gp-say {arg:?}"), &work, &[arg]);
+    }
+    for arg in ["push it", "git push", "'push'"] {
+        let out = run(&session, say, "gp-say", &[arg], &work);
+        assert_stopped(&out, &format!("gp-say {arg:?}"), &work, &[arg]);
+    }
+    // Past the 4 KiB the kernel walks: the safe answer, though nothing in it says push.
+    let long = "a b".repeat(1700);
+    let out = run(&session, say, "gp-say", &["first", &long], &work);
+    assert_stopped(&out, "5 KB of argv", &work, &["first"]);
 }
 
 #[test]

@@ -7,7 +7,7 @@
 //! the header, read the row for the current state, move. A BPF program must end within a
 //! bounded number of instructions, so the walk stops after [`DFA_MAX_INPUT`] bytes and rows are
 //! capped at [`DFA_MAX_STATES`] × [`DFA_MAX_CLASSES`]. A walk that cannot finish (input past the
-//! bound, a byte the table cannot judge, an empty argv word) ends in [`Outcome::Bound`], and the
+//! bound, a byte the table cannot judge) ends in [`Outcome::Bound`], and the
 //! caller takes the table's safe answer ([`DfaHeader::bound`]): the strongest non-allow verdict
 //! in the table, i.e. it fails closed. [`walk`] is the userspace twin of that walker, built from
 //! the same shared steps ([`DfaWalk`]), so the two can be tested against each other.
@@ -22,10 +22,10 @@
 //! - [`InputKind::Path`]: a file's absolute path, matched whole by the regexes globset builds
 //!   for the rule set's path globs ([`path_glob_regexes`]);
 //! - [`InputKind::CommandLine`]: argv joined with NUL as well, read as the rule set's subject
-//!   (argv shell-quoted and joined with spaces): NUL walks as a space, and every byte shell
-//!   quoting would quote (a space inside an argument, quotes, `$`, non-ASCII, ...) is
-//!   [`DFA_CLASS_UNSURE`], as is an empty argument, so the table only decides argvs whose
-//!   subject is exactly their bytes with NUL for space. The regex is the one globset builds
+//!   (argv shell-quoted and joined with spaces): the table is the glob's DFA composed with a
+//!   model of that quoting ([`command_line`]), so the walk over raw bytes decides what the
+//!   rule set decides over the quoted text; only input past the step bound takes the safe
+//!   answer. The regex is the one globset builds
 //!   for the rule set's glob ([`text_glob`]), so both read a glob the same way.
 
 use std::collections::HashMap;
@@ -33,7 +33,7 @@ use std::fmt;
 
 use guard_common::Decision;
 use guard_common::dfa::{
-    DFA_CLASS_UNSURE, DFA_INPUT_WORDS, DFA_ROW_DEAD, DfaHeader, DfaRow, DfaWalk, Outcome, Step,
+    DFA_CLASS_UNSURE, DFA_ROW_DEAD, DfaHeader, DfaRow, DfaWalk, Outcome, Step,
 };
 use guard_common::limits::{DFA_MAX_CLASSES, DFA_MAX_INPUT, DFA_MAX_STATES};
 use guard_common::maps::Verdict;
@@ -208,6 +208,9 @@ pub fn compile_set(kind: InputKind, patterns: &[DfaPattern]) -> Result<DfaTable,
             ),
             message: err.to_string(),
         })?;
+    if kind == InputKind::CommandLine {
+        return command_line::compile(&dfa, start, patterns);
+    }
     let classes = ByteClassMap::of(&dfa, start);
     if classes.count > DFA_MAX_CLASSES {
         return Err(too_large(format!("{} byte classes", classes.count)));
@@ -222,13 +225,9 @@ pub fn compile_set(kind: InputKind, patterns: &[DfaPattern]) -> Result<DfaTable,
             start: index[&start],
             states: order.len() as u16,
             classes: classes.count as u16,
-            flags: if kind == InputKind::CommandLine {
-                DFA_INPUT_WORDS
-            } else {
-                0
-            },
+            flags: 0,
             bound: safe_answer(patterns),
-            class_of: classes.for_kernel(kind),
+            class_of: classes.for_kernel(),
         },
         rows,
     })
@@ -312,34 +311,16 @@ impl ByteClassMap {
         }
     }
 
-    /// The header's class table for `kind`: quit bytes are unsure everywhere; a command line's
-    /// NUL walks as the space between arguments, and bytes shell quoting would change are
-    /// unsure.
-    fn for_kernel(&self, kind: InputKind) -> [u8; 256] {
+    /// The header's class table: quit bytes (non-ASCII after an ASCII `\b`) are unsure.
+    fn for_kernel(&self) -> [u8; 256] {
         let mut table = self.class_of;
         for byte in 0..=255u8 {
-            let unsure = self.quit[byte as usize]
-                || (kind == InputKind::CommandLine && byte != 0 && quoting_changes(byte));
-            if unsure {
+            if self.quit[byte as usize] {
                 table[byte as usize] = DFA_CLASS_UNSURE;
             }
         }
-        if kind == InputKind::CommandLine {
-            table[0] = self.class_of[b' ' as usize];
-        }
         table
     }
-}
-
-/// Whether an argument holding `byte` would be quoted when the subject is rendered (the rule
-/// set's `exec_subject`, `shlex::try_join`). Non-ASCII bytes always count: argv need not be
-/// UTF-8 and userspace would not see them as the kernel does.
-fn quoting_changes(byte: u8) -> bool {
-    if !byte.is_ascii() {
-        return true;
-    }
-    let word = format!("a{}", byte as char);
-    shlex::try_quote(&word).map_or(true, |quoted| quoted != word)
 }
 
 /// The states reachable from `start` in breadth-first order, and each one's row index. Quit
@@ -448,6 +429,8 @@ pub fn walk(table: &DfaTable, input: &[u8], max_steps: usize) -> Outcome {
 pub fn walk_kernel(table: &DfaTable, input: &[u8]) -> Outcome {
     walk(table, input, DFA_MAX_INPUT)
 }
+
+pub(crate) mod command_line;
 
 #[cfg(test)]
 mod tests;

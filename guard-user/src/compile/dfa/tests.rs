@@ -141,29 +141,70 @@ fn command_glob_reads_nul_as_the_space_between_arguments() {
 }
 
 #[test]
-fn command_glob_is_unsure_where_shell_quoting_would_change_the_subject() {
-    let table = glob_table(&[("echo *", forbidden(0))]);
-    assert_eq!(run(&table, &kernel_argv(&["echo", "a b"])), Outcome::Bound);
-    assert_eq!(run(&table, &kernel_argv(&["echo", "it's"])), Outcome::Bound);
+fn command_glob_reads_arguments_as_shell_quoting_renders_them() {
+    let table = glob_table(&[("*push*", forbidden(0)), ("echo '$HOME'", prompt(1))]);
+    let decide = |argv: &[&str]| run(&table, &kernel_argv(argv));
+    assert_eq!(decide(&["bash", "-c", "echo hi there"]), Outcome::NoMatch);
+    assert_eq!(decide(&["echo", "it's"]), Outcome::NoMatch);
+    assert_eq!(decide(&["echo", "é", ""]), Outcome::NoMatch);
+    assert_eq!(decide(&["echo", "$HOME"]), Outcome::Match(prompt(1)));
+    assert_eq!(decide(&["echo", "push it"]), Outcome::Match(forbidden(0)));
+    assert_eq!(decide(&["git", "push"]), Outcome::Match(forbidden(0)));
+    // `*push*` is over the quoted text: `'pu'"'"'sh'` holds no `push`.
+    assert_eq!(decide(&["echo", "pu'sh"]), Outcome::NoMatch);
+    let quoted = glob_table(&[("echo '' x", forbidden(0)), ("echo \"it's\"", forbidden(1))]);
     assert_eq!(
-        run(&table, &kernel_argv(&["echo", ""])),
-        Outcome::Bound,
-        "renders as ''"
+        run(&quoted, &kernel_argv(&["echo", "", "x"])),
+        Outcome::Match(forbidden(0)),
+        "an empty word renders as ''"
     );
     assert_eq!(
-        run(&table, &kernel_argv(&["echo", "", "x"])),
-        Outcome::Bound
+        run(&quoted, &kernel_argv(&["echo", "it's"])),
+        Outcome::Match(forbidden(1))
     );
-    assert_eq!(run(&table, "echo\0é".as_bytes()), Outcome::Bound);
-    assert_eq!(
-        run(&table, b""),
-        Outcome::Bound,
-        "an empty argv renders as ''"
-    );
-    assert_eq!(
-        run(&table, &kernel_argv(&["echo", "a-b/c.d"])),
-        Outcome::Match(forbidden(0))
-    );
+}
+
+#[test]
+fn command_glob_past_the_step_bound_takes_the_safe_answer() {
+    let table = glob_table(&[("*push*", forbidden(0))]);
+    let long = "a b".repeat(DFA_MAX_INPUT / 3 + 1);
+    assert_eq!(run(&table, &kernel_argv(&["echo", &long])), Outcome::Bound);
+}
+
+#[test]
+fn quoting_model_renders_as_shlex_does() {
+    let words = [
+        "",
+        "a",
+        "a b",
+        "it's",
+        "$HOME",
+        "^x",
+        "a^b",
+        "x\\y",
+        "say \"hi\"",
+        "é",
+        "!x",
+        "a'b^c",
+        "`x`'",
+        "'",
+        "\"",
+        "^",
+        "^^",
+        "a\\'b",
+    ];
+    for first in words {
+        for second in words {
+            let argv = [first, second];
+            let input = argv.join("\0");
+            let want = shlex::try_join(argv).unwrap().into_bytes();
+            assert_eq!(
+                command_line::quoting::renderings(input.as_bytes()),
+                vec![want],
+                "{argv:?}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -329,7 +370,12 @@ fn name_bytes() -> impl Strategy<Value = Vec<u8>> {
 
 fn word() -> impl Strategy<Value = String> {
     prop::collection::vec(
-        prop::sample::select(&["r", "m", "-", "f", "g", "i", "t", " ", "'", "*", ";", "&"][..]),
+        prop::sample::select(
+            &[
+                "r", "m", "-", "f", "g", "i", "t", " ", "'", "*", ";", "&", "$", "\"", "\\", "^",
+                "!", "é", "`", "=",
+            ][..],
+        ),
         0..6,
     )
     .prop_map(|parts| parts.concat())
@@ -341,7 +387,16 @@ fn argv() -> impl Strategy<Value = Vec<String>> {
 
 const PROGRAM_REGEXES: [&str; 5] = ["^rm$", "sudo", r"^g.t\b", "(?i)DO", "[0-9]{2}$"];
 const SUBSTRINGS: [&str; 4] = [";", "&&", "rm -", "-f"];
-const GLOBS: [&str; 5] = ["rm -rf*", "git *", "*;*", "r?m *", "[gr]* -*f"];
+const GLOBS: [&str; 8] = [
+    "rm -rf*",
+    "git *",
+    "*;*",
+    "r?m *",
+    "[gr]* -*f",
+    "*'$*",
+    "* '* *",
+    "*\\\"*",
+];
 
 // Compiled once: building a DFA in a debug build is slow enough to dominate the cases.
 static PROGRAM_TABLE: LazyLock<DfaTable> = LazyLock::new(|| program_table(&PROGRAM_REGEXES));
@@ -397,7 +452,7 @@ proptest! {
     }
 
     #[test]
-    fn glob_table_agrees_with_the_rule_set_or_is_unsure(argv in argv()) {
+    fn glob_table_agrees_with_the_rule_set(argv in argv()) {
         let subject = exec_subject(&argv);
         let matching: Vec<u32> = GLOBS
             .iter()
@@ -410,14 +465,17 @@ proptest! {
             .map(|(rule, _)| rule as u32)
             .collect();
         let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
-        let got = run(&GLOB_TABLE, &kernel_argv(&refs));
-        let plain = argv
-            .iter()
-            .all(|w| !w.is_empty() && shlex::try_quote(w).is_ok_and(|q| q == w.as_str()));
-        prop_assert!(plain || got == Outcome::Bound, "decided an unsure argv: {got:?}");
-        if plain {
-            // Globs match the whole line, so every match is seen at the end: the first rule.
-            prop_assert_eq!(got, forbidden_outcome(matching.first().map(|&r| r as usize)));
-        }
+        // Globs match the whole line, so every match is seen at the end: the first rule.
+        prop_assert_eq!(
+            run(&GLOB_TABLE, &kernel_argv(&refs)),
+            forbidden_outcome(matching.first().map(|&r| r as usize)),
+            "subject {}", subject
+        );
+    }
+
+    #[test]
+    fn quoting_model_agrees_with_shlex(argv in argv()) {
+        let want = shlex::try_join(argv.iter().map(String::as_str)).unwrap().into_bytes();
+        prop_assert_eq!(command_line::quoting::renderings(argv.join("\0").as_bytes()), vec![want]);
     }
 }

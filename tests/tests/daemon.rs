@@ -614,6 +614,19 @@ fn enforcement_survives_kill_9_and_a_clean_restart_and_release_detaches_it() {
     daemon.spawn();
     assert!(refused_in(&scope), "enforced after a clean restart");
 
+    // A live daemon's pins are its own: release refuses, and nothing is detached.
+    let out = daemon.guard(&["release", "--pin-dir", daemon.pin_dir.to_str().unwrap()]);
+    assert!(!out.status.success(), "release while the daemon runs");
+    assert!(
+        text(&out.stderr).contains("stop it first"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        refused_in(&scope),
+        "still enforced after the refused release"
+    );
+
     // Break glass: with the daemon stopped, `guard release` detaches everything.
     daemon.stop_with(libc::SIGTERM);
     let out = daemon.guard(&["release", "--pin-dir", daemon.pin_dir.to_str().unwrap()]);

@@ -120,6 +120,13 @@ pub struct ReleaseArgs {
     /// The pin folder (overrides the config).
     #[arg(long, value_name = "DIR")]
     pin_dir: Option<PathBuf>,
+    /// The socket of a daemon to ask whether it holds these pins (default: the config's).
+    #[arg(long, value_name = "PATH", env = "GUARD_SOCKET")]
+    socket: Option<PathBuf>,
+    /// Release even while a daemon answers and says the pins are its own (it keeps enforcing
+    /// through its own file descriptors until it stops, and its next update pins again).
+    #[arg(long)]
+    force: bool,
 }
 
 pub fn release(args: &ReleaseArgs) -> ExitCode {
@@ -132,12 +139,26 @@ pub fn release(args: &ReleaseArgs) -> ExitCode {
         Err(err) => return usage_error(&format!("{err:#}")),
     };
     let dir = args.pin_dir.clone().unwrap_or(config.pin_dir);
-    let daemon_answers = crate::daemon::client::Client::connect(&config.socket).is_ok();
-    if daemon_answers && args.pin_dir.is_none() {
+    let socket = args.socket.clone().unwrap_or(config.socket);
+    let daemon_answers = crate::daemon::client::Client::connect(&socket).is_ok();
+    if let Some(pinned) = live_daemon_pins(&socket)
+        && pinned.starts_with(&dir)
+    {
+        if !args.force {
+            eprintln!(
+                "guard: refusing to release {}: the daemon answering at {} holds these pins \
+                 ({}); stop it first (`systemctl stop guard`), or pass --force to detach them \
+                 anyway",
+                dir.display(),
+                socket.display(),
+                pinned.display()
+            );
+            return ExitCode::from(1);
+        }
         eprintln!(
             "guard: note: a daemon answers at {}; it keeps enforcing through its own file \
              descriptors until it stops",
-            config.socket.display()
+            socket.display()
         );
     }
     match crate::kernel::pins::release(&dir) {
@@ -152,6 +173,16 @@ pub fn release(args: &ReleaseArgs) -> ExitCode {
         }
         Err(err) => usage_error(&format!("{err:#}")),
     }
+}
+
+/// The pin generation a daemon answering at `socket` says it holds (`None`: no daemon answers,
+/// or it does not say).
+fn live_daemon_pins(socket: &std::path::Path) -> Option<PathBuf> {
+    let mut client = crate::daemon::client::Client::connect(socket).ok()?;
+    let status = client
+        .request(crate::daemon::protocol::Request::Status)
+        .ok()?;
+    status["pinned"].as_str().map(PathBuf::from)
 }
 
 /// The run scopes' cgroups that no process uses any more, and their parent if it is empty.

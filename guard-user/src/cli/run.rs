@@ -57,6 +57,10 @@ pub struct RunArgs {
     /// socket is used when a daemon is running there.
     #[arg(long, value_name = "PATH", env = "GUARD_SOCKET")]
     pub socket: Option<std::path::PathBuf>,
+    /// Pass N descriptors beyond stdin, stdout and stderr to the command (3..3+N); every other
+    /// inherited descriptor is closed at its exec.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub preserve_fds: u32,
     /// The command and its arguments.
     #[arg(
         required = true,
@@ -90,7 +94,13 @@ pub fn run(args: &RunArgs) -> ExitCode {
                 "--rules, --overlay, --audit-only, --backend and --nameserver are the daemon's to choose; drop them to run under the daemon, or drop --socket to enforce on your own",
             );
         }
-        return super::run_daemon::run(&socket, &args.command, args.json_events, args.verbose);
+        return super::run_daemon::run(
+            &socket,
+            &args.command,
+            args.json_events,
+            args.verbose,
+            args.preserve_fds,
+        );
     }
     let loaded = match args.rules.load() {
         Ok(loaded) => loaded,
@@ -149,6 +159,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
     };
     let mut command = Command::new(&args.command[0]);
     command.args(&args.command[1..]);
+    super::inherited_fds::pass_only_std_fds(&mut command, args.preserve_fds);
     let mut child = match session.spawn_confined(&mut command, &confinement) {
         Ok(child) => child,
         Err(err) => {

@@ -22,7 +22,13 @@ use crate::daemon::protocol::{FLUSH_LINE, Request};
 /// How long to wait for the daemon to pass on the last events after CMD ended.
 const FLUSH_WAIT: Duration = Duration::from_secs(2);
 
-pub fn run(socket: &Path, argv: &[String], json: bool, verbose: bool) -> ExitCode {
+pub fn run(
+    socket: &Path,
+    argv: &[String],
+    json: bool,
+    verbose: bool,
+    preserve_fds: u32,
+) -> ExitCode {
     let mut client = match Client::connect(socket) {
         Ok(client) => client,
         Err(err) => {
@@ -104,6 +110,7 @@ pub fn run(socket: &Path, argv: &[String], json: bool, verbose: bool) -> ExitCod
     });
     let mut command = Command::new(&argv[0]);
     command.args(&argv[1..]);
+    super::inherited_fds::pass_only_std_fds(&mut command, preserve_fds);
     if let Some(fd) = confinement.ruleset_fd() {
         use std::os::unix::process::CommandExt;
         // SAFETY: the closure makes only the raw syscalls of `restrict_from_pre_exec`. The

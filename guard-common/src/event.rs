@@ -14,6 +14,10 @@ pub mod kind {
     /// A file opened for writing, created, removed, renamed or truncated (`lsm` backend); the
     /// path is in [`super::Event::argv`].
     pub const FILE_WRITE: u8 = 5;
+    /// An IP socket of a kind the connect hooks never see, at creation (`cgroup/sock_create`):
+    /// [`super::Event::family`] is its family, [`super::Event::port`] its protocol and
+    /// [`super::Event::transport`] its type (`SOCK_*`); the kind is `sockets::classify` of them.
+    pub const SOCKET: u8 = 6;
 }
 
 /// What the kernel did.

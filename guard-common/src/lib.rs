@@ -12,5 +12,6 @@ pub mod limits;
 pub mod maps;
 #[cfg(feature = "user")]
 mod pod;
+pub mod sockets;
 
 pub use decision::Decision;

@@ -116,7 +116,9 @@ pub struct Settings {
     /// Decision code for an exec of a file no path names (a memfd, a deleted file), which no
     /// rule can name (`enforcement(anonymous_exec=...)`).
     pub anonymous_exec: u8,
-    pub _pad: [u8; 1],
+    /// The socket kinds the policy allows in scope (`crate::sockets::kind` bits,
+    /// `enforcement(socket_kinds=[...])`); the rest are refused at creation.
+    pub socket_kinds: u8,
 }
 
 /// Program identity: the executed file's device (kernel `dev_t`: major << 20 | minor) and inode.
@@ -267,7 +269,9 @@ pub mod counter {
     pub const FILE_ALLOW: u32 = 10;
     /// File operations refused with EACCES (`lsm` backend).
     pub const FILE_REFUSED: u32 = 11;
-    pub const COUNT: u32 = 12;
+    /// Sockets of a kind the policy does not allow, refused at creation (`cgroup/sock_create`).
+    pub const SOCKET_REFUSED: u32 = 12;
+    pub const COUNT: u32 = 13;
     pub const NAMES: [&str; COUNT as usize] = [
         "exec_allow",
         "exec_prompt",
@@ -281,6 +285,7 @@ pub mod counter {
         "events_submitted",
         "file_allow",
         "file_refused",
+        "socket_refused",
     ];
 }
 

@@ -4,7 +4,8 @@
 //! Backends (DESIGN.md, "Enforcement backends"):
 //! - `cgroup`: `tp_btf/sched_process_exec` decides every exec (identity, name, argv) after the new
 //!   image is installed and kills it with SIGKILL before it runs; `cgroup/connect4|6` and
-//!   `cgroup/sendmsg4|6` refuse destinations with EPERM.
+//!   `cgroup/sendmsg4|6` refuse destinations with EPERM; `cgroup/sock_create` refuses the
+//!   socket kinds those never see (raw, ping, UDP-Lite, SCTP), on both backends.
 //! - `lsm`: `lsm/bprm_check_security` refuses by identity and name with EPERM before the exec,
 //!   `lsm/socket_connect` and `lsm/socket_sendmsg` refuse destinations; argv rules still go
 //!   through `sched_process_exec`, because only there is argv the new image's own. The file
@@ -21,6 +22,7 @@ mod maps;
 mod net;
 mod patterns;
 mod scope;
+mod sockets;
 
 #[cfg(not(test))]
 #[panic_handler]

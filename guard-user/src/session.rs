@@ -276,6 +276,9 @@ pub fn describe_event(image: &EnforcementImage, event: &KernelEvent) -> String {
     } else {
         "refused"
     };
+    if let Some(socket) = &event.socket {
+        return format!("guard: {verb} {}", socket_refusal(socket));
+    }
     let why = match event.rule.and_then(|id| image.rules.get(id as usize)) {
         Some(rule) => {
             let location = rule
@@ -310,6 +313,16 @@ pub fn describe_event(image: &EnforcementImage, event: &KernelEvent) -> String {
         ),
     };
     format!("guard: {verb} {what}: {why}")
+}
+
+/// `a raw socket (IPPROTO_ICMP): enforcement(socket_kinds=...) does not allow "raw"`.
+pub fn socket_refusal(socket: &crate::kernel::events::EventSocket) -> String {
+    format!(
+        "a {} socket ({}): enforcement(socket_kinds=...) does not allow \"{}\"",
+        socket.kind,
+        socket.protocol_name(),
+        socket.kind
+    )
 }
 
 /// An exec as a person would type it: the original argv (the path, when argv is unknown),

@@ -767,6 +767,7 @@ const PROGRAM_NAMES: &[&str] = &[
     "connect6",
     "sendmsg4",
     "sendmsg6",
+    "sock_create",
     "bprm_check_security",
     "socket_connect",
     "socket_sendmsg",

@@ -467,3 +467,258 @@ fn a_full_ring_buffer_is_counted_so_every_refusal_is_accounted_for() {
         "each refusal is either an event or counted as lost ({received} received, {lost} lost)"
     );
 }
+
+// --- socket kinds no connect hook sees (`cgroup/sock_create`) -----------------------------------
+
+/// Runs `net-probe ARGS...` in the scope (`Some`) or outside it (`None`, this test's own cgroup).
+fn probe_args(session: Option<&TestSession>, args: &[&str]) -> (Outcome, u32) {
+    let mut command = Command::new(probe_path());
+    command
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = match session {
+        Some(session) => session.spawn(&mut command),
+        None => command.spawn().map_err(anyhow::Error::from),
+    }
+    .unwrap_or_else(|err| panic!("net-probe {args:?} did not start: {err:#}"));
+    let pid = child.id();
+    let output = guard_tests::kernel::wait_output(child, PROBE_TIMEOUT);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let outcome = match stdout.trim() {
+        "ok" => Outcome::Ok,
+        line => match line.strip_prefix("errno ").and_then(|n| n.parse().ok()) {
+            Some(errno) => Outcome::Errno(errno),
+            None => panic!(
+                "net-probe {args:?}: {} (stdout {stdout:?}, stderr {:?})",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            ),
+        },
+    };
+    (outcome, pid)
+}
+
+/// A UDP-Lite socket on 127.0.0.1 made by the test (outside the scope), to receive on.
+struct UdpLiteListener {
+    fd: std::os::fd::OwnedFd,
+    port: u16,
+}
+
+impl UdpLiteListener {
+    fn bind() -> UdpLiteListener {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain integer arguments; the descriptor is owned below.
+        let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, libc::IPPROTO_UDPLITE) };
+        assert!(
+            raw >= 0,
+            "a UDP-Lite socket outside the scope: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: a fresh descriptor nobody else owns.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+        let mut sa = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: 0,
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(Ipv4Addr::LOCALHOST).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: a valid sockaddr_in and its length.
+        unsafe {
+            assert_eq!(
+                libc::bind(raw, (&sa as *const libc::sockaddr_in).cast(), len),
+                0
+            );
+            assert_eq!(
+                libc::getsockname(raw, (&mut sa as *mut libc::sockaddr_in).cast(), &mut len),
+                0
+            );
+        }
+        UdpLiteListener {
+            fd,
+            port: u16::from_be(sa.sin_port),
+        }
+    }
+
+    /// Whether a datagram arrives within `wait`.
+    fn received(&self, wait: Duration) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut pfd, 1, wait.as_millis() as i32) };
+        if ready <= 0 {
+            return false;
+        }
+        let mut buf = [0u8; 16];
+        // SAFETY: a valid buffer of that length.
+        let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        n > 0
+    }
+}
+
+#[test]
+fn raw_ping_and_udplite_sockets_are_refused_in_scope_and_made_outside_it() {
+    let udplite = UdpLiteListener::bind();
+    let port = udplite.port.to_string();
+    let Some(mut session) = session_or_skip("", SessionOptions::default()) else {
+        return;
+    };
+    // Outside the scope (this test runs as root): every kind is made, and UDP-Lite arrives.
+    for kind in ["raw", "ping"] {
+        assert_eq!(
+            probe_args(None, &["socket", kind]).0,
+            Outcome::Ok,
+            "a {kind} socket outside the scope"
+        );
+    }
+    assert_eq!(
+        probe_args(None, &["socket", "udplite", "127.0.0.1", &port]).0,
+        Outcome::Ok
+    );
+    assert!(
+        udplite.received(Duration::from_secs(5)),
+        "the UDP-Lite datagram from outside the scope arrives"
+    );
+
+    for kind in ["raw", "ping"] {
+        let (outcome, pid) = probe_args(Some(&session), &["socket", kind]);
+        assert_eq!(outcome, EPERM, "a {kind} socket in scope");
+        let event = session.expect_event(kind, EVENT_TIMEOUT, |e| e.pid == pid);
+        assert_eq!(event.kind, EventKind::Socket, "{event:#?}");
+        assert_eq!(event.action, Action::Eperm, "{event:#?}");
+        let socket = event
+            .socket
+            .clone()
+            .expect("a socket event names its socket");
+        assert_eq!(socket.kind, kind, "{event:#?}");
+        assert_eq!(
+            session.describe(&event),
+            format!(
+                "guard: refused a {kind} socket (IPPROTO_ICMP): enforcement(socket_kinds=...) \
+                 does not allow \"{kind}\""
+            )
+        );
+    }
+    assert_eq!(
+        probe_args(Some(&session), &["socket", "udplite", "127.0.0.1", &port]).0,
+        EPERM,
+        "a UDP-Lite socket in scope"
+    );
+    assert!(
+        !udplite.received(Duration::from_secs(1)),
+        "no UDP-Lite datagram from the scope arrives"
+    );
+    let counters = session.enforcer().counters().expect("reading the counters");
+    let refused = counters
+        .iter()
+        .find(|(name, _)| *name == "socket_refused")
+        .map(|(_, v)| *v);
+    assert_eq!(refused, Some(3), "every refused socket is counted");
+}
+
+#[test]
+fn socket_kinds_the_policy_allows_are_made_in_scope() {
+    let udplite = UdpLiteListener::bind();
+    let port = udplite.port.to_string();
+    let rules = "enforcement(socket_kinds=[\"raw\", \"ping\", \"udplite\"])\n";
+    let Some(session) = session_or_skip(rules, SessionOptions::default()) else {
+        return;
+    };
+    for kind in ["raw", "ping"] {
+        assert_eq!(
+            probe_args(Some(&session), &["socket", kind]).0,
+            Outcome::Ok,
+            "an allowed {kind} socket in scope"
+        );
+    }
+    assert_eq!(
+        probe_args(Some(&session), &["socket", "udplite", "127.0.0.1", &port]).0,
+        Outcome::Ok
+    );
+    assert!(
+        udplite.received(Duration::from_secs(5)),
+        "an allowed UDP-Lite datagram arrives"
+    );
+    // SCTP was not allowed: still refused (where the kernel has it).
+    match probe_args(None, &["socket", "sctp"]).0 {
+        Outcome::Errno(libc::EPROTONOSUPPORT) => {
+            println!(
+                "note: this kernel has no SCTP (EPROTONOSUPPORT outside the scope too); the SCTP case is skipped"
+            )
+        }
+        Outcome::Ok => assert_eq!(probe_args(Some(&session), &["socket", "sctp"]).0, EPERM),
+        other => panic!("an SCTP socket outside the scope: {other:?}"),
+    }
+}
+
+#[test]
+fn audit_only_records_a_socket_kind_instead_of_refusing_it() {
+    let rules = "enforcement(audit_only=True)\n";
+    let Some(mut session) = session_or_skip(rules, SessionOptions::default()) else {
+        return;
+    };
+    let (outcome, pid) = probe_args(Some(&session), &["socket", "raw"]);
+    assert_eq!(
+        outcome,
+        Outcome::Ok,
+        "audit-only lets the raw socket be made"
+    );
+    let event = session.expect_event("raw", EVENT_TIMEOUT, |e| e.pid == pid);
+    assert_eq!(
+        (event.kind, event.action, event.audit_only),
+        (EventKind::Socket, Action::None, true),
+        "{event:#?}"
+    );
+}
+
+#[test]
+fn mptcp_connects_are_decided_as_tcp() {
+    let (allowed, allowed_port) = listener("127.0.0.1");
+    let (denied, denied_port) = listener("127.0.0.2");
+    let rules = format!(
+        "address_rule(addresses=[\"127.0.0.2\"], ports=[{denied_port}], decision=\"deny\")\n"
+    );
+    let Some(session) = session_or_skip(&rules, SessionOptions::default()) else {
+        return;
+    };
+    let (allowed_port, denied_port) = (allowed_port.to_string(), denied_port.to_string());
+    match probe_args(None, &["socket", "mptcp", "127.0.0.1", &allowed_port]).0 {
+        Outcome::Ok => assert!(accepts(&allowed), "the MPTCP connect from outside arrived"),
+        Outcome::Errno(libc::EPROTONOSUPPORT | libc::ENOPROTOOPT) => {
+            println!("note: MPTCP is off on this kernel; nothing to check");
+            return;
+        }
+        other => panic!("an MPTCP connect outside the scope: {other:?}"),
+    }
+    assert_eq!(
+        probe_args(
+            Some(&session),
+            &["socket", "mptcp", "127.0.0.1", &allowed_port]
+        )
+        .0,
+        Outcome::Ok,
+        "an MPTCP socket is made and connects where TCP may"
+    );
+    assert!(
+        accepts(&allowed),
+        "the MPTCP connect from the scope arrived"
+    );
+    assert_eq!(
+        probe_args(
+            Some(&session),
+            &["socket", "mptcp", "127.0.0.2", &denied_port]
+        )
+        .0,
+        EPERM,
+        "connect4 decides MPTCP as TCP"
+    );
+    assert!(!accepts(&denied), "the denied listener got nothing");
+}

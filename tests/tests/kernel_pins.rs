@@ -225,10 +225,11 @@ fn expected_pins(backend: Backend) -> BTreeSet<String> {
     let names: &[&str] = match backend {
         Backend::Cgroup => &[
             "sched_process_exec-0",
-            "connect4-1",
-            "connect6-2",
-            "sendmsg4-3",
-            "sendmsg6-4",
+            "sock_create-1",
+            "connect4-2",
+            "connect6-3",
+            "sendmsg4-4",
+            "sendmsg6-5",
         ],
         Backend::Lsm => &[
             "sched_process_exec-0",
@@ -241,6 +242,7 @@ fn expected_pins(backend: Backend) -> BTreeSet<String> {
             "path_rmdir-7",
             "path_rename-8",
             "path_truncate-9",
+            "sock_create-10",
         ],
     };
     names.iter().map(|n| n.to_string()).collect()

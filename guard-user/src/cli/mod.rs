@@ -8,6 +8,7 @@ mod check;
 mod control;
 mod daemon;
 mod doctor;
+mod inherited_fds;
 mod legacy;
 mod output;
 mod policy;

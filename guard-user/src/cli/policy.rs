@@ -250,6 +250,7 @@ fn show_json(loaded: &LoadedPolicy) -> Value {
             "unmatched_exec": enforcement.unmatched_exec.as_str(),
             "unmatched_network": enforcement.unmatched_network.as_str(),
             "audit_only": enforcement.audit_only,
+            "socket_kinds": enforcement.socket_kinds,
         },
         "sources": names(&loaded.sources),
         "overlay_sources": names(&loaded.overlay_sources),
@@ -447,6 +448,16 @@ fn show_text(loaded: &LoadedPolicy) {
         "  audit only:        {}{}",
         if enforcement.audit_only { "yes" } else { "no" },
         default_mark(overrides.audit_only.is_some())
+    );
+    let kinds = enforcement.socket_kinds.names();
+    println!(
+        "  socket kinds:      {}{}",
+        if kinds.is_empty() {
+            "none (raw, ping, udplite, sctp refused)".to_string()
+        } else {
+            kinds.join(", ")
+        },
+        default_mark(overrides.socket_kinds.is_some())
     );
     println!("{heading}Host executables{heading:#}");
     let host_executables = sorted_host_executables(policy);

@@ -66,6 +66,10 @@ pub struct RunArgs {
     /// dropped from all its sets).
     #[arg(long)]
     pub keep_capabilities: bool,
+    /// Pass N descriptors beyond stdin, stdout and stderr to the command (3..3+N); every other
+    /// inherited descriptor is closed at its exec.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub preserve_fds: u32,
     /// The command and its arguments.
     #[arg(
         required = true,
@@ -105,6 +109,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
             args.json_events,
             args.verbose,
             args.keep_capabilities,
+            args.preserve_fds,
         );
     }
     let loaded = match args.rules.load() {
@@ -167,6 +172,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
     };
     let mut command = Command::new(&args.command[0]);
     command.args(&args.command[1..]);
+    super::inherited_fds::pass_only_std_fds(&mut command, args.preserve_fds);
     let mut child = match session.spawn_confined(&mut command, &confinement) {
         Ok(child) => child,
         Err(err) => {

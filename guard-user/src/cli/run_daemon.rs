@@ -27,6 +27,7 @@ pub fn run(
     json: bool,
     verbose: bool,
     keep_capabilities: bool,
+    preserve_fds: u32,
 ) -> ExitCode {
     let mut client = match Client::connect(socket) {
         Ok(client) => client,
@@ -109,6 +110,7 @@ pub fn run(
     });
     let mut command = Command::new(&argv[0]);
     command.args(&argv[1..]);
+    super::inherited_fds::pass_only_std_fds(&mut command, preserve_fds);
     let steps = confinement.steps();
     {
         use std::os::unix::process::CommandExt;

@@ -407,6 +407,7 @@ impl AuditTrail {
                 EventKind::Sendmsg => "sendmsg",
                 EventKind::Read => "read",
                 EventKind::Write => "write",
+                EventKind::Socket => "socket",
             }
             .to_string(),
         );
@@ -420,6 +421,17 @@ impl AuditTrail {
             .to_string(),
         );
         record.file = event.path.clone();
+        if let Some(socket) = &event.socket {
+            record
+                .details
+                .insert("socket_kind".into(), socket.kind.into());
+            record
+                .details
+                .insert("socket_protocol".into(), socket.protocol.into());
+            record
+                .details
+                .insert("socket_type".into(), socket.socket_type.into());
+        }
         record.audit_only = Some(event.audit_only);
         record.unmatched = event.unmatched.then_some(true);
         record.rule = event

@@ -72,6 +72,14 @@ pub fn describe(image: &EnforcementImage, event: &KernelEvent) -> Described {
             });
             Described { message, target }
         }
+        (EventKind::Socket, _) => Described {
+            message: match &event.socket {
+                Some(socket) => format!("Refused {}.", crate::session::socket_refusal(socket)),
+                None => "A socket was refused by policy.".to_string(),
+            },
+            // No approval can answer a socket's creation (the kind is the policy's to allow).
+            target: None,
+        },
         (EventKind::Read | EventKind::Write, _) => {
             let access = if event.kind == EventKind::Read {
                 "read"
@@ -238,6 +246,7 @@ mod tests {
             anonymous: false,
             dev: 0,
             ino: 0,
+            socket: None,
             destination: None,
             path: Some("/w/.git/config".into()),
         };

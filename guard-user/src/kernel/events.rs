@@ -24,6 +24,8 @@ pub enum EventKind {
     Read,
     /// A file written, created, removed, renamed or truncated (`lsm` backend).
     Write,
+    /// An IP socket of a kind no connect hook decides, at creation; see [`KernelEvent::socket`].
+    Socket,
 }
 
 impl EventKind {
@@ -48,6 +50,36 @@ pub struct EventDestination {
     pub address: IpAddr,
     pub port: u16,
     pub transport: &'static str,
+}
+
+/// A socket refused (or recorded) at creation: its kind as `enforcement(socket_kinds=...)`
+/// names it, and what the program asked for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EventSocket {
+    /// `"ping"`, `"raw"`, `"udplite"`, `"sctp"` or `"other"`.
+    pub kind: &'static str,
+    pub family: u16,
+    /// `SOCK_RAW`, `SOCK_DGRAM`, ...
+    pub socket_type: u8,
+    /// The IP protocol number the kernel settled on.
+    pub protocol: u16,
+}
+
+impl EventSocket {
+    /// `IPPROTO_ICMP` for the protocols people know by name, else the number.
+    pub fn protocol_name(&self) -> String {
+        match self.protocol {
+            0 => "IPPROTO_IP".into(),
+            1 => "IPPROTO_ICMP".into(),
+            6 => "IPPROTO_TCP".into(),
+            17 => "IPPROTO_UDP".into(),
+            58 => "IPPROTO_ICMPV6".into(),
+            132 => "IPPROTO_SCTP".into(),
+            136 => "IPPROTO_UDPLITE".into(),
+            255 => "IPPROTO_RAW".into(),
+            n => format!("protocol {n}"),
+        }
+    }
 }
 
 /// One decision the kernel recorded: a refusal or an audit-only match.
@@ -81,6 +113,8 @@ pub struct KernelEvent {
     pub destination: Option<EventDestination>,
     /// A file event's path (absolute, as the kernel names it).
     pub path: Option<String>,
+    /// A socket event's socket.
+    pub socket: Option<EventSocket>,
 }
 
 mod time_serde {
@@ -133,6 +167,7 @@ impl KernelEvent {
             kind::CONNECT => EventKind::Connect,
             kind::FILE_READ => EventKind::Read,
             kind::FILE_WRITE => EventKind::Write,
+            kind::SOCKET => EventKind::Socket,
             _ => EventKind::Sendmsg,
         };
         // A file event carries its path where argv would be; the process's argv is unknown.
@@ -157,6 +192,12 @@ impl KernelEvent {
                     _ => "other",
                 },
             }
+        });
+        let socket = (kind == EventKind::Socket).then(|| EventSocket {
+            kind: guard_common::sockets::kind::name(e.ino as u8),
+            family: e.family,
+            socket_type: e.transport,
+            protocol: e.port,
         });
         Some(KernelEvent {
             time,
@@ -186,6 +227,7 @@ impl KernelEvent {
             ino: e.ino,
             destination,
             path,
+            socket,
         })
     }
 }

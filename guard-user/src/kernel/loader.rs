@@ -9,11 +9,12 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
+use aya::programs::cgroup_sock::CgroupSockLinkId;
 use aya::programs::cgroup_sock_addr::CgroupSockAddrLinkId;
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::lsm::LsmLinkId;
 use aya::programs::tp_btf::BtfTracePointLinkId;
-use aya::programs::{BtfTracePoint, CgroupAttachMode, CgroupSockAddr, Lsm};
+use aya::programs::{BtfTracePoint, CgroupAttachMode, CgroupSock, CgroupSockAddr, Lsm};
 use aya::{Btf, Ebpf, EbpfLoader};
 
 use super::btf::{aya_kernel_btf, kernel_offsets};
@@ -110,6 +111,8 @@ enum HeldLink {
     Lsm(&'static str, LsmLinkId),
     /// Program name, the cgroup it is attached to (to attach it again if pinning fails).
     Cgroup(&'static str, PathBuf, CgroupSockAddrLinkId),
+    /// `cgroup/sock_create` and the cgroup it is attached to.
+    SockCreate(PathBuf, CgroupSockLinkId),
 }
 
 impl HeldLink {
@@ -117,6 +120,7 @@ impl HeldLink {
         match self {
             HeldLink::Exec(_) => "sched_process_exec",
             HeldLink::Lsm(name, _) | HeldLink::Cgroup(name, _, _) => name,
+            HeldLink::SockCreate(_, _) => SOCK_CREATE,
         }
     }
 }
@@ -145,6 +149,9 @@ const LSM_HOOKS: [&str; 9] = [
     "path_truncate",
 ];
 const CGROUP_HOOKS: [&str; 4] = ["connect4", "connect6", "sendmsg4", "sendmsg6"];
+/// Attached per scope on both backends: the one hook that sees raw, ping, UDP-Lite and SCTP
+/// sockets (no LSM hook is needed for it, and the cgroup program works where LSM does not).
+const SOCK_CREATE: &str = "sock_create";
 
 impl Enforcer {
     /// Loads the object and attaches the programs that are not tied to a cgroup: the exec
@@ -193,22 +200,42 @@ impl Enforcer {
         &mut self.ebpf
     }
 
-    /// On the `cgroup` backend, attaches the connect and sendmsg hooks to `cgroup` (they then
-    /// apply to it and every cgroup below it). The `lsm` backend needs nothing per cgroup.
+    /// Attaches the per-cgroup hooks to `cgroup` (they then apply to it and every cgroup below
+    /// it): `cgroup/sock_create` on both backends, and on the `cgroup` backend the connect and
+    /// sendmsg hooks too.
     pub fn attach_cgroup(&mut self, cgroup: &Path) -> Result<()> {
+        let id = self.attach_sock_create(cgroup)?;
+        self.hold(HeldLink::SockCreate(cgroup.to_path_buf(), id))?;
         if self.backend == Backend::Lsm {
             return Ok(());
         }
         for name in CGROUP_HOOKS {
             let id = self.attach_cgroup_hook(name, cgroup)?;
-            let link = HeldLink::Cgroup(name, cgroup.to_path_buf(), id);
-            if self.pins.is_some() {
-                self.pin(link)?;
-            } else {
-                self.links.push(link);
-            }
+            self.hold(HeldLink::Cgroup(name, cgroup.to_path_buf(), id))?;
         }
         Ok(())
+    }
+
+    /// Keeps a new link: pinned when this Enforcer pins its links, else owned.
+    fn hold(&mut self, link: HeldLink) -> Result<()> {
+        if self.pins.is_some() {
+            self.pin(link)
+        } else {
+            self.links.push(link);
+            Ok(())
+        }
+    }
+
+    fn attach_sock_create(&mut self, cgroup: &Path) -> Result<CgroupSockLinkId> {
+        let dir =
+            File::open(cgroup).with_context(|| format!("opening cgroup {}", cgroup.display()))?;
+        let hook: &mut CgroupSock = program(&mut self.ebpf, SOCK_CREATE)?;
+        if hook.fd().is_err() {
+            hook.load().context("loading cgroup/sock_create")?;
+        }
+        // Single: see attach_cgroup_hook.
+        hook.attach(&dir, CgroupAttachMode::Single)
+            .with_context(|| format!("attaching cgroup/sock_create to {}", cgroup.display()))
     }
 
     fn attach_cgroup_hook(&mut self, name: &str, cgroup: &Path) -> Result<CgroupSockAddrLinkId> {
@@ -314,6 +341,13 @@ impl Enforcer {
                 })?;
                 (fd_link, Some(cgroup))
             }
+            HeldLink::SockCreate(cgroup, id) => {
+                let hook: &mut CgroupSock = program(&mut self.ebpf, SOCK_CREATE)?;
+                let fd_link = FdLink::try_from(hook.take_link(id)?).context(
+                    "cgroup/sock_create is not attached through a bpf_link, so it cannot be pinned",
+                )?;
+                (fd_link, Some(cgroup))
+            }
         };
         match fd_link.pin(&path) {
             Ok(pinned) => {
@@ -339,6 +373,9 @@ impl Enforcer {
 
     fn reattach(&mut self, name: &'static str, cgroup: Option<&Path>) -> Result<HeldLink> {
         Ok(match cgroup {
+            Some(cgroup) if name == SOCK_CREATE => {
+                HeldLink::SockCreate(cgroup.to_path_buf(), self.attach_sock_create(cgroup)?)
+            }
             Some(cgroup) => HeldLink::Cgroup(
                 name,
                 cgroup.to_path_buf(),

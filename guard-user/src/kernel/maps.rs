@@ -178,7 +178,7 @@ impl MapSync {
                 exec_approvals: u8::from(stats.approvals > 0),
                 record_allowed: u8::from(image.record_allowed),
                 anonymous_exec: image.settings.anonymous_exec as u8,
-                _pad: [0; 1],
+                socket_kinds: image.settings.socket_kinds.bits(),
             };
             map.set(0, settings, 0).context("writing SETTINGS")?;
         }

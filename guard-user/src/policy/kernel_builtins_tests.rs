@@ -2,7 +2,7 @@
 //! `address_rule` and `enforcement`. Every accepted form and every error.
 
 use super::*;
-use crate::policy::{AddressTarget, EnforcementSettings, LoadError, Transport};
+use crate::policy::{AddressTarget, EnforcementSettings, LoadError, SocketKinds, Transport};
 
 fn parse_named(name: &str, src: &str) -> Result<Policy> {
     let mut parser = PolicyParser::new();
@@ -269,6 +269,7 @@ fn enforcement_defaults_never_lock_anyone_out() {
             // No rule can name a file without a path: refused, as an unmatched exec would be
             // under `unmatched_exec="deny"`.
             anonymous_exec: Decision::Forbidden,
+            socket_kinds: SocketKinds::NONE,
         }
     );
     assert_eq!(policy.enforcement(), EnforcementSettings::default());
@@ -295,6 +296,7 @@ enforcement()
             unmatched_network: Decision::Prompt,
             audit_only: true,
             anonymous_exec: Decision::Forbidden,
+            socket_kinds: SocketKinds::NONE,
         }
     );
     let later = parse(
@@ -312,6 +314,7 @@ enforcement(anonymous_exec="prompt")
             unmatched_network: Decision::Forbidden,
             audit_only: false,
             anonymous_exec: Decision::Prompt,
+            socket_kinds: SocketKinds::NONE,
         }
     );
     // Several files parsed by one parser: later files override earlier keys too.
@@ -368,6 +371,49 @@ fn enforcement_errors() {
     );
 }
 
+#[test]
+fn socket_kinds_are_named_and_later_calls_replace_them() {
+    let policy = parse("enforcement(socket_kinds=[\"ping\", \"udplite\"])\n");
+    let kinds = policy.enforcement().socket_kinds;
+    assert_eq!(kinds.names(), ["ping", "udplite"]);
+    assert_eq!(
+        kinds.bits(),
+        guard_common::sockets::kind::PING | guard_common::sockets::kind::UDPLITE
+    );
+    let later = parse(
+        "enforcement(socket_kinds=[\"raw\", \"sctp\", \"other\"])\nenforcement(socket_kinds=[])\n",
+    );
+    assert_eq!(later.enforcement().socket_kinds, SocketKinds::NONE);
+    assert_eq!(
+        parse("enforcement(audit_only=True)\n")
+            .enforcement()
+            .socket_kinds,
+        SocketKinds::NONE,
+        "none allowed by default"
+    );
+}
+
+#[test]
+fn socket_kinds_errors_name_the_file_and_line() {
+    let want =
+        r#"enforcement socket_kinds must be a list of "ping", "raw", "udplite", "sctp", "other""#;
+    for args in [
+        r#"socket_kinds="raw""#,
+        r#"socket_kinds=["icmp"]"#,
+        r#"socket_kinds=["Raw"]"#,
+        r#"socket_kinds=[1]"#,
+    ] {
+        let err = parse_err(&format!("enforcement({args})"));
+        assert!(err.contains(want), "{args}: {err}");
+    }
+    assert_eq!(
+        display_line("\n\nenforcement(socket_kinds=[\"icmp\"])\n"),
+        format!(
+            "k.rules:3: error: invalid rule: {want} (got [\"icmp\"]) (problem is on or around line 3)"
+        )
+    );
+}
+
 // --- overlays --------------------------------------------------------------------------------
 
 #[test]
@@ -404,6 +450,7 @@ enforcement(unmatched_exec="allow", unmatched_network="deny")
             // Not set by the overlay: the base's.
             audit_only: true,
             anonymous_exec: Decision::Forbidden,
+            socket_kinds: SocketKinds::NONE,
         }
     );
     // An overlay that sets audit_only decides it.

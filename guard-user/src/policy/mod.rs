@@ -28,5 +28,5 @@ pub use parser::PolicyParser;
 pub use rule::{
     AddressRule, AddressTarget, Decision, EnforcementOverrides, EnforcementSettings,
     NetworkProtocol, NetworkRule, PatternToken, PrefixPattern, PrefixRule, RuleId, RuleKind,
-    RuleMatch, RuleOrigin, Transport,
+    RuleMatch, RuleOrigin, SocketKinds, Transport,
 };

@@ -29,7 +29,7 @@ use super::model::Policy;
 use super::paths::{executable_name, normalize_lexically};
 use super::rule::{
     AddressRule, Decision, EnforcementOverrides, NetworkProtocol, NetworkRule, PatternToken,
-    PrefixPattern, PrefixRule, RuleId, RuleOrigin, Transport, parse_decision,
+    PrefixPattern, PrefixRule, RuleId, RuleOrigin, SocketKinds, Transport, parse_decision,
     parse_network_decision,
 };
 use super::rule_set::RuleSet;
@@ -228,6 +228,39 @@ fn parse_enforcement_decision(key: &str, value: Option<Value<'_>>) -> Result<Opt
                 value.to_repr()
             ))
         })
+}
+
+/// `socket_kinds=` of `enforcement`: `None` or a list of kind names (`"ping"`, `"raw"`,
+/// `"udplite"`, `"sctp"`, `"other"`).
+fn parse_socket_kinds(value: Option<Value<'_>>) -> Result<Option<SocketKinds>> {
+    let Some(value) = given(value) else {
+        return Ok(None);
+    };
+    let names: Vec<&str> = guard_common::sockets::kind::NAMES
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
+    let expected = || {
+        format!(
+            "enforcement socket_kinds must be a list of {} (got {})",
+            names
+                .iter()
+                .map(|n| format!("\"{n}\""))
+                .collect::<Vec<_>>()
+                .join(", "),
+            value.to_repr()
+        )
+    };
+    let list = ListRef::from_value(value).ok_or_else(|| PolicyError::InvalidRule(expected()))?;
+    let mut kinds = SocketKinds::NONE;
+    for item in list.iter() {
+        let kind = item
+            .unpack_str()
+            .and_then(SocketKinds::named)
+            .ok_or_else(|| PolicyError::InvalidRule(expected()))?;
+        kinds = kinds.with(kind);
+    }
+    Ok(Some(kinds))
 }
 
 /// `audit_only=` of `enforcement`: `None`, `True` or `False`.
@@ -436,14 +469,15 @@ fn policy_builtins(globals: &mut GlobalsBuilder) {
     }
 
     /// `enforcement(unmatched_exec=None, unmatched_network=None, audit_only=None,
-    /// anonymous_exec=None)`: what the kernel does where no rule speaks, and global audit-only
-    /// mode. Each call sets only the keys it gives (`None` is "not given"); a later call
+    /// anonymous_exec=None, socket_kinds=None)`: what the kernel does where no rule speaks, and
+    /// global audit-only mode. Each call sets only the keys it gives (`None` is "not given"); a later call
     /// overrides earlier keys.
     fn enforcement<'v>(
         unmatched_exec: Option<Value<'v>>,
         unmatched_network: Option<Value<'v>>,
         audit_only: Option<Value<'v>>,
         #[starlark(require = named)] anonymous_exec: Option<Value<'v>>,
+        #[starlark(require = named)] socket_kinds: Option<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<NoneType> {
         let later = EnforcementOverrides {
@@ -451,6 +485,7 @@ fn policy_builtins(globals: &mut GlobalsBuilder) {
             unmatched_network: parse_enforcement_decision("unmatched_network", unmatched_network)?,
             audit_only: parse_enforcement_audit_only(audit_only)?,
             anonymous_exec: parse_enforcement_decision("anonymous_exec", anonymous_exec)?,
+            socket_kinds: parse_socket_kinds(socket_kinds)?,
         };
         let mut builder = policy_builder(eval);
         builder.enforcement = builder.enforcement.then(later);

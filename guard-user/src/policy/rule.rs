@@ -429,6 +429,54 @@ pub struct EnforcementSettings {
     /// The decision for an exec of a file no path names (a memfd, a deleted or O_TMPFILE
     /// file), decided with the rules that match its name.
     pub anonymous_exec: Decision,
+    /// The IP socket kinds no connect hook decides that a scoped process may create (raw,
+    /// ping, UDP-Lite, SCTP, other); none by default.
+    pub socket_kinds: SocketKinds,
+}
+
+/// A set of socket kinds (`guard_common::sockets::kind` bits), as `enforcement(socket_kinds=
+/// [...])` names them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SocketKinds(u8);
+
+impl SocketKinds {
+    pub const NONE: SocketKinds = SocketKinds(0);
+
+    /// The kind called `name` in a policy, if there is one.
+    pub fn named(name: &str) -> Option<SocketKinds> {
+        guard_common::sockets::kind::NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, bit)| SocketKinds(*bit))
+    }
+
+    pub fn with(self, other: SocketKinds) -> SocketKinds {
+        SocketKinds(self.0 | other.0)
+    }
+
+    /// Only the kinds both allow (an overlay can only tighten).
+    pub fn within(self, other: SocketKinds) -> SocketKinds {
+        SocketKinds(self.0 & other.0)
+    }
+
+    pub fn bits(self) -> u8 {
+        self.0
+    }
+
+    /// The policy names of the kinds in the set, in a fixed order.
+    pub fn names(self) -> Vec<&'static str> {
+        guard_common::sockets::kind::NAMES
+            .iter()
+            .filter(|(_, bit)| self.0 & bit != 0)
+            .map(|(name, _)| *name)
+            .collect()
+    }
+}
+
+impl serde::Serialize for SocketKinds {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.names())
+    }
 }
 
 impl Default for EnforcementSettings {
@@ -438,6 +486,7 @@ impl Default for EnforcementSettings {
             unmatched_network: Decision::Allow,
             audit_only: false,
             anonymous_exec: Decision::Forbidden,
+            socket_kinds: SocketKinds::NONE,
         }
     }
 }
@@ -449,6 +498,7 @@ pub struct EnforcementOverrides {
     pub unmatched_network: Option<Decision>,
     pub audit_only: Option<bool>,
     pub anonymous_exec: Option<Decision>,
+    pub socket_kinds: Option<SocketKinds>,
 }
 
 impl EnforcementOverrides {
@@ -459,6 +509,7 @@ impl EnforcementOverrides {
             unmatched_network: later.unmatched_network.or(self.unmatched_network),
             audit_only: later.audit_only.or(self.audit_only),
             anonymous_exec: later.anonymous_exec.or(self.anonymous_exec),
+            socket_kinds: later.socket_kinds.or(self.socket_kinds),
         }
     }
 
@@ -474,6 +525,10 @@ impl EnforcementOverrides {
             unmatched_network: strongest(self.unmatched_network, overlay.unmatched_network),
             audit_only: overlay.audit_only.or(self.audit_only),
             anonymous_exec: strongest(self.anonymous_exec, overlay.anonymous_exec),
+            socket_kinds: match (self.socket_kinds, overlay.socket_kinds) {
+                (Some(a), Some(b)) => Some(a.within(b)),
+                (a, b) => a.or(b),
+            },
         }
     }
 
@@ -485,6 +540,7 @@ impl EnforcementOverrides {
             unmatched_network: self.unmatched_network.unwrap_or(defaults.unmatched_network),
             audit_only: self.audit_only.unwrap_or(defaults.audit_only),
             anonymous_exec: self.anonymous_exec.unwrap_or(defaults.anonymous_exec),
+            socket_kinds: self.socket_kinds.unwrap_or(defaults.socket_kinds),
         }
     }
 }

@@ -20,6 +20,12 @@
 //!   fast as it can or at RATE a second; prints `connects N refused M secs S` (the audit
 //!   benchmark's load).
 //!
+//! - `socket ping|raw|sctp`: makes one socket of that kind (`ping` first enters a network
+//!   namespace of its own that lets every group ping, so the kernel's `ping_group_range` is not
+//!   what refuses it), prints `ok` or `errno N`.
+//! - `socket udplite|mptcp ADDR PORT`: a UDP-Lite socket connected to ADDR:PORT that sends
+//!   `guard` once, or an MPTCP connect to ADDR:PORT (IPv4).
+//!
 //! Anything else it cannot do (bad arguments, a socket it cannot make) exits 2 with a message.
 
 use std::io;
@@ -50,6 +56,11 @@ fn main() -> ExitCode {
         && call == "udp-flood"
     {
         return flood(addr, port, count);
+    }
+    if let [call, what, rest @ ..] = args.as_slice()
+        && call == "socket"
+    {
+        return report(socket_kind(what, rest));
     }
     let [call, addr, port] = args.as_slice() else {
         eprintln!("usage: net-probe tcp|udp-connect|udp-sendto ADDR PORT");
@@ -265,4 +276,98 @@ fn udp_socket(ip: IpAddr) -> io::Result<UdpSocket> {
         IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
     };
     UdpSocket::bind(SocketAddr::new(any, 0))
+}
+
+fn report(result: io::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => {
+            println!("ok");
+            ExitCode::SUCCESS
+        }
+        Err(err) => match err.raw_os_error() {
+            Some(errno) => {
+                println!("errno {errno}");
+                ExitCode::from(1)
+            }
+            None => {
+                eprintln!("net-probe: {err}");
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+/// `-1` from a libc call as the errno.
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn socket_kind(what: &str, rest: &[String]) -> io::Result<()> {
+    let (ty, protocol) = match what {
+        "ping" => {
+            // A namespace of its own: its ping_group_range is ours to set, the host's is not
+            // touched. Setup failures are not the call under test: exit 2.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0
+                || std::fs::write("/proc/sys/net/ipv4/ping_group_range", "0 2147483647").is_err()
+            {
+                eprintln!("net-probe: cannot enter a network namespace that allows ping sockets");
+                std::process::exit(2);
+            }
+            (libc::SOCK_DGRAM, libc::IPPROTO_ICMP)
+        }
+        "raw" => (libc::SOCK_RAW, libc::IPPROTO_ICMP),
+        "sctp" => (libc::SOCK_STREAM, libc::IPPROTO_SCTP),
+        "udplite" => (libc::SOCK_DGRAM, libc::IPPROTO_UDPLITE),
+        "mptcp" => (libc::SOCK_STREAM, libc::IPPROTO_MPTCP),
+        other => {
+            eprintln!("net-probe: unknown socket kind {other:?} (ping, raw, sctp, udplite, mptcp)");
+            std::process::exit(2);
+        }
+    };
+    // SAFETY: plain integer arguments.
+    let fd = check(unsafe { libc::socket(libc::AF_INET, ty | libc::SOCK_CLOEXEC, protocol) })?;
+    let result = match (what, rest) {
+        ("udplite" | "mptcp", [addr, port]) => {
+            let (Ok(ip), Ok(port)) = (addr.parse::<Ipv4Addr>(), port.parse::<u16>()) else {
+                eprintln!("net-probe: {addr:?} is not an IPv4 address or {port:?} not a port");
+                std::process::exit(2);
+            };
+            let sa = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: port.to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(ip).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: a valid sockaddr_in and its length; a valid buffer.
+            check(unsafe {
+                libc::connect(
+                    fd,
+                    (&sa as *const libc::sockaddr_in).cast(),
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                )
+            })
+            .and_then(|_| {
+                if what == "udplite" {
+                    check(unsafe { libc::send(fd, b"guard".as_ptr().cast(), 5, 0) as libc::c_int })
+                        .map(drop)
+                } else {
+                    Ok(())
+                }
+            })
+        }
+        ("udplite" | "mptcp", _) => {
+            eprintln!("usage: net-probe socket {what} ADDR PORT");
+            std::process::exit(2);
+        }
+        _ => Ok(()),
+    };
+    // SAFETY: our own descriptor.
+    unsafe { libc::close(fd) };
+    result
 }

@@ -1,0 +1,102 @@
+//! `guard run` passes the command stdin, stdout and stderr only (and `--preserve-fds N` more):
+//! a descriptor inherited from its caller, such as a socket made outside the scope that no hook
+//! ever decided, is not usable by the command. Needs root (`guard run` loads the programs);
+//! without it each test prints `skipped: ...` (and fails when CI=true).
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use guard_tests::daemon::{guard_bin, text};
+use guard_tests::kernel::{root_or_skip, wait_output};
+
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `guard run [--preserve-fds N] -- sh -c SCRIPT` with an open file without CLOEXEC at fd 3 and
+/// a connected loopback socket at fd 4 (both made here, outside any scope).
+fn run_with_inherited(
+    preserve: Option<u32>,
+    script: &str,
+    file: &std::fs::File,
+    socket: &std::net::TcpStream,
+) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("test.rules");
+    std::fs::write(
+        &rules,
+        "prefix_rule(pattern=[\"never-run-this\"], decision=\"forbidden\")\n",
+    )
+    .unwrap();
+    let mut command = Command::new(guard_bin());
+    command.args(["run", "--rules"]).arg(&rules);
+    if let Some(n) = preserve {
+        command.args(["--preserve-fds", &n.to_string()]);
+    }
+    command.args(["--", "sh", "-c", script]);
+    let (file_fd, socket_fd) = (file.as_raw_fd(), socket.as_raw_fd());
+    // SAFETY: dup2 only, async-signal-safe; dup2 leaves the new descriptors without CLOEXEC,
+    // as a careless caller's would be.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::dup2(file_fd, 3) != 3 || libc::dup2(socket_fd, 4) != 4 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting guard");
+    wait_output(child, RUN_TIMEOUT)
+}
+
+#[test]
+fn inherited_descriptors_do_not_reach_the_command_unless_preserved() {
+    if !root_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inherited");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let socket = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (mut peer, _) = listener.accept().unwrap();
+    peer.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let file = std::fs::File::create(&path).unwrap();
+    let script = "if echo file >&3; then echo fd3=open; else echo fd3=closed; fi; \
+                  if echo sock >&4; then echo fd4=open; else echo fd4=closed; fi";
+
+    let output = run_with_inherited(None, script, &file, &socket);
+    let said = text(&output.stdout);
+    assert!(
+        said.contains("fd3=closed") && said.contains("fd4=closed"),
+        "by default only 0-2 pass: {said} / {}",
+        text(&output.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "",
+        "nothing was written to the file"
+    );
+    let mut buf = [0u8; 16];
+    assert!(
+        peer.read(&mut buf).is_err(),
+        "nothing came over the inherited socket"
+    );
+
+    let output = run_with_inherited(Some(1), script, &file, &socket);
+    let said = text(&output.stdout);
+    assert!(
+        said.contains("fd3=open") && said.contains("fd4=closed"),
+        "--preserve-fds 1 passes fd 3 only: {said} / {}",
+        text(&output.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "file\n");
+    assert!(peer.read(&mut buf).is_err(), "still nothing over fd 4");
+}

@@ -61,7 +61,7 @@ enum Task {
     ///
     /// In the VM, vm-init (PID 1) mounts proc, sysfs, devtmpfs, securityfs, cgroup2, bpffs and
     /// tmpfs, brings lo up, fails unless `bpf` is an active LSM, and runs each test binary with
-    /// --test-threads=1 and GUARD_TEST_BACKEND=lsm (300 s each), printing a VM-RESULT line per
+    /// --test-threads=1 and GUARD_TEST_BACKEND=lsm (900 s each), printing a VM-RESULT line per
     /// binary and a VM-RESULT-TOTAL line; it powers off through isa-debug-exit.
     ///
     /// Passes only when every binary passed, VM-RESULT-TOTAL says ok=yes and qemu exited 1

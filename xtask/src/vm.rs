@@ -69,7 +69,7 @@ impl Default for Options {
             tests: Vec::new(),
             // Nine test binaries under emulation (TCG), each loading guard's programs many
             // times; a bound for a hung VM, not a measure of speed.
-            timeout_secs: 1500,
+            timeout_secs: 3600,
             verbose: false,
             kernel_args: Vec::new(),
         }

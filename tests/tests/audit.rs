@@ -503,9 +503,10 @@ fn a_kill_9_under_load_loses_at_most_the_last_second_of_records() {
         rules: "address_rule(addresses=[\"127.88.0.0/16\"], decision=\"forbidden\")\n".to_string(),
         ..Default::default()
     });
-    // A steady load the test's (debug) build of the daemon keeps up with; `cargo xtask bench`
+    // A steady load the test's (debug) build of the daemon keeps up with while other tests of
+    // this binary load guard's programs beside it (2 cores); `cargo xtask bench`
     // measures what the release build takes.
-    const RATE: u64 = 5_000;
+    const RATE: u64 = 2_000;
     const SECS: u64 = 6;
     // In a folder of its own: the daemon's folder holds its rules, state, socket and log,
     // protected paths that `guard run` confines with Landlock, so no new file can be made

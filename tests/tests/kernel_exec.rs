@@ -814,8 +814,10 @@ fn nothing_stays_loaded_or_attached_after_a_session() {
     let backend = session.backend();
     let ours = session.program_ids();
     let expected = match backend {
-        Backend::Cgroup => 5, // the exec tracepoint and the four sock_addr hooks
-        Backend::Lsm => 10,   // the exec tracepoint and nine LSM hooks (exec, net, files)
+        // The exec tracepoint, sock_create, and the four sock_addr hooks.
+        Backend::Cgroup => 6,
+        // The exec tracepoint, sock_create, and nine LSM hooks (exec, net, files).
+        Backend::Lsm => 11,
     };
     assert_eq!(
         ours.len(),

@@ -1955,7 +1955,7 @@ fn policy_show_json_lists_address_rules_and_enforcement() {
     );
     assert_eq!(
         value["enforcement"],
-        json!({"unmatched_exec": "prompt", "unmatched_network": "allow", "audit_only": true})
+        json!({"unmatched_exec": "prompt", "unmatched_network": "allow", "anonymous_exec": "forbidden", "audit_only": true, "socket_kinds": []})
     );
     assert_eq!(value["prefix_rules"][0]["audit_only"], true);
 
@@ -1965,7 +1965,7 @@ fn policy_show_json_lists_address_rules_and_enforcement() {
     assert_eq!(value["address_rules"], json!([]));
     assert_eq!(
         value["enforcement"],
-        json!({"unmatched_exec": "allow", "unmatched_network": "allow", "audit_only": false})
+        json!({"unmatched_exec": "allow", "unmatched_network": "allow", "anonymous_exec": "forbidden", "audit_only": false, "socket_kinds": []})
     );
     assert!(value["prefix_rules"][0].get("audit_only").is_none());
 }

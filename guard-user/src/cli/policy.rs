@@ -249,6 +249,7 @@ fn show_json(loaded: &LoadedPolicy) -> Value {
         "enforcement": {
             "unmatched_exec": enforcement.unmatched_exec.as_str(),
             "unmatched_network": enforcement.unmatched_network.as_str(),
+            "anonymous_exec": enforcement.anonymous_exec.as_str(),
             "audit_only": enforcement.audit_only,
             "socket_kinds": enforcement.socket_kinds,
         },
@@ -443,6 +444,11 @@ fn show_text(loaded: &LoadedPolicy) {
         "  unmatched network: {}{}",
         enforcement.unmatched_network.as_str(),
         default_mark(overrides.unmatched_network.is_some())
+    );
+    println!(
+        "  anonymous exec:    {}{}",
+        enforcement.anonymous_exec.as_str(),
+        default_mark(overrides.anonymous_exec.is_some())
     );
     println!(
         "  audit only:        {}{}",

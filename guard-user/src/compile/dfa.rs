@@ -243,7 +243,30 @@ fn too_large(needs: String) -> DfaError {
 /// `MatchKind::All` so every pattern's matches show in the match states (strongest-wins needs
 /// all of them, not the leftmost-first one); byte-oriented like `regex::bytes` so the table
 /// works on any bytes; ASCII-only `\b` is allowed, its non-ASCII bytes become quit bytes.
+///
+/// Minimizing a large DFA is the slow part of a set that does not fit (seconds for ten
+/// `*secretN*` globs), so the DFA is first built as it comes: one far larger than a table
+/// (more than [`UNMINIMIZED_STATES_LIMIT`] states) fails there, the rest are built again and
+/// minimized.
 fn build_dense(patterns: &[DfaPattern]) -> Result<dense::DFA<Vec<u32>>, DfaError> {
+    let unminimized = build_dense_with(patterns, false)?;
+    // About its state count: each state is a row of 4-byte transitions, 2^stride2 of them.
+    let states = unminimized.memory_usage() / (4 << unminimized.stride2());
+    if states > UNMINIMIZED_STATES_LIMIT {
+        return Err(too_large(format!(
+            "more than {UNMINIMIZED_STATES_LIMIT} states before minimizing"
+        )));
+    }
+    build_dense_with(patterns, true)
+}
+
+/// A DFA this much larger than a table is not minimized into one.
+const UNMINIMIZED_STATES_LIMIT: usize = 8 * DFA_MAX_STATES;
+
+fn build_dense_with(
+    patterns: &[DfaPattern],
+    minimize: bool,
+) -> Result<dense::DFA<Vec<u32>>, DfaError> {
     let regexes: Vec<&str> = patterns.iter().map(|p| p.regex.as_str()).collect();
     dense::Builder::new()
         .configure(
@@ -251,7 +274,7 @@ fn build_dense(patterns: &[DfaPattern]) -> Result<dense::DFA<Vec<u32>>, DfaError
                 .match_kind(MatchKind::All)
                 .start_kind(StartKind::Unanchored)
                 .byte_classes(true)
-                .minimize(true)
+                .minimize(minimize)
                 .unicode_word_boundary(true)
                 .dfa_size_limit(Some(BUILD_BYTES_LIMIT))
                 .determinize_size_limit(Some(BUILD_BYTES_LIMIT)),
@@ -269,7 +292,7 @@ fn build_error(patterns: &[DfaPattern], err: dense::BuildError) -> DfaError {
     // Name the pattern that fails alone; a set fails only through one of its members.
     let culprit = patterns
         .iter()
-        .find(|p| patterns.len() == 1 || build_dense(std::slice::from_ref(p)).is_err());
+        .find(|p| patterns.len() == 1 || build_dense_with(std::slice::from_ref(p), false).is_err());
     DfaError::Invalid {
         pattern: culprit.map_or_else(String::new, |p| p.written.clone()),
         message: err.to_string(),

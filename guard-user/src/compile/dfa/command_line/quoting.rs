@@ -114,6 +114,14 @@ pub fn moves(mode: Mode, byte: u8) -> Vec<(Vec<u8>, Mode)> {
     }
 }
 
+/// Every mode the model can be in: `moves` from each of them tell two raw bytes apart.
+pub fn all_modes() -> impl Iterator<Item = Mode> {
+    let chunks = QUOTINGS.into_iter().flat_map(|quoting| {
+        (0..=(UNQUOTED | SINGLE | DOUBLE)).map(move |can| Mode::Chunk { quoting, can })
+    });
+    std::iter::once(Mode::WordStart).chain(chunks)
+}
+
 /// The text that ends the input in `mode` (the last word's end), `None` for a wrong guess.
 /// An input always has a word (the executed file's name), so ending at a word start ends an
 /// empty word: `''`.

@@ -28,6 +28,9 @@ use quoting::Mode;
 /// differ, the glob's states agree); past this many it gives up.
 const BUILD_STATES_LIMIT: usize = 16 * DFA_MAX_STATES;
 
+/// A byte's moves from one quoting mode, the byte itself blanked out of the texts.
+type BlankedMoves = Vec<(Vec<u16>, Mode)>;
+
 /// One thread of the product: where the glob's DFA is after the text rendered so far, and
 /// where the quoting model is.
 type Thread = (StateID, Mode);
@@ -146,7 +149,7 @@ impl Product<'_> {
     fn raw_classes(&self) -> Vec<Vec<u8>> {
         const BLANK: u16 = u16::MAX;
         let classes = self.dfa.byte_classes();
-        let mut groups: HashMap<(u8, Vec<Vec<(Vec<u16>, Mode)>>), Vec<u8>> = HashMap::new();
+        let mut groups: HashMap<(u8, Vec<BlankedMoves>), Vec<u8>> = HashMap::new();
         for byte in 0..=255u8 {
             let moves = quoting::all_modes()
                 .map(|mode| {

@@ -79,7 +79,7 @@ enum Task {
         #[arg(long, short)]
         verbose: bool,
         /// Add a word to the kernel command line (repeatable): `guard.test_timeout=SECS` sets
-        /// vm-init's limit per test binary (default 300); a later `lsm=...` replaces guard's.
+        /// vm-init's limit per test binary (default 900); a later `lsm=...` replaces guard's.
         #[arg(long = "kernel-arg", value_name = "WORD")]
         kernel_args: Vec<String>,
     },

@@ -39,7 +39,7 @@ use crate::test_counts::TestCounts;
 /// with no such test yet is skipped with a note, so a test can be listed before it is written.
 ///
 /// Not `kernel_patterns`: under software emulation its pattern-table compiles (userspace, the
-/// same on both backends) ran past the 900 s a binary may take, twice in CI. The pattern walk
+/// same on both backends) ran past the 900 s a binary may take (in CI, and again after they were made 6x faster). The pattern walk
 /// it tests is the exec program's, which `kernel_exec` loads and drives on `lsm` here; run it
 /// alone with `cargo xtask vm-test --test kernel_patterns --kernel-arg guard.test_timeout=3000`.
 pub const VM_TESTS: &[&str] = &[

@@ -240,14 +240,10 @@ fn too_large(needs: String) -> DfaError {
     }
 }
 
-/// `MatchKind::All` so every pattern's matches show in the match states (strongest-wins needs
-/// all of them, not the leftmost-first one); byte-oriented like `regex::bytes` so the table
-/// works on any bytes; ASCII-only `\b` is allowed, its non-ASCII bytes become quit bytes.
-///
-/// Minimizing a large DFA is the slow part of a set that does not fit (seconds for ten
-/// `*secretN*` globs), so the DFA is first built as it comes: one far larger than a table
-/// (more than [`UNMINIMIZED_STATES_LIMIT`] states) fails there, the rest are built again and
-/// minimized.
+/// The minimal DFA of `patterns`. Minimizing a large DFA is the slow part of a set that does
+/// not fit (seconds for ten `*secretN*` globs), so the DFA is first built as it comes: one far
+/// larger than a table (more than [`UNMINIMIZED_STATES_LIMIT`] states) fails there, the rest
+/// are built again and minimized.
 fn build_dense(patterns: &[DfaPattern]) -> Result<dense::DFA<Vec<u32>>, DfaError> {
     let unminimized = build_dense_with(patterns, false)?;
     // About its state count: each state is a row of 4-byte transitions, 2^stride2 of them.
@@ -263,6 +259,9 @@ fn build_dense(patterns: &[DfaPattern]) -> Result<dense::DFA<Vec<u32>>, DfaError
 /// A DFA this much larger than a table is not minimized into one.
 const UNMINIMIZED_STATES_LIMIT: usize = 8 * DFA_MAX_STATES;
 
+/// `MatchKind::All` so every pattern's matches show in the match states (strongest-wins needs
+/// all of them, not the leftmost-first one); byte-oriented like `regex::bytes` so the table
+/// works on any bytes; ASCII-only `\b` is allowed, its non-ASCII bytes become quit bytes.
 fn build_dense_with(
     patterns: &[DfaPattern],
     minimize: bool,

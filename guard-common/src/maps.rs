@@ -271,7 +271,16 @@ pub mod counter {
     pub const FILE_REFUSED: u32 = 11;
     /// Sockets of a kind the policy does not allow, refused at creation (`cgroup/sock_create`).
     pub const SOCKET_REFUSED: u32 = 12;
-    pub const COUNT: u32 = 13;
+    /// Exec decisions that failed open: kernel memory the exec hooks needed could not be read
+    /// (the file, its identity, the scratch map), so the exec ran undecided.
+    pub const EXEC_FAILED_OPEN: u32 = 13;
+    /// Connects and sends that failed open (`lsm` backend: the socket or address unreadable).
+    pub const NET_FAILED_OPEN: u32 = 14;
+    /// File operations that failed open (`lsm` backend: the scratch map or file unreadable).
+    pub const FILE_FAILED_OPEN: u32 = 15;
+    pub const COUNT: u32 = 16;
+    /// The slots that count decisions that failed open: each should stay 0.
+    pub const FAILED_OPEN: [u32; 3] = [EXEC_FAILED_OPEN, NET_FAILED_OPEN, FILE_FAILED_OPEN];
     pub const NAMES: [&str; COUNT as usize] = [
         "exec_allow",
         "exec_prompt",
@@ -286,6 +295,9 @@ pub mod counter {
         "file_allow",
         "file_refused",
         "socket_refused",
+        "exec_failed_open",
+        "net_failed_open",
+        "file_failed_open",
     ];
 }
 
@@ -318,6 +330,14 @@ pub struct KernelOffsets {
     pub file_f_mode: u32,
     /// `dentry.d_hash.pprev` (NULL: the dentry is unhashed, no path reaches it).
     pub dentry_d_hash_pprev: u32,
+    /// `socket.sk`.
+    pub socket_sk: u32,
+    /// `sock.__sk_common.skc_rcv_saddr` (the bound IPv4 address).
+    pub sock_rcv_saddr: u32,
+    /// `sock.__sk_common.skc_v6_rcv_saddr` (the bound IPv6 address).
+    pub sock_v6_rcv_saddr: u32,
+    /// `msghdr.msg_controllen` (ancillary data, which may set a send's source).
+    pub msghdr_msg_controllen: u32,
 }
 
 #[cfg(test)]

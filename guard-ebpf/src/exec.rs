@@ -32,7 +32,10 @@ pub fn sched_process_exec(ctx: BtfTracePointContext) -> i32 {
     // An error reading kernel or user memory fails open for this exec: the tracepoint cannot
     // refuse what it cannot see, and a half-read argv must not invent a match. Unreadable argv
     // is counted (ARGV_UNREADABLE) and takes the strongest rule below the last matched token.
-    let _ = unsafe { try_sched_process_exec(&ctx) };
+    // Every such exec is counted (EXEC_FAILED_OPEN), shown by `guard status` and `guard run -v`.
+    if unsafe { try_sched_process_exec(&ctx) }.is_err() {
+        count(counter::EXEC_FAILED_OPEN);
+    }
     0
 }
 
@@ -52,9 +55,12 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
 
     let file: *const u8 = unsafe { read_at(bprm, off.bprm_file)? };
     let identity = unsafe { file_identity(file, &mut scratch.name)? };
-    // Unreadable: decided as a file with a path (fails open to the rules, which still decide;
-    // `file_identity` read the same file just before, so this is not expected).
-    let anonymous = unsafe { file_is_anonymous(file) }.unwrap_or(false);
+    // Unreadable: decided as a file with a path (fails open to the rules, which still decide,
+    // and counted; `file_identity` read the same file just before, so this is not expected).
+    let anonymous = unsafe { file_is_anonymous(file) }.unwrap_or_else(|_| {
+        count(counter::EXEC_FAILED_OPEN);
+        false
+    });
     let mut verdict = identity_verdict(&identity, &scratch.name);
 
     // The new image's argv, and what the events of this process will name. Bounds that cannot

@@ -23,7 +23,7 @@ use guard_common::maps::{Settings, Verdict, counter};
 
 use crate::events::{Subject, emit};
 use crate::kernel::{lsm_return, offsets, read_at};
-use crate::maps::{FILE_SCRATCH, count, settings};
+use crate::maps::{FILE_SCRATCH, count, or_failed_open, settings};
 use crate::patterns::{PatternInput, table_verdict};
 use crate::scope::current_in_scope;
 
@@ -32,8 +32,9 @@ const FMODE_READ: u32 = 1;
 const FMODE_WRITE: u32 = 2;
 
 /// One file hook: a previous LSM's refusal stands; otherwise `$decide` says. An error there
-/// (the scratch map, or the file's mode, unreadable) fails open: nothing can be compared, and
-/// refusing every such call in the scope would stop the machine's programs, not the policy's.
+/// (the scratch map, or the file's mode, unreadable) fails open, counted: nothing can be
+/// compared, and refusing every such call in the scope would stop the machine's programs, not the
+/// policy's.
 macro_rules! file_hook {
     ($name:ident, $hook:literal, $ret_arg:literal, $decide:ident) => {
         #[lsm(hook = $hook)]
@@ -42,7 +43,10 @@ macro_rules! file_hook {
             if previous != 0 {
                 return lsm_return(previous);
             }
-            lsm_return(unsafe { $decide(&ctx) }.unwrap_or(0))
+            lsm_return(or_failed_open(
+                unsafe { $decide(&ctx) },
+                counter::FILE_FAILED_OPEN,
+            ))
         }
     };
 }
@@ -137,7 +141,7 @@ unsafe fn try_path_truncate(ctx: &LsmContext) -> Result<i32, i32> {
 /// closed).
 #[inline(always)]
 fn file_path_input(at: *mut path, entry: Option<*const u8>) -> Result<PatternInput, i32> {
-    // No scratch: fails open (the caller's `unwrap_or(0)`), see the entry points.
+    // No scratch: fails open (counted by the entry points, see `file_hook!`).
     let scratch = unsafe { &mut *FILE_SCRATCH.get_ptr_mut(0).ok_or(0)? };
     let unknown = PatternInput::unknown_file();
     // SAFETY: `at` is a `struct path *` the hook was given (or one embedded in its file), and

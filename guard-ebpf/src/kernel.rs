@@ -25,6 +25,10 @@ static OFFSETS: KernelOffsets = KernelOffsets {
     file_f_path: 0,
     file_f_mode: 0,
     dentry_d_hash_pprev: 0,
+    socket_sk: 0,
+    sock_rcv_saddr: 0,
+    sock_v6_rcv_saddr: 0,
+    msghdr_msg_controllen: 0,
 };
 
 #[inline(always)]

@@ -127,3 +127,13 @@ pub fn count(slot: u32) {
         unsafe { *ptr += 1 };
     }
 }
+
+/// An LSM hook's answer, or 0 (let the call through) when it could not decide: a fail-open,
+/// counted in `slot` so `guard status` and `guard run -v` show it.
+#[inline(always)]
+pub fn or_failed_open(answer: Result<i32, i32>, slot: u32) -> i32 {
+    answer.unwrap_or_else(|_| {
+        count(slot);
+        0
+    })
+}

@@ -17,7 +17,7 @@ use guard_common::maps::{
 
 use crate::events::{Subject, emit};
 use crate::kernel::{lsm_return, offsets, read_at};
-use crate::maps::{DEST_V4, DEST_V6, count, settings};
+use crate::maps::{DEST_V4, DEST_V6, count, or_failed_open, settings};
 use crate::scope::current_in_scope;
 
 const AF_INET: u16 = 2;
@@ -63,16 +63,9 @@ fn from_sock_addr(ctx: &SockAddrContext, v6: bool, call: u8) -> i32 {
     let port = u16::from_be(sa.user_port as u16);
     let transport = sa.protocol as u8;
     let destination = if v6 {
-        let mut addr = [0u8; 16];
-        let mut i = 0;
-        while i < 4 {
-            let word = sa.user_ip6[i].to_ne_bytes();
-            addr[i * 4..i * 4 + 4].copy_from_slice(&word);
-            i += 1;
-        }
         Destination {
             family: AF_INET6,
-            addr,
+            addr: words_to_bytes(sa.user_ip6),
             port,
             transport,
         }
@@ -86,18 +79,116 @@ fn from_sock_addr(ctx: &SockAddrContext, v6: bool, call: u8) -> i32 {
             transport,
         }
     };
-    if refuse(destination, call, action::EPERM, 0) {
+    let destination = if is_unspecified(&destination) {
+        // SAFETY: the kernel gives sock_addr programs their socket (never NULL). Its fields are
+        // read one 4-byte word at a time (volatile, so LLVM cannot merge them): the verifier
+        // allows no wider load.
+        let sk = unsafe { sa.__bindgen_anon_1.sk };
+        let word = |field: *const u32| unsafe { core::ptr::read_volatile(field) };
+        // sendmsg: the source the kernel will route from (the socket's, or one a control
+        // message set), which only the sendmsg programs may read; connect: the bound address.
+        let source_v4 = if call == kind::SENDMSG && !v6 {
+            sa.msg_src_ip4
+        } else {
+            word(unsafe { &raw const (*sk).src_ip4 })
+        };
+        let bound_v6 = if call == kind::CONNECT && v6 {
+            let ip6 = unsafe { &raw const (*sk).src_ip6 }.cast::<u32>();
+            words_to_bytes([0, 1, 2, 3].map(|i| word(unsafe { ip6.add(i) })))
+        } else {
+            [0; 16]
+        };
+        reached_by_unspecified(destination, source_v4.to_ne_bytes(), &bound_v6)
+    } else {
+        destination
+    };
+    if refuse(destination, call, action::EPERM, 0, Verdict::NONE) {
         0
     } else {
         1
     }
 }
 
-/// Decides and records; `true` when the call must fail. Not configured or not in scope lets the
-/// call through (fails open: nothing is enforced before the maps are filled, and processes
-/// outside the scope are not guard's).
 #[inline(always)]
-fn refuse(mut destination: Destination, call: u8, act: u8, extra_flags: u8) -> bool {
+fn words_to_bytes(words: [u32; 4]) -> [u8; 16] {
+    let mut addr = [0u8; 16];
+    let mut i = 0;
+    while i < 4 {
+        addr[i * 4..i * 4 + 4].copy_from_slice(&words[i].to_ne_bytes());
+        i += 1;
+    }
+    addr
+}
+
+/// 0.0.0.0, `::` or `::ffff:0.0.0.0`.
+#[inline(always)]
+fn is_unspecified(d: &Destination) -> bool {
+    let mapped = d.family == AF_INET6 && is_v4_mapped(&d.addr);
+    let (from, to) = match (d.family, mapped) {
+        (AF_INET, _) => (0, 4),
+        (_, true) => (12, 16),
+        _ => (0, 16),
+    };
+    let mut i = from;
+    while i < to {
+        if d.addr[i] != 0 {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Where Linux sends a connect or send to the unspecified address, so it is decided as the
+/// local address it reaches: IPv4 (also IPv4-mapped) goes to the source address (`source_v4`:
+/// the bound address, or for a send the source the kernel routes from) or, without one, to
+/// 127.0.0.1; IPv6 `::` goes to ::1, or to 127.0.0.1 from a socket bound to an IPv4-mapped
+/// address (`bound_v6`).
+#[inline(always)]
+fn reached_by_unspecified(d: Destination, source_v4: [u8; 4], bound_v6: &[u8; 16]) -> Destination {
+    const LOOPBACK_V4: [u8; 4] = [127, 0, 0, 1];
+    let as_v4 = |addr4: [u8; 4]| {
+        let mut addr = [0u8; 16];
+        addr[..4].copy_from_slice(&addr4);
+        Destination {
+            family: AF_INET,
+            addr,
+            port: d.port,
+            transport: d.transport,
+        }
+    };
+    if d.family == AF_INET || is_v4_mapped(&d.addr) {
+        return as_v4(if source_v4 == [0; 4] {
+            LOOPBACK_V4
+        } else {
+            source_v4
+        });
+    }
+    if is_v4_mapped(bound_v6) {
+        return as_v4(LOOPBACK_V4);
+    }
+    let mut loopback_v6 = [0u8; 16];
+    loopback_v6[15] = 1;
+    Destination {
+        family: AF_INET6,
+        addr: loopback_v6,
+        port: d.port,
+        transport: d.transport,
+    }
+}
+
+/// Decides and records; `true` when the call must fail. `floor` is the weakest verdict it may
+/// get (`Verdict::NONE`: the maps alone decide). Not configured or not in scope lets the call
+/// through (fails open: nothing is enforced before the maps are filled, and processes outside
+/// the scope are not guard's).
+#[inline(always)]
+fn refuse(
+    mut destination: Destination,
+    call: u8,
+    act: u8,
+    extra_flags: u8,
+    floor: Verdict,
+) -> bool {
     let Some(settings) = settings() else {
         return false;
     };
@@ -116,6 +207,7 @@ fn refuse(mut destination: Destination, call: u8, act: u8, extra_flags: u8) -> b
         } else {
             lookup_v4(&destination)
         };
+    verdict = verdict.strongest(floor);
     let mut flags = extra_flags;
     if verdict.is_none() {
         verdict = Verdict {
@@ -238,8 +330,11 @@ pub fn socket_connect(ctx: LsmContext) -> i32 {
         return lsm_return(previous);
     }
     // An unreadable socket or address fails open: the cgroup hooks are not attached on this
-    // backend, so this is a real gap, counted by nothing; it needs a kernel bug to happen.
-    lsm_return(unsafe { try_socket_connect(&ctx) }.unwrap_or(0))
+    // backend, so this is a real gap; it needs a kernel bug to happen, and is counted.
+    lsm_return(or_failed_open(
+        unsafe { try_socket_connect(&ctx) },
+        counter::NET_FAILED_OPEN,
+    ))
 }
 
 unsafe fn try_socket_connect(ctx: &LsmContext) -> Result<i32, i32> {
@@ -250,11 +345,21 @@ unsafe fn try_socket_connect(ctx: &LsmContext) -> Result<i32, i32> {
     let Some(transport) = (unsafe { socket_transport(sock)? }) else {
         return Ok(0);
     };
-    let Some(destination) = (unsafe { read_sockaddr(address, transport)? }) else {
+    let Some(mut destination) = (unsafe { read_sockaddr(address, transport)? }) else {
         return Ok(0);
     };
+    if is_unspecified(&destination) {
+        let (source_v4, bound_v6) = unsafe { bound_addresses(sock)? };
+        destination = reached_by_unspecified(destination, source_v4, &bound_v6);
+    }
     Ok(
-        if refuse(destination, kind::CONNECT, action::EPERM, flag::LSM) {
+        if refuse(
+            destination,
+            kind::CONNECT,
+            action::EPERM,
+            flag::LSM,
+            Verdict::NONE,
+        ) {
             -EPERM
         } else {
             0
@@ -268,8 +373,11 @@ pub fn socket_sendmsg(ctx: LsmContext) -> i32 {
     if previous != 0 {
         return lsm_return(previous);
     }
-    // Fails open on unreadable memory, as socket_connect.
-    lsm_return(unsafe { try_socket_sendmsg(&ctx) }.unwrap_or(0))
+    // Fails open on unreadable memory, counted, as socket_connect.
+    lsm_return(or_failed_open(
+        unsafe { try_socket_sendmsg(&ctx) },
+        counter::NET_FAILED_OPEN,
+    ))
 }
 
 unsafe fn try_socket_sendmsg(ctx: &LsmContext) -> Result<i32, i32> {
@@ -289,16 +397,42 @@ unsafe fn try_socket_sendmsg(ctx: &LsmContext) -> Result<i32, i32> {
         return Ok(0);
     }
     // Not an IPv4/IPv6 address: not ruled on.
-    let Some(destination) = (unsafe { read_sockaddr(name, transport)? }) else {
+    let Some(mut destination) = (unsafe { read_sockaddr(name, transport)? }) else {
         return Ok(0);
     };
+    let mut floor = Verdict::NONE;
+    if is_unspecified(&destination) {
+        // A control message (IP_PKTINFO) may set the source, and so where the datagram goes;
+        // the kernel reads it after this hook. Decided as the socket's own source, unless
+        // there is one: then refused as forbidden, the strongest answer any local address
+        // could get (fails closed; the cgroup backend sees the source the kernel routes from).
+        let controllen: usize = unsafe { read_at(msg, offsets().msghdr_msg_controllen)? };
+        if controllen != 0 && (destination.family == AF_INET || is_v4_mapped(&destination.addr)) {
+            floor = Verdict::new(Decision::Forbidden, NO_RULE, false);
+        }
+        let (source_v4, _) = unsafe { bound_addresses(sock)? };
+        destination = reached_by_unspecified(destination, source_v4, &[0; 16]);
+    }
     Ok(
-        if refuse(destination, kind::SENDMSG, action::EPERM, flag::LSM) {
+        if refuse(destination, kind::SENDMSG, action::EPERM, flag::LSM, floor) {
             -EPERM
         } else {
             0
         },
     )
+}
+
+/// The addresses a `struct socket` is bound to: IPv4 and IPv6 (zero when unbound).
+#[inline(always)]
+unsafe fn bound_addresses(sock: *const u8) -> Result<([u8; 4], [u8; 16]), i32> {
+    let off = offsets();
+    unsafe {
+        let sk: *const u8 = read_at(sock, off.socket_sk)?;
+        Ok((
+            read_at(sk, off.sock_rcv_saddr)?,
+            read_at(sk, off.sock_v6_rcv_saddr)?,
+        ))
+    }
 }
 
 /// TCP for stream sockets, UDP for datagram sockets, `None` (not ruled on) for the rest.

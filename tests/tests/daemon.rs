@@ -526,10 +526,18 @@ fn status_reports_backend_scopes_rules_addresses_asks_counters_and_uptime() {
     assert_eq!(status["asks_pending"], 1);
     assert_eq!(status["counters"]["net_prompt"], 1);
     assert_eq!(status["events_lost"], 0);
+    // Every hook's fail-open count is reported (none happened).
+    assert_eq!(
+        status["failed_open"],
+        serde_json::json!({"exec": 0, "net": 0, "file": 0}),
+        "{status}"
+    );
     let human = daemon.guard(&["status"]);
     let human = text(&human.stdout);
     assert!(
-        human.contains("backend cgroup") && human.contains("status.guard.test → 127.77.7.1"),
+        human.contains("backend cgroup")
+            && human.contains("status.guard.test → 127.77.7.1")
+            && human.contains("failed open exec=0 net=0 file=0"),
         "{human}"
     );
 }

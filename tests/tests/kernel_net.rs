@@ -38,31 +38,7 @@ fn probe_path() -> PathBuf {
 
 /// Runs `net-probe CALL ADDR PORT` in the scope; its outcome and pid.
 fn probe_with_pid(session: &TestSession, call: &str, addr: &str, port: u16) -> (Outcome, u32) {
-    let probe = probe_path();
-    let mut command = Command::new(&probe);
-    command.args([call, addr, &port.to_string()]);
-    command
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let child = session
-        .spawn(&mut command)
-        .unwrap_or_else(|err| panic!("net-probe {call} {addr} {port} did not start: {err:#}"));
-    let pid = child.id();
-    let output = guard_tests::kernel::wait_output(child, PROBE_TIMEOUT);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let outcome = match stdout.trim() {
-        "ok" => Outcome::Ok,
-        line => match line.strip_prefix("errno ").and_then(|n| n.parse().ok()) {
-            Some(errno) => Outcome::Errno(errno),
-            None => panic!(
-                "net-probe {call} {addr} {port}: {} (stdout {stdout:?}, stderr {:?})",
-                output.status,
-                String::from_utf8_lossy(&output.stderr)
-            ),
-        },
-    };
-    (outcome, pid)
+    probe_args(Some(session), &[call, addr, &port.to_string()])
 }
 
 fn probe(session: &TestSession, call: &str, addr: &str, port: u16) -> Outcome {
@@ -191,6 +167,97 @@ fn a_forbidden_address_is_refused_over_tcp_udp_and_mapped_ipv6_while_others_conn
     // Through guard, a port with nothing on it is the network's refusal, not guard's.
     let free = free_port("127.0.0.1");
     expect(&session, "tcp", "127.0.0.1", free, ECONNREFUSED);
+}
+
+#[test]
+fn a_connect_to_the_unspecified_address_is_decided_as_the_local_address_it_reaches() {
+    // Linux sends 0.0.0.0 to the socket's own address (127.0.0.1 when unbound) and `::` to ::1.
+    let (bound_listener, bound_port) = listener("127.0.0.3");
+    let bound_udp = UdpSocket::bind("127.0.0.3:0").unwrap();
+    let bound_udp_port = bound_udp.local_addr().unwrap().port();
+    let (loopback_listener, loopback_port) = listener("127.0.0.1");
+    let (allowed_listener, allowed_port) = listener("127.0.0.4");
+    let v6 = has_ipv6_loopback().then(|| listener("::1"));
+    let v6_rule = match &v6 {
+        Some((_, port)) => {
+            format!("address_rule(addresses=[\"::1\"], ports=[{port}], decision=\"deny\")\n")
+        }
+        None => String::new(),
+    };
+    let rules = format!(
+        "address_rule(addresses=[\"127.0.0.3\"], decision=\"deny\")\n\
+         address_rule(addresses=[\"127.0.0.1\"], ports=[{loopback_port}], decision=\"deny\")\n\
+         {v6_rule}"
+    );
+    let Some(session) = session_or_skip(&rules, SessionOptions::default()) else {
+        return;
+    };
+    let from = |source: &str, call: &str, addr: &str, port: u16| {
+        probe_args(
+            Some(&session),
+            &["from", source, call, addr, &port.to_string()],
+        )
+        .0
+    };
+
+    // From a socket bound to the forbidden address: refused, and nothing arrives there.
+    assert_eq!(from("127.0.0.3", "tcp", "0.0.0.0", bound_port), EPERM);
+    assert_eq!(
+        from("127.0.0.3", "udp-connect", "0.0.0.0", bound_port),
+        EPERM
+    );
+    assert_eq!(
+        from("127.0.0.3", "udp-sendto", "0.0.0.0", bound_udp_port),
+        EPERM
+    );
+    assert_eq!(
+        from("::ffff:127.0.0.3", "tcp", "::ffff:0.0.0.0", bound_port),
+        EPERM,
+        "a dual-stack socket bound to the IPv4-mapped address"
+    );
+    assert_eq!(
+        from(
+            "::ffff:127.0.0.3",
+            "udp-sendto",
+            "::ffff:0.0.0.0",
+            bound_udp_port
+        ),
+        EPERM
+    );
+    assert!(!accepts(&bound_listener), "no connection reached 127.0.0.3");
+    bound_udp
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    assert!(
+        bound_udp.recv_from(&mut buf).is_err(),
+        "no datagram reached 127.0.0.3"
+    );
+
+    // Unbound: 0.0.0.0 (also IPv4-mapped) is 127.0.0.1, whose port is forbidden.
+    expect(&session, "tcp", "0.0.0.0", loopback_port, EPERM);
+    expect(&session, "tcp", "::ffff:0.0.0.0", loopback_port, EPERM);
+    expect(&session, "udp-connect", "0.0.0.0", loopback_port, EPERM);
+    assert!(
+        !accepts(&loopback_listener),
+        "no connection reached 127.0.0.1"
+    );
+
+    // Decided as the address reached, not refused as such: an allowed one connects.
+    assert_eq!(
+        from("127.0.0.4", "tcp", "0.0.0.0", allowed_port),
+        Outcome::Ok
+    );
+    assert!(accepts(&allowed_listener), "127.0.0.4 got the connection");
+
+    match v6 {
+        Some((listener, port)) => {
+            expect(&session, "tcp", "::", port, EPERM);
+            expect(&session, "udp-sendto", "::", port, EPERM);
+            assert!(!accepts(&listener), "no connection reached ::1");
+        }
+        None => println!("note: ::1 is not configured here; `::` was not checked"),
+    }
 }
 
 #[test]

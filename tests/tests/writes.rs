@@ -137,6 +137,16 @@ fn work_beside_a_protected_rules_file_goes_on_and_the_file_stays_as_it_was() {
         "{}",
         describe(&out)
     );
+    // `-v` ends with the kernel's counters, each hook's fail-opens among them (none here).
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("guard: kernel counters:")
+            && ["exec", "net", "file"]
+                .iter()
+                .all(|hook| stderr.contains(&format!("{hook}_failed_open=0"))),
+        "{}",
+        describe(&out)
+    );
     assert_eq!(std::fs::read_to_string(&rules).unwrap(), RULES);
     assert!(d.join("new").exists() && d.join("repo/.git").is_dir());
     assert_eq!(std::fs::read_to_string(d.join("beside")).unwrap(), "b\n");

@@ -318,6 +318,31 @@ pub fn status(args: &StatusArgs) -> ExitCode {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     println!("{bold}counters{bold:#} {}", counters.join(" "));
+    let failed_open: Vec<(String, u64)> = status["failed_open"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(hook, n)| (hook.clone(), n.as_u64().unwrap_or(0)))
+        .collect();
+    let any_failed = failed_open.iter().any(|(_, n)| *n > 0);
+    let warn = if any_failed {
+        Style::new().fg_color(Some(AnsiColor::Yellow.into())).bold()
+    } else {
+        bold
+    };
+    println!(
+        "{warn}failed open{warn:#} {}{}",
+        failed_open
+            .iter()
+            .map(|(hook, n)| format!("{hook}={n}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        if any_failed {
+            " (calls let through undecided: kernel memory the programs could not read)"
+        } else {
+            ""
+        }
+    );
     let audit = &status["audit"];
     println!(
         "{bold}audit log{bold:#} {} · {} written · lost: {} (writer behind), {} (write errors), \

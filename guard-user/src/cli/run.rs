@@ -211,6 +211,15 @@ pub fn run(args: &RunArgs) -> ExitCode {
                  decisions were enforced; only their messages are missing)"
             );
         }
+        for (hook, n) in crate::kernel::maps::failed_open(&counters) {
+            if n > 0 {
+                eprintln!(
+                    "guard: warning: {n} {hook} decisions failed open: the kernel programs could \
+                     not read the memory they needed and let the call through (counter \
+                     {hook}_failed_open)"
+                );
+            }
+        }
         if args.verbose {
             let line: Vec<String> = counters
                 .iter()

@@ -63,6 +63,10 @@ fn offsets_from(btf: &Btf) -> Result<KernelOffsets> {
         file_f_path: at("file", &["f_path"])?,
         file_f_mode: at("file", &["f_mode"])?,
         dentry_d_hash_pprev: at("dentry", &["d_hash", "pprev"])?,
+        socket_sk: at("socket", &["sk"])?,
+        sock_rcv_saddr: at("sock", &["__sk_common", "skc_rcv_saddr"])?,
+        sock_v6_rcv_saddr: at("sock", &["__sk_common", "skc_v6_rcv_saddr"])?,
+        msghdr_msg_controllen: at("msghdr", &["msg_controllen"])?,
     })
 }
 

@@ -627,6 +627,22 @@ pub fn read_counters(ebpf: &Ebpf) -> Result<Vec<(&'static str, u64)>> {
     Ok(out)
 }
 
+/// The decisions that failed open, per hook (`exec`, `net`, `file`), from summed counters: each
+/// is a call the programs let through undecided because kernel memory could not be read.
+pub fn failed_open(counters: &[(&'static str, u64)]) -> Vec<(&'static str, u64)> {
+    counter::FAILED_OPEN
+        .iter()
+        .map(|&slot| {
+            let name = counter::NAMES[slot as usize];
+            let n = counters
+                .iter()
+                .find(|(counted, _)| *counted == name)
+                .map_or(0, |(_, n)| *n);
+            (name.trim_end_matches("_failed_open"), n)
+        })
+        .collect()
+}
+
 /// Names of decisions in counters and events.
 pub fn decision_from_code(code: u8) -> Option<Decision> {
     match code {

@@ -26,6 +26,10 @@
 //! - `socket udplite|mptcp ADDR PORT`: a UDP-Lite socket connected to ADDR:PORT that sends
 //!   `guard` once, or an MPTCP connect to ADDR:PORT (IPv4).
 //!
+//! - `from SRC tcp|udp-connect|udp-sendto ADDR PORT`: the same calls from a socket bound to
+//!   SRC first (port 0): a connect to the unspecified address (0.0.0.0, `::`) goes to the
+//!   socket's own address.
+//!
 //! Anything else it cannot do (bad arguments, a socket it cannot make) exits 2 with a message.
 
 use std::io;
@@ -61,6 +65,11 @@ fn main() -> ExitCode {
         && call == "socket"
     {
         return report(socket_kind(what, rest));
+    }
+    if let [from, source, call, addr, port] = args.as_slice()
+        && from == "from"
+    {
+        return from_bound(source, call, addr, port);
     }
     let [call, addr, port] = args.as_slice() else {
         eprintln!("usage: net-probe tcp|udp-connect|udp-sendto ADDR PORT");
@@ -108,6 +117,98 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+    }
+}
+
+/// One call from a socket bound to `source` (port 0).
+fn from_bound(source: &str, call: &str, addr: &str, port: &str) -> ExitCode {
+    let (Ok(source), Ok(ip), Ok(port)) = (
+        source.parse::<IpAddr>(),
+        addr.parse::<IpAddr>(),
+        port.parse::<u16>(),
+    ) else {
+        eprintln!("usage: net-probe from SRC tcp|udp-connect|udp-sendto ADDR PORT");
+        return ExitCode::from(2);
+    };
+    let target = SocketAddr::new(ip, port);
+    let bound = SocketAddr::new(source, 0);
+    let result = match call {
+        "tcp" => bound_tcp_connect(bound, target),
+        "udp-connect" | "udp-sendto" => {
+            let socket = match UdpSocket::bind(bound) {
+                Ok(socket) => socket,
+                Err(err) => {
+                    eprintln!("net-probe: cannot bind a UDP socket to {bound}: {err}");
+                    return ExitCode::from(2);
+                }
+            };
+            if call == "udp-connect" {
+                socket.connect(target)
+            } else {
+                socket.send_to(b"guard", target).map(drop)
+            }
+        }
+        other => {
+            eprintln!("net-probe: unknown call {other:?} (tcp, udp-connect, udp-sendto)");
+            return ExitCode::from(2);
+        }
+    };
+    report(result)
+}
+
+/// A TCP connect from a socket bound to `bound` first (std has no bind-then-connect).
+fn bound_tcp_connect(bound: SocketAddr, target: SocketAddr) -> io::Result<()> {
+    fn raw(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+        // SAFETY: all-zero is a valid sockaddr_storage; the family's struct fits in it.
+        let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let len = match addr {
+            SocketAddr::V4(v4) => {
+                let sin = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: v4.port().to_be(),
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from_ne_bytes(v4.ip().octets()),
+                    },
+                    sin_zero: [0; 8],
+                };
+                unsafe { std::ptr::write((&raw mut storage).cast(), sin) };
+                std::mem::size_of::<libc::sockaddr_in>()
+            }
+            SocketAddr::V6(v6) => {
+                let sin6 = libc::sockaddr_in6 {
+                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                    sin6_port: v6.port().to_be(),
+                    sin6_flowinfo: 0,
+                    sin6_addr: libc::in6_addr {
+                        s6_addr: v6.ip().octets(),
+                    },
+                    sin6_scope_id: 0,
+                };
+                unsafe { std::ptr::write((&raw mut storage).cast(), sin6) };
+                std::mem::size_of::<libc::sockaddr_in6>()
+            }
+        };
+        (storage, len as libc::socklen_t)
+    }
+    let family = if bound.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: plain socket calls on a descriptor this function owns and closes.
+    unsafe {
+        let fd = check(libc::socket(
+            family,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+        ))?;
+        let (addr, len) = raw(bound);
+        let result = check(libc::bind(fd, (&raw const addr).cast(), len)).and_then(|_| {
+            let (addr, len) = raw(target);
+            check(libc::connect(fd, (&raw const addr).cast(), len))
+        });
+        libc::close(fd);
+        result.map(drop)
     }
 }
 

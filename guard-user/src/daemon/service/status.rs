@@ -43,10 +43,12 @@ impl Daemon {
                 })
             })
             .collect();
-        let counters: serde_json::Map<String, Value> = self
-            .enforcer
-            .counters()
-            .unwrap_or_default()
+        let summed = self.enforcer.counters().unwrap_or_default();
+        let failed_open: serde_json::Map<String, Value> = crate::kernel::maps::failed_open(&summed)
+            .into_iter()
+            .map(|(hook, n)| (hook.to_string(), json!(n)))
+            .collect();
+        let counters: serde_json::Map<String, Value> = summed
             .into_iter()
             .map(|(name, n)| (name.to_string(), json!(n)))
             .collect();
@@ -64,6 +66,7 @@ impl Daemon {
             "approvals": self.approvals.list(),
             "counters": counters,
             "events_lost": counters.get("events_lost").cloned().unwrap_or(json!(0)),
+            "failed_open": failed_open,
             "audit": self.audit.status(),
             "pinned": self.generation.display().to_string(),
             "last_reload_error": self.last_reload_error,

@@ -268,6 +268,105 @@ fn a_non_root_user_is_refused_by_the_default_authorization_and_the_refusal_is_au
 }
 
 #[test]
+fn a_process_inside_a_guard_scope_cannot_answer_asks_or_change_the_policy_even_as_root() {
+    if !can_run() {
+        return;
+    }
+    let dns = TestDns::start();
+    dns.set_a("scoped.guard.test", &[Ipv4Addr::new(127, 77, 2, 1)], 300);
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules:
+            "network_rule(host=\"scoped.guard.test\", protocol=\"https\", decision=\"prompt\")\n"
+                .to_string(),
+        nameserver: Some(dns.addr()),
+        ..Default::default()
+    });
+    let (code, _, _) = run_probe(&daemon, &["tcp", "127.77.2.1", "443"]);
+    assert_eq!(code, 1, "the connect is an ask");
+    let id = prompts(&daemon)[0]["id"].as_u64().unwrap().to_string();
+    let guard = guard_tests::daemon::guard_bin();
+    let socket = daemon.socket.to_str().unwrap();
+    let refused_inside = |out: &(i32, String, String), what: &str| {
+        assert_eq!(out.0, 3, "{what} from inside a scope: {out:?}");
+        assert!(
+            out.2.contains("inside a guard scope") && out.2.contains("in_guard_scope=true"),
+            "{what}: {out:?}"
+        );
+    };
+
+    // Root, inside a run scope of this daemon.
+    refused_inside(
+        &daemon.run_in_scope(&guard, &["approve", &id, "--once"]),
+        "approve",
+    );
+    refused_inside(
+        &daemon.run_in_scope(&guard, &["allow-host", "evil.test", "--protocol", "https"]),
+        "allow-host",
+    );
+    refused_inside(
+        &daemon.run_in_scope(&guard, &["allow-prefix", "--", "git", "push"]),
+        "allow-prefix",
+    );
+    refused_inside(&daemon.run_in_scope(&guard, &["reload"]), "reload");
+    // Reading is still allowed from inside.
+    let (code, stdout, stderr) = daemon.run_in_scope(&guard, &["status", "--json"]);
+    assert_eq!(code, 0, "status from inside: {stdout}{stderr}");
+
+    // Root, inside a stand-alone `guard run` (a scope that is not this daemon's).
+    let standalone_rules = daemon.dir.path().join("standalone.rules");
+    std::fs::write(
+        &standalone_rules,
+        "prefix_rule(pattern=[\"git\", \"push\"], decision=\"forbidden\")\n",
+    )
+    .unwrap();
+    let mut standalone = std::process::Command::new(&guard);
+    standalone
+        .args(["run", "--rules"])
+        .arg(&standalone_rules)
+        .args(["--", guard.to_str().unwrap(), "reload", "--socket", socket])
+        .env_remove("GUARD_SOCKET");
+    let out = standalone.output().unwrap();
+    refused_inside(
+        &(
+            out.status.code().unwrap_or(-1),
+            text(&out.stdout),
+            text(&out.stderr),
+        ),
+        "reload from a stand-alone scope",
+    );
+
+    assert!(!daemon.amendments().exists(), "nothing was written");
+    assert_eq!(prompts(&daemon).len(), 1, "the ask is still pending");
+    let refused: Vec<Value> = audit(&daemon)
+        .into_iter()
+        .filter(|r| r["type"] == "control_refused")
+        .collect();
+    let scopes: Vec<(&str, &str)> = refused
+        .iter()
+        .map(|r| (r["request"].as_str().unwrap(), r["scope"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        scopes,
+        [
+            ("approve", "run"),
+            ("amend", "run"),
+            ("amend", "run"),
+            ("reload", "run"),
+            ("reload", "standalone")
+        ],
+        "{refused:?}"
+    );
+
+    // The same root from outside every scope answers.
+    let out = daemon.guard(&["approve", &id, "--once"]);
+    assert!(
+        out.status.success(),
+        "approve from outside: {}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
 fn a_custom_authorization_policy_lets_a_group_answer_asks() {
     if !can_run() {
         return;

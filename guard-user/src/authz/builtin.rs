@@ -30,6 +30,15 @@ pub const ENTITIES: &[(&str, &str)] = &[
 pub const UID_ATTRIBUTE: &str = "uid";
 /// The subject attribute holding the names of the caller's groups.
 pub const GROUPS_ATTRIBUTE: &str = "groups";
+/// The subject attribute naming the kind of guard scope the caller runs in: `run`, `cgroup`,
+/// `standalone`, `host`, `none` or `unknown`.
+pub const SCOPE_ATTRIBUTE: &str = "scope";
+/// The subject attribute that is `true` when the caller runs inside a scope guard confines
+/// (anything but the host-wide scope or none; an unreadable one counts), else `false`.
+pub const IN_GUARD_SCOPE_ATTRIBUTE: &str = "in_guard_scope";
+/// What a process inside a guard scope may not ask the daemon for, whoever runs it: answering
+/// asks and changing the policy would let the automation approve itself.
+pub const REFUSED_IN_SCOPE: &[&str] = &["approve", "amend", "reload"];
 /// The resource attribute holding the `sub` of whoever a record belongs to.
 pub const OWNER_ATTRIBUTE: &str = "owner";
 
@@ -42,9 +51,10 @@ pub fn is_known_entity(entity: &str) -> bool {
 }
 
 impl AuthzPolicy {
-    /// Root and `admin_group` may do everything; anyone else may read the audit records of
-    /// their own processes and nothing more. Written as ordinary rules so a decision can name
-    /// the one that made it.
+    /// Nobody inside a guard scope may approve, amend or reload (not even root: a guarded
+    /// process must not answer its own asks); past that, root and `admin_group` may do
+    /// everything and anyone else may read the audit records of their own processes and
+    /// nothing more. Written as ordinary rules so a decision can name the one that made it.
     pub fn builtin(admin_group: Option<&str>) -> Self {
         let everything_when = |key: &str, value: &str| Rule {
             effect: Effect::Allow,
@@ -52,7 +62,18 @@ impl AuthzPolicy {
             when: BTreeMap::from([(key.to_string(), vec![value.to_string()])]),
             obligations: Vec::new(),
         };
-        let mut rules = vec![everything_when(UID_ATTRIBUTE, "0")];
+        let mut rules = vec![
+            Rule {
+                effect: Effect::Deny,
+                actions: REFUSED_IN_SCOPE.iter().map(|a| a.to_string()).collect(),
+                when: BTreeMap::from([(
+                    IN_GUARD_SCOPE_ATTRIBUTE.to_string(),
+                    vec!["true".to_string()],
+                )]),
+                obligations: Vec::new(),
+            },
+            everything_when(UID_ATTRIBUTE, "0"),
+        ];
         if let Some(group) = admin_group {
             rules.push(everything_when(GROUPS_ATTRIBUTE, group));
         }

@@ -852,14 +852,16 @@ fn local_user(name: &str, uid: &str, groups: &[&str]) -> Subject {
 #[test]
 fn builtin_has_the_documented_rules() {
     let expected = r#"{"rules": [
+        {"effect": "deny", "actions": ["approve", "amend", "reload"], "when": {"in_guard_scope": ["true"]}},
         {"effect": "allow", "actions": ["*"], "when": {"uid": ["0"]}},
         {"effect": "allow", "actions": ["*"], "when": {"groups": ["wheel"]}},
         {"effect": "allow", "actions": ["audit"], "when": {"entity": ["audit"], "resource.owner": ["$sub"]}}
     ]}"#;
     assert_eq!(AuthzPolicy::builtin(Some("wheel")), policy(expected));
     let without_group = AuthzPolicy::builtin(None);
-    assert_eq!(without_group.rules.len(), 2);
-    assert_eq!(without_group.rules[1], policy(expected).rules[2]);
+    assert_eq!(without_group.rules.len(), 3);
+    assert_eq!(without_group.rules[..2], policy(expected).rules[..2]);
+    assert_eq!(without_group.rules[2], policy(expected).rules[3]);
     assert!(without_group.unknown_actions().is_empty());
 }
 
@@ -883,7 +885,7 @@ fn builtin_allows_root_everything() {
             let decision = policy.evaluate(&Request::new(&root, action).with_entity("policy"));
             assert_eq!(
                 (decision.allowed, decision.rule),
-                (true, Some(0)),
+                (true, Some(1)),
                 "{action}"
             );
         }
@@ -898,7 +900,7 @@ fn builtin_allows_the_admin_group_everything_only_when_configured() {
         let decision = configured.evaluate(&Request::new(&admin, action));
         assert_eq!(
             (decision.allowed, decision.rule),
-            (true, Some(1)),
+            (true, Some(2)),
             "{action}"
         );
     }
@@ -912,6 +914,39 @@ fn builtin_allows_the_admin_group_everything_only_when_configured() {
             .evaluate(&Request::new(&admin, "approve"))
             .allowed
     );
+}
+
+#[test]
+fn builtin_refuses_answers_and_policy_changes_from_inside_a_guard_scope_even_to_root() {
+    let scoped_root = subject(
+        "root",
+        &[
+            ("uid", &["0"]),
+            ("groups", &["root", "wheel"]),
+            ("in_guard_scope", &["true"]),
+        ],
+    );
+    let outside_root = subject("root", &[("uid", &["0"]), ("in_guard_scope", &["false"])]);
+    for policy in [
+        AuthzPolicy::builtin(None),
+        AuthzPolicy::builtin(Some("wheel")),
+    ] {
+        for (action, _) in ACTIONS {
+            let inside = policy.evaluate(&Request::new(&scoped_root, action));
+            let refused = REFUSED_IN_SCOPE.contains(action);
+            assert_eq!(
+                (inside.allowed, inside.rule),
+                (!refused, Some(if refused { 0 } else { 1 })),
+                "{action} from inside a scope"
+            );
+            assert!(
+                policy
+                    .evaluate(&Request::new(&outside_root, action))
+                    .allowed,
+                "{action} from outside"
+            );
+        }
+    }
 }
 
 #[test]

@@ -7,7 +7,9 @@ use std::ffi::CString;
 use nix::unistd::{Gid, Group, Uid, User, getgrouplist};
 
 use super::config::Config;
+use super::scopes::Membership;
 use crate::authz::Subject;
+use crate::authz::{IN_GUARD_SCOPE_ATTRIBUTE, SCOPE_ATTRIBUTE};
 
 /// The peer's credentials as the kernel gave them when it connected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,9 +36,10 @@ fn group_name(gid: u32) -> String {
 
 /// The subject the authorization policy sees: `sub` = the user name; `attrs` = `uid`, `gid`,
 /// `groups` (the names of the primary group and every supplementary group the user database
-/// lists), plus what `[users.<name>]` in the config adds. The config cannot replace `uid`,
-/// `gid` or `groups`: those come from the kernel and the user database.
-pub fn subject(peer: &PeerCredentials, config: &Config) -> Subject {
+/// lists), `scope` (the kind of guard scope the peer runs in, `membership`) and
+/// `in_guard_scope` (`true` or `false`), plus what `[users.<name>]` in the config adds. The
+/// config cannot replace those: they come from the kernel and the user database.
+pub fn subject(peer: &PeerCredentials, config: &Config, membership: Membership) -> Subject {
     let sub = user_name(peer.uid);
     let mut groups = vec![group_name(peer.gid)];
     if let Ok(Some(user)) = User::from_uid(Uid::from_raw(peer.uid))
@@ -58,6 +61,14 @@ pub fn subject(peer: &PeerCredentials, config: &Config) -> Subject {
     attrs.insert("uid".to_string(), vec![peer.uid.to_string()]);
     attrs.insert("gid".to_string(), vec![peer.gid.to_string()]);
     attrs.insert("groups".to_string(), groups);
+    attrs.insert(
+        SCOPE_ATTRIBUTE.to_string(),
+        vec![membership.as_str().to_string()],
+    );
+    attrs.insert(
+        IN_GUARD_SCOPE_ATTRIBUTE.to_string(),
+        vec![membership.is_confined().to_string()],
+    );
     Subject {
         sub,
         email: extra.and_then(|e| e.email.clone()),
@@ -78,14 +89,16 @@ mod tests {
                 pid: None,
             },
             &Config::default(),
+            Membership::None,
         );
         assert_eq!(subject.sub, "root");
+        assert_eq!(subject.attrs["in_guard_scope"], vec!["false"]);
         assert_eq!(subject.attrs["uid"], vec!["0"]);
         assert!(subject.attrs["groups"].contains(&"root".to_string()));
     }
 
     #[test]
-    fn an_unknown_uid_is_its_number_and_config_cannot_spoof_the_uid() {
+    fn an_unknown_uid_is_its_number_and_config_cannot_spoof_the_uid_or_the_scope() {
         let mut config = Config::default();
         config.users.insert(
             "64123".to_string(),
@@ -93,6 +106,7 @@ mod tests {
                 email: Some("x@example.com".into()),
                 attrs: BTreeMap::from([
                     ("uid".to_string(), vec!["0".to_string()]),
+                    ("in_guard_scope".to_string(), vec!["false".to_string()]),
                     ("team".to_string(), vec!["infra".to_string()]),
                 ]),
             },
@@ -104,9 +118,12 @@ mod tests {
                 pid: None,
             },
             &config,
+            Membership::Run,
         );
         assert_eq!(subject.sub, "64123");
         assert_eq!(subject.attrs["uid"], vec!["64123"]);
+        assert_eq!(subject.attrs["scope"], vec!["run"]);
+        assert_eq!(subject.attrs["in_guard_scope"], vec!["true"]);
         assert_eq!(subject.attrs["team"], vec!["infra"]);
         assert_eq!(subject.email.as_deref(), Some("x@example.com"));
     }

@@ -31,6 +31,45 @@ pub enum ScopeKind {
     },
 }
 
+/// The kind of guard scope a process runs in (the `scope` attribute of a control-socket
+/// subject).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Membership {
+    /// A `guard run` of this daemon.
+    Run,
+    /// A cgroup from the config.
+    Cgroup,
+    /// A stand-alone `guard run` (not this daemon's).
+    Standalone,
+    /// Only the host-wide scope: every process is in it, the admin's shell too.
+    Host,
+    /// No guard scope.
+    None,
+    /// The process's cgroup could not be read.
+    Unknown,
+}
+
+impl Membership {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Membership::Run => "run",
+            Membership::Cgroup => "cgroup",
+            Membership::Standalone => "standalone",
+            Membership::Host => "host",
+            Membership::None => "none",
+            Membership::Unknown => "unknown",
+        }
+    }
+
+    /// Whether a process there is one guard confines to a scope of its own (the
+    /// `in_guard_scope` attribute): a run, a configured cgroup, or a cgroup that cannot be
+    /// read (fails closed). The host-wide scope alone does not count: it holds every process,
+    /// the admin answering asks among them.
+    pub fn is_confined(self) -> bool {
+        !matches!(self, Membership::Host | Membership::None)
+    }
+}
+
 pub struct Scope {
     pub kind: ScopeKind,
     pub path: PathBuf,
@@ -69,6 +108,31 @@ impl Scopes {
             next_run: 1,
             run_prefix: format!("run-{started}-{}", std::process::id()),
         })
+    }
+
+    /// Which kind of guard scope process `pid` runs in, by its cgroup: the deepest of the
+    /// daemon's scopes at or above it, or a stand-alone `guard run`'s. A process whose cgroup
+    /// cannot be read (it is gone, or not ours to see) is [`Membership::Unknown`].
+    pub fn membership(&self, pid: u32) -> Membership {
+        let Ok(cgroup) = crate::kernel::scope::cgroup_of_pid(pid) else {
+            return Membership::Unknown;
+        };
+        let standalone = cgroup2_root()
+            .ok()
+            .map(|root| root.join(crate::kernel::scope::STANDALONE_PARENT));
+        for folder in cgroup.ancestors() {
+            if let Some(scope) = self.by_id.values().find(|s| s.path == folder) {
+                return match scope.kind {
+                    ScopeKind::Host => Membership::Host,
+                    ScopeKind::Cgroup => Membership::Cgroup,
+                    ScopeKind::Runs | ScopeKind::Run { .. } => Membership::Run,
+                };
+            }
+            if standalone.as_deref() == Some(folder) {
+                return Membership::Standalone;
+            }
+        }
+        Membership::None
     }
 
     pub fn runs_parent(&self) -> &Path {

@@ -34,6 +34,20 @@ pub fn cgroup_id(path: &Path) -> Result<u64> {
         .ino())
 }
 
+/// The cgroup (under the cgroup2 root) that holds a stand-alone `guard run`'s scopes.
+pub const STANDALONE_PARENT: &str = "guard";
+
+/// The cgroup2 path of process `pid` (from `/proc/PID/cgroup`'s `0::` line).
+pub fn cgroup_of_pid(pid: u32) -> Result<PathBuf> {
+    let file = format!("/proc/{pid}/cgroup");
+    let text = std::fs::read_to_string(&file).with_context(|| format!("reading {file}"))?;
+    let relative = text
+        .lines()
+        .find_map(|line| line.strip_prefix("0::"))
+        .ok_or_else(|| anyhow!("{file} names no cgroup v2 group"))?;
+    Ok(cgroup2_root()?.join(relative.trim_start_matches('/')))
+}
+
 /// A fresh cgroup, removed (its processes killed first) on drop.
 pub struct ScopeCgroup {
     path: PathBuf,
@@ -47,7 +61,7 @@ pub struct ScopeCgroup {
 impl ScopeCgroup {
     /// Creates `<cgroup2 root>/guard/<name>`.
     pub fn create(name: &str) -> Result<Self> {
-        let parent = cgroup2_root()?.join("guard");
+        let parent = cgroup2_root()?.join(STANDALONE_PARENT);
         let path = parent.join(name);
         // Another scope's drop may remove the shared parent between the two calls: retry.
         let mut attempts = 0;

@@ -20,10 +20,10 @@ use super::messages::{Described, blocked_request, describe};
 use super::peer::{PeerCredentials, subject, user_name};
 use super::protocol::{ErrorCode, Request, ResponseLine, event_line};
 use super::run_stream::repeat_key;
-use super::scopes::{ScopeKind, Scopes, configured_cgroup, own_cgroup};
+use super::scopes::{Membership, ScopeKind, Scopes, configured_cgroup, own_cgroup};
 use crate::audit::RecordType;
 use crate::audit::filter::AuditFilter;
-use crate::authz::{Attributes, AuthzPolicy, Request as AuthzRequest};
+use crate::authz::{Attributes, AuthzPolicy, REFUSED_IN_SCOPE, Request as AuthzRequest, Subject};
 use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
 use crate::compile::image::EnforcementImage;
 use crate::compile::{CompileEnv, compile, host_names};
@@ -428,6 +428,14 @@ impl Daemon {
         self.watchers.retain(|w| w.send(line.clone()).is_ok());
     }
 
+    /// The authorization subject of a peer, and the guard scope it runs in.
+    fn subject_of(&self, peer: &PeerCredentials) -> (Subject, Membership) {
+        let membership = peer
+            .pid
+            .map_or(Membership::Unknown, |pid| self.scopes.membership(pid));
+        (subject(peer, &self.config, membership), membership)
+    }
+
     /// Authorizes and carries out one request. `stream` is where a streaming request's later
     /// lines go.
     pub async fn handle(
@@ -436,7 +444,7 @@ impl Daemon {
         request: Request,
         stream: Option<UnboundedSender<String>>,
     ) -> ResponseLine {
-        let subject = subject(&peer, &self.config);
+        let (subject, membership) = self.subject_of(&peer);
         let empty = Attributes::new();
         // `audit` is authorized per record (whose processes it is about), in `audit_read`.
         if !matches!(request, Request::Audit { .. }) {
@@ -448,20 +456,35 @@ impl Daemon {
                 env: &empty,
             });
             if !decision.allowed {
-                let message = format!(
-                    "not authorized: {} (uid {}) may not `{}` ({}) under {}; an admin can \
-                     allow it there (try a policy with `guard authz check`)",
-                    subject.sub,
-                    peer.uid,
-                    request.action(),
-                    request.entity(),
-                    self.authz_source
-                );
+                let message =
+                    if membership.is_confined() && REFUSED_IN_SCOPE.contains(&request.action()) {
+                        format!(
+                            "not authorized: `{}` came from pid {} inside a guard scope ({}): a \
+                         guarded process may not answer its own asks or change its policy \
+                         (attribute in_guard_scope=true under {}); run it from outside the \
+                         scope",
+                            request.action(),
+                            peer.pid.map_or("?".to_string(), |p| p.to_string()),
+                            membership.as_str(),
+                            self.authz_source
+                        )
+                    } else {
+                        format!(
+                            "not authorized: {} (uid {}) may not `{}` ({}) under {}; an admin can \
+                         allow it there (try a policy with `guard authz check`)",
+                            subject.sub,
+                            peer.uid,
+                            request.action(),
+                            request.entity(),
+                            self.authz_source
+                        )
+                    };
                 self.audit.record(
                     RecordType::ControlRefused,
                     &subject.sub,
                     json!({"request": request.action(), "entity": request.entity(),
-                           "uid": peer.uid, "pid": peer.pid, "authz_rule": decision.rule}),
+                           "uid": peer.uid, "pid": peer.pid, "scope": membership.as_str(),
+                           "authz_rule": decision.rule}),
                 );
                 return ResponseLine::error(ErrorCode::Unauthorized, message);
             }
@@ -590,7 +613,7 @@ impl Daemon {
         live: Option<tokio::sync::mpsc::Sender<String>>,
         limit: Option<usize>,
     ) -> Result<HistoryRead, ResponseLine> {
-        let subject = subject(&peer, &self.config);
+        let (subject, _) = self.subject_of(&peer);
         self.audit
             .follow(subject, filter, live, limit)
             .map_err(|message| ResponseLine::error(ErrorCode::BadRequest, message))

@@ -14,7 +14,9 @@ use crate::compile::image::EnforcementImage;
 use crate::compile::{CompileEnv, NoResolver, compile, host_names};
 use crate::confine::{CommandConfinement, WritePlan};
 use crate::kernel::events::{Action, EventKind, EventReader, KernelEvent};
-use crate::kernel::scope::{ScopeCgroup, join_from_pre_exec};
+use crate::kernel::scope::{
+    AbandonedScope, ScopeCgroup, join_from_pre_exec, remove_abandoned_scopes,
+};
 use crate::kernel::{Backend, Enforcer};
 use crate::policy::{Decision, Policy};
 
@@ -43,6 +45,7 @@ pub struct Session {
     dns: Option<(tokio::runtime::Runtime, DnsResolver, DnsCache)>,
     env: CompileEnv,
     audit_only: bool,
+    abandoned: Vec<AbandonedScope>,
 }
 
 static SESSION_COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -82,6 +85,7 @@ impl Session {
         let mut enforcer = Enforcer::load(backend)?;
         let events = enforcer.events()?;
         enforcer.apply(&image)?;
+        let abandoned = remove_abandoned_scopes();
         let n = SESSION_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let scope = ScopeCgroup::create(&format!("run-{}-{n}", std::process::id()))?;
         enforcer.attach_cgroup(scope.path())?;
@@ -95,7 +99,14 @@ impl Session {
             dns,
             env,
             audit_only: options.audit_only,
+            abandoned,
         })
+    }
+
+    /// The scopes of earlier sessions that died without removing them (a `kill -9` of
+    /// `guard run`), removed as this one started.
+    pub fn abandoned_scopes(&self) -> &[AbandonedScope] {
+        &self.abandoned
     }
 
     pub fn image(&self) -> &EnforcementImage {

@@ -1,16 +1,19 @@
-//! `guard run` passes the command stdin, stdout and stderr only (and `--preserve-fds N` more):
-//! a descriptor inherited from its caller, such as a socket made outside the scope that no hook
-//! ever decided, is not usable by the command. Needs root (`guard run` loads the programs);
-//! without it each test prints `skipped: ...` (and fails when CI=true).
+//! `guard run` as a process: it passes the command stdin, stdout and stderr only (and
+//! `--preserve-fds N` more), so a descriptor inherited from its caller, such as a socket made
+//! outside the scope that no hook ever decided, is not usable by the command; and a `kill -9` of
+//! it leaves no scope (and no unenforced process) past the next `guard run` or daemon start.
+//! Needs root (`guard run` loads the programs); without it each test prints `skipped: ...` (and
+//! fails when CI=true).
 
 use std::io::Read;
 use std::net::TcpListener;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use guard_tests::daemon::{guard_bin, text};
+use guard_tests::daemon::{DaemonSetup, TestDaemon, guard_bin, text};
 use guard_tests::kernel::{root_or_skip, wait_output};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -99,4 +102,113 @@ fn inherited_descriptors_do_not_reach_the_command_unless_preserved() {
     );
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "file\n");
     assert!(peer.read(&mut buf).is_err(), "still nothing over fd 4");
+}
+
+/// Waits (at most `limit`) for `done`.
+fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    done()
+}
+
+fn procs(cgroup: &Path) -> Vec<u32> {
+    std::fs::read_to_string(cgroup.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Starts `guard run -- sleep 60` and kills it with SIGKILL once its command runs: the scope it
+/// leaves, and the pid of the command still running in it.
+fn kill_9_a_guard_run(rules: &Path) -> (PathBuf, u32) {
+    let mut child = Command::new(guard_bin())
+        .args(["run", "--rules"])
+        .arg(rules)
+        .args(["--", "sleep", "60"])
+        .env_remove("GUARD_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting guard run");
+    let scope = guard::kernel::scope::cgroup2_root()
+        .unwrap()
+        .join(guard::kernel::scope::STANDALONE_PARENT)
+        .join(format!("run-{}-0", child.id()));
+    let running = wait_for(Duration::from_secs(30), || !procs(&scope).is_empty());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        running,
+        "guard run's command started in {}",
+        scope.display()
+    );
+    let command = procs(&scope)[0];
+    assert!(
+        scope.exists() && Path::new(&format!("/proc/{command}")).exists(),
+        "the kill -9 left the scope and its command behind (what this test is about)"
+    );
+    (scope, command)
+}
+
+#[track_caller]
+fn assert_gone(scope: &Path, command: u32, what: &str) {
+    assert!(!scope.exists(), "{what} removed {}", scope.display());
+    assert!(
+        wait_for(Duration::from_secs(5), || !Path::new(&format!(
+            "/proc/{command}"
+        ))
+        .exists()),
+        "{what} killed the command (pid {command}) left running unenforced"
+    );
+}
+
+#[test]
+fn a_kill_9_of_guard_run_leaves_nothing_past_the_next_run_or_daemon_start() {
+    if !root_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("test.rules");
+    std::fs::write(
+        &rules,
+        "prefix_rule(pattern=[\"never-run-this\"], decision=\"forbidden\")\n",
+    )
+    .unwrap();
+
+    let (scope, command) = kill_9_a_guard_run(&rules);
+    let next = wait_output(
+        Command::new(guard_bin())
+            .args(["run", "--rules"])
+            .arg(&rules)
+            .args(["--", "true"])
+            .env_remove("GUARD_SOCKET")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+        RUN_TIMEOUT,
+    );
+    assert!(next.status.success(), "{}", text(&next.stderr));
+    let stderr = text(&next.stderr);
+    assert!(
+        stderr.contains("removed the scope") && stderr.contains(&scope.display().to_string()),
+        "the next run says what it cleaned up: {stderr}"
+    );
+    assert_gone(&scope, command, "the next guard run");
+
+    let (scope, command) = kill_9_a_guard_run(&rules);
+    let daemon = TestDaemon::start(&DaemonSetup::default());
+    assert_gone(&scope, command, "the daemon's start");
+    assert!(
+        daemon.log().contains("removed the scope"),
+        "the daemon logs it: {}",
+        daemon.log()
+    );
 }

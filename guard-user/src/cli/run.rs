@@ -132,6 +132,9 @@ pub fn run(args: &RunArgs) -> ExitCode {
             return ExitCode::from(125);
         }
     };
+    for abandoned in session.abandoned_scopes() {
+        eprintln!("guard: warning: {abandoned}");
+    }
     for warning in session.image().warnings.iter().filter(|_| args.verbose) {
         eprintln!("guard: note: {warning}");
     }

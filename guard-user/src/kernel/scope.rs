@@ -125,11 +125,7 @@ impl ScopeCgroup {
     }
 
     pub fn pids(&self) -> Vec<u32> {
-        std::fs::read_to_string(self.path.join("cgroup.procs"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect()
+        cgroup_pids(&self.path)
     }
 }
 
@@ -152,27 +148,131 @@ pub fn join_from_pre_exec(procs: &CString) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The processes of cgroup `path` (not of its children).
+fn cgroup_pids(path: &Path) -> Vec<u32> {
+    std::fs::read_to_string(path.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Kills what is left in cgroup `path` and removes it, within 2 s. Returns how many processes
+/// were there to kill; the folder may outlive the bound (a process stuck in the kernel).
+fn kill_and_remove(path: &Path) -> usize {
+    // Child cgroups first (a cgroup with children cannot be removed); `cgroup.kill` below
+    // reaches their processes too, this only removes their folders.
+    let mut found = 0;
+    if let Ok(entries) = std::fs::read_dir(path) {
+        for entry in entries.filter_map(|e| e.ok()) {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                found += kill_and_remove(&entry.path());
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let kill = path.join("cgroup.kill");
+    found += cgroup_pids(path).len();
+    while Instant::now() < deadline {
+        let pids = cgroup_pids(path);
+        if pids.is_empty() {
+            break;
+        }
+        if std::fs::write(&kill, "1").is_err() {
+            for pid in pids {
+                // SAFETY: sending a signal.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    while std::fs::remove_dir(path).is_err() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    found
+}
+
+/// A stand-alone scope whose `guard run` died without removing it (a `kill -9`), removed by
+/// [`remove_abandoned_scopes`].
+#[derive(Debug)]
+pub struct AbandonedScope {
+    pub path: PathBuf,
+    /// The `guard run` (or other session) process that made it.
+    pub owner_pid: u32,
+    /// Its processes, killed: they were running with nothing enforcing on them, since the
+    /// programs went with the process that loaded them.
+    pub killed: usize,
+    /// Still there after the bound (its processes would not die in time).
+    pub left: bool,
+}
+
+impl std::fmt::Display for AbandonedScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {} of an earlier `guard run` (pid {}, gone without cleaning up: kill -9?); \
+             {} process(es) left in it ran unenforced and {}",
+            if self.left {
+                "could not remove the scope"
+            } else {
+                "removed the scope"
+            },
+            self.path.display(),
+            self.owner_pid,
+            self.killed,
+            if self.left {
+                "would not die within 2 s"
+            } else {
+                "were killed"
+            }
+        )
+    }
+}
+
+/// Removes the stand-alone scopes (`<cgroup2>/guard/run-PID-N`) whose owner PID is no longer
+/// running, killing what is left in them. `guard run` and `guard daemon` call it at start, so a
+/// `kill -9` of a `guard run` leaves nothing behind past the next start. A PID reused by another
+/// process keeps its folder until that process ends (a leftover, never a removal of a live one).
+pub fn remove_abandoned_scopes() -> Vec<AbandonedScope> {
+    let Ok(root) = cgroup2_root() else {
+        return Vec::new();
+    };
+    let parent = root.join(STANDALONE_PARENT);
+    let Ok(entries) = std::fs::read_dir(&parent) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.filter_map(|e| e.ok()) {
+        let name = entry.file_name();
+        let Some(owner_pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("run-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{owner_pid}")).exists() {
+            continue;
+        }
+        let path = entry.path();
+        let killed = kill_and_remove(&path);
+        let left = path.exists();
+        removed.push(AbandonedScope {
+            path,
+            owner_pid,
+            killed,
+            left,
+        });
+    }
+    // The shared parent goes when nothing else is in it (EBUSY otherwise).
+    let _ = std::fs::remove_dir(&parent);
+    removed
+}
+
 impl Drop for ScopeCgroup {
     fn drop(&mut self) {
-        // Kill what is left (bounded: 2 s), then remove the directory.
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let kill = self.path.join("cgroup.kill");
-        while Instant::now() < deadline {
-            let pids = self.pids();
-            if pids.is_empty() {
-                break;
-            }
-            if std::fs::write(&kill, "1").is_err() {
-                for pid in pids {
-                    // SAFETY: sending a signal.
-                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        while std::fs::remove_dir(&self.path).is_err() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        kill_and_remove(&self.path);
         // The shared `guard` parent goes with the last scope (EBUSY while others remain).
         if self.under_shared_parent
             && let Some(parent) = self.path.parent()

@@ -176,6 +176,11 @@ impl Daemon {
     /// Host, configured cgroups, the run scopes' parent, and run scopes left by an earlier
     /// daemon; the daemon's own cgroup is exempt (it must never block itself).
     fn enforce_scopes(&mut self) -> Result<()> {
+        // A stand-alone `guard run` killed with SIGKILL leaves its scope, with whatever it ran
+        // now unenforced: end both before enforcing (its own runs the daemon adopts below).
+        for abandoned in crate::kernel::scope::remove_abandoned_scopes() {
+            daemon_note(&format!("warning: {abandoned}"));
+        }
         let mut targets: Vec<(ScopeKind, PathBuf)> = Vec::new();
         if self.config.scope.host {
             targets.push((ScopeKind::Host, cgroup2_root()?));

@@ -431,6 +431,61 @@ fn check_rules_folder_sorted_skipping_symlinks_and_other_files() {
     // `policy show` lists exactly the two files read.
     let shown = sandbox.policy_show_json(&display(&folder));
     assert_eq!(shown["sources"], json!([display(&a), display(&b)]));
+    // The skipped files that look like rules are named on stderr, each with why; d.txt is not.
+    let run = sandbox.check(&["--rules", &display(&folder)], &["git", "status"]);
+    let skipped: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("guard: warning: skipped"))
+        .collect();
+    assert_eq!(skipped.len(), 2, "{}", run.stderr);
+    assert!(
+        skipped[0].contains(&display(&folder.join("c.rules"))) && skipped[0].contains("symlink"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        skipped[1].contains(&display(&folder.join("e.rules.bak"))),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn an_explicit_rules_folder_without_rules_files_is_refused_unless_an_empty_policy_is_asked_for() {
+    let sandbox = Sandbox::new();
+    let folder = sandbox.file("agent");
+    // The mistake this is about: one letter short of a rules file.
+    sandbox.write(
+        "agent/agent.rule",
+        "prefix_rule(pattern=[\"git\", \"push\"], decision=\"forbidden\")\n",
+    );
+    for args in [
+        vec!["run", "--rules", &display(&folder), "--", "git", "push"],
+        vec!["check", "--rules", &display(&folder), "--", "git", "push"],
+        vec!["policy", "validate", &display(&folder)],
+    ] {
+        let run = sandbox.run(&args);
+        assert_eq!(run.code, Some(2), "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr
+                .contains("agent.rule: only `*.rules` and `*.policy` files are read")
+                && run.stderr.contains("holds no `*.rules` or `*.policy` file")
+                && run.stderr.contains("--allow-empty-policy"),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+    let run = sandbox.check(
+        &["--rules", &display(&folder), "--allow-empty-policy"],
+        &["git", "push"],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("agent.rule"),
+        "still warned: {}",
+        run.stderr
+    );
 }
 
 #[test]

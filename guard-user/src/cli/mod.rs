@@ -117,12 +117,37 @@ pub struct RulesArgs {
     /// Rules parsed on their own and merged on top (managed rules a user cannot weaken).
     #[arg(long = "overlay", value_name = "PATH")]
     pub overlays: Vec<PathBuf>,
+    /// Accept --rules paths that hold no `*.rules` or `*.policy` file: an empty policy, which
+    /// decides nothing (every command and connection goes by the unmatched defaults).
+    #[arg(long)]
+    pub allow_empty_policy: bool,
 }
 
 impl RulesArgs {
     /// Loads the policy, or prints the error (`PATH:LINE: MESSAGE` first) and gives exit 2.
+    /// Files in the rules folders that look like rules but are skipped get a warning; explicit
+    /// --rules that hold no file at all are refused unless --allow-empty-policy.
     pub fn load(&self) -> Result<LoadedPolicy, ExitCode> {
-        load_policy(&self.rules, &self.overlays).map_err(|err| output::policy_error(&err))
+        let loaded =
+            load_policy(&self.rules, &self.overlays).map_err(|err| output::policy_error(&err))?;
+        for skipped in &loaded.skipped {
+            anstream::eprintln!("guard: warning: {skipped}");
+        }
+        if !self.rules.is_empty() && loaded.sources.is_empty() && !self.allow_empty_policy {
+            let paths: Vec<String> = self.rules.iter().map(|p| p.display().to_string()).collect();
+            return Err(output::usage_error(&format!(
+                "--rules {} holds no `*.rules` or `*.policy` file, so the policy would be empty \
+                 and decide nothing{}; add a rules file there, or pass --allow-empty-policy if \
+                 an empty policy is what you mean",
+                paths.join(", "),
+                if loaded.skipped.is_empty() {
+                    ""
+                } else {
+                    " (see the skipped files above)"
+                }
+            )));
+        }
+        Ok(loaded)
     }
 }
 

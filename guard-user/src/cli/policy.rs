@@ -44,6 +44,9 @@ pub struct ValidateArgs {
     /// Rules files or folders, read in order as one policy.
     #[arg(required = true, value_name = "PATH")]
     paths: Vec<PathBuf>,
+    /// Accept paths that hold no `*.rules` or `*.policy` file (an empty policy).
+    #[arg(long)]
+    allow_empty_policy: bool,
 }
 
 #[derive(Args, Debug)]
@@ -78,6 +81,7 @@ fn validate(args: ValidateArgs) -> ExitCode {
     let rules = RulesArgs {
         rules: args.paths,
         overlays: args.overlays,
+        allow_empty_policy: args.allow_empty_policy,
     };
     let loaded = match rules.load() {
         Ok(loaded) => loaded,

@@ -40,6 +40,68 @@ pub struct LoadedPolicy {
     pub policy: Policy,
     pub sources: Vec<RulesSource>,
     pub overlay_sources: Vec<RulesSource>,
+    /// Entries of the rules folders that look like rules but were not read (see
+    /// [`skipped_rule_like`]): each is worth a warning, since what it says is not enforced.
+    pub skipped: Vec<SkippedFile>,
+}
+
+/// A folder entry that looks like a rules file but is not read, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkippedFile {
+    pub path: PathBuf,
+    pub why: &'static str,
+}
+
+impl std::fmt::Display for SkippedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "skipped {}: {}", self.path.display(), self.why)
+    }
+}
+
+/// The entries of folder `dir` that [`rules_files`] does not read but that look like rules: a
+/// symlink to a `*.rules` or `*.policy` name (links are not followed), or a regular file whose
+/// name is close to one (`agent.rule`, `team.RULES`, `x.rules.bak`, `x.star`). Nothing for a
+/// folder that cannot be read (the load reports that).
+pub fn skipped_rule_like(dir: &Path) -> Vec<SkippedFile> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut skipped: Vec<SkippedFile> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|entry| {
+            let file_type = entry.file_type().ok()?;
+            let path = entry.path();
+            let read = path
+                .extension()
+                .is_some_and(|ext| ext == "rules" || ext == LEGACY_POLICY_EXTENSION);
+            if file_type.is_file() && read {
+                return None;
+            }
+            let name = entry.file_name().to_string_lossy().to_lowercase();
+            let read_but_for_case = name.ends_with(".rules") || name.ends_with(".policy");
+            let why = if file_type.is_symlink() && read_but_for_case {
+                "a symlink (rules folders read regular files only, as the reference does); \
+                 copy the file in, or name it with --rules"
+            } else if !file_type.is_file() {
+                return None;
+            } else if read_but_for_case {
+                "only names ending in exactly `.rules` or `.policy` (lower case) are read; \
+                 rename it"
+            } else if [".rule", ".star", ".bzl"]
+                .iter()
+                .any(|ext| name.ends_with(ext))
+                || name.contains(".rules.")
+                || name.contains(".policy.")
+            {
+                "only `*.rules` and `*.policy` files are read; rename it if it holds rules"
+            } else {
+                return None;
+            };
+            Some(SkippedFile { path, why })
+        })
+        .collect();
+    skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    skipped
 }
 
 /// The file name extension of a legacy policy (spec §8), loaded beside the `.rules` files.
@@ -147,6 +209,11 @@ pub fn load_policy_protecting(
             .map(|path| RulesSource::File(path.clone())),
     );
     let overlay_sources = expand(overlays)?;
+    let skipped = loaded_from
+        .iter()
+        .filter(|path| path.is_dir())
+        .flat_map(|dir| skipped_rule_like(dir))
+        .collect();
     let base = parse_sources(&sources)?;
     let mut policy = if overlay_sources.is_empty() {
         base
@@ -158,6 +225,7 @@ pub fn load_policy_protecting(
         policy,
         sources,
         overlay_sources,
+        skipped,
     })
 }
 

@@ -62,13 +62,18 @@ pub struct Daemon {
 
 /// Loads the rules, the amendments file, then the overlays; the daemon's own files (state
 /// folder, socket, audit log, configuration) are protected paths besides the rules.
+/// Files in the rules folders that look like rules but are skipped are logged.
 fn load(config: &Config) -> Result<LoadedPolicy, crate::policy::LoadError> {
-    load_policy_protecting(
+    let loaded = load_policy_protecting(
         &config.rules,
         &[config.amendments_file()],
         &config.overlays,
         &config.protected_paths(),
-    )
+    )?;
+    for skipped in &loaded.skipped {
+        daemon_note(&format!("warning: {skipped}"));
+    }
+    Ok(loaded)
 }
 
 fn load_authz(config: &Config) -> Result<(Arc<AuthzPolicy>, String)> {

@@ -1738,9 +1738,19 @@ network_rule(host=\"127.0.0.1\", protocol=\"https\", decision=\"allow\")
 ";
 
 impl Sandbox {
-    /// `guard check --json --rules <rules> --dest <dest> [options...]`, parsed.
+    /// `guard check --json --no-resolve --rules <rules> --dest <dest> [options...]`, parsed:
+    /// the rules as written, no DNS (resolution is tested with a DNS server of its own in
+    /// `tests/tests/dns.rs`).
     fn check_dest_json(&self, rules: &str, dest: &str, options: &[&str]) -> Value {
-        let mut args = vec!["check", "--json", "--rules", rules, "--dest", dest];
+        let mut args = vec![
+            "check",
+            "--json",
+            "--no-resolve",
+            "--rules",
+            rules,
+            "--dest",
+            dest,
+        ];
         args.extend_from_slice(options);
         self.run(&args).json()
     }
@@ -1756,6 +1766,8 @@ fn check_dest_json_reports_every_matching_rule_and_the_strongest_decision() {
             "destination": {"address": "10.0.0.5", "port": 5432, "transport": "tcp"},
             "decision": "forbidden",
             "unmatched": false,
+            "resolved": false,
+            "resolveErrors": [],
             "matchedRules": [
                 {
                     "kind": "address_rule",
@@ -1829,6 +1841,8 @@ fn check_dest_host_names_match_rules_written_with_that_name() {
             "destination": {"host": "example.com", "port": 443, "transport": "tcp"},
             "decision": "forbidden",
             "unmatched": false,
+            "resolved": false,
+            "resolveErrors": [],
             "matchedRules": [{
                 "kind": "network_rule",
                 "text": "network_rule(host=\"example.com\", protocol=\"https\", decision=\"deny\", justification=\"no paste\")",
@@ -1889,7 +1903,14 @@ fn check_dest_unmatched_follows_the_enforcement_setting() {
 fn check_dest_human_output_explains_the_decision() {
     let sandbox = Sandbox::new();
     let file = display(&sandbox.write("d.rules", DEST_RULES));
-    let out = sandbox.run(["check", "--rules", &file, "--dest", "10.0.0.5:5432"]);
+    let out = sandbox.run([
+        "check",
+        "--no-resolve",
+        "--rules",
+        &file,
+        "--dest",
+        "10.0.0.5:5432",
+    ]);
     out.assert_success();
     let stdout = &out.stdout;
     assert!(
@@ -1905,7 +1926,14 @@ fn check_dest_human_output_explains_the_decision() {
         "{stdout}"
     );
 
-    let out = sandbox.run(["check", "--rules", &file, "--dest", "[2001:db8::1]:443"]);
+    let out = sandbox.run([
+        "check",
+        "--no-resolve",
+        "--rules",
+        &file,
+        "--dest",
+        "[2001:db8::1]:443",
+    ]);
     out.assert_success();
     assert!(
         out.stdout.starts_with("allow  [2001:db8::1]:443 (tcp)"),
@@ -1920,14 +1948,25 @@ fn check_dest_human_output_explains_the_decision() {
         out.stdout
     );
 
-    let out = sandbox.run(["check", "--rules", &file, "--dest", "example.com:443"]);
+    let out = sandbox.run([
+        "check",
+        "--no-resolve",
+        "--rules",
+        &file,
+        "--dest",
+        "example.com:443",
+    ]);
     out.assert_success();
     assert!(
         out.stdout.contains("guard allow-host example.com"),
         "{}",
         out.stdout
     );
-    assert!(out.stdout.contains("not resolved"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("nothing was resolved"),
+        "{}",
+        out.stdout
+    );
 }
 
 #[test]
@@ -1991,6 +2030,45 @@ fn check_kernel_reports_what_the_kernel_decides_for_the_exec() {
     let out = sandbox.check(&["--rules", &file, "--kernel"], &["ls"]);
     out.assert_success();
     assert!(out.stdout.contains("kernel: prompt"), "{}", out.stdout);
+}
+
+#[test]
+fn check_kernel_includes_the_pattern_tables_of_rule_sets_and_legacy_policies() {
+    let sandbox = Sandbox::new();
+    let rules = display(&sandbox.write(
+        "p.rules",
+        "rule_set(deny=[\"exec(*push*)\"])\nprefix_rule(pattern=[\"git\"], decision=\"allow\")\n",
+    ));
+    // `guard run` kills this exec (the glob's table): the kernel answer says so, and names it.
+    let value = sandbox.check_json(&["--rules", &rules, "--kernel"], &["git", "push", "origin"]);
+    assert_eq!(value["kernelDecision"], "forbidden", "{value}");
+    assert_eq!(
+        value["kernelRule"], "rule_set(deny=[\"exec(*push*)\"])",
+        "{value}"
+    );
+    // Arguments with spaces are read as the shell-quoted join, as the rule set reads them.
+    let value = sandbox.check_json(
+        &["--rules", &rules, "--kernel"],
+        &["git", "commit", "-m", "hi there"],
+    );
+    assert_eq!(value["kernelDecision"], "allow", "{value}");
+    assert_eq!(
+        value["kernelRule"], "prefix_rule(pattern=[\"git\"], decision=\"allow\")",
+        "{value}"
+    );
+    let legacy = display(&sandbox.write("team.policy", "forbid_substrings([\"--force\"])\n"));
+    let value = sandbox.check_json(
+        &["--rules", &rules, "--rules", &legacy, "--kernel"],
+        &["git", "commit", "--force"],
+    );
+    assert_eq!(value["kernelDecision"], "forbidden", "{value}");
+    let out = sandbox.check(&["--rules", &rules, "--kernel"], &["git", "push"]);
+    assert!(
+        out.stdout
+            .contains("kernel: forbidden by rule_set(deny=[\"exec(*push*)\"])"),
+        "{}",
+        out.stdout
+    );
 }
 
 #[test]

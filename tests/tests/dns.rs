@@ -282,3 +282,58 @@ fn test_server_answers_over_tcp_too() {
     assert_eq!(reply.metadata.response_code, ResponseCode::NXDomain);
     assert!(reply.answers.is_empty());
 }
+
+/// `guard check --json --dest DEST --rules RULES ARGS...`, parsed.
+fn check_dest(rules: &std::path::Path, dest: &str, args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(guard_tests::daemon::guard_bin())
+        .args(["check", "--json", "--rules"])
+        .arg(rules)
+        .args(["--dest", dest])
+        .args(args)
+        .output()
+        .expect("running guard check");
+    assert!(
+        out.status.success(),
+        "guard check --dest {dest}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("guard check --json prints JSON")
+}
+
+#[test]
+fn check_dest_gives_an_address_the_rules_of_the_hosts_it_resolves_for_as_the_kernel_does() {
+    let dns = TestDns::start();
+    dns.set_a("api.check.test", &[v4("127.55.0.1")], 60);
+    dns.set_a("alias.check.test", &[v4("127.55.0.1")], 60);
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("d.rules");
+    std::fs::write(
+        &rules,
+        "network_rule(host=\"api.check.test\", protocol=\"https\", decision=\"deny\")\n\
+         network_rule(host=\"gone.check.test\", protocol=\"https\", decision=\"deny\")\n",
+    )
+    .unwrap();
+    let server = dns.addr().to_string();
+
+    // The address api.check.test was answered with is that rule's in the kernel's maps.
+    let value = check_dest(&rules, "127.55.0.1:443", &["--nameserver", &server]);
+    assert_eq!(value["decision"], "forbidden", "{value}");
+    assert_eq!(value["resolved"], true, "{value}");
+    assert_eq!(value["matchedRules"][0]["line"], 1, "{value}");
+    // A name decides by its addresses too: another name for the same address.
+    let value = check_dest(&rules, "alias.check.test:443", &["--nameserver", &server]);
+    assert_eq!(value["decision"], "forbidden", "{value}");
+    // A name that does not resolve holds no address, and is said so.
+    let errors = value["resolveErrors"].as_array().unwrap();
+    assert!(
+        errors.iter().any(|e| e["host"] == "gone.check.test"),
+        "{value}"
+    );
+    // Without resolution only rules written with an address would match: none here.
+    let value = check_dest(&rules, "127.55.0.1:443", &["--no-resolve"]);
+    assert_eq!(
+        (value["decision"].as_str(), value["unmatched"].as_bool()),
+        (Some("allow"), Some(true)),
+        "{value}"
+    );
+}

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::RulesArgs;
 use super::output::{decision_name, decision_style, dim, print_json, usage_error};
+use crate::compile::{KernelExecDecision, kernel_exec_decision};
 use crate::policy::heuristics::heuristics_decision;
 use crate::policy::load::{EMBEDDED_DEFAULT_NAME, SYSTEM_RULES_DIR};
 use crate::policy::reason::decision_reason;
@@ -37,17 +38,27 @@ pub struct CheckArgs {
     /// Print one JSON object instead of an explanation.
     #[arg(long)]
     json: bool,
-    /// Also say what the kernel decides for an exec of ARGV (`kernelDecision` in JSON): the
-    /// strongest matching rule by the executed file's name, else the policy's unmatched_exec.
+    /// Also say what the kernel decides for an exec of ARGV (`kernelDecision` and `kernelRule`
+    /// in JSON): the strongest of the prefix rules matched by the executed file's name and the
+    /// pattern tables (rule-set globs, legacy regexes and substrings), else the policy's
+    /// unmatched_exec.
     #[arg(long, conflicts_with = "dest")]
     kernel: bool,
-    /// Check a destination instead of a command: HOST_OR_IP:PORT (IPv6 as `[::1]:443`). A host
-    /// name is not resolved: it matches the rules written with that name.
+    /// Check a destination instead of a command: HOST_OR_IP:PORT (IPv6 as `[::1]:443`). The
+    /// policy's host names (and a HOST given here) are resolved as `guard run` resolves them, so
+    /// an address gets the kernel's answer: the rules of every host it was answered for.
     #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["argv", "split_shell", "fallback", "resolve_host_executables"])]
     dest: Option<String>,
     /// The transport of `--dest` [default: tcp].
     #[arg(long, value_enum)]
     transport: Option<TransportArg>,
+    /// With --dest: resolve names with this DNS server (IP:PORT, over UDP) instead of the
+    /// system's resolver configuration.
+    #[arg(long, value_name = "IP:PORT", requires = "dest")]
+    nameserver: Option<std::net::SocketAddr>,
+    /// With --dest: resolve nothing; names match only the rules written with that very name.
+    #[arg(long, requires = "dest", conflicts_with = "nameserver")]
+    no_resolve: bool,
     /// The command to evaluate (after `--`). May be empty.
     #[arg(last = true, value_name = "ARGV")]
     argv: Vec<String>,
@@ -111,7 +122,12 @@ pub fn run(args: &CheckArgs) -> ExitCode {
         let transport = args
             .transport
             .map_or(Transport::Tcp, TransportArg::transport);
-        dest::check(&loaded.policy, &dest, transport, args.json);
+        let resolution = if args.no_resolve {
+            dest::Resolution::Off
+        } else {
+            dest::Resolution::Resolve(args.nameserver)
+        };
+        dest::check(&loaded.policy, &dest, transport, resolution, args.json);
         return ExitCode::SUCCESS;
     }
     let (commands, used_complex_parsing) = if args.split_shell {
@@ -129,11 +145,12 @@ pub fn run(args: &CheckArgs) -> ExitCode {
     );
     let kernel = args
         .kernel
-        .then(|| loaded.policy.kernel_exec_decision(&args.argv));
+        .then(|| kernel_exec_decision(&loaded.policy, &args.argv));
     if args.json {
         let mut value = check_json(&results, &evaluation, used_complex_parsing);
-        if let Some(kernel) = kernel {
-            value["kernelDecision"] = json!(kernel.as_str());
+        if let Some(kernel) = &kernel {
+            value["kernelDecision"] = json!(kernel.decision.as_str());
+            value["kernelRule"] = json!(kernel.rule);
         }
         print_json(&value);
     } else {
@@ -232,7 +249,7 @@ fn explain(
     argv: &[String],
     results: &[CommandResult],
     evaluation: &Evaluation,
-    kernel: Option<Decision>,
+    kernel: Option<KernelExecDecision>,
 ) {
     let style = decision_style(evaluation.decision);
     let dim = dim();
@@ -256,11 +273,16 @@ fn explain(
         println!("  {dim}reason:{dim:#} {reason}");
     }
     if let Some(kernel) = kernel {
-        let style = decision_style(Some(kernel));
+        let style = decision_style(Some(kernel.decision));
         println!(
-            "  {dim}kernel:{dim:#} {style}{}{style:#} {dim}(for an exec of this argv under `guard \
-             run`: the kernel matches the executed file's name){dim:#}",
-            kernel.as_str()
+            "  {dim}kernel:{dim:#} {style}{}{style:#} {}{dim}(for an exec of this argv under \
+             `guard run`: the kernel matches the executed file's name, and its pattern tables \
+             the name and arguments){dim:#}",
+            kernel.decision.as_str(),
+            match &kernel.rule {
+                Some(rule) => format!("by {rule} "),
+                None => "by the unmatched default ".to_string(),
+            }
         );
     }
     println!("{}", how_to_change(argv, evaluation));

@@ -1,13 +1,15 @@
 //! `guard check --dest HOST_OR_IP:PORT`: what the policy decides for one destination, and
-//! which network and address rules say so.
+//! which network and address rules say so, with the policy's host names resolved as
+//! `guard run` resolves them (so an address gets the rules of the hosts it was answered for).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use anstream::println;
 use serde_json::{Value, json};
 
 use crate::cli::output::{decision_style, dim, print_json};
-use crate::compile::NoResolver;
+use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
+use crate::compile::{HostResolver, NoResolver, host_names};
 use crate::policy::host::normalize_network_host;
 use crate::policy::load::{EMBEDDED_DEFAULT_NAME, SYSTEM_RULES_DIR};
 use crate::policy::rule::canonical_ip;
@@ -75,18 +77,102 @@ pub fn parse_dest(raw: &str) -> Result<Dest, String> {
     Ok(Dest { host, port })
 }
 
-/// Evaluates `dest` and prints the decision (JSON or an explanation).
-pub fn check(policy: &Policy, dest: &Dest, transport: Transport, as_json: bool) {
-    let evaluation = match &dest.host {
-        DestHost::Address(ip) => policy.check_destination(*ip, dest.port, transport, &NoResolver),
-        DestHost::Name(name) => {
-            policy.check_destination_name(name, dest.port, transport, &NoResolver)
+/// Whether host names are resolved for a `--dest` check.
+#[derive(Clone, Copy, Debug)]
+pub enum Resolution {
+    /// Resolved with this server, or the system's configuration (`None`).
+    Resolve(Option<SocketAddr>),
+    /// Not resolved (`--no-resolve`).
+    Off,
+}
+
+/// The names resolved for a check and what went wrong with any of them.
+struct Resolved {
+    cache: Option<DnsCache>,
+    /// `(name, why)` for each name that got no address.
+    failures: Vec<(String, String)>,
+}
+
+/// Resolves the policy's host names and a `--dest` name, once, as `guard run` does at start.
+fn resolve(policy: &Policy, dest: &Dest, resolution: Resolution) -> Resolved {
+    let Resolution::Resolve(nameserver) = resolution else {
+        return Resolved {
+            cache: None,
+            failures: Vec::new(),
+        };
+    };
+    let mut names = host_names(policy);
+    if let DestHost::Name(name) = &dest.host
+        && !names.contains(name)
+    {
+        names.push(name.clone());
+    }
+    if names.is_empty() {
+        return Resolved {
+            cache: None,
+            failures: Vec::new(),
+        };
+    }
+    let resolved = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| {
+            let resolver = DnsResolver::new(&DnsConfig { nameserver })?;
+            Ok(runtime.block_on(resolver.resolve(&names)))
+        });
+    match resolved {
+        Ok(cache) => {
+            let failures = names
+                .iter()
+                .filter(|name| cache.lookup(name).is_empty())
+                .map(|name| {
+                    let why = cache.error(name).unwrap_or("the answer held no address");
+                    (name.clone(), why.to_string())
+                })
+                .collect();
+            Resolved {
+                cache: Some(cache),
+                failures,
+            }
         }
+        Err(err) => Resolved {
+            cache: None,
+            failures: vec![("(every name)".to_string(), format!("{err:#}"))],
+        },
+    }
+}
+
+/// Evaluates `dest` and prints the decision (JSON or an explanation).
+pub fn check(
+    policy: &Policy,
+    dest: &Dest,
+    transport: Transport,
+    resolution: Resolution,
+    as_json: bool,
+) {
+    let resolved = resolve(policy, dest, resolution);
+    let resolver: &dyn HostResolver = match &resolved.cache {
+        Some(cache) => cache,
+        None => &NoResolver,
+    };
+    let evaluation = match &dest.host {
+        DestHost::Address(ip) => policy.check_destination(*ip, dest.port, transport, resolver),
+        DestHost::Name(name) => policy.check_destination_name(name, dest.port, transport, resolver),
     };
     if as_json {
-        print_json(&dest_json(dest, transport, &evaluation));
+        let mut value = dest_json(dest, transport, &evaluation);
+        value["resolved"] = json!(resolved.cache.is_some());
+        value["resolveErrors"] = json!(
+            resolved
+                .failures
+                .iter()
+                .map(|(name, why)| json!({"host": name, "error": why}))
+                .collect::<Vec<_>>()
+        );
+        print_json(&value);
     } else {
-        explain(policy, dest, transport, &evaluation);
+        explain(policy, dest, transport, &evaluation, &resolved);
     }
 }
 
@@ -136,7 +222,13 @@ fn render_dest(dest: &Dest, transport: Transport) -> String {
     format!("{host}:{} ({transport})", dest.port)
 }
 
-fn explain(policy: &Policy, dest: &Dest, transport: Transport, evaluation: &DestinationEvaluation) {
+fn explain(
+    policy: &Policy,
+    dest: &Dest,
+    transport: Transport,
+    evaluation: &DestinationEvaluation,
+    resolved: &Resolved,
+) {
     let style = decision_style(Some(evaluation.decision));
     let dim = dim();
     println!(
@@ -175,10 +267,16 @@ fn explain(policy: &Policy, dest: &Dest, transport: Transport, evaluation: &Dest
             println!("      {dim}justification:{dim:#} {justification}");
         }
     }
-    if let DestHost::Name(_) = dest.host {
+    if resolved.cache.is_none() && matches!(dest.host, DestHost::Name(_)) {
         println!(
-            "  {dim}note:{dim:#} the name was not resolved, so only rules written with this name \
-             matched; the kernel decides by the addresses it resolves to."
+            "  {dim}note:{dim:#} nothing was resolved (--no-resolve), so only rules written with \
+             this name matched; the kernel decides by the addresses it resolves to."
+        );
+    }
+    for (name, why) in &resolved.failures {
+        println!(
+            "  {dim}note:{dim:#} {name} did not resolve ({why}): its rules hold no address here, \
+             as in the kernel until it does"
         );
     }
     if policy.enforcement().audit_only {

@@ -18,6 +18,7 @@ pub mod coverage;
 pub mod dfa;
 pub mod dns;
 mod exec;
+mod exec_twin;
 pub mod image;
 pub mod loader;
 mod network;
@@ -29,6 +30,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 pub use exec::kernel_dev;
+pub use exec_twin::{KernelExecDecision, kernel_exec_decision};
 pub use image::{
     ApprovalError, ArgvRule, DestinationEntry, EnforcementImage, ExecApproval, IdentityEntry,
     KernelRule, KernelRuleKind, NameEntry, Verdict, validate_exec_approval,

@@ -14,6 +14,9 @@ use crate::kernel::doctor;
 its LSMs and still refuse LSM programs, so configuration is never trusted.
 The `landlock:` line gives the Landlock ABI the kernel answers (or absent): with it, `guard run`
 confines the command's writes below the protected paths and write(...) denials.
+The `system rules` line says whether the system rules folder (/etc/guard/rules) is safe from the
+commands guard runs: root's alone, or missing below a folder of guard's that `guard run` holds
+read-only (create /etc/guard as root to make it so).
 Then, for the backend in use, how each kind of rule is enforced, and which are not (on the
 cgroup backend the kernel holds no read(...)/write(...) rule; the README has the full table).
 Exit status: 0 when some backend works, 1 when none does."
@@ -44,6 +47,15 @@ pub fn run(args: &DoctorArgs) -> ExitCode {
             println!("{style}{mark}{style:#} {}: {}", check.name, check.detail);
         }
         println!("landlock: {}", report.landlock.detail);
+        let style = output::decision_style(Some(if report.system_rules.ok {
+            crate::policy::Decision::Allow
+        } else {
+            crate::policy::Decision::Prompt
+        }));
+        println!(
+            "system rules {}: {style}{}{style:#}",
+            report.system_rules.path, report.system_rules.detail
+        );
         match report.backend {
             Some(backend) => println!("backend: {} (the one `guard run` uses)", backend.as_str()),
             None => println!("backend: none: guard cannot enforce on this kernel"),

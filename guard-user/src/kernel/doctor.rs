@@ -21,6 +21,71 @@ pub struct Report {
     pub landlock: Landlock,
     /// How the backend in use holds each kind of rule (empty when none works).
     pub enforces: Vec<Enforcing>,
+    /// Whether the system rules folder is where a command under guard cannot plant a policy.
+    pub system_rules: SystemRules,
+}
+
+/// The system rules folder (`/etc/guard/rules`, or `GUARD_SYSTEM_RULES`): the policy every
+/// `guard run` without `--rules` loads, so a command that could make or change it would choose
+/// the next run's policy.
+#[derive(Debug, Serialize)]
+pub struct SystemRules {
+    pub path: String,
+    /// Safe as it is: it exists and only root can change it, or it is missing and guard's
+    /// own folder above it is held read-only under `guard run`.
+    pub ok: bool,
+    pub detail: String,
+}
+
+impl SystemRules {
+    pub fn probe() -> SystemRules {
+        Self::probe_at(&crate::policy::load::system_rules_location())
+    }
+
+    fn probe_at(path: &std::path::Path) -> SystemRules {
+        use std::os::unix::fs::MetadataExt;
+        let shown = path.display().to_string();
+        let make =
+            "create it as root (`install -d -m 0755 PATH`) so it is root's".replace("PATH", &shown);
+        let (ok, detail) = match std::fs::metadata(path) {
+            Ok(meta) if meta.uid() != 0 || meta.mode() & 0o022 != 0 => (
+                false,
+                format!(
+                    "exists but is not root's alone (owner uid {}, mode {:o}): whoever can \
+                     write it chooses the policy; `chown root: {shown} && chmod go-w {shown}`",
+                    meta.uid(),
+                    meta.mode() & 0o7777
+                ),
+            ),
+            Ok(_) => (
+                true,
+                "exists, root's alone; under `guard run` it is read-only".to_string(),
+            ),
+            Err(_) => match crate::confine::guards_own_holder(path) {
+                Some(holder) => (
+                    true,
+                    format!(
+                        "missing (the embedded default policy applies); `guard run` holds {} \
+                         read-only, so no command can make it",
+                        holder.display()
+                    ),
+                ),
+                None => (
+                    false,
+                    format!(
+                        "missing, and the folder above it is not guard's, so `guard run` cannot \
+                         hold its place: a root command could make it and plant the next run's \
+                         policy; {make}"
+                    ),
+                ),
+            },
+        };
+        SystemRules {
+            path: shown,
+            ok,
+            detail,
+        }
+    }
 }
 
 /// One kind of rule and how the backend in use holds it.
@@ -138,6 +203,7 @@ pub fn run() -> Report {
         checks,
         landlock: Landlock::probe(),
         enforces: backend.map(enforcing).unwrap_or_default(),
+        system_rules: SystemRules::probe(),
     }
 }
 
@@ -148,4 +214,36 @@ fn try_cgroup_backend() -> anyhow::Result<String> {
     enforcer.attach_cgroup(scope.path())?;
     drop(enforcer);
     Ok("tp_btf/sched_process_exec and cgroup/connect4|6, sendmsg4|6 load and attach".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::SystemRules;
+
+    #[test]
+    fn the_system_rules_folder_is_safe_only_when_root_alone_can_make_or_change_it() {
+        let dir = tempfile::tempdir().unwrap();
+        // Missing, below a folder that is not guard's: open to a root command.
+        let open = SystemRules::probe_at(&dir.path().join("etc/rules"));
+        assert!(!open.ok && open.detail.contains("install -d"), "{open:?}");
+        // Missing, below guard's own folder, which `guard run` holds read-only.
+        std::fs::create_dir(dir.path().join("guard")).unwrap();
+        let held = SystemRules::probe_at(&dir.path().join("guard/rules"));
+        assert!(held.ok && held.detail.contains("read-only"), "{held:?}");
+        // Present but writable by others: whoever can write it chooses the policy.
+        let rules = dir.path().join("guard/rules");
+        std::fs::create_dir(&rules).unwrap();
+        std::fs::set_permissions(&rules, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let loose = SystemRules::probe_at(&rules);
+        assert!(
+            !loose.ok && loose.detail.contains("chmod go-w"),
+            "{loose:?}"
+        );
+        // Root's alone (only when the test runs as root: otherwise the folder is the user's).
+        std::fs::set_permissions(&rules, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let root = unsafe { libc::geteuid() } == 0;
+        assert_eq!(SystemRules::probe_at(&rules).ok, root);
+    }
 }

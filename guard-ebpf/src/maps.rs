@@ -6,7 +6,7 @@ use guard_common::dfa::{DFA_HEADER_ENTRIES, DFA_ROW_ENTRIES, DfaHeader, DfaRow, 
 use guard_common::event::TaskInfo;
 
 use crate::argv::ArgvWalk;
-use crate::patterns::PatternInput;
+use crate::patterns::{PatternInput, PatternReadings};
 use guard_common::limits::{
     EVENTS_BYTES, FILE_PATH_BUF, MAX_EXEC_ENTRIES, MAX_LONG_TOKENS, MAX_NET_ENTRIES, MAX_SCOPES,
     MAX_TASKS, PATTERN_ARGV_LEN, TOKEN_SCAN_LEN,
@@ -87,6 +87,8 @@ pub struct ExecScratch {
     pub patterns: PatternInput,
     /// What the pattern tables decided, read back after the argv walk.
     pub pattern_verdict: Verdict,
+    /// The readings of the program token the pattern tables walk, and their verdict.
+    pub pattern_readings: PatternReadings,
     /// argv as the pattern tables read it: up to `PATTERN_ARGV_LEN` bytes, more than the
     /// event's copy in `task`.
     pub pattern_argv: [u8; PATTERN_ARGV_LEN],

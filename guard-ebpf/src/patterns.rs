@@ -3,11 +3,13 @@
 //! command line. Userspace compiles them to DFAs; here each table is walked one byte per step,
 //! within [`DFA_MAX_INPUT`] bytes.
 //!
-//! The input is the executed file's name, then argv after argv[0] with its NUL separators
-//! (argv[0] is the caller's choice, so the name stands in for it, as in the argv trie). A walk
-//! that cannot finish (argv truncated or unreadable, past the step bound, a byte the table
-//! cannot judge) takes the table's safe answer: the strongest verdict in it that is not an
-//! allow (fails closed).
+//! The input is a program token, then argv after argv[0] with its NUL separators. The token is
+//! read the ways the argv trie reads it (see `crate::argv`), and the exec gets the strongest
+//! verdict of every reading: the executed file's name; argv[0]'s last path component, when the
+//! caller chose another name (a multi-call program acts on it); and `NAME SUB` for either one
+//! spelled `NAME-SUB` (git-style dispatch; the first `-` splits). A walk that cannot finish
+//! (argv truncated or unreadable, past the step bound, a byte the table cannot judge) takes the
+//! table's safe answer: the strongest verdict in it that is not an allow (fails closed).
 
 use core::ffi::c_void;
 
@@ -41,6 +43,58 @@ pub struct PatternInput {
 
 /// [`PatternInput::args_from`] when argv after argv[0] cannot be found.
 const NO_ARGS: u32 = u32::MAX;
+
+/// Readings of the program token: the name, argv[0]'s last component, and each split.
+pub const PATTERN_READINGS: usize = 4;
+/// A [`Head`] in the exec scratch's name.
+const HEAD_NAME: u32 = 0;
+/// A [`Head`] in the exec scratch's pattern argv (argv[0]'s last component).
+const HEAD_ARGV0: u32 = 1;
+/// [`Head::split`] when no byte of the token is read as a separator.
+const NO_SPLIT: u32 = u32::MAX;
+
+/// Where one reading's program token lies: `len` bytes at `from` of the name ([`HEAD_NAME`])
+/// or of the pattern argv ([`HEAD_ARGV0`]). Byte `split` of it (a `-`) is read as the NUL
+/// between two tokens. Plain integers, for map memory (see [`PatternInput`]).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Head {
+    /// 0: not a reading of this exec (none such, or the same as another).
+    pub used: u32,
+    pub source: u32,
+    pub from: u32,
+    pub len: u32,
+    pub split: u32,
+}
+
+impl Head {
+    /// The whole input's first `len` bytes as they are (a file's path; an exec's name).
+    const fn whole(len: u32) -> Head {
+        Head {
+            used: 1,
+            source: HEAD_NAME,
+            from: 0,
+            len,
+            split: NO_SPLIT,
+        }
+    }
+}
+
+/// The exec's readings and what they decided, in the exec scratch: the `bpf_loop` callbacks
+/// that find the readings and walk them read and write it there.
+#[repr(C)]
+pub struct PatternReadings {
+    pub input: PatternInput,
+    pub heads: [Head; PATTERN_READINGS],
+    /// Where argv[0]'s last component starts, and the first `-` in it and in the name
+    /// ([`NO_SPLIT`]: none).
+    pub base: u32,
+    pub argv0_dash: u32,
+    pub name_dash: u32,
+    /// 1 when argv[0]'s last component is not the name.
+    pub differs: u32,
+    pub verdict: Verdict,
+}
 /// Bytes of argv searched for the end of argv[0].
 const ARGV0_SCAN_LEN: usize = 512;
 /// The input is an exec's (`EXEC_SCRATCH`: the file's name, then argv).
@@ -108,12 +162,206 @@ impl PatternInput {
     }
 }
 
-/// The strongest verdict of the three tables for this exec (none where no table is loaded).
+/// The strongest verdict of the three tables under every reading of the program token (none
+/// where no table is loaded). The readings are found by one `bpf_loop` over argv[0] and the
+/// name, and the walks (reading × table) run as another, whose callback the verifier checks
+/// once instead of twelve times.
 #[inline(always)]
 pub fn pattern_verdict(input: &PatternInput) -> Verdict {
-    walk_table(table::PROGRAM_NAME, input)
-        .strongest(walk_table(table::ARGV, input))
-        .strongest(walk_table(table::COMMAND_LINE, input))
+    // The exec program took its scratch before calling: never missing here (fails open).
+    let Some(scratch) = EXEC_SCRATCH.get_ptr_mut(0) else {
+        return Verdict::NONE;
+    };
+    // SAFETY: our per-CPU scratch, only this program on this CPU.
+    let readings = unsafe { &mut (*scratch).pattern_readings };
+    readings.input = *input;
+    readings.verdict = Verdict::NONE;
+    find_readings(readings);
+    // SAFETY: the callback takes its state from the scratch, not from the context pointer.
+    let ok = unsafe {
+        bpf_loop(
+            (PATTERN_READINGS * EXEC_TABLES) as u32,
+            walk_reading as *mut c_void,
+            core::ptr::null_mut(),
+            0,
+        )
+    };
+    // SAFETY: as above; read back from map memory after the loop.
+    let verdict = unsafe { core::ptr::read_volatile(&(*scratch).pattern_readings.verdict) };
+    // The loop did not run (no bpf_loop: the program would not have loaded): the safe answer
+    // of each table, as a walk that cannot run takes.
+    if ok < 0 {
+        return [table::PROGRAM_NAME, table::ARGV, table::COMMAND_LINE]
+            .iter()
+            .fold(Verdict::NONE, |kept, &t| kept.strongest(safe_verdict(t)));
+    }
+    verdict
+}
+
+/// The exec tables, walked for each reading.
+const EXEC_TABLES: usize = 3;
+
+/// Table `i` of the exec tables.
+#[inline(always)]
+fn exec_table(i: u64) -> u32 {
+    match i {
+        0 => table::PROGRAM_NAME,
+        1 => table::ARGV,
+        _ => table::COMMAND_LINE,
+    }
+}
+
+/// The safe answer of `table` (none when it holds nothing).
+#[inline(always)]
+fn safe_verdict(table: u32) -> Verdict {
+    match table_header(table) {
+        Some((_, header)) if !header.is_empty() => Outcome::Bound.verdict(header),
+        _ => Verdict::NONE,
+    }
+}
+
+/// Fills `readings.heads` (see the module docs): scans argv[0] for its last component and the
+/// first `-` in it, the name for its first `-`, then compares the component with the name.
+#[inline(always)]
+fn find_readings(readings: &mut PatternReadings) {
+    let input = readings.input;
+    readings.base = 0;
+    readings.argv0_dash = NO_SPLIT;
+    readings.name_dash = NO_SPLIT;
+    readings.differs = 0;
+    let argv0_len = if input.args_from == NO_ARGS {
+        0
+    } else {
+        input.args_from
+    };
+    // SAFETY (both loops): the callbacks take their state from the scratch.
+    unsafe {
+        bpf_loop(
+            argv0_len.max(input.name_len),
+            scan_byte as *mut c_void,
+            core::ptr::null_mut(),
+            0,
+        )
+    };
+    // What the callbacks wrote, read back as map memory (volatile: the compiler cannot see
+    // bpf_loop's callbacks write it, and would reuse the values stored before the loop).
+    let scanned = |field: &u32| unsafe { core::ptr::read_volatile(field) };
+    let base = scanned(&readings.base).min(argv0_len);
+    let base_len = argv0_len - base;
+    readings.differs = u32::from(base_len != input.name_len);
+    if readings.differs == 0 {
+        unsafe {
+            bpf_loop(
+                input.name_len,
+                compare_byte as *mut c_void,
+                core::ptr::null_mut(),
+                0,
+            )
+        };
+    }
+    // A split needs a NAME and a SUB: a `-` neither first nor last (as the argv trie reads it).
+    let split_at = |dash: u32, len: u32| dash != NO_SPLIT && dash > 0 && dash + 1 < len;
+    let by_argv0 = argv0_len > 0 && base_len > 0 && scanned(&readings.differs) != 0;
+    let (name_dash, argv0_dash) = (scanned(&readings.name_dash), scanned(&readings.argv0_dash));
+    let name = Head::whole(input.name_len);
+    let argv0 = Head {
+        used: u32::from(by_argv0),
+        source: HEAD_ARGV0,
+        from: base,
+        len: base_len,
+        split: NO_SPLIT,
+    };
+    let argv0_split = argv0_dash.saturating_sub(base);
+    readings.heads = [
+        name,
+        argv0,
+        Head {
+            used: u32::from(split_at(name_dash, input.name_len)),
+            split: name_dash,
+            ..name
+        },
+        Head {
+            used: u32::from(by_argv0 && argv0_dash != NO_SPLIT && split_at(argv0_split, base_len)),
+            split: argv0_split,
+            ..argv0
+        },
+    ];
+}
+
+/// Byte `index` of argv[0] and of the name (`bpf_loop` callback): tracks argv[0]'s last `/`
+/// and first `-` after it, and the name's first `-`.
+#[inline(never)]
+extern "C" fn scan_byte(index: u64, _ctx: *mut c_void) -> i64 {
+    let Some(scratch) = EXEC_SCRATCH.get_ptr_mut(0) else {
+        return 1;
+    };
+    // SAFETY: our per-CPU scratch.
+    let scratch = unsafe { &mut *scratch };
+    let i = index as usize;
+    let readings = &mut scratch.pattern_readings;
+    let args_from = readings.input.args_from;
+    if args_from != NO_ARGS && index < args_from as u64 {
+        match scratch.pattern_argv.get(i) {
+            Some(b'/') => {
+                readings.base = i as u32 + 1;
+                readings.argv0_dash = NO_SPLIT;
+            }
+            Some(b'-') if readings.argv0_dash == NO_SPLIT => readings.argv0_dash = i as u32,
+            _ => {}
+        }
+    }
+    if index < readings.input.name_len as u64
+        && readings.name_dash == NO_SPLIT
+        && scratch.name.name.get(i) == Some(&b'-')
+    {
+        readings.name_dash = i as u32;
+    }
+    0
+}
+
+/// Byte `index` of the name against argv[0]'s last component (`bpf_loop` callback): sets
+/// `differs` and stops at the first difference.
+#[inline(never)]
+extern "C" fn compare_byte(index: u64, _ctx: *mut c_void) -> i64 {
+    let Some(scratch) = EXEC_SCRATCH.get_ptr_mut(0) else {
+        return 1;
+    };
+    // SAFETY: our per-CPU scratch.
+    let scratch = unsafe { &mut *scratch };
+    let i = index as usize;
+    let at = scratch.pattern_readings.base as usize + i;
+    if scratch.name.name.get(i) != scratch.pattern_argv.get(at) {
+        scratch.pattern_readings.differs = 1;
+        return 1;
+    }
+    0
+}
+
+/// One (reading, table) walk (`bpf_loop` callback): reading `index / 3`, exec table
+/// `index % 3`, its verdict kept if stronger.
+#[inline(never)]
+extern "C" fn walk_reading(index: u64, _ctx: *mut c_void) -> i64 {
+    let Some(scratch) = EXEC_SCRATCH.get_ptr_mut(0) else {
+        return 1;
+    };
+    // SAFETY: our per-CPU scratch; re-read after the walk, which only reads it.
+    let (head, input) = unsafe {
+        let readings = &(*scratch).pattern_readings;
+        let Some(head) = readings.heads.get((index / EXEC_TABLES as u64) as usize) else {
+            return 1;
+        };
+        (*head, readings.input)
+    };
+    if head.used == 0 {
+        return 0;
+    }
+    let verdict = walk_table(exec_table(index % EXEC_TABLES as u64), &input, &head);
+    // SAFETY: as above.
+    unsafe {
+        let readings = &mut (*scratch).pattern_readings;
+        readings.verdict = readings.verdict.strongest(verdict);
+    }
+    0
 }
 
 /// Whether any of the exec tables (program name, argv, command line) holds patterns.
@@ -131,14 +379,15 @@ fn table_header(table: u32) -> Option<(u32, &'static DfaHeader)> {
     Some((slot, DFA_HEADERS.get(header_index(table, slot))?))
 }
 
-/// The verdict of one table for `input` (none when the table holds nothing).
+/// The verdict of one table for `input` as it is (a file's path; none when the table holds
+/// nothing).
 #[inline(always)]
 pub fn table_verdict(table: u32, input: &PatternInput) -> Verdict {
-    walk_table(table, input)
+    walk_table(table, input, &Head::whole(input.name_len))
 }
 
 #[inline(always)]
-fn walk_table(table: u32, input: &PatternInput) -> Verdict {
+fn walk_table(table: u32, input: &PatternInput, head: &Head) -> Verdict {
     // No slot or header: the maps hold no table yet (fails open, as before any policy).
     let Some((slot, header)) = table_header(table) else {
         return Verdict::NONE;
@@ -147,7 +396,7 @@ fn walk_table(table: u32, input: &PatternInput) -> Verdict {
     if header.is_empty() {
         return Verdict::NONE;
     }
-    walk(table, slot, header, input).verdict(header)
+    walk(table, slot, header, input, head).verdict(header)
 }
 
 /// A walk's state, shared with [`walk_byte`] through `bpf_loop`.
@@ -156,7 +405,11 @@ struct WalkState {
     source: u32,
     table: u32,
     slot: u32,
-    name_len: u32,
+    /// The program token (the whole path, for a file), as [`Head`] says.
+    head_source: u32,
+    head_from: u32,
+    head_len: u32,
+    split: u32,
     args_from: u32,
     walk: DfaWalk,
     /// [`GOING`], [`ENDED`] (decided: `walk.seen` holds the outcome) or [`BOUND`].
@@ -171,7 +424,7 @@ const BOUND: u8 = 2;
 /// checks one step instead of every iteration of a 575-byte loop (which it cannot: too many
 /// jumps to track).
 #[inline(always)]
-fn walk(table: u32, slot: u32, header: &DfaHeader, input: &PatternInput) -> Outcome {
+fn walk(table: u32, slot: u32, header: &DfaHeader, input: &PatternInput, head: &Head) -> Outcome {
     // An unknown path: the safe answer (fails closed).
     if input.source == SOURCE_FILE && input.complete == 0 {
         return Outcome::Bound;
@@ -185,12 +438,21 @@ fn walk(table: u32, slot: u32, header: &DfaHeader, input: &PatternInput) -> Outc
     } else {
         (input.args_from, input.args_len)
     };
-    let total = input.name_len + args_len;
+    // The program-name table reads the program alone: NAME of a split reading.
+    let (head_len, split) = if name_only && head.split != NO_SPLIT {
+        (head.split, NO_SPLIT)
+    } else {
+        (head.len, head.split)
+    };
+    let total = head_len + args_len;
     let mut state = WalkState {
         source: input.source,
         table,
         slot,
-        name_len: input.name_len,
+        head_source: head.source,
+        head_from: head.from,
+        head_len,
+        split,
         args_from,
         walk: DfaWalk::start(header),
         result: GOING,
@@ -252,13 +514,22 @@ fn input_byte(state: &WalkState, index: usize) -> Option<u8> {
         return FILE_SCRATCH.get(0)?.path.get(index).copied();
     }
     let scratch = EXEC_SCRATCH.get(0)?;
-    let name_len = state.name_len as usize;
-    if index < name_len {
-        scratch.name.name.get(index).copied()
+    let head_len = state.head_len as usize;
+    if index < head_len {
+        if index == state.split as usize {
+            Some(0)
+        } else if state.head_source == HEAD_ARGV0 {
+            scratch
+                .pattern_argv
+                .get(state.head_from as usize + index)
+                .copied()
+        } else {
+            scratch.name.name.get(index).copied()
+        }
     } else {
         scratch
             .pattern_argv
-            .get(state.args_from as usize + (index - name_len))
+            .get(state.args_from as usize + (index - head_len))
             .copied()
     }
 }

@@ -106,7 +106,7 @@ fn refusal(session: &mut TestSession, what: &str, pid_of: &str) -> (String, usiz
 }
 
 #[test]
-fn a_forbidden_program_regex_stops_the_exec_by_the_files_name() {
+fn a_forbidden_program_regex_stops_the_exec_by_the_files_name_and_by_argv0s() {
     let (dir, programs, options) = programs(&["gp-evil-tool", "gp-good-tool"]);
     let legacy = "# a legacy policy\n\
                   \n\
@@ -131,7 +131,8 @@ fn a_forbidden_program_regex_stops_the_exec_by_the_files_name() {
     assert!(file.ends_with("test.policy"), "{file}");
     assert_eq!(line, 3);
 
-    // argv[0] is the caller's choice: the executed file's name is what the regex reads.
+    // argv[0] is the caller's choice: the executed file's name is read whatever it says, and
+    // so is the name argv[0] gives (a multi-call program acts on it): the strongest of both.
     let out = run(
         &session,
         &programs[0],
@@ -152,12 +153,20 @@ fn a_forbidden_program_regex_stops_the_exec_by_the_files_name() {
         &["made-by-good"],
         &work,
     );
-    assert_ran(
+    assert_stopped(
         &out,
         "gp-good-tool as gp-evil-tool",
         &work,
         &["made-by-good"],
     );
+    let out = run(
+        &session,
+        &programs[1],
+        "gp-good-tool",
+        &["made-by-good"],
+        &work,
+    );
+    assert_ran(&out, "gp-good-tool", &work, &["made-by-good"]);
 }
 
 #[test]
@@ -339,6 +348,53 @@ fn the_kernel_walk_decides_as_the_userspace_walk_does() {
         "{refusals} of {} refused",
         cases.len()
     );
+}
+
+#[test]
+fn pattern_rules_hold_under_argv0_and_name_sub_readings_of_the_program() {
+    let (dir, programs, options) = programs(&["gptool", "gptool-push", "gpother"]);
+    let rules = "rule_set(deny=[\"exec(gptool push*)\"])\n";
+    let legacy = "forbid_program_regex(\"^gpevil\", \"no evil tools\")\n";
+    let Some(session) = session_from_files_or_skip(
+        dir,
+        &[("test.rules", rules), ("test.policy", legacy)],
+        options,
+    ) else {
+        return;
+    };
+    let work = work_dir(&session);
+    let (tool, tool_push, other) = (&programs[0], &programs[1], &programs[2]);
+    // (file, argv[0], args, stopped): each marker is the first argument, made only if it ran.
+    let cases: [(&PathBuf, &str, &[&str], bool); 8] = [
+        (tool, "gptool", &["push", "m1"], true),
+        // A hard link's name, `NAME-SUB`, is read as `NAME SUB`.
+        (tool_push, "gptool-push", &["m2"], true),
+        // argv[0] names another program than the file: both readings are decided.
+        (other, "gptool", &["push", "m3"], true),
+        (other, "gptool-push", &["m4"], true),
+        (other, "/no/such/dir/gptool-push", &["m5"], true),
+        // The program-name regex reads argv[0]'s name too.
+        (other, "gpevil", &["m6"], true),
+        // Neither reading matches: it runs.
+        (other, "gpother", &["push", "m7"], false),
+        (tool, "gptool", &["pull", "m8"], false),
+    ];
+    for (program, arg0, args, stopped) in cases {
+        let name = program.file_name().unwrap().to_str().unwrap();
+        let expected = session.image().patterns.decide_exec(name, arg0, args);
+        assert_eq!(
+            expected.is_some_and(|(d, _)| d != Decision::Allow),
+            stopped,
+            "{name} as {arg0} {args:?}: the userspace twin says {expected:?}"
+        );
+        let out = run(&session, program, arg0, args, &work);
+        let what = format!("{name} run as {arg0} {args:?}");
+        if stopped {
+            assert_stopped(&out, &what, &work, &args[args.len() - 1..]);
+        } else {
+            assert_ran(&out, &what, &work, &args[args.len() - 1..]);
+        }
+    }
 }
 
 /// The issue's ten `exec(*secretN*)` deny globs: each fits a table, all ten do not.

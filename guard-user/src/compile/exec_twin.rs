@@ -31,7 +31,7 @@ pub fn kernel_exec_decision(policy: &Policy, argv: &[String]) -> KernelExecDecis
         let name = executable_name(Path::new(program)).unwrap_or(program);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let compiled = compile_patterns(policy, 0);
-        let (decision, rule) = compiled.tables.decide(name, &args)?;
+        let (decision, rule) = compiled.tables.decide_exec(name, program, &args)?;
         Some(KernelExecDecision {
             decision,
             rule: compiled.rules.get(rule as usize).map(|r| r.text.clone()),

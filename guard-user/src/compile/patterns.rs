@@ -63,19 +63,35 @@ impl PatternTables {
     /// the tables as (decision, kernel rule id), `None` when no pattern matched. The program-
     /// name table reads the name; the others read the name, then NUL and each argument.
     pub fn decide(&self, name: &str, args: &[&str]) -> Option<(Decision, u32)> {
-        let mut input = name.as_bytes().to_vec();
-        for arg in args {
-            input.push(0);
-            input.extend_from_slice(arg.as_bytes());
-        }
+        self.decide_exec(name, name, args)
+    }
+
+    /// [`PatternTables::decide`] for an exec whose `argv[0]` is `argv0`: the strongest verdict
+    /// over every reading of the program token the kernel walks (the name; argv[0]'s last path
+    /// component when it is another name; `NAME SUB` for either spelled `NAME-SUB`).
+    pub fn decide_exec(&self, name: &str, argv0: &str, args: &[&str]) -> Option<(Decision, u32)> {
         let walked = |table: Option<&DfaTable>, bytes: &[u8]| {
             table.map_or(KernelVerdict::NONE, |t| {
                 dfa::walk_kernel(t, bytes).verdict(&t.header)
             })
         };
-        let verdict = walked(self.program_name.as_ref(), name.as_bytes())
-            .strongest(walked(self.argv.as_ref(), &input))
-            .strongest(walked(self.command_line.as_ref(), &input));
+        let verdict = program_readings(name, argv0).iter().fold(
+            KernelVerdict::NONE,
+            |kept, (program, split)| {
+                let mut input = program.as_bytes().to_vec();
+                if let Some(at) = split {
+                    input[*at] = 0;
+                }
+                let program_alone = &program.as_bytes()[..split.unwrap_or(program.len())];
+                for arg in args {
+                    input.push(0);
+                    input.extend_from_slice(arg.as_bytes());
+                }
+                kept.strongest(walked(self.program_name.as_ref(), program_alone))
+                    .strongest(walked(self.argv.as_ref(), &input))
+                    .strongest(walked(self.command_line.as_ref(), &input))
+            },
+        );
         let decision = crate::kernel::maps::decision_from_code(verdict.decision)?;
         Some((decision, verdict.rule))
     }
@@ -103,6 +119,31 @@ impl PatternTables {
         let decision = crate::kernel::maps::decision_from_code(verdict.decision)?;
         Some((decision, verdict.rule))
     }
+}
+
+/// The program tokens the kernel's pattern walk reads for an exec of the file `name` with
+/// `argv[0]` = `argv0`, each with the byte of it read as a separator (the `-` of `NAME-SUB`): the
+/// name; argv[0]'s last path component when it is not empty and not the name; and a split of
+/// each whose first `-` is neither its first nor its last byte.
+fn program_readings<'a>(name: &'a str, argv0: &'a str) -> Vec<(&'a str, Option<usize>)> {
+    let split = |token: &str| {
+        token
+            .find('-')
+            .filter(|&dash| dash > 0 && dash + 1 < token.len())
+    };
+    let base = argv0.rsplit('/').next().unwrap_or(argv0);
+    let mut readings = vec![(name, None)];
+    let by_argv0 = !base.is_empty() && base != name;
+    if by_argv0 {
+        readings.push((base, None));
+    }
+    if let Some(dash) = split(name) {
+        readings.push((name, Some(dash)));
+    }
+    if by_argv0 && let Some(dash) = split(base) {
+        readings.push((base, Some(dash)));
+    }
+    readings
 }
 
 /// What [`compile_patterns`] made: the tables (with the patterns they leave out) and the rules

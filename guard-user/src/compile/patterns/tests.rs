@@ -52,7 +52,18 @@ fn each_form_goes_to_its_table_and_names_its_file_and_line() {
     assert_eq!(decision, Decision::Forbidden);
     assert_eq!(origin_of(&compiled, 100, rule), "team.rules:2");
     assert_eq!(tables.decide("rm", &["-r", "x"]), None);
-
+    // Every reading of the program token counts: argv[0]'s name, and NAME-SUB as NAME SUB
+    // (so the SUB of `x-y--force` is an argument, which holds the forbidden substring).
+    let forbidden = |name: &str, argv0: &str, args: &[&str]| {
+        tables.decide_exec(name, argv0, args).map(|d| d.0) == Some(Decision::Forbidden)
+    };
+    assert!(forbidden("true", "/bin/evil-tool", &[]));
+    assert!(forbidden("true", "rm", &["-rf", "/"]));
+    assert!(forbidden("x-y--force", "x-y--force", &[]));
+    assert!(forbidden("true", "a/x-y--force", &[]));
+    // A split needs a NAME and a SUB; the program token itself is no argument.
+    assert_eq!(tables.decide_exec("-y--force", "-y--force", &[]), None);
+    assert_eq!(tables.decide_exec("true", "true", &["x"]), None);
     let (decision, _) = tables.decide_path(Tool::Read, "/home/a/.env").unwrap();
     assert_eq!(decision, Decision::Prompt);
     let (decision, _) = tables

@@ -397,20 +397,23 @@ fn pattern_rules_hold_under_argv0_and_name_sub_readings_of_the_program() {
     }
 }
 
-/// The ten `exec(*secretN*)` deny globs: each fits a table, all ten do not.
-fn ten_secret_globs() -> String {
-    let globs: Vec<String> = (0..10).map(|i| format!("\"exec(*secret{i}*)\"")).collect();
-    format!("# secrets\nrule_set(deny=[{}])\n", globs.join(", "))
+/// Ten `exec(*secretN*)` deny globs, each in a rule set of its own: ten match sets, each fits a
+/// table, all ten do not.
+fn ten_secret_rule_sets() -> String {
+    let sets: String = (0..10)
+        .map(|i| format!("rule_set(deny=[\"exec(*secret{i}*)\"])\n"))
+        .collect();
+    format!("# secrets\n{sets}")
 }
 
 #[test]
-fn deny_globs_the_kernel_cannot_hold_refuse_the_start_and_one_that_fits_stops_the_exec() {
+fn deny_globs_the_kernel_cannot_hold_refuse_the_start_and_one_rule_sets_ten_globs_stop_the_exec() {
     if !guard_tests::kernel::root_or_skip() {
         return;
     }
     let dir = tempfile::tempdir().expect("making a temporary folder");
     let path = dir.path().join("secrets.rules");
-    std::fs::write(&path, ten_secret_globs()).unwrap();
+    std::fs::write(&path, ten_secret_rule_sets()).unwrap();
     let loaded = guard::policy::load::load_policy(&[path], &[]).unwrap();
     let options = SessionOptions {
         backend: Some(guard_tests::kernel::backend()),
@@ -421,27 +424,34 @@ fn deny_globs_the_kernel_cannot_hold_refuse_the_start_and_one_that_fits_stops_th
     };
     let err = format!("{err:#}");
     assert!(err.contains("cannot hold the deny rule"), "{err}");
-    assert!(err.contains("secrets.rules:2"), "{err}");
+    assert!(
+        err.contains("secrets.rules:1"),
+        "a rule late in the file: {err}"
+    );
     assert!(
         err.contains("the limit is") && err.contains("fix:"),
         "{err}"
     );
 
+    // The case as one writes it, ten globs in one rule set: one match set, held.
+    let globs: Vec<String> = (0..10).map(|i| format!("\"exec(*secret{i}*)\"")).collect();
     let Some(session) = guard_tests::kernel::session_or_skip(
-        "rule_set(deny=[\"exec(*secret1*)\"])\n",
+        &format!("rule_set(deny=[{}])\n", globs.join(", ")),
         SessionOptions::default(),
     ) else {
         return;
     };
     let work = work_dir(&session);
     let echo = guard_tests::kernel::system_program(&["/bin/echo", "/usr/bin/echo"]);
-    let out = run(&session, &echo, "echo", &["secret1x"], &work);
-    assert!(
-        killed(&out.status) && out.stdout.is_empty(),
-        "echo secret1x ran: {} {:?}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout)
-    );
+    for secret in ["secret1x", "secret9x"] {
+        let out = run(&session, &echo, "echo", &[secret], &work);
+        assert!(
+            killed(&out.status) && out.stdout.is_empty(),
+            "echo {secret} ran: {} {:?}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
     let out = run(&session, &echo, "echo", &["public"], &work);
     assert_ran(&out, "echo public", &work, &[]);
 }

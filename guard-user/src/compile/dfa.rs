@@ -101,6 +101,37 @@ impl DfaPattern {
 }
 
 impl DfaPattern {
+    /// One pattern that matches where any of `members` does, with `verdict`: patterns of one
+    /// verdict as one match set, so a table of many holds the union, not every combination
+    /// of them (`MatchKind::All` keeps a set per pattern: ten `*secretN*` globs need 2^10).
+    ///
+    /// Members that end in "anything" (a glob's trailing `*`, the regex's `.*$`) share one
+    /// tail: `(?:A|B).*$` for `A.*$|B.*$`, the same language, but once one has matched the
+    /// automaton is in one tail state whichever it was, instead of remembering every member
+    /// that has matched so far (2^n states for n `*…*` globs).
+    pub fn any_of(members: &[DfaPattern], verdict: Verdict) -> Self {
+        let (mut tailed, mut whole) = (Vec::new(), Vec::new());
+        for member in members {
+            match strip_any_tail(&member.regex) {
+                Some(head) => tailed.push(format!("(?:{head})")),
+                None => whole.push(format!("(?:{})", member.regex)),
+            }
+        }
+        let mut branches = whole;
+        if !tailed.is_empty() {
+            branches.insert(0, format!("(?-u)(?:{}){ANY_TAIL}", tailed.join("|")));
+        }
+        DfaPattern {
+            written: members
+                .iter()
+                .map(|m| m.written.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            regex: branches.join("|"),
+            verdict,
+        }
+    }
+
     /// A `read(...)` / `write(...)` subject glob of a rule set, over a file's absolute path:
     /// one pattern per glob it stands for (a `dir/**` pattern also covers `dir` itself).
     pub fn path_glob(glob: &str, verdict: Verdict) -> Result<Vec<Self>, DfaError> {
@@ -117,6 +148,18 @@ impl DfaPattern {
             })
             .collect())
     }
+}
+
+/// How a glob's regex ends in "anything": globset writes a trailing `*` as `.*$`, with Unicode
+/// off (`(?-u)` at its start).
+const ANY_TAIL: &str = ".*$";
+
+/// `regex` without its trailing [`ANY_TAIL`], when it has one (an escaped `\.*$` is a literal
+/// dot, not "anything") and is byte-oriented as a glob's is (`(?-u)` first).
+fn strip_any_tail(regex: &str) -> Option<&str> {
+    let head = regex.strip_suffix(ANY_TAIL)?;
+    let escapes = head.chars().rev().take_while(|&c| c == '\\').count();
+    (regex.starts_with("(?-u)") && escapes % 2 == 0).then_some(head)
 }
 
 /// Why a pattern set has no table.

@@ -206,6 +206,8 @@ pub fn compile_patterns(policy: &Policy, first_rule: u32) -> CompiledPatterns {
             }
         }
     }
+    let command_line = gathered.exec_glob_patterns();
+    gathered.command_line.extend(command_line);
     let mut left_out = gathered.left_out;
     let mut tables = PatternTables {
         program_name: table(InputKind::ProgramName, gathered.program_name, &mut left_out),
@@ -227,6 +229,9 @@ pub fn compile_patterns(policy: &Policy, first_rule: u32) -> CompiledPatterns {
     }
 }
 
+/// Globs a tier's summary names before "N more".
+const SUMMARY_GLOBS: usize = 10;
+
 #[derive(Default)]
 struct Gathered {
     first_rule: u32,
@@ -239,6 +244,18 @@ struct Gathered {
     file_rules: Vec<FileRule>,
     connect_rules: Vec<u32>,
     left_out: Vec<LeftOut>,
+    /// Rule-set `exec(...)` globs, grouped into the command-line table at the end.
+    exec_globs: Vec<ExecGlob>,
+}
+
+/// One rule-set `exec(...)` glob on its way to the command-line table.
+struct ExecGlob {
+    /// Globs of one tier of one `rule_set(...)` call share a table pattern.
+    tier: (Decision, Option<RuleOrigin>),
+    /// As written (`exec(*secret*)`).
+    text: String,
+    glob: String,
+    pattern: DfaPattern,
 }
 
 impl Gathered {
@@ -290,9 +307,18 @@ impl Gathered {
             let compiled = match (tool, glob) {
                 // A bare pattern matches every call: the empty regex, over the shortest input.
                 (_, None) => Ok(vec![DfaPattern::program_regex("", verdict)]),
-                (Tool::Exec, Some(glob)) => {
-                    DfaPattern::command_glob(glob, verdict).map(|p| vec![p])
-                }
+                (Tool::Exec, Some(glob)) => match DfaPattern::command_glob(glob, verdict) {
+                    Ok(compiled) => {
+                        self.exec_globs.push(ExecGlob {
+                            tier: (decision, origin.cloned()),
+                            text: pattern.text().to_string(),
+                            glob: glob.to_string(),
+                            pattern: compiled,
+                        });
+                        continue;
+                    }
+                    Err(err) => Err(err),
+                },
                 (_, Some(glob)) => DfaPattern::path_glob(glob, verdict),
             };
             let table = match tool {
@@ -310,6 +336,59 @@ impl Gathered {
                 }),
             }
         }
+    }
+
+    /// The command-line table's patterns: each tier of each rule set as one pattern (see
+    /// [`DfaPattern::any_of`]), in the order the tiers first appear, named by a rule of its
+    /// own that lists its globs when it has several. A table holds one match set per tier,
+    /// so tens of `*…*` deny globs fit where each on its own set would need 2^n states; an
+    /// exec the tier stops names the tier's `rule_set(...)` line and its globs.
+    fn exec_glob_patterns(&mut self) -> Vec<DfaPattern> {
+        let mut tiers: Vec<Vec<ExecGlob>> = Vec::new();
+        for glob in std::mem::take(&mut self.exec_globs) {
+            match tiers.iter_mut().find(|t| t[0].tier == glob.tier) {
+                Some(tier) => tier.push(glob),
+                None => tiers.push(vec![glob]),
+            }
+        }
+        let mut patterns = Vec::new();
+        for mut tier in tiers {
+            if tier.len() == 1 {
+                patterns.push(tier.remove(0).pattern);
+                continue;
+            }
+            // A tier too large as one pattern is held glob by glob, so that the globs that fit
+            // are held and the one that does not is named alone.
+            let joined: Vec<DfaPattern> = tier.iter().map(|g| g.pattern.clone()).collect();
+            let probe = DfaPattern::any_of(&joined, KernelVerdict::NONE);
+            if dfa::compile_set(InputKind::CommandLine, std::slice::from_ref(&probe)).is_err() {
+                patterns.extend(tier.into_iter().map(|g| g.pattern));
+                continue;
+            }
+            let (decision, origin) = tier[0].tier.clone();
+            let texts: Vec<String> = tier.iter().map(|g| format!("{:?}", g.text)).collect();
+            // The summary a blocked-request message quotes stays short; the text lists all.
+            let mut globs: Vec<String> = tier.iter().map(|g| format!("`{}`", g.glob)).collect();
+            if globs.len() > SUMMARY_GLOBS {
+                let more = globs.len() - SUMMARY_GLOBS;
+                globs.truncate(SUMMARY_GLOBS);
+                globs.push(format!("{more} more"));
+            }
+            let rule = self.rule(KernelRule {
+                kind: KernelRuleKind::RuleSet,
+                text: format!("rule_set({}=[{}])", tier_name(decision), texts.join(", ")),
+                summary: format!("commands matching any of {}", globs.join(", ")),
+                decision,
+                justification: None,
+                origin,
+            });
+            let members: Vec<DfaPattern> = tier.into_iter().map(|g| g.pattern).collect();
+            patterns.push(DfaPattern::any_of(
+                &members,
+                KernelVerdict::new(decision, rule, false),
+            ));
+        }
+        patterns
     }
 
     fn rule(&mut self, rule: KernelRule) -> u32 {

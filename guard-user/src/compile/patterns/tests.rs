@@ -116,10 +116,45 @@ fn a_pattern_the_kernel_cannot_hold_is_named_and_the_others_are_kept() {
     assert!(compiled.tables.decide("rm", &["-rf", "/"]).is_some());
 }
 
-/// Ten globs that each fit but not together (the issue's `exec(*secretN*)`).
+/// Globs that each fit but not together: `exec(*secretN*)`, each in a rule set of its own
+/// (one match set each; the tier of one rule set is one match set, see below).
 fn secret_globs(tier: &str, n: usize) -> String {
-    let globs: Vec<String> = (0..n).map(|i| format!("\"exec(*secret{i}*)\"")).collect();
-    format!("rule_set({tier}=[{}])\n", globs.join(", "))
+    (0..n)
+        .map(|i| format!("rule_set({tier}=[\"exec(*secret{i}*)\"])\n"))
+        .collect()
+}
+
+#[test]
+fn the_globs_of_one_rule_set_tier_are_one_pattern_named_by_the_tier() {
+    // The ten `exec(*secretN*)` deny globs, as one writes them: one rule set.
+    let globs: Vec<String> = (0..10).map(|i| format!("\"exec(*secret{i}*)\"")).collect();
+    let text = format!(
+        "rule_set(deny=[{}], allow=[\"exec(echo *)\"])\n",
+        globs.join(", ")
+    );
+    let compiled = compile_patterns(&policy(&text, None), 0);
+    assert!(
+        compiled.tables.left_out.is_empty(),
+        "{:?}",
+        compiled.tables.left_out
+    );
+    for secret in ["secret0x", "a secret9 b"] {
+        let (decision, rule) = compiled.tables.decide("echo", &[secret]).unwrap();
+        assert_eq!(decision, Decision::Forbidden, "{secret}");
+        let rule = &compiled.rules[rule as usize];
+        assert!(
+            rule.text
+                .starts_with("rule_set(deny=[\"exec(*secret0*)\", \"exec(*secret1*)\"")
+                && rule.summary.contains("`*secret9*`"),
+            "{rule:?}"
+        );
+    }
+    let (decision, rule) = compiled.tables.decide("echo", &["public"]).unwrap();
+    assert_eq!(decision, Decision::Allow);
+    assert_eq!(
+        compiled.rules[rule as usize].text,
+        "rule_set(allow=[\"exec(echo *)\"])"
+    );
 }
 
 #[test]

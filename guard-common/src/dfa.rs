@@ -59,9 +59,6 @@ pub const DFA_ROW_ENTRIES: u32 = DFA_HEADER_ENTRIES * DFA_MAX_STATES as u32;
 /// userspace subject differ from the kernel's bytes, e.g. one shell quoting would quote). A
 /// walk that meets it ends with the safe answer.
 pub const DFA_CLASS_UNSURE: u8 = 0xff;
-/// [`DfaHeader::flags`]: the input is NUL-separated words (argv, no trailing NUL) rendered as
-/// space-separated text; an empty word renders as `''`, so it ends the walk with the safe answer.
-pub const DFA_INPUT_WORDS: u16 = 1;
 /// [`DfaRow::flags`]: no input leads from here to a match; the walk can stop.
 pub const DFA_ROW_DEAD: u16 = 1;
 
@@ -75,6 +72,7 @@ pub struct DfaHeader {
     pub states: u16,
     /// Byte classes in use (`<= DFA_MAX_CLASSES`).
     pub classes: u16,
+    /// Reserved: 0 (keeps the layout the programs and maps share).
     pub flags: u16,
     /// The safe answer when a walk cannot finish: the strongest verdict in the table that is
     /// not an allow (an allow that cannot be checked in full does not allow), else none.
@@ -146,13 +144,11 @@ impl Outcome {
     }
 }
 
-/// A walk in progress: the row it is at, the strongest verdict so far and whether the last
-/// byte was a word separator (for [`DFA_INPUT_WORDS`]).
+/// A walk in progress: the row it is at and the strongest verdict so far.
 #[derive(Clone, Copy, Debug)]
 pub struct DfaWalk {
     pub state: u16,
     pub seen: Verdict,
-    pub after_separator: bool,
 }
 
 /// What one step says.
@@ -169,8 +165,6 @@ impl DfaWalk {
         DfaWalk {
             state: header.start,
             seen: Verdict::NONE,
-            // The first word starts here: an input that begins with NUL has an empty word.
-            after_separator: true,
         }
     }
 
@@ -180,13 +174,6 @@ impl DfaWalk {
         let class = header.class_of[byte as usize];
         if class == DFA_CLASS_UNSURE || class as usize >= DFA_MAX_CLASSES {
             return Step::Done(Outcome::Bound);
-        }
-        if header.flags & DFA_INPUT_WORDS != 0 {
-            let separator = byte == 0;
-            if separator && self.after_separator {
-                return Step::Done(Outcome::Bound);
-            }
-            self.after_separator = separator;
         }
         self.state = row.next[class as usize];
         Step::Go
@@ -211,11 +198,7 @@ impl DfaWalk {
 
     /// The input ended at `row` (the row at [`DfaWalk::state`]).
     #[inline(always)]
-    pub fn finish(&mut self, header: &DfaHeader, row: &DfaRow) -> Outcome {
-        if header.flags & DFA_INPUT_WORDS != 0 && self.after_separator {
-            // An empty input or a trailing NUL: the last word is empty.
-            return Outcome::Bound;
-        }
+    pub fn finish(&mut self, row: &DfaRow) -> Outcome {
         self.seen = self.seen.strongest(row.at_end);
         self.outcome()
     }

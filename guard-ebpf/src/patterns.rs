@@ -484,7 +484,7 @@ fn walk(table: u32, slot: u32, header: &DfaHeader, input: &PatternInput, head: &
                 return Outcome::Bound;
             }
             match DFA_ROWS.get(row_index(table, slot, state.walk.state)) {
-                Some(row) => state.walk.finish(header, row),
+                Some(row) => state.walk.finish(row),
                 None => Outcome::Bound,
             }
         }

@@ -141,9 +141,9 @@ pub const LEFT_OUT: &str = "the kernel's pattern tables do not hold it (`guard c
      decides it)";
 
 /// How to make a left-out pattern fit.
-pub const LEFT_OUT_FIX: &str = "merge or shorten the patterns (one `exec(*secret*)` instead of \
-     one glob per name, fewer `?` and `*` in a row), write exact commands as prefix_rule, or \
-     split the rules so each table holds fewer patterns";
+pub const LEFT_OUT_FIX: &str = "merge or shorten the patterns (globs of one decision in one \
+     rule_set, which the kernel holds as one; one `exec(*secret*)` instead of one glob per \
+     name; fewer `?` and `*` in a row), or write exact commands as prefix_rule";
 
 /// Deny rules the kernel cannot hold: guard refuses to enforce a policy with one, rather than
 /// run the command with a denial that silently holds nothing.

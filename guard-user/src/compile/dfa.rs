@@ -485,7 +485,7 @@ pub fn walk(table: &DfaTable, input: &[u8], max_steps: usize) -> Outcome {
         }
     }
     match row(walk.state) {
-        Some(last) => walk.finish(header, last),
+        Some(last) => walk.finish(last),
         None => Outcome::Bound,
     }
 }

@@ -80,43 +80,9 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let target = SocketAddr::new(ip, port);
-    let result = match call.as_str() {
-        "tcp" => TcpStream::connect_timeout(&target, Duration::from_secs(5)).map(drop),
-        "udp-connect" | "udp-sendto" => {
-            // A failure here is not the call under test: say so instead of printing an errno.
-            let socket = match udp_socket(ip) {
-                Ok(socket) => socket,
-                Err(err) => {
-                    eprintln!("net-probe: cannot make a UDP socket: {err}");
-                    return ExitCode::from(2);
-                }
-            };
-            if call == "udp-connect" {
-                socket.connect(target)
-            } else {
-                socket.send_to(b"guard", target).map(drop)
-            }
-        }
-        other => {
-            eprintln!("net-probe: unknown call {other:?} (tcp, udp-connect, udp-sendto)");
-            return ExitCode::from(2);
-        }
-    };
-    match result {
-        Ok(()) => {
-            println!("ok");
-            ExitCode::SUCCESS
-        }
-        Err(err) => match err.raw_os_error() {
-            Some(errno) => {
-                println!("errno {errno}");
-                ExitCode::from(1)
-            }
-            None => {
-                eprintln!("net-probe: {err}");
-                ExitCode::from(2)
-            }
-        },
+    match one_call(call, target, None) {
+        Ok(result) => report(result),
+        Err(code) => code,
     }
 }
 
@@ -130,18 +96,33 @@ fn from_bound(source: &str, call: &str, addr: &str, port: &str) -> ExitCode {
         eprintln!("usage: net-probe from SRC tcp|udp-connect|udp-sendto ADDR PORT");
         return ExitCode::from(2);
     };
-    let target = SocketAddr::new(ip, port);
-    let bound = SocketAddr::new(source, 0);
-    let result = match call {
-        "tcp" => bound_tcp_connect(bound, target),
+    match one_call(call, SocketAddr::new(ip, port), Some(source)) {
+        Ok(result) => report(result),
+        Err(code) => code,
+    }
+}
+
+/// One `call` to `target`, from a socket bound to `source` (port 0) when given. `Err`: the call
+/// could not be set up, which is not the call under test (said on stderr, exit 2).
+fn one_call(
+    call: &str,
+    target: SocketAddr,
+    source: Option<IpAddr>,
+) -> Result<io::Result<()>, ExitCode> {
+    Ok(match call {
+        "tcp" => match source {
+            None => TcpStream::connect_timeout(&target, Duration::from_secs(5)).map(drop),
+            Some(source) => bound_tcp_connect(SocketAddr::new(source, 0), target),
+        },
         "udp-connect" | "udp-sendto" => {
-            let socket = match UdpSocket::bind(bound) {
-                Ok(socket) => socket,
-                Err(err) => {
-                    eprintln!("net-probe: cannot bind a UDP socket to {bound}: {err}");
-                    return ExitCode::from(2);
-                }
-            };
+            let socket = match source {
+                None => udp_socket(target.ip()),
+                Some(source) => UdpSocket::bind(SocketAddr::new(source, 0)),
+            }
+            .map_err(|err| {
+                eprintln!("net-probe: cannot make a UDP socket: {err}");
+                ExitCode::from(2)
+            })?;
             if call == "udp-connect" {
                 socket.connect(target)
             } else {
@@ -150,10 +131,9 @@ fn from_bound(source: &str, call: &str, addr: &str, port: &str) -> ExitCode {
         }
         other => {
             eprintln!("net-probe: unknown call {other:?} (tcp, udp-connect, udp-sendto)");
-            return ExitCode::from(2);
+            return Err(ExitCode::from(2));
         }
-    };
-    report(result)
+    })
 }
 
 /// A TCP connect from a socket bound to `bound` first (std has no bind-then-connect).

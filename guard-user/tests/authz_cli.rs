@@ -67,14 +67,14 @@ fn json_output_shape_and_exit_codes_with_the_builtin_policy() {
         sandbox.check_json(&own),
         (
             0,
-            json!({"decision": "allow", "rule": 1, "obligations": []})
+            json!({"decision": "allow", "rule": 2, "obligations": []})
         )
     );
     // The exact line, key order included.
     let out = sandbox.check(&[&["--json"], &own[..]].concat());
     assert_eq!(
         out.stdout,
-        "{\"decision\":\"allow\",\"rule\":1,\"obligations\":[]}\n"
+        "{\"decision\":\"allow\",\"rule\":2,\"obligations\":[]}\n"
     );
     assert_eq!(out.stderr, "");
 
@@ -101,8 +101,14 @@ fn json_output_shape_and_exit_codes_with_the_builtin_policy() {
         sandbox.check_json(&["--subject", ROOT, "--action", "reload"]),
         (
             0,
-            json!({"decision": "allow", "rule": 0, "obligations": []})
+            json!({"decision": "allow", "rule": 1, "obligations": []})
         )
+    );
+    // Root inside a guard scope may not reload (rule 0, before root's own).
+    let scoped_root = r#"{"sub": "root", "attrs": {"uid": ["0"], "in_guard_scope": ["true"]}}"#;
+    assert_eq!(
+        sandbox.check_json(&["--subject", scoped_root, "--action", "reload"]),
+        (1, json!({"decision": "deny", "rule": 0, "obligations": []}))
     );
 }
 
@@ -123,7 +129,7 @@ fn admin_group_applies_to_the_builtin_policy() {
         sandbox.check_json(&with_group),
         (
             0,
-            json!({"decision": "allow", "rule": 1, "obligations": []})
+            json!({"decision": "allow", "rule": 2, "obligations": []})
         )
     );
     // The group is the built-in policy's: it cannot go with a policy file.
@@ -148,7 +154,7 @@ fn human_output_names_the_rule() {
     out.assert_code(0);
     assert_eq!(
         out.stdout,
-        "allow: rule 1 (allow [audit] when entity=audit, resource.owner=$sub)\n"
+        "allow: rule 2 (allow [audit] when entity=audit, resource.owner=$sub)\n"
     );
     let out = sandbox.check(&["--subject", ALICE, "--action", "status"]);
     out.assert_code(1);
@@ -421,8 +427,10 @@ fn default_prints_a_policy_that_parses_back_and_decides_the_same() {
         let out = sandbox.run(&args);
         out.assert_code(0);
         let printed: Value = serde_json::from_str(&out.stdout).expect("default prints JSON");
-        let mut expected =
-            vec![json!({"effect": "allow", "actions": ["*"], "when": {"uid": ["0"]}})];
+        let mut expected = vec![
+            json!({"effect": "deny", "actions": ["approve", "amend", "reload"], "when": {"in_guard_scope": ["true"]}}),
+            json!({"effect": "allow", "actions": ["*"], "when": {"uid": ["0"]}}),
+        ];
         if let Some(group) = group {
             expected
                 .push(json!({"effect": "allow", "actions": ["*"], "when": {"groups": [group]}}));

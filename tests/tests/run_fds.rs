@@ -18,6 +18,17 @@ use guard_tests::kernel::{root_or_skip, wait_output};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Held by every test here that starts `guard run` or a daemon: each start removes the scopes
+/// a killed `guard run` left, so one running beside the kill -9 test would clean up (and say
+/// so) in its place.
+static STARTS_GUARD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_guard_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    STARTS_GUARD
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// `guard run [--preserve-fds N] -- sh -c SCRIPT` with an open file without CLOEXEC at fd 3 and
 /// a connected loopback socket at fd 4 (both made here, outside any scope).
 fn run_with_inherited(
@@ -64,6 +75,7 @@ fn inherited_descriptors_do_not_reach_the_command_unless_preserved() {
     if !root_or_skip() {
         return;
     }
+    let _one = one_guard_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inherited");
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -174,6 +186,7 @@ fn a_kill_9_of_guard_run_leaves_nothing_past_the_next_run_or_daemon_start() {
     if !root_or_skip() {
         return;
     }
+    let _one = one_guard_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let rules = dir.path().join("test.rules");
     std::fs::write(

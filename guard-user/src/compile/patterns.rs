@@ -308,6 +308,8 @@ impl Gathered {
                 // A bare pattern matches every call: the empty regex, over the shortest input.
                 (_, None) => Ok(vec![DfaPattern::program_regex("", verdict)]),
                 (Tool::Exec, Some(glob)) => match DfaPattern::command_glob(glob, verdict) {
+                    // Held back: joined with its tier's other globs at the end
+                    // (`exec_glob_patterns`), not put in the table one by one.
                     Ok(compiled) => {
                         self.exec_globs.push(ExecGlob {
                             tier: (decision, origin.cloned()),

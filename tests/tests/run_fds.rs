@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use guard::kernel::scope::cgroup_pids;
 use guard_tests::daemon::{DaemonSetup, TestDaemon, guard_bin, text};
 use guard_tests::kernel::{root_or_skip, wait_output};
 
@@ -29,6 +30,17 @@ fn one_guard_at_a_time() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// A rules file in `dir` whose one rule matches nothing these tests run.
+fn write_rules(dir: &Path) -> PathBuf {
+    let rules = dir.join("test.rules");
+    std::fs::write(
+        &rules,
+        "prefix_rule(pattern=[\"never-run-this\"], decision=\"forbidden\")\n",
+    )
+    .unwrap();
+    rules
+}
+
 /// `guard run [--preserve-fds N] -- sh -c SCRIPT` with an open file without CLOEXEC at fd 3 and
 /// a connected loopback socket at fd 4 (both made here, outside any scope).
 fn run_with_inherited(
@@ -38,12 +50,7 @@ fn run_with_inherited(
     socket: &std::net::TcpStream,
 ) -> Output {
     let dir = tempfile::tempdir().unwrap();
-    let rules = dir.path().join("test.rules");
-    std::fs::write(
-        &rules,
-        "prefix_rule(pattern=[\"never-run-this\"], decision=\"forbidden\")\n",
-    )
-    .unwrap();
+    let rules = write_rules(dir.path());
     let mut command = Command::new(guard_bin());
     command.args(["run", "--rules"]).arg(&rules);
     if let Some(n) = preserve {
@@ -128,14 +135,6 @@ fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     done()
 }
 
-fn procs(cgroup: &Path) -> Vec<u32> {
-    std::fs::read_to_string(cgroup.join("cgroup.procs"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
 /// Starts `guard run -- sleep 60` and kills it with SIGKILL once its command runs: the scope it
 /// leaves, and the pid of the command still running in it.
 fn kill_9_a_guard_run(rules: &Path) -> (PathBuf, u32) {
@@ -153,7 +152,7 @@ fn kill_9_a_guard_run(rules: &Path) -> (PathBuf, u32) {
         .unwrap()
         .join(guard::kernel::scope::STANDALONE_PARENT)
         .join(format!("run-{}-0", child.id()));
-    let running = wait_for(Duration::from_secs(30), || !procs(&scope).is_empty());
+    let running = wait_for(Duration::from_secs(30), || !cgroup_pids(&scope).is_empty());
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(
@@ -161,7 +160,7 @@ fn kill_9_a_guard_run(rules: &Path) -> (PathBuf, u32) {
         "guard run's command started in {}",
         scope.display()
     );
-    let command = procs(&scope)[0];
+    let command = cgroup_pids(&scope)[0];
     assert!(
         scope.exists() && Path::new(&format!("/proc/{command}")).exists(),
         "the kill -9 left the scope and its command behind (what this test is about)"
@@ -188,12 +187,7 @@ fn a_kill_9_of_guard_run_leaves_nothing_past_the_next_run_or_daemon_start() {
     }
     let _one = one_guard_at_a_time();
     let dir = tempfile::tempdir().unwrap();
-    let rules = dir.path().join("test.rules");
-    std::fs::write(
-        &rules,
-        "prefix_rule(pattern=[\"never-run-this\"], decision=\"forbidden\")\n",
-    )
-    .unwrap();
+    let rules = write_rules(dir.path());
 
     let (scope, command) = kill_9_a_guard_run(&rules);
     let next = wait_output(

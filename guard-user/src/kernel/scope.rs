@@ -148,8 +148,8 @@ pub fn join_from_pre_exec(procs: &CString) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The processes of cgroup `path` (not of its children).
-fn cgroup_pids(path: &Path) -> Vec<u32> {
+/// The processes of cgroup `path` (not of its children); none when it cannot be read.
+pub fn cgroup_pids(path: &Path) -> Vec<u32> {
     std::fs::read_to_string(path.join("cgroup.procs"))
         .unwrap_or_default()
         .lines()

@@ -121,6 +121,35 @@ pub struct Settings {
     pub socket_kinds: u8,
 }
 
+/// Where the scope's DNS traffic goes (one entry, index 0): guard's resolver, listening on
+/// 127.0.0.1 and ::1 at `port`. The cgroup connect and sendmsg programs send every TCP and UDP
+/// call to [`DNS_PORT`] there instead, and the recvmsg programs make its replies seem to come
+/// from the address that was asked.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DnsRedirect {
+    /// The resolver's port (host order); 0: DNS is not redirected.
+    pub port: u16,
+    /// Non-zero on the `lsm` backend: the cgroup programs only redirect, the LSM hooks decide.
+    pub redirect_only: u8,
+    pub _pad: u8,
+}
+
+/// The port DNS is asked on (UDP and TCP).
+pub const DNS_PORT: u16 = 53;
+
+/// A redirected socket's destination as the program gave it, keyed by socket cookie.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DnsOriginal {
+    /// The address (IPv4: the first 4 bytes), network order.
+    pub addr: [u8; 16],
+    /// Network order.
+    pub port: u16,
+    /// AF_INET or AF_INET6.
+    pub family: u16,
+}
+
 /// Program identity: the executed file's device (kernel `dev_t`: major << 20 | minor) and inode.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -278,7 +307,9 @@ pub mod counter {
     pub const NET_FAILED_OPEN: u32 = 14;
     /// File operations that failed open (`lsm` backend: the scratch map or file unreadable).
     pub const FILE_FAILED_OPEN: u32 = 15;
-    pub const COUNT: u32 = 16;
+    /// DNS queries (connects and sends to port 53) sent to guard's resolver instead.
+    pub const DNS_REDIRECTED: u32 = 16;
+    pub const COUNT: u32 = 17;
     /// The slots that count decisions that failed open: each should stay 0.
     pub const FAILED_OPEN: [u32; 3] = [EXEC_FAILED_OPEN, NET_FAILED_OPEN, FILE_FAILED_OPEN];
     pub const NAMES: [&str; COUNT as usize] = [
@@ -298,6 +329,7 @@ pub mod counter {
         "exec_failed_open",
         "net_failed_open",
         "file_failed_open",
+        "dns_redirected",
     ];
 }
 

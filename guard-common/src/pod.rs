@@ -3,12 +3,15 @@
 use crate::dfa::{DfaHeader, DfaRow};
 use crate::event::{Event, TaskInfo};
 use crate::maps::{
-    ArgvEdge, ArgvNode, ExecIdentity, ExecName, KernelOffsets, LongToken, Settings, Verdict,
+    ArgvEdge, ArgvNode, DnsOriginal, DnsRedirect, ExecIdentity, ExecName, KernelOffsets, LongToken,
+    Settings, Verdict,
 };
 
 // SAFETY: plain old data: repr(C), Copy, every bit pattern valid.
 unsafe impl aya::Pod for Verdict {}
 unsafe impl aya::Pod for Settings {}
+unsafe impl aya::Pod for DnsRedirect {}
+unsafe impl aya::Pod for DnsOriginal {}
 unsafe impl aya::Pod for ExecIdentity {}
 unsafe impl aya::Pod for ExecName {}
 unsafe impl aya::Pod for ArgvEdge {}

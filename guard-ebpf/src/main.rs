@@ -14,6 +14,7 @@
 #![no_main]
 
 mod argv;
+mod dns;
 mod events;
 mod exec;
 mod files;

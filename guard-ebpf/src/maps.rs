@@ -12,12 +12,21 @@ use guard_common::limits::{
     MAX_TASKS, PATTERN_ARGV_LEN, TOKEN_SCAN_LEN,
 };
 use guard_common::maps::{
-    ArgvEdge, ArgvNode, DestV4, DestV6, ExecIdentity, ExecName, LongToken, Settings, Verdict,
-    counter,
+    ArgvEdge, ArgvNode, DestV4, DestV6, DnsOriginal, DnsRedirect, ExecIdentity, ExecName,
+    LongToken, Settings, Verdict, counter,
 };
 
 #[map]
 pub static SETTINGS: Array<Settings> = Array::with_max_entries(1, 0);
+
+/// Where the scope's DNS goes (index 0; port 0: not redirected), written once by userspace.
+#[map]
+pub static DNS_REDIRECT: Array<DnsRedirect> = Array::with_max_entries(1, 0);
+
+/// Each redirected socket's original destination (by socket cookie), for its replies. LRU: a
+/// socket that is gone needs no entry, and the oldest go first.
+#[map]
+pub static DNS_ORIGINALS: LruHashMap<u64, DnsOriginal> = LruHashMap::with_max_entries(4096, 0);
 
 /// cgroup v2 ids listed for scope: 1 = under enforcement, 0 = exempt. The deepest listed
 /// cgroup among a process's cgroup and its ancestors decides (`scope::current_in_scope`).
@@ -120,6 +129,13 @@ pub static FILE_SCRATCH: PerCpuArray<FileScratch> = PerCpuArray::with_max_entrie
 #[inline(always)]
 pub fn settings() -> Option<Settings> {
     SETTINGS.get(0).copied().filter(|s| s.ready != 0)
+}
+
+/// The port of guard's resolver when DNS is redirected, and whether the cgroup programs only
+/// redirect (the `lsm` backend's hooks decide).
+#[inline(always)]
+pub fn dns_redirect() -> Option<DnsRedirect> {
+    DNS_REDIRECT.get(0).copied().filter(|r| r.port != 0)
 }
 
 #[inline(always)]

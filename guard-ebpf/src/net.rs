@@ -17,7 +17,7 @@ use guard_common::maps::{
 
 use crate::events::{Subject, emit};
 use crate::kernel::{lsm_return, offsets, read_at};
-use crate::maps::{DEST_V4, DEST_V6, count, or_failed_open, settings};
+use crate::maps::{DEST_V4, DEST_V6, count, dns_redirect, or_failed_open, settings};
 use crate::scope::current_in_scope;
 
 const AF_INET: u16 = 2;
@@ -58,6 +58,14 @@ pub fn sendmsg6(ctx: SockAddrContext) -> i32 {
 
 #[inline(always)]
 fn from_sock_addr(ctx: &SockAddrContext, v6: bool, call: u8) -> i32 {
+    // DNS goes to guard's resolver, which decides by name.
+    if crate::dns::redirect(ctx, v6) {
+        return 1;
+    }
+    // On the lsm backend these programs are attached only to redirect; the LSM hooks decided.
+    if dns_redirect().is_some_and(|r| r.redirect_only != 0) {
+        return 1;
+    }
     // SAFETY: the context pointer the kernel passed.
     let sa = unsafe { &*ctx.sock_addr };
     let port = u16::from_be(sa.user_port as u16);
@@ -348,6 +356,10 @@ unsafe fn try_socket_connect(ctx: &LsmContext) -> Result<i32, i32> {
     let Some(mut destination) = (unsafe { read_sockaddr(address, transport)? }) else {
         return Ok(0);
     };
+    // DNS: the cgroup connect program, which runs after this hook, sends it to guard's resolver.
+    if crate::dns::will_redirect(destination.port, transport) {
+        return Ok(0);
+    }
     if is_unspecified(&destination) {
         let (source_v4, bound_v6) = unsafe { bound_addresses(sock)? };
         destination = reached_by_unspecified(destination, source_v4, &bound_v6);
@@ -400,6 +412,10 @@ unsafe fn try_socket_sendmsg(ctx: &LsmContext) -> Result<i32, i32> {
     let Some(mut destination) = (unsafe { read_sockaddr(name, transport)? }) else {
         return Ok(0);
     };
+    // DNS: the cgroup sendmsg program, which runs after this hook, sends it to guard's resolver.
+    if crate::dns::will_redirect(destination.port, transport) {
+        return Ok(0);
+    }
     let mut floor = Verdict::NONE;
     if is_unspecified(&destination) {
         // A control message (IP_PKTINFO) may set the source, and so where the datagram goes;

@@ -8,4 +8,5 @@ pub mod daemon;
 pub mod kernel;
 pub mod legacy;
 pub mod policy;
+pub mod resolve;
 pub mod session;

@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 
 use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
 use crate::compile::image::EnforcementImage;
-use crate::compile::{CompileEnv, NoResolver, compile, host_names};
+use crate::compile::{CompileEnv, compile, host_names};
 use crate::confine::{CommandConfinement, WritePlan};
 use crate::kernel::events::{Action, EventKind, EventReader, KernelEvent};
 use crate::kernel::scope::{
@@ -19,6 +19,9 @@ use crate::kernel::scope::{
 };
 use crate::kernel::{Backend, Enforcer};
 use crate::policy::{Decision, Policy};
+use crate::resolve::answers::{AnswerBook, KnownAddresses};
+use crate::resolve::thread::ResolverThread;
+use crate::resolve::{NameDecision, NamePolicy, Refusal, RefusedName, ResolverConfig, ResolverEvent};
 
 /// How a session is set up.
 #[derive(Clone, Debug, Default)]
@@ -32,6 +35,19 @@ pub struct SessionOptions {
     /// Folders searched for one-token rules' programs before `$PATH` (tests put their own
     /// programs here instead of changing the process environment).
     pub extra_path_dirs: Vec<std::path::PathBuf>,
+    /// Put guard's resolver in the path of the scope's DNS ([`crate::resolve`]), answering a
+    /// forbidden name this way. `None`: the scope's DNS goes where it is sent, decided by
+    /// address like any other traffic.
+    pub resolver: Option<Refusal>,
+}
+
+/// A DNS matter of the scope, for the person running it.
+#[derive(Clone, Debug)]
+pub enum DnsNote {
+    /// guard's resolver refused a name the policy forbids.
+    Refused(RefusedName),
+    /// The upstream server did not answer a name (the program got SERVFAIL).
+    UpstreamFailed { name: String, error: String },
 }
 
 pub struct Session {
@@ -43,6 +59,11 @@ pub struct Session {
     enforcer: Enforcer,
     events: EventReader,
     dns: Option<(tokio::runtime::Runtime, DnsResolver, DnsCache)>,
+    /// What guard's resolver answered the scope (empty without one).
+    answers: AnswerBook,
+    resolver: Option<ResolverThread>,
+    names: NamePolicy,
+    dns_notes: Vec<DnsNote>,
     env: CompileEnv,
     audit_only: bool,
     abandoned: Vec<AbandonedScope>,
@@ -74,10 +95,12 @@ impl Session {
             let cache = runtime.block_on(resolver.resolve(&names));
             Some((runtime, resolver, cache))
         };
-        let mut image = match &dns {
-            Some((_, _, cache)) => compile(&policy, cache, &env),
-            None => compile(&policy, &NoResolver, &env),
+        let answers = AnswerBook::new();
+        let known = KnownAddresses {
+            resolved: dns.as_ref().map(|(_, _, cache)| cache),
+            answered: &answers,
         };
+        let mut image = compile(&policy, &known, &env);
         if options.audit_only {
             image.settings.audit_only = true;
         }
@@ -85,6 +108,19 @@ impl Session {
         let mut enforcer = Enforcer::load(backend)?;
         let events = enforcer.events()?;
         enforcer.apply(&image)?;
+        let names = NamePolicy::from_policy(&policy);
+        let resolver = match options.resolver {
+            Some(refusal) => {
+                let config = ResolverConfig {
+                    upstream: crate::resolve::upstream::choose(options.nameserver)?,
+                    refusal,
+                };
+                let thread = ResolverThread::start(config, names.clone())?;
+                enforcer.redirect_dns(thread.port())?;
+                Some(thread)
+            }
+            None => None,
+        };
         let abandoned = remove_abandoned_scopes();
         let n = SESSION_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let scope = ScopeCgroup::create(&format!("run-{}-{n}", std::process::id()))?;
@@ -97,6 +133,10 @@ impl Session {
             enforcer,
             events,
             dns,
+            answers,
+            resolver,
+            names,
+            dns_notes: Vec::new(),
             env,
             audit_only: options.audit_only,
             abandoned,
@@ -207,9 +247,91 @@ impl Session {
         command.spawn().context("starting the command")
     }
 
-    /// Events that arrived, waiting up to `timeout` for the first.
+    /// Events that arrived, waiting up to `timeout` for the first. What guard's resolver
+    /// answered meanwhile is put in force here (it waits for that before it answers), and what
+    /// it refused is kept for [`Session::take_dns_notes`].
     pub fn poll_events(&mut self, timeout: Duration) -> Vec<KernelEvent> {
-        self.events.poll(timeout)
+        let wake = self.resolver.as_ref().map(ResolverThread::wake_fd);
+        let events = self.events.poll_or_wake(timeout, wake);
+        if let Err(err) = self.serve_resolver() {
+            self.dns_notes.push(DnsNote::UpstreamFailed {
+                name: String::new(),
+                error: format!("putting answered addresses in force failed: {err:#}"),
+            });
+        }
+        events
+    }
+
+    /// What guard's resolver refused or could not answer since the last call.
+    pub fn take_dns_notes(&mut self) -> Vec<DnsNote> {
+        std::mem::take(&mut self.dns_notes)
+    }
+
+    /// The port of guard's resolver, when it is in the path of the scope's DNS.
+    pub fn resolver_port(&self) -> Option<u16> {
+        self.resolver.as_ref().map(ResolverThread::port)
+    }
+
+    /// The names guard's resolver answered `ip` for in this scope.
+    pub fn hosts_of(&self, ip: std::net::IpAddr) -> Vec<String> {
+        self.answers.names_for(ip)
+    }
+
+    /// Records the resolver's answers, puts the new addresses of names the policy rules on in
+    /// force (one map update for every answer waiting), then lets their queries be answered;
+    /// drops the addresses whose time is up.
+    fn serve_resolver(&mut self) -> Result<()> {
+        let Some(resolver) = &self.resolver else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        let mut changed = false;
+        let mut confirmations = Vec::new();
+        for event in resolver.take_events() {
+            match event {
+                ResolverEvent::Answered(answer) => {
+                    let added = self
+                        .answers
+                        .record(&answer.name, &answer.addrs, answer.ttl, now);
+                    changed |= added && answer.decision == NameDecision::Ruled;
+                    confirmations.push(answer.done);
+                }
+                ResolverEvent::Refused(refused) => self.dns_notes.push(DnsNote::Refused(refused)),
+                ResolverEvent::UpstreamFailed { name, error } => {
+                    self.dns_notes.push(DnsNote::UpstreamFailed { name, error })
+                }
+            }
+        }
+        if self.answers.next_expiry().is_some_and(|due| due <= now) {
+            for name in self.answers.prune(now) {
+                changed |= self.names.decide(&name) == NameDecision::Ruled;
+            }
+        }
+        let applied = if changed {
+            self.apply_destinations()
+        } else {
+            Ok(())
+        };
+        // Confirmed only once in force; on an error the queries time out into SERVFAIL.
+        if applied.is_ok() {
+            for done in confirmations {
+                let _ = done.send(());
+            }
+        }
+        applied
+    }
+
+    /// The destination entries compiled again from what is known of every name now.
+    fn apply_destinations(&mut self) -> Result<()> {
+        let known = KnownAddresses {
+            resolved: self.dns.as_ref().map(|(_, _, cache)| cache),
+            answered: &self.answers,
+        };
+        let mut image = self.image.clone();
+        crate::compile::recompile_destinations(&mut image, &self.policy, &known);
+        self.enforcer.apply(&image)?;
+        self.image = image;
+        Ok(())
     }
 
     /// When the next DNS refresh is due.
@@ -230,7 +352,11 @@ impl Session {
         if changes.is_empty() {
             return Ok(false);
         }
-        let mut image = compile(&self.policy, &*cache, &self.env);
+        let known = KnownAddresses {
+            resolved: Some(&*cache),
+            answered: &self.answers,
+        };
+        let mut image = compile(&self.policy, &known, &self.env);
         image.settings.audit_only |= self.audit_only;
         for approval in &self.image.exec_approvals {
             let rule = &self.image.rules[approval.rule as usize];
@@ -245,13 +371,19 @@ impl Session {
 
     /// The one-line message for a refusal or an audit-only match.
     pub fn describe(&self, event: &KernelEvent) -> String {
-        describe_event(&self.image, event)
+        let hosts = event
+            .destination
+            .as_ref()
+            .map(|d| self.answers.names_for(d.address))
+            .unwrap_or_default();
+        describe_event(&self.image, event, &hosts)
     }
 }
 
 /// `guard: refused exec of `git push origin main`: policy forbids commands starting with
-/// `git push` (team.rules:3)`.
-pub fn describe_event(image: &EnforcementImage, event: &KernelEvent) -> String {
+/// `git push` (team.rules:3)`. `answered`: the names guard's resolver answered a destination's
+/// address for, named when no rule's host does.
+pub fn describe_event(image: &EnforcementImage, event: &KernelEvent, answered: &[String]) -> String {
     let what = match (&event.kind, &event.destination) {
         (EventKind::Exec, _) => {
             format!("exec of `{}`", shown_command(event))
@@ -275,9 +407,11 @@ pub fn describe_event(image: &EnforcementImage, event: &KernelEvent) -> String {
                 std::net::IpAddr::V6(a) => format!("[{a}]"),
                 a => a.to_string(),
             };
-            let host = destination_host(image, event)
-                .map(|host| format!(" ({host})"))
-                .unwrap_or_default();
+            let host = match destination_host(image, event) {
+                Some(host) => format!(" ({host})"),
+                None if !answered.is_empty() => format!(" ({})", answered.join(", ")),
+                None => String::new(),
+            };
             format!("{verb} {addr}:{}/{}{host}", d.port, d.transport)
         }
         (_, None) => "call".to_string(),

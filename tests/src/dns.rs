@@ -56,6 +56,15 @@ struct State {
 struct Records {
     a: Option<(Vec<Ipv4Addr>, u32)>,
     aaaa: Option<(Vec<Ipv6Addr>, u32)>,
+    /// A records that change with every query, as a load balancer's do.
+    rotating: Option<Rotation>,
+}
+
+struct Rotation {
+    pool: Vec<Ipv4Addr>,
+    per_answer: usize,
+    ttls: std::ops::RangeInclusive<u32>,
+    answered: usize,
 }
 
 impl TestDns {
@@ -110,6 +119,23 @@ impl TestDns {
     /// name exist without A records (a NODATA answer).
     pub fn set_a(&self, name: &str, addrs: &[Ipv4Addr], ttl: u32) {
         self.lock().names.entry(normalise(name)).or_default().a = Some((addrs.to_vec(), ttl));
+    }
+
+    /// Makes `name`'s A answer rotate: each query gets the next `per_answer` addresses of `pool`
+    /// (wrapping), with a TTL that steps through `ttls`, as a load balancer's or a CDN's would.
+    pub fn set_a_rotating(
+        &self,
+        name: &str,
+        pool: &[Ipv4Addr],
+        per_answer: usize,
+        ttls: std::ops::RangeInclusive<u32>,
+    ) {
+        self.lock().names.entry(normalise(name)).or_default().rotating = Some(Rotation {
+            pool: pool.to_vec(),
+            per_answer,
+            ttls,
+            answered: 0,
+        });
     }
 
     /// Sets `name`'s AAAA records (replacing any), each with `ttl` seconds.
@@ -250,7 +276,7 @@ impl RequestHandler for Handler {
         let (answers, authorities) = {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             *state.queries.entry(key.clone()).or_default() += 1;
-            match state.names.get(&key) {
+            match state.names.get_mut(&key) {
                 None => {
                     metadata.response_code = ResponseCode::NXDomain;
                     (Vec::new(), vec![soa(&query_name)])
@@ -278,7 +304,17 @@ impl RequestHandler for Handler {
 }
 
 impl Records {
-    fn answer(&self, name: &Name, record_type: RecordType) -> Vec<Record> {
+    fn answer(&mut self, name: &Name, record_type: RecordType) -> Vec<Record> {
+        if let (Some(rotation), RecordType::A) = (self.rotating.as_mut(), record_type) {
+            let start = rotation.answered * rotation.per_answer;
+            let span = rotation.ttls.end() - rotation.ttls.start() + 1;
+            let ttl = rotation.ttls.start() + (rotation.answered as u32 % span);
+            rotation.answered += 1;
+            return (0..rotation.per_answer)
+                .map(|i| rotation.pool[(start + i) % rotation.pool.len()])
+                .map(|ip| Record::from_rdata(name.clone(), ttl, RData::A(A(ip))))
+                .collect();
+        }
         match record_type {
             RecordType::A => self.a.as_ref().map_or_else(Vec::new, |(addrs, ttl)| {
                 addrs

@@ -10,7 +10,8 @@ use super::RulesArgs;
 use crate::confine::landlock::Confinement;
 use crate::confine::{CommandConfinement, Holding, WritePlan, capabilities};
 use crate::kernel::Backend;
-use crate::session::{Session, SessionOptions};
+use crate::resolve::Refusal;
+use crate::session::{DnsNote, Session, SessionOptions};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -48,6 +49,15 @@ pub struct RunArgs {
     /// the system's resolver configuration.
     #[arg(long, value_name = "IP:PORT")]
     pub nameserver: Option<std::net::SocketAddr>,
+    /// How guard's resolver answers a name the policy forbids: `refused` (RCODE 5) or
+    /// `nxdomain` (the name does not exist).
+    #[arg(long, value_enum, default_value_t = Refusal::Refused, value_name = "ANSWER")]
+    pub dns_refusal: Refusal,
+    /// Let the command's DNS go where it is sent, decided by address like any other traffic,
+    /// instead of through guard's resolver (then names the command resolves itself may get
+    /// addresses guard never saw, and asks name addresses, not hosts).
+    #[arg(long)]
+    pub no_resolver: bool,
     /// Also print notes about rules the kernel can only partly hold (e.g. a program found on no
     /// PATH folder, matched by file name only), and the kernel's decision counters at exit
     /// (including events lost to a full ring buffer).
@@ -98,9 +108,14 @@ pub fn run(args: &RunArgs) -> ExitCode {
         }
     };
     if let Some(socket) = socket {
-        if standalone || args.audit_only || args.backend.is_some() || args.nameserver.is_some() {
+        if standalone
+            || args.audit_only
+            || args.backend.is_some()
+            || args.nameserver.is_some()
+            || args.no_resolver
+        {
             return super::output::usage_error(
-                "--rules, --overlay, --audit-only, --backend and --nameserver are the daemon's to choose; drop them to run under the daemon, or drop --socket to enforce on your own",
+                "--rules, --overlay, --audit-only, --backend, --nameserver and --no-resolver are the daemon's to choose; drop them to run under the daemon, or drop --socket to enforce on your own",
             );
         }
         return super::run_daemon::run(
@@ -121,6 +136,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
         audit_only: args.audit_only,
         nameserver: args.nameserver,
         extra_path_dirs: Vec::new(),
+        resolver: (!args.no_resolver).then_some(args.dns_refusal),
     };
     let mut session = match Session::start(loaded.policy, &options) {
         Ok(session) => session,
@@ -184,7 +200,12 @@ pub fn run(args: &RunArgs) -> ExitCode {
         }
     };
     let status = loop {
-        report(&mut session, Duration::from_millis(50), args.json_events);
+        report(
+            &mut session,
+            Duration::from_millis(50),
+            args.json_events,
+            args.verbose,
+        );
         if session
             .next_dns_refresh()
             .is_some_and(|due| due <= Instant::now())
@@ -202,7 +223,12 @@ pub fn run(args: &RunArgs) -> ExitCode {
         }
     };
     // Events of the last moments (a refused exec is reported right before the exit).
-    report(&mut session, Duration::from_millis(20), args.json_events);
+    report(
+        &mut session,
+        Duration::from_millis(20),
+        args.json_events,
+        args.verbose,
+    );
     if let Ok(counters) = session.enforcer().counters() {
         let lost = counters
             .iter()
@@ -368,14 +394,55 @@ fn report_unheld(plan: &WritePlan, verbose: bool) {
     }
 }
 
-fn report(session: &mut Session, wait: Duration, json: bool) {
+fn report(session: &mut Session, wait: Duration, json: bool, verbose: bool) {
     for event in session.poll_events(wait) {
         if json {
             let mut value = serde_json::to_value(&event).unwrap_or_default();
+            if let Some(destination) = &event.destination {
+                value["hosts"] = session.hosts_of(destination.address).into();
+            }
             value["message"] = session.describe(&event).into();
             eprintln!("{value}");
         } else {
             eprintln!("{}", session.describe(&event));
         }
     }
+    for note in session.take_dns_notes() {
+        match note {
+            DnsNote::Refused(refused) => {
+                let message = refused_name_message(&refused);
+                if json {
+                    let mut value = serde_json::to_value(&refused).unwrap_or_default();
+                    value["kind"] = "dns".into();
+                    value["decision"] = "forbidden".into();
+                    value["message"] = message.into();
+                    eprintln!("{value}");
+                } else {
+                    eprintln!("{message}");
+                }
+            }
+            DnsNote::UpstreamFailed { name, error } if verbose => {
+                eprintln!("guard: note: DNS lookup of {name} failed: {error}");
+            }
+            DnsNote::UpstreamFailed { .. } => {}
+        }
+    }
+}
+
+/// `guard: refused DNS lookup of evil.test (A): policy forbids network_rule(...) (t.rules:2),
+/// answered REFUSED`.
+pub fn refused_name_message(refused: &crate::resolve::RefusedName) -> String {
+    let location = match (&refused.file, refused.line) {
+        (Some(file), Some(line)) => format!(
+            " ({}:{line})",
+            std::path::Path::new(file)
+                .file_name()
+                .map_or(file.clone(), |n| n.to_string_lossy().into_owned())
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "guard: refused DNS lookup of {} ({}): policy forbids {}{location}; answered {}",
+        refused.name, refused.query_type, refused.rule, refused.answer
+    )
 }

@@ -123,6 +123,20 @@ pub fn compile(policy: &Policy, resolver: &dyn HostResolver, env: &CompileEnv) -
     }
 }
 
+/// Compiles `image`'s destination entries again with what `resolver` knows now (a DNS answer
+/// came or went), keeping everything else, the exec approvals included.
+pub fn recompile_destinations(
+    image: &mut EnforcementImage,
+    policy: &Policy,
+    resolver: &dyn HostResolver,
+) {
+    let network_base = policy.prefix_rules().len() as u32;
+    let address_base = network_base + policy.network_rules().len() as u32;
+    let net = network::compile_destinations(policy, resolver, network_base, address_base);
+    image.destinations = net.destinations;
+    image.unresolved_hosts = net.unresolved_hosts;
+}
+
 /// Every rule of the policy, in the order prefix rules, network rules, address rules (the
 /// pattern rules follow, see [`patterns`]).
 fn kernel_rules(policy: &Policy) -> Vec<KernelRule> {

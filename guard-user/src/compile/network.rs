@@ -12,6 +12,7 @@ use ipnetwork::IpNetwork;
 
 use super::HostResolver;
 use super::image::{DestinationEntry, Verdict};
+use crate::policy::host::is_host_pattern;
 use crate::policy::rule::canonical_ip;
 use crate::policy::{AddressTarget, Policy, Transport};
 
@@ -56,15 +57,17 @@ impl DestinationTables {
                 networks.push(network);
             }
         }
-        if networks.is_empty() {
+        // A pattern has the addresses guard's resolver answered for names it covers; none yet
+        // is not a name that failed to resolve.
+        if networks.is_empty() && !is_host_pattern(host) {
             self.unresolved_hosts.push(host.to_string());
         }
         (networks, true)
     }
 }
 
-/// Every host name (not IP literal) the policy's network and address rules name, sorted and
-/// deduplicated: what DNS must resolve before the policy can be held in full.
+/// Every host name (not IP literal, not pattern) the policy's network and address rules name,
+/// sorted and deduplicated: what DNS must resolve before the policy can be held in full.
 pub fn host_names(policy: &Policy) -> Vec<String> {
     let network = policy.network_rules().iter().map(|rule| rule.host.as_str());
     let address = policy
@@ -77,7 +80,7 @@ pub fn host_names(policy: &Policy) -> Vec<String> {
         });
     let mut names: Vec<String> = network
         .chain(address)
-        .filter(|host| host.parse::<IpAddr>().is_err())
+        .filter(|host| host.parse::<IpAddr>().is_err() && !is_host_pattern(host))
         .map(str::to_string)
         .collect();
     names.sort();

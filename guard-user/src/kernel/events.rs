@@ -1,7 +1,7 @@
 //! Reading the kernel's ring buffer into [`KernelEvent`]s.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
@@ -252,20 +252,33 @@ impl EventReader {
 
     /// Waits up to `timeout` for records, then returns all that are there.
     pub fn poll(&mut self, timeout: Duration) -> Vec<KernelEvent> {
+        self.poll_or_wake(timeout, None)
+    }
+
+    /// [`EventReader::poll`], also returning (with what arrived, maybe nothing) as soon as
+    /// `wake` is readable: an owner that waits for more than kernel events waits in one place.
+    pub fn poll_or_wake(&mut self, timeout: Duration, wake: Option<RawFd>) -> Vec<KernelEvent> {
         let mut out = self.drain();
         if !out.is_empty() {
             return out;
         }
-        let mut pfd = libc::pollfd {
-            fd: self.ring.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
+        let mut fds = [
+            libc::pollfd {
+                fd: self.ring.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: wake.unwrap_or(-1),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: valid pollfds (a negative fd is ignored by poll).
         unsafe {
             libc::poll(
-                &mut pfd,
-                1,
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
                 timeout.as_millis().min(i32::MAX as u128) as i32,
             )
         };

@@ -15,7 +15,9 @@ use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::lsm::LsmLinkId;
 use aya::programs::tp_btf::BtfTracePointLinkId;
 use aya::programs::{BtfTracePoint, CgroupAttachMode, CgroupSock, CgroupSockAddr, Lsm};
+use aya::maps::Array;
 use aya::{Btf, Ebpf, EbpfLoader};
+use guard_common::maps::DnsRedirect;
 
 use super::btf::{aya_kernel_btf, kernel_offsets};
 use super::maps::MapSync;
@@ -103,6 +105,8 @@ pub struct Enforcer {
     links: Vec<HeldLink>,
     /// Set by [`Enforcer::pin_links`].
     pins: Option<Pins>,
+    /// The port of guard's resolver, once [`Enforcer::redirect_dns`] sent DNS there.
+    dns_port: Option<u16>,
 }
 
 /// A link attached by this Enforcer and still owned by its program (not pinned).
@@ -149,6 +153,9 @@ const LSM_HOOKS: [&str; 9] = [
     "path_truncate",
 ];
 const CGROUP_HOOKS: [&str; 4] = ["connect4", "connect6", "sendmsg4", "sendmsg6"];
+/// Attached with the connect and sendmsg hooks: they make replies of guard's resolver seem to
+/// come from the address a redirected DNS query was sent to.
+const RECVMSG_HOOKS: [&str; 2] = ["recvmsg4", "recvmsg6"];
 /// Attached per scope on both backends: the one hook that sees raw, ping, UDP-Lite and SCTP
 /// sockets (no LSM hook is needed for it, and the cgroup program works where LSM does not).
 const SOCK_CREATE: &str = "sock_create";
@@ -189,6 +196,7 @@ impl Enforcer {
             maps,
             links,
             pins: None,
+            dns_port: None,
         })
     }
 
@@ -201,15 +209,16 @@ impl Enforcer {
     }
 
     /// Attaches the per-cgroup hooks to `cgroup` (they then apply to it and every cgroup below
-    /// it): `cgroup/sock_create` on both backends, and on the `cgroup` backend the connect and
-    /// sendmsg hooks too.
+    /// it): `cgroup/sock_create` on both backends, and on the `cgroup` backend the connect,
+    /// sendmsg and recvmsg hooks too. On the `lsm` backend these are attached only when DNS is
+    /// redirected ([`Enforcer::redirect_dns`] first), and then only redirect.
     pub fn attach_cgroup(&mut self, cgroup: &Path) -> Result<()> {
         let id = self.attach_sock_create(cgroup)?;
         self.hold(HeldLink::SockCreate(cgroup.to_path_buf(), id))?;
-        if self.backend == Backend::Lsm {
+        if self.backend == Backend::Lsm && self.dns_port.is_none() {
             return Ok(());
         }
-        for name in CGROUP_HOOKS {
+        for name in CGROUP_HOOKS.into_iter().chain(RECVMSG_HOOKS) {
             let id = self.attach_cgroup_hook(name, cgroup)?;
             self.hold(HeldLink::Cgroup(name, cgroup.to_path_buf(), id))?;
         }
@@ -409,6 +418,30 @@ impl Enforcer {
     /// Removes a cgroup's listing (in scope or exempt): its ancestors' listings decide again.
     pub fn remove_scope(&mut self, cgroup_id: u64) -> Result<()> {
         self.maps.remove_scope(&mut self.ebpf, cgroup_id)
+    }
+
+    /// From now on the scope's DNS (TCP and UDP to port 53, any address) goes to guard's
+    /// resolver on 127.0.0.1 and ::1 at `port`. Call before [`Enforcer::attach_cgroup`]: on
+    /// the `lsm` backend only cgroups attached after it get the redirecting hooks.
+    pub fn redirect_dns(&mut self, port: u16) -> Result<()> {
+        let mut map: Array<_, DnsRedirect> = Array::try_from(
+            self.ebpf
+                .map_mut("DNS_REDIRECT")
+                .ok_or_else(|| anyhow!("no DNS_REDIRECT map"))?,
+        )?;
+        let redirect = DnsRedirect {
+            port,
+            redirect_only: u8::from(self.backend == Backend::Lsm),
+            _pad: 0,
+        };
+        map.set(0, redirect, 0).context("writing DNS_REDIRECT")?;
+        self.dns_port = Some(port);
+        Ok(())
+    }
+
+    /// The port DNS is redirected to, if it is.
+    pub fn dns_port(&self) -> Option<u16> {
+        self.dns_port
     }
 
     pub fn apply(

@@ -14,7 +14,8 @@ fn invalid_address(raw: &str, why: impl std::fmt::Display) -> PolicyError {
 }
 
 /// One element of `addresses=[...]`: an IP address (`10.0.0.1`, `::1`, `[::1]`), a CIDR
-/// (`10.0.0.0/8`, `fd00::/8`) or a host name (normalised like a `network_rule` host).
+/// (`10.0.0.0/8`, `fd00::/8`), a host name (normalised like a `network_rule` host) or a host
+/// pattern (`*.example.com`, `**.example.com`: [`super::host::HostPattern`]).
 ///
 /// A CIDR with host bits set (`10.1.2.3/8`) stands for its network (`10.0.0.0/8`), and an
 /// IPv4-mapped IPv6 address or network (`::ffff:10.0.0.0/104`) is written as IPv4, the way the
@@ -30,6 +31,14 @@ pub fn parse_address_target(raw: &str) -> Result<AddressTarget> {
     }
     if let Ok(ip) = text.parse::<IpAddr>() {
         return Ok(AddressTarget::Network(AddressTarget::single(ip)));
+    }
+    if let Some(pattern) = super::host::HostPattern::parse(text) {
+        return pattern
+            .map(|pattern| AddressTarget::Host(pattern.to_string()))
+            .map_err(|err| match err {
+                PolicyError::InvalidRule(message) => invalid_address(raw, message),
+                other => other,
+            });
     }
     if has_port_suffix(text) {
         return Err(invalid_address(

@@ -56,6 +56,84 @@ pub fn normalize_network_host(raw: &str) -> Result<String> {
     Ok(normalized)
 }
 
+/// A guard-only host pattern (in `address_rule(addresses=[...])`, never in `network_rule`),
+/// in the proxy's domain-pattern spelling (spec §7): `*.example.com` is every name below
+/// `example.com` but not `example.com` itself, `**.example.com` is `example.com` and every name
+/// below it. Decided by name at guard's resolver and, for connects, by the addresses it
+/// answered for the names the pattern matches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostPattern {
+    /// The normalised domain after the `*.` or `**.`.
+    pub domain: String,
+    /// `**.`: the domain itself matches too.
+    pub apex: bool,
+}
+
+impl HostPattern {
+    /// `*.x` or `**.x` (`x` normalised like a `network_rule` host, and a name of at least two
+    /// labels, so that no pattern covers a whole top-level domain); `None` for a text that
+    /// is not a pattern; an error for a pattern spelled wrong (`a*b`, `*`, `*.com`).
+    pub fn parse(raw: &str) -> Option<Result<HostPattern>> {
+        let text = raw.trim();
+        if !text.contains('*') {
+            return None;
+        }
+        let (rest, apex) = match (text.strip_prefix("**."), text.strip_prefix("*.")) {
+            (Some(rest), _) => (rest, true),
+            (None, Some(rest)) => (rest, false),
+            _ => {
+                return Some(Err(invalid(format!(
+                    "host pattern {text:?} must be `*.DOMAIN` (names below DOMAIN) or \
+                     `**.DOMAIN` (DOMAIN and the names below it)"
+                ))));
+            }
+        };
+        Some(
+            normalize_network_host(rest)
+                .map_err(|err| invalid(format!("host pattern {text:?}: {err}")))
+                .and_then(|domain| {
+                    if !domain.contains('.') || domain.parse::<std::net::IpAddr>().is_ok() {
+                        Err(invalid(format!(
+                            "host pattern {text:?} must name a domain of two labels or more \
+                             (like *.example.com), not a top-level domain or an address"
+                        )))
+                    } else {
+                        Ok(HostPattern { domain, apex })
+                    }
+                }),
+        )
+    }
+
+    /// Whether `name` (normalised: lower case, no trailing dot) is one the pattern covers.
+    pub fn matches(&self, name: &str) -> bool {
+        match name.strip_suffix(self.domain.as_str()) {
+            Some("") => self.apex,
+            Some(prefix) => prefix.ends_with('.') && prefix.len() > 1,
+            None => false,
+        }
+    }
+}
+
+impl std::fmt::Display for HostPattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", if self.apex { "**" } else { "*" }, self.domain)
+    }
+}
+
+/// Whether a stored host (a rule's name, never an IP literal) is a [`HostPattern`].
+pub fn is_host_pattern(host: &str) -> bool {
+    host.starts_with("*.") || host.starts_with("**.")
+}
+
+/// Whether `name` is `host`, or a name the pattern `host` covers.
+pub fn host_covers(host: &str, name: &str) -> bool {
+    if is_host_pattern(host) {
+        HostPattern::parse(host).is_some_and(|p| p.is_ok_and(|p| p.matches(name)))
+    } else {
+        host == name
+    }
+}
+
 /// One or more ASCII digits; the value is deliberately not range-checked (`:99999` is a port).
 fn is_port(text: &str) -> bool {
     !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
@@ -63,7 +141,27 @@ fn is_port(text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::normalize_network_host;
+    use super::{HostPattern, normalize_network_host};
+
+    #[test]
+    fn host_patterns_cover_subdomains_and_with_two_stars_the_apex() {
+        let below = HostPattern::parse("*.Example.TEST.").unwrap().unwrap();
+        assert_eq!(below.to_string(), "*.example.test");
+        assert!(below.matches("a.example.test"));
+        assert!(below.matches("a.b.example.test"));
+        assert!(!below.matches("example.test"));
+        assert!(!below.matches("badexample.test"));
+        assert!(!below.matches("example.org"));
+        let apex = HostPattern::parse("**.example.test").unwrap().unwrap();
+        assert!(apex.matches("example.test") && apex.matches("x.example.test"));
+        assert!(HostPattern::parse("example.test").is_none());
+        for bad in ["*", "a*b.test", "*.com", "*.*.example.test", "*.10.0.0.1", "x.*.test"] {
+            assert!(
+                HostPattern::parse(bad).unwrap().is_err(),
+                "{bad} should be refused"
+            );
+        }
+    }
     use proptest::prelude::*;
 
     #[test]

@@ -402,7 +402,7 @@ impl Daemon {
                 let image = &self.image;
                 listener.blocked(
                     repeat_key(&event),
-                    || describe_event(image, &event),
+                    || describe_event(image, &event, &[]),
                     || {
                         json!({
                             "message": message,

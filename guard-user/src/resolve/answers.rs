@@ -1,0 +1,233 @@
+//! What guard's resolver answered in a scope: each name's addresses, kept for the answer's TTL
+//! plus [`GRACE`] (programs keep answers past their TTL, and a connection pool reconnects to an
+//! address it resolved minutes ago), and for each address the names it was answered for, so a
+//! connect can be attributed to the host the program asked for.
+//!
+//! A new answer adds its addresses at once and never removes an older one: an address goes only
+//! when its own time is up ([`AnswerBook::prune`]), so a rotating answer never leaves a program
+//! holding an address the maps no longer allow.
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use crate::compile::HostResolver;
+use crate::compile::dns::DnsCache;
+use crate::policy::host::{HostPattern, is_host_pattern};
+use crate::policy::rule::canonical_ip;
+
+/// How long an address is kept after its answer's TTL ran out.
+pub const GRACE: Duration = Duration::from_secs(60);
+/// The most addresses kept; past it the oldest answers go first (a program that asks for a
+/// million names must not grow guard without bound).
+pub const MAX_ADDRESSES: usize = 65_536;
+
+#[derive(Default)]
+pub struct AnswerBook {
+    /// Name (normalised) → address → when it goes.
+    names: HashMap<String, HashMap<IpAddr, Instant>>,
+    /// Address → the names it was answered for.
+    by_address: HashMap<IpAddr, BTreeSet<String>>,
+    size: usize,
+}
+
+impl AnswerBook {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Keeps `addrs` for `name` until `now + ttl + GRACE` (an address answered again gets the
+    /// later time). Returns whether any address is new for this name.
+    pub fn record(&mut self, name: &str, addrs: &[IpAddr], ttl: Duration, now: Instant) -> bool {
+        let until = now + ttl + GRACE;
+        let known = self.names.entry(name.to_string()).or_default();
+        let mut added = false;
+        for ip in addrs.iter().map(|ip| canonical_ip(*ip)) {
+            match known.get_mut(&ip) {
+                Some(kept) => *kept = (*kept).max(until),
+                None => {
+                    known.insert(ip, until);
+                    self.by_address
+                        .entry(ip)
+                        .or_default()
+                        .insert(name.to_string());
+                    self.size += 1;
+                    added = true;
+                }
+            }
+        }
+        if self.size > MAX_ADDRESSES {
+            self.evict_oldest(self.size - MAX_ADDRESSES);
+        }
+        added
+    }
+
+    /// Drops what is past its time; returns the names that lost an address.
+    pub fn prune(&mut self, now: Instant) -> Vec<String> {
+        let mut changed = Vec::new();
+        for (name, addrs) in &mut self.names {
+            let before = addrs.len();
+            addrs.retain(|ip, until| {
+                let keep = *until > now;
+                if !keep && let Some(names) = self.by_address.get_mut(ip) {
+                    names.remove(name);
+                    if names.is_empty() {
+                        self.by_address.remove(ip);
+                    }
+                }
+                keep
+            });
+            if addrs.len() != before {
+                self.size -= before - addrs.len();
+                changed.push(name.clone());
+            }
+        }
+        self.names.retain(|_, addrs| !addrs.is_empty());
+        changed
+    }
+
+    /// When the next address goes, if any is kept.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.names.values().flat_map(|a| a.values()).min().copied()
+    }
+
+    fn evict_oldest(&mut self, count: usize) {
+        let mut all: Vec<(Instant, String, IpAddr)> = self
+            .names
+            .iter()
+            .flat_map(|(name, addrs)| addrs.iter().map(|(ip, t)| (*t, name.clone(), *ip)))
+            .collect();
+        all.sort();
+        for (_, name, ip) in all.into_iter().take(count) {
+            if let Some(addrs) = self.names.get_mut(&name) {
+                addrs.remove(&ip);
+                self.size -= 1;
+            }
+            if let Some(names) = self.by_address.get_mut(&ip) {
+                names.remove(&name);
+                if names.is_empty() {
+                    self.by_address.remove(&ip);
+                }
+            }
+        }
+        self.names.retain(|_, addrs| !addrs.is_empty());
+    }
+
+    /// The addresses kept for `name`.
+    pub fn addresses(&self, name: &str) -> Vec<IpAddr> {
+        let mut out: Vec<IpAddr> = self
+            .names
+            .get(name)
+            .map(|a| a.keys().copied().collect())
+            .unwrap_or_default();
+        out.sort();
+        out
+    }
+
+    /// The addresses kept for every name `pattern` covers.
+    pub fn matching(&self, pattern: &HostPattern) -> Vec<IpAddr> {
+        let mut out: Vec<IpAddr> = self
+            .names
+            .iter()
+            .filter(|(name, _)| pattern.matches(name))
+            .flat_map(|(_, addrs)| addrs.keys().copied())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The names `ip` was answered for, sorted.
+    pub fn names_for(&self, ip: IpAddr) -> Vec<String> {
+        self.by_address
+            .get(&canonical_ip(ip))
+            .map(|names| names.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// What compiling the policy knows of a host: what guard resolved for the policy's own names
+/// (`resolved`), and what its resolver answered the scope's programs (`answered`). A pattern has
+/// only the latter: the addresses of the names it covers that a program asked for.
+pub struct KnownAddresses<'a> {
+    pub resolved: Option<&'a DnsCache>,
+    pub answered: &'a AnswerBook,
+}
+
+impl HostResolver for KnownAddresses<'_> {
+    fn lookup(&self, host: &str) -> Vec<IpAddr> {
+        if is_host_pattern(host) {
+            return match HostPattern::parse(host) {
+                Some(Ok(pattern)) => self.answered.matching(&pattern),
+                _ => Vec::new(),
+            };
+        }
+        let mut out = self.resolved.map(|c| c.lookup(host)).unwrap_or_default();
+        out.extend(self.answered.addresses(host));
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn a_new_answer_adds_and_an_address_goes_only_when_its_own_time_is_up() {
+        let mut book = AnswerBook::new();
+        let t0 = Instant::now();
+        let one = Duration::from_secs(1);
+        assert!(book.record("api.test", &[ip("192.0.2.1"), ip("192.0.2.2")], one, t0));
+        assert!(!book.record("api.test", &[ip("192.0.2.2")], one, t0));
+        let t1 = t0 + Duration::from_secs(30);
+        assert!(book.record("api.test", &[ip("192.0.2.3")], one, t1));
+        assert_eq!(book.addresses("api.test").len(), 3);
+        // The first two were answered at t0: they go after 1 s + GRACE, the third stays.
+        assert!(book.prune(t0 + one + GRACE).is_empty());
+        assert_eq!(
+            book.prune(t0 + one + GRACE + Duration::from_millis(1)),
+            vec!["api.test".to_string()]
+        );
+        assert_eq!(book.addresses("api.test"), vec![ip("192.0.2.3")]);
+        assert!(book.names_for(ip("192.0.2.1")).is_empty());
+        assert_eq!(book.names_for(ip("::ffff:192.0.2.3")), vec!["api.test"]);
+    }
+
+    #[test]
+    fn a_pattern_knows_the_addresses_of_the_names_it_covers() {
+        let mut book = AnswerBook::new();
+        let now = Instant::now();
+        let ttl = Duration::from_secs(5);
+        book.record("a.example.test", &[ip("192.0.2.1")], ttl, now);
+        book.record("example.test", &[ip("192.0.2.2")], ttl, now);
+        book.record("example.org", &[ip("192.0.2.3")], ttl, now);
+        let known = KnownAddresses {
+            resolved: None,
+            answered: &book,
+        };
+        assert_eq!(known.lookup("*.example.test"), vec![ip("192.0.2.1")]);
+        assert_eq!(
+            known.lookup("**.example.test"),
+            vec![ip("192.0.2.1"), ip("192.0.2.2")]
+        );
+        assert_eq!(known.lookup("example.org"), vec![ip("192.0.2.3")]);
+    }
+
+    #[test]
+    fn the_book_is_bounded_and_the_oldest_answers_go_first() {
+        let mut book = AnswerBook::new();
+        let now = Instant::now();
+        for i in 0..(MAX_ADDRESSES + 10) {
+            let addr = IpAddr::from((i as u32).to_be_bytes());
+            book.record("flood.test", &[addr], Duration::from_secs(i as u64), now);
+        }
+        assert_eq!(book.addresses("flood.test").len(), MAX_ADDRESSES);
+        assert!(book.names_for(IpAddr::from(0u32.to_be_bytes())).is_empty());
+    }
+}

@@ -1,0 +1,178 @@
+//! guard's resolver in the path: every DNS query of a process in scope (TCP and UDP to port 53,
+//! whatever address it was sent to) is redirected here by the cgroup connect and sendmsg
+//! programs (`guard-ebpf/src/dns.rs`), so the names a program asks for are the names guard
+//! decides and attributes its connects by.
+//!
+//! For each query ([`serve`]):
+//! 1. a name the policy forbids outright ([`names::NamePolicy`]) gets REFUSED (or NXDOMAIN,
+//!    [`Refusal`]) and a [`ResolverEvent::Refused`]; the query never leaves the host;
+//! 2. otherwise it is answered from the cache ([`cache`]) or forwarded to the upstream server
+//!    ([`upstream`]: `--nameserver`, or the system's configuration);
+//! 3. before the answer goes back, its addresses (the CNAME chain's final A and AAAA records)
+//!    are handed to the owner of the maps ([`ResolverEvent::Answered`]) and the resolver waits
+//!    for it to put them in force: a connect that follows the answer never races the maps. If
+//!    the owner does not confirm within [`ANSWER_WAIT`], the program gets SERVFAIL (fails
+//!    closed: no answer whose addresses might not be allowed yet).
+//!
+//! Messages are parsed and written by hickory-proto; nothing here reads DNS wire format by
+//! hand.
+
+pub mod answers;
+mod cache;
+pub mod names;
+mod serve;
+pub mod thread;
+pub mod upstream;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use tokio::net::{TcpListener, UdpSocket};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+
+pub use names::{NameDecision, NamePolicy, NameRule};
+
+/// How long a query waits for the owner of the maps to put its answer in force.
+pub const ANSWER_WAIT: Duration = Duration::from_secs(2);
+
+/// How a forbidden name is answered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Refusal {
+    /// RCODE 5: the server will not answer (a resolver does not try another name or server).
+    #[default]
+    Refused,
+    /// RCODE 3: the name does not exist.
+    Nxdomain,
+}
+
+impl Refusal {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::Refused => "REFUSED",
+            Refusal::Nxdomain => "NXDOMAIN",
+        }
+    }
+}
+
+/// An answer's addresses, for the owner of the maps. Reply on `done` once they are in force.
+#[derive(Debug)]
+pub struct Answered {
+    /// The name that was asked (normalised).
+    pub name: String,
+    /// The final A and AAAA records of the answer.
+    pub addrs: Vec<IpAddr>,
+    /// The smallest TTL on the way to them (the CNAMEs and the addresses).
+    pub ttl: Duration,
+    /// What the policy says of the name.
+    pub decision: NameDecision,
+    pub done: oneshot::Sender<()>,
+}
+
+/// A name refused without asking upstream.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RefusedName {
+    pub name: String,
+    /// `A`, `AAAA`, `MX`, ...
+    pub query_type: String,
+    /// How it was answered.
+    pub answer: &'static str,
+    /// The rule as written, and where.
+    pub rule: String,
+    pub file: Option<String>,
+    pub line: Option<usize>,
+}
+
+/// What the resolver tells the owner of the maps.
+#[derive(Debug)]
+pub enum ResolverEvent {
+    Answered(Answered),
+    Refused(RefusedName),
+    /// The upstream server did not answer `name` (the program got SERVFAIL).
+    UpstreamFailed { name: String, error: String },
+}
+
+/// How the resolver runs.
+#[derive(Clone, Debug)]
+pub struct ResolverConfig {
+    /// Where queries go.
+    pub upstream: SocketAddr,
+    pub refusal: Refusal,
+}
+
+/// A running resolver: listening on 127.0.0.1 and (when the host has it) ::1, UDP and TCP, one
+/// port for all four. Dropping it stops every listener.
+pub struct Resolver {
+    port: u16,
+    tasks: JoinSet<()>,
+}
+
+impl Resolver {
+    /// Binds the listeners and starts serving on the current tokio runtime. `names` is read on
+    /// every query (the daemon replaces it at a reload); `events` receives what the owner of
+    /// the maps must do or know.
+    pub async fn start(
+        config: ResolverConfig,
+        names: Arc<RwLock<NamePolicy>>,
+        events: mpsc::UnboundedSender<ResolverEvent>,
+    ) -> Result<Resolver> {
+        let (udp, tcp) = bind_loopback().await?;
+        let port = udp[0].local_addr()?.port();
+        let shared = Arc::new(serve::Shared::new(config, names, events));
+        let mut tasks = JoinSet::new();
+        for socket in udp {
+            tasks.spawn(serve::udp(Arc::new(socket), shared.clone()));
+        }
+        for listener in tcp {
+            tasks.spawn(serve::tcp(listener, shared.clone()));
+        }
+        Ok(Resolver { port, tasks })
+    }
+
+    /// The port it listens on (127.0.0.1 and ::1, UDP and TCP).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops every listener (also done by dropping it).
+    pub fn stop(&mut self) {
+        self.tasks.abort_all();
+    }
+}
+
+/// Tries ephemeral ports until one is free on 127.0.0.1 for UDP and TCP (and on ::1 when the
+/// host has IPv6 loopback; without it, IPv6 queries are redirected to an address nothing
+/// listens on and fail, which is no worse than a host without IPv6).
+async fn bind_loopback() -> Result<(Vec<UdpSocket>, Vec<TcpListener>)> {
+    let v4 = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let v6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
+    let mut last_error = None;
+    for _ in 0..20 {
+        let udp = UdpSocket::bind((v4, 0))
+            .await
+            .context("binding guard's resolver (UDP, 127.0.0.1)")?;
+        let port = udp.local_addr()?.port();
+        match TcpListener::bind((v4, port)).await {
+            Ok(tcp) => {
+                let mut sockets = vec![udp];
+                let mut listeners = vec![tcp];
+                if let (Ok(udp6), Ok(tcp6)) = (
+                    UdpSocket::bind((v6, port)).await,
+                    TcpListener::bind((v6, port)).await,
+                ) {
+                    sockets.push(udp6);
+                    listeners.push(tcp6);
+                }
+                return Ok((sockets, listeners));
+            }
+            Err(err) => last_error = Some(err),
+        }
+    }
+    Err(anyhow::anyhow!(
+        "no port was free for guard's resolver on 127.0.0.1 for both UDP and TCP: {}",
+        last_error.map_or_else(String::new, |e| e.to_string())
+    ))
+}

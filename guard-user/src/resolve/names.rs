@@ -1,0 +1,126 @@
+//! What the policy says of a name, before any address is known: guard's resolver refuses a name
+//! every connection to which is forbidden, and tells the owner of the maps when a name the
+//! policy rules on gets addresses, so they are in the maps before the program has them.
+
+use crate::policy::host::host_covers;
+use crate::policy::render::{address_rule_text, network_rule_text};
+use crate::policy::rule::{AddressTarget, Decision, RuleOrigin, Transport};
+use crate::policy::Policy;
+
+/// What the resolver does with a query for a name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NameDecision {
+    /// Answer it with a refusal, and never ask upstream: `rule` forbids every connection.
+    Refuse(NameRule),
+    /// Answer it, and put its addresses in the maps first: a rule names it.
+    Ruled,
+    /// Answer it: no rule names it (its connects get the unmatched decision, attributed to it).
+    Unknown,
+}
+
+/// A rule that speaks of names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NameRule {
+    /// A name or a pattern (`*.example.com`).
+    pub host: String,
+    pub decision: Decision,
+    /// The rule as written (`network_rule(host="x", ...)`).
+    pub text: String,
+    pub origin: Option<RuleOrigin>,
+    /// Whether it decides every port and transport of the name (a `network_rule` host's
+    /// decision does, §2.4; an `address_rule` does with no `ports` and transport `any`).
+    pub whole: bool,
+}
+
+/// The policy's rules on names, looked up by the resolver on every query.
+#[derive(Clone, Debug, Default)]
+pub struct NamePolicy {
+    rules: Vec<NameRule>,
+}
+
+impl NamePolicy {
+    pub fn from_policy(policy: &Policy) -> Self {
+        let mut rules = Vec::new();
+        for host in policy.network_hosts() {
+            if host.host.parse::<std::net::IpAddr>().is_ok() {
+                continue;
+            }
+            let rule = &policy.network_rules()[host.deciding_rule];
+            rules.push(NameRule {
+                host: host.host.clone(),
+                decision: host.decision,
+                text: network_rule_text(rule),
+                origin: rule.origin.clone(),
+                whole: true,
+            });
+        }
+        for rule in policy.address_rules() {
+            for target in &rule.addresses {
+                if let AddressTarget::Host(name) = target {
+                    rules.push(NameRule {
+                        host: name.clone(),
+                        decision: rule.decision,
+                        text: address_rule_text(rule),
+                        origin: rule.origin.clone(),
+                        whole: rule.ports.is_none()
+                            && rule.transport == Transport::Any
+                            && !rule.audit_only,
+                    });
+                }
+            }
+        }
+        NamePolicy { rules }
+    }
+
+    /// `name` normalised (lower case, no trailing dot). A forbidding rule that decides the whole
+    /// name refuses it whatever else allows it (strongest wins, as the kernel would decide every
+    /// address the name could have).
+    pub fn decide(&self, name: &str) -> NameDecision {
+        let mut ruled = false;
+        for rule in self.rules.iter().filter(|r| host_covers(&r.host, name)) {
+            if rule.whole && rule.decision == Decision::Forbidden {
+                return NameDecision::Refuse(rule.clone());
+            }
+            ruled = true;
+        }
+        if ruled {
+            NameDecision::Ruled
+        } else {
+            NameDecision::Unknown
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::PolicyParser;
+
+    fn names(source: &str) -> NamePolicy {
+        let mut parser = PolicyParser::new();
+        parser.parse("t.rules", source).unwrap();
+        NamePolicy::from_policy(&parser.build())
+    }
+
+    #[test]
+    fn names_are_refused_ruled_or_unknown() {
+        let policy = names(
+            r#"
+network_rule(host="evil.test", protocol="https", decision="deny")
+network_rule(host="api.test", protocol="https", decision="allow")
+address_rule(addresses=["*.cdn.test"], ports=[443], decision="allow")
+address_rule(addresses=["**.blocked.test"], decision="deny")
+address_rule(addresses=["*.partly.test"], ports=[25], decision="deny")
+"#,
+        );
+        assert!(matches!(policy.decide("evil.test"), NameDecision::Refuse(r) if r.origin.as_ref().unwrap().line == 2));
+        assert_eq!(policy.decide("api.test"), NameDecision::Ruled);
+        assert_eq!(policy.decide("a.cdn.test"), NameDecision::Ruled);
+        assert_eq!(policy.decide("cdn.test"), NameDecision::Unknown);
+        assert!(matches!(policy.decide("blocked.test"), NameDecision::Refuse(_)));
+        assert!(matches!(policy.decide("x.blocked.test"), NameDecision::Refuse(_)));
+        // A denial of one port is held by the kernel, on the answered addresses.
+        assert_eq!(policy.decide("mail.partly.test"), NameDecision::Ruled);
+        assert_eq!(policy.decide("example.org"), NameDecision::Unknown);
+    }
+}

@@ -1,0 +1,234 @@
+//! The listeners and one query's way through the resolver (the steps are in the module above).
+
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use hickory_resolver::proto::op::{Message, MessageType, OpCode, ResponseCode};
+use hickory_resolver::proto::rr::RData;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::time::timeout;
+
+use super::cache::AnswerCache;
+use super::names::{NameDecision, NamePolicy};
+use super::{ANSWER_WAIT, Answered, RefusedName, ResolverConfig, ResolverEvent, upstream};
+
+/// Queries answered at once; past it a UDP query is dropped (the program retries) and a TCP
+/// connection waits.
+const IN_FLIGHT: usize = 512;
+/// How long an idle TCP connection is kept.
+const TCP_IDLE: Duration = Duration::from_secs(10);
+
+pub struct Shared {
+    config: ResolverConfig,
+    names: Arc<RwLock<NamePolicy>>,
+    events: mpsc::UnboundedSender<ResolverEvent>,
+    cache: Mutex<AnswerCache>,
+    in_flight: Arc<Semaphore>,
+}
+
+impl Shared {
+    pub fn new(
+        config: ResolverConfig,
+        names: Arc<RwLock<NamePolicy>>,
+        events: mpsc::UnboundedSender<ResolverEvent>,
+    ) -> Self {
+        Shared {
+            config,
+            names,
+            events,
+            cache: Mutex::new(AnswerCache::default()),
+            in_flight: Arc::new(Semaphore::new(IN_FLIGHT)),
+        }
+    }
+}
+
+pub async fn udp(socket: Arc<UdpSocket>, shared: Arc<Shared>) {
+    let mut buffer = vec![0u8; 65_535];
+    loop {
+        let Ok((n, peer)) = socket.recv_from(&mut buffer).await else {
+            continue;
+        };
+        let Ok(permit) = shared.in_flight.clone().try_acquire_owned() else {
+            continue;
+        };
+        let query = buffer[..n].to_vec();
+        let (socket, shared) = (socket.clone(), shared.clone());
+        tokio::spawn(async move {
+            if let Some(reply) = answer(&shared, &query, false).await {
+                let _ = socket.send_to(&reply, peer).await;
+            }
+            drop(permit);
+        });
+    }
+}
+
+pub async fn tcp(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        tokio::spawn(tcp_connection(stream, shared.clone()));
+    }
+}
+
+/// Length-prefixed messages, one after the other, until the program closes or goes idle.
+async fn tcp_connection(mut stream: TcpStream, shared: Arc<Shared>) {
+    loop {
+        let mut length = [0u8; 2];
+        if timeout(TCP_IDLE, stream.read_exact(&mut length))
+            .await
+            .is_none_or_err()
+        {
+            return;
+        }
+        let mut query = vec![0u8; usize::from(u16::from_be_bytes(length))];
+        if timeout(TCP_IDLE, stream.read_exact(&mut query))
+            .await
+            .is_none_or_err()
+        {
+            return;
+        }
+        let Ok(permit) = shared.in_flight.clone().acquire_owned().await else {
+            return;
+        };
+        let reply = answer(&shared, &query, true).await;
+        drop(permit);
+        let Some(reply) = reply else { return };
+        let Ok(length) = u16::try_from(reply.len()) else {
+            return;
+        };
+        let mut framed = length.to_be_bytes().to_vec();
+        framed.extend_from_slice(&reply);
+        if stream.write_all(&framed).await.is_err() {
+            return;
+        }
+    }
+}
+
+trait TimedIo {
+    fn is_none_or_err(&self) -> bool;
+}
+
+impl<T> TimedIo for Result<std::io::Result<T>, tokio::time::error::Elapsed> {
+    fn is_none_or_err(&self) -> bool {
+        !matches!(self, Ok(Ok(_)))
+    }
+}
+
+/// The reply to one query (`None`: not a query; nothing is sent back).
+async fn answer(shared: &Shared, bytes: &[u8], tcp: bool) -> Option<Vec<u8>> {
+    let query = Message::from_vec(bytes).ok()?;
+    if query.metadata.message_type != MessageType::Query {
+        return None;
+    }
+    let id = query.metadata.id;
+    let Some(question) = query.queries.first().cloned() else {
+        return reply_code(&query, ResponseCode::FormErr);
+    };
+    if query.metadata.op_code != OpCode::Query {
+        return reply_code(&query, ResponseCode::NotImp);
+    }
+    let name = normalise(&question.name().to_ascii());
+    let decision = shared
+        .names
+        .read()
+        .map(|names| names.decide(&name))
+        .unwrap_or(NameDecision::Unknown);
+    if let NameDecision::Refuse(rule) = &decision {
+        let refusal = shared.config.refusal;
+        let _ = shared.events.send(ResolverEvent::Refused(RefusedName {
+            name,
+            query_type: question.query_type().to_string(),
+            answer: refusal.as_str(),
+            rule: rule.text.clone(),
+            file: rule.origin.as_ref().map(|o| o.file.to_string()),
+            line: rule.origin.as_ref().map(|o| o.line),
+        }));
+        let code = match refusal {
+            super::Refusal::Refused => ResponseCode::Refused,
+            super::Refusal::Nxdomain => ResponseCode::NXDomain,
+        };
+        return reply_code(&query, code);
+    }
+    let dnssec_ok = query.edns.as_ref().is_some_and(|e| e.flags().dnssec_ok);
+    let cached = shared
+        .cache
+        .lock()
+        .ok()
+        .and_then(|c| c.get(&question, dnssec_ok, id, Instant::now()));
+    let (bytes, message) = match cached {
+        Some(message) => (message.to_vec().ok()?, message),
+        None => match upstream::exchange(shared.config.upstream, bytes, id, tcp).await {
+            Ok(answer) => answer,
+            Err(err) => {
+                let _ = shared.events.send(ResolverEvent::UpstreamFailed {
+                    name,
+                    error: format!("{err:#}"),
+                });
+                return reply_code(&query, ResponseCode::ServFail);
+            }
+        },
+    };
+    let (addrs, ttl) = addresses(&message);
+    if !addrs.is_empty() {
+        let (done, confirmed) = oneshot::channel();
+        let sent = shared.events.send(ResolverEvent::Answered(Answered {
+            name: name.clone(),
+            addrs,
+            ttl,
+            decision,
+            done,
+        }));
+        // Not confirmed in time (or the owner is gone): no answer whose addresses might not be
+        // in force yet.
+        if sent.is_err() || !matches!(timeout(ANSWER_WAIT, confirmed).await, Ok(Ok(()))) {
+            return reply_code(&query, ResponseCode::ServFail);
+        }
+    }
+    if let Ok(mut cache) = shared.cache.lock() {
+        cache.put(&question, dnssec_ok, &message, ttl);
+    }
+    if !tcp && bytes.len() > usize::from(query.max_payload()) {
+        // Too big for the program's UDP buffer: truncated, so it asks again over TCP.
+        return message.truncate().to_vec().ok();
+    }
+    Some(bytes)
+}
+
+/// The final A and AAAA records of an answer, and the smallest TTL of the answer section (the
+/// CNAMEs on the way count: the chain is only as fresh as its shortest link); for an answer
+/// without records, the authority section's (a negative answer's SOA).
+fn addresses(message: &Message) -> (Vec<IpAddr>, Duration) {
+    let addrs = message
+        .answers
+        .iter()
+        .filter_map(|record| match &record.data {
+            RData::A(a) => Some(IpAddr::V4(a.0)),
+            RData::AAAA(aaaa) => Some(IpAddr::V6(aaaa.0)),
+            _ => None,
+        })
+        .collect();
+    let section = if message.answers.is_empty() {
+        &message.authorities
+    } else {
+        &message.answers
+    };
+    let ttl = section.iter().map(|r| r.ttl).min().unwrap_or(0);
+    (addrs, Duration::from_secs(u64::from(ttl)))
+}
+
+/// A reply with no records: `code`, the query's question and recursion flag.
+fn reply_code(query: &Message, code: ResponseCode) -> Option<Vec<u8>> {
+    let mut reply = Message::error_msg(query.metadata.id, query.metadata.op_code, code);
+    reply.metadata.recursion_desired = query.metadata.recursion_desired;
+    reply.metadata.recursion_available = true;
+    reply.add_queries(query.queries.iter().cloned());
+    reply.to_vec().ok()
+}
+
+fn normalise(name: &str) -> String {
+    name.trim_end_matches('.').to_ascii_lowercase()
+}

@@ -1,0 +1,113 @@
+//! Where guard's resolver sends the queries it answers: one server, over UDP (TCP when the
+//! program asked over TCP, or the UDP answer was truncated). guard's own sockets are outside
+//! every scope, so these queries are not redirected back to it.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use hickory_resolver::proto::op::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UdpSocket};
+use tokio::time::timeout;
+
+/// How long one attempt waits for the server.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(1500);
+/// UDP attempts (datagrams get lost).
+const UDP_ATTEMPTS: usize = 2;
+/// The largest answer taken over UDP (EDNS allows up to 64 KiB; 4 KiB is what resolvers offer).
+const UDP_ANSWER_MAX: usize = 4096;
+
+/// The upstream server: `nameserver` when given, else the first name server of the system's
+/// configuration (`/etc/resolv.conf`), port 53.
+pub fn choose(nameserver: Option<SocketAddr>) -> Result<SocketAddr> {
+    if let Some(addr) = nameserver {
+        return Ok(addr);
+    }
+    let (config, _) = hickory_resolver::system_conf::read_system_conf()
+        .context("reading the system resolver configuration (/etc/resolv.conf)")?;
+    let server = config.name_servers().first().ok_or_else(|| {
+        anyhow!(
+            "the system resolver configuration (/etc/resolv.conf) names no name server; give one \
+             with --nameserver IP:PORT"
+        )
+    })?;
+    Ok(SocketAddr::new(server.ip, 53))
+}
+
+/// Sends `query` (a DNS message whose id is `id`) and returns the server's answer as sent and
+/// parsed, checked to carry the query's id. `tcp`: over TCP from the start.
+pub async fn exchange(
+    upstream: SocketAddr,
+    query: &[u8],
+    id: u16,
+    tcp: bool,
+) -> Result<(Vec<u8>, Message)> {
+    if !tcp {
+        let (bytes, answer) = exchange_udp(upstream, query, id).await?;
+        // Truncated: the answer did not fit; ask again over TCP, as a stub resolver would.
+        if !answer.metadata.truncation {
+            return Ok((bytes, answer));
+        }
+    }
+    let bytes = exchange_tcp(upstream, query).await?;
+    let answer = Message::from_vec(&bytes)
+        .with_context(|| format!("the name server {upstream} sent an unreadable answer"))?;
+    if answer.metadata.id != id {
+        bail!("the name server {upstream} answered another query over TCP");
+    }
+    Ok((bytes, answer))
+}
+
+async fn exchange_udp(upstream: SocketAddr, query: &[u8], id: u16) -> Result<(Vec<u8>, Message)> {
+    let local: SocketAddr = if upstream.is_ipv4() {
+        "0.0.0.0:0".parse()?
+    } else {
+        "[::]:0".parse()?
+    };
+    let socket = UdpSocket::bind(local).await?;
+    socket
+        .connect(upstream)
+        .await
+        .with_context(|| format!("reaching the name server {upstream}"))?;
+    let mut buffer = vec![0u8; UDP_ANSWER_MAX];
+    for _ in 0..UDP_ATTEMPTS {
+        socket.send(query).await?;
+        // Datagrams with another id (a late answer to an earlier attempt is still this query's)
+        // are skipped until the attempt's time is up.
+        let attempt = async {
+            loop {
+                let n = socket.recv(&mut buffer).await?;
+                if let Ok(answer) = Message::from_vec(&buffer[..n])
+                    && answer.metadata.id == id
+                {
+                    return Ok::<_, std::io::Error>((buffer[..n].to_vec(), answer));
+                }
+            }
+        };
+        if let Ok(received) = timeout(ATTEMPT_TIMEOUT, attempt).await {
+            return received.with_context(|| format!("reading from the name server {upstream}"));
+        }
+    }
+    bail!("the name server {upstream} did not answer")
+}
+
+async fn exchange_tcp(upstream: SocketAddr, query: &[u8]) -> Result<Vec<u8>> {
+    let work = async {
+        let mut stream = TcpStream::connect(upstream).await?;
+        let length = u16::try_from(query.len()).map_err(|_| anyhow!("query too long"))?;
+        let mut framed = Vec::with_capacity(query.len() + 2);
+        framed.extend_from_slice(&length.to_be_bytes());
+        framed.extend_from_slice(query);
+        stream.write_all(&framed).await?;
+        let mut length = [0u8; 2];
+        stream.read_exact(&mut length).await?;
+        let mut answer = vec![0u8; usize::from(u16::from_be_bytes(length))];
+        stream.read_exact(&mut answer).await?;
+        Ok::<_, anyhow::Error>(answer)
+    };
+    timeout(ATTEMPT_TIMEOUT * 2, work)
+        .await
+        .map_err(|_| anyhow!("the name server {upstream} did not answer over TCP"))?
+        .with_context(|| format!("asking the name server {upstream} over TCP"))
+}

@@ -1,0 +1,152 @@
+//! `dns-probe SERVER NAME [udp|udp-connected|tcp] [ROUNDS] [CONNECT_PORT]`: asks SERVER
+//! (IP:PORT) for NAME's A records ROUNDS times (default 1), the way stub resolvers do: over an
+//! unconnected UDP socket that takes only a reply from SERVER's own address (hickory, dig), a
+//! connected one (glibc), or TCP. After each answer it connects over TCP to every address at
+//! CONNECT_PORT, if given. It prints one JSON line:
+//!
+//! `{"rounds":R,"answers":A,"rcode":"NoError","addresses":[...],"connected":C,"refused":F,
+//!   "other_errors":E,"wrong_source":W}`
+//!
+//! with `rcode` and `addresses` of the last answer, `refused` the connects that got EPERM and
+//! `wrong_source` the replies that came from another address than SERVER (ignored, as a stub
+//! resolver ignores them). Exits 0 when every round got an answer, 1 otherwise, 2 on bad
+//! arguments. The resolver tests spawn it inside a scope, so its DNS is what guard redirects.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::process::ExitCode;
+use std::str::FromStr;
+use std::time::Duration;
+
+use hickory_server::proto::op::{Message, Query};
+use hickory_server::proto::rr::{Name, RData, RecordType};
+
+const WAIT: Duration = Duration::from_secs(3);
+const EPERM: i32 = 1;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (Some(server), Some(name)) = (args.first(), args.get(1)) else {
+        eprintln!("usage: dns-probe SERVER NAME [udp|udp-connected|tcp] [ROUNDS] [CONNECT_PORT]");
+        return ExitCode::from(2);
+    };
+    let Ok(server) = server.parse::<SocketAddr>() else {
+        eprintln!("dns-probe: {server} is not IP:PORT");
+        return ExitCode::from(2);
+    };
+    let mode = args.get(2).map_or("udp", String::as_str);
+    let rounds: usize = args.get(3).and_then(|r| r.parse().ok()).unwrap_or(1);
+    let connect_port: Option<u16> = args.get(4).and_then(|p| p.parse().ok());
+    let Ok(name) = Name::from_str(&format!("{}.", name.trim_end_matches('.'))) else {
+        eprintln!("dns-probe: {name} is not a name");
+        return ExitCode::from(2);
+    };
+    let mut tally = Tally::default();
+    for round in 0..rounds {
+        let mut query = Message::query();
+        query.metadata.id = (round as u16).wrapping_add(1);
+        query.metadata.recursion_desired = true;
+        query.add_query(Query::query(name.clone(), RecordType::A));
+        let Ok(bytes) = query.to_vec() else {
+            return ExitCode::from(2);
+        };
+        let answer = match mode {
+            "udp" => ask_udp(server, &bytes, false, &mut tally),
+            "udp-connected" => ask_udp(server, &bytes, true, &mut tally),
+            "tcp" => ask_tcp(server, &bytes),
+            _ => {
+                eprintln!("dns-probe: unknown mode {mode}");
+                return ExitCode::from(2);
+            }
+        };
+        let Some(answer) = answer.and_then(|b| Message::from_vec(&b).ok()) else {
+            continue;
+        };
+        tally.answers += 1;
+        tally.rcode = format!("{:?}", answer.metadata.response_code);
+        tally.addresses = answer
+            .answers
+            .iter()
+            .filter_map(|r| match &r.data {
+                RData::A(a) => Some(IpAddr::V4(a.0)),
+                _ => None,
+            })
+            .collect();
+        if let Some(port) = connect_port {
+            for ip in tally.addresses.clone() {
+                match TcpStream::connect_timeout(&SocketAddr::new(ip, port), WAIT) {
+                    Ok(_) => tally.connected += 1,
+                    Err(e) if e.raw_os_error() == Some(EPERM) => tally.refused += 1,
+                    Err(_) => tally.other_errors += 1,
+                }
+            }
+        }
+    }
+    println!(
+        "{{\"rounds\":{rounds},\"answers\":{},\"rcode\":\"{}\",\"addresses\":[{}],\"connected\":{},\"refused\":{},\"other_errors\":{},\"wrong_source\":{}}}",
+        tally.answers,
+        tally.rcode,
+        tally
+            .addresses
+            .iter()
+            .map(|a| format!("\"{a}\""))
+            .collect::<Vec<_>>()
+            .join(","),
+        tally.connected,
+        tally.refused,
+        tally.other_errors,
+        tally.wrong_source
+    );
+    if tally.answers == rounds {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    answers: usize,
+    rcode: String,
+    addresses: Vec<IpAddr>,
+    connected: usize,
+    refused: usize,
+    other_errors: usize,
+    wrong_source: usize,
+}
+
+fn ask_udp(server: SocketAddr, query: &[u8], connected: bool, tally: &mut Tally) -> Option<Vec<u8>> {
+    let local = if server.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+    let socket = UdpSocket::bind(local).ok()?;
+    socket.set_read_timeout(Some(WAIT)).ok()?;
+    if connected {
+        socket.connect(server).ok()?;
+        socket.send(query).ok()?;
+    } else {
+        socket.send_to(query, server).ok()?;
+    }
+    let mut buffer = vec![0u8; 4096];
+    // A bounded number of datagrams: a reply from elsewhere is counted and skipped.
+    for _ in 0..4 {
+        let (n, from) = socket.recv_from(&mut buffer).ok()?;
+        if from != server {
+            tally.wrong_source += 1;
+            continue;
+        }
+        return Some(buffer[..n].to_vec());
+    }
+    None
+}
+
+fn ask_tcp(server: SocketAddr, query: &[u8]) -> Option<Vec<u8>> {
+    let mut stream = TcpStream::connect_timeout(&server, WAIT).ok()?;
+    stream.set_read_timeout(Some(WAIT)).ok()?;
+    let mut framed = (query.len() as u16).to_be_bytes().to_vec();
+    framed.extend_from_slice(query);
+    stream.write_all(&framed).ok()?;
+    let mut length = [0u8; 2];
+    stream.read_exact(&mut length).ok()?;
+    let mut answer = vec![0u8; usize::from(u16::from_be_bytes(length))];
+    stream.read_exact(&mut answer).ok()?;
+    Some(answer)
+}

@@ -117,7 +117,12 @@ fn restore_source(ctx: &SockAddrContext, v6: bool) {
         return;
     }
     let from_resolver = if v6 {
-        let ip6 = [sa.user_ip6[0], sa.user_ip6[1], sa.user_ip6[2], sa.user_ip6[3]];
+        let ip6 = [
+            sa.user_ip6[0],
+            sa.user_ip6[1],
+            sa.user_ip6[2],
+            sa.user_ip6[3],
+        ];
         ip6 == resolver_v6(&ip6)
     } else {
         sa.user_ip4 == LOOPBACK_V4

@@ -21,7 +21,9 @@ use crate::kernel::{Backend, Enforcer};
 use crate::policy::{Decision, Policy};
 use crate::resolve::answers::{AnswerBook, KnownAddresses};
 use crate::resolve::thread::ResolverThread;
-use crate::resolve::{NameDecision, NamePolicy, Refusal, RefusedName, ResolverConfig, ResolverEvent};
+use crate::resolve::{
+    NameDecision, NamePolicy, Refusal, RefusedName, ResolverConfig, ResolverEvent,
+};
 
 /// How a session is set up.
 #[derive(Clone, Debug, Default)]
@@ -48,6 +50,8 @@ pub enum DnsNote {
     Refused(RefusedName),
     /// The upstream server did not answer a name (the program got SERVFAIL).
     UpstreamFailed { name: String, error: String },
+    /// guard's resolver could not be put in the path (why).
+    NoResolver(String),
 }
 
 pub struct Session {
@@ -109,16 +113,21 @@ impl Session {
         let events = enforcer.events()?;
         enforcer.apply(&image)?;
         let names = NamePolicy::from_policy(&policy);
+        let mut dns_notes = Vec::new();
         let resolver = match options.resolver {
-            Some(refusal) => {
-                let config = ResolverConfig {
-                    upstream: crate::resolve::upstream::choose(options.nameserver)?,
-                    refusal,
-                };
-                let thread = ResolverThread::start(config, names.clone())?;
-                enforcer.redirect_dns(thread.port())?;
-                Some(thread)
-            }
+            Some(refusal) => match crate::resolve::upstream::choose(options.nameserver) {
+                Ok(upstream) => {
+                    let thread =
+                        ResolverThread::start(ResolverConfig { upstream, refusal }, names.clone())?;
+                    enforcer.redirect_dns(thread.port())?;
+                    Some(thread)
+                }
+                // No upstream to ask: the scope's DNS is decided by address, as without one.
+                Err(err) => {
+                    dns_notes.push(DnsNote::NoResolver(format!("{err:#}")));
+                    None
+                }
+            },
             None => None,
         };
         let abandoned = remove_abandoned_scopes();
@@ -136,7 +145,7 @@ impl Session {
             answers,
             resolver,
             names,
-            dns_notes: Vec::new(),
+            dns_notes,
             env,
             audit_only: options.audit_only,
             abandoned,
@@ -383,7 +392,11 @@ impl Session {
 /// `guard: refused exec of `git push origin main`: policy forbids commands starting with
 /// `git push` (team.rules:3)`. `answered`: the names guard's resolver answered a destination's
 /// address for, named when no rule's host does.
-pub fn describe_event(image: &EnforcementImage, event: &KernelEvent, answered: &[String]) -> String {
+pub fn describe_event(
+    image: &EnforcementImage,
+    event: &KernelEvent,
+    answered: &[String],
+) -> String {
     let what = match (&event.kind, &event.destination) {
         (EventKind::Exec, _) => {
             format!("exec of `{}`", shown_command(event))

@@ -130,7 +130,11 @@ impl TestDns {
         per_answer: usize,
         ttls: std::ops::RangeInclusive<u32>,
     ) {
-        self.lock().names.entry(normalise(name)).or_default().rotating = Some(Rotation {
+        self.lock()
+            .names
+            .entry(normalise(name))
+            .or_default()
+            .rotating = Some(Rotation {
             pool: pool.to_vec(),
             per_answer,
             ttls,

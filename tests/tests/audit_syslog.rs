@@ -66,6 +66,7 @@ fn records() -> Vec<(AuditRecord, &'static str)> {
     refusal.process = Some(process("/usr/bin/curl"));
     refusal.destination = Some(DestinationInfo {
         host: Some("example.com".into()),
+        hosts: Vec::new(),
         address: "192.0.2.7".into(),
         port: 443,
         transport: "tcp".into(),

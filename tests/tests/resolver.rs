@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use guard_tests::daemon::{guard_bin, text};
+use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, guard_bin, text};
 use guard_tests::dns::TestDns;
 use guard_tests::kernel::{helper, root_or_skip, wait_output};
 use serde_json::Value;
@@ -128,7 +128,13 @@ fn an_allowed_names_rotating_answers_connect_every_time_through_guards_resolver(
         &dns,
         &direct_rules,
         &["--no-resolver"],
-        &[&dns.addr().to_string(), "api.example.test", "udp", "20", &port],
+        &[
+            &dns.addr().to_string(),
+            "api.example.test",
+            "udp",
+            "20",
+            &port,
+        ],
     );
     let direct = tally(&direct);
     assert!(
@@ -154,7 +160,11 @@ fn an_allowed_names_rotating_answers_connect_every_time_through_guards_resolver(
         );
         assert_eq!(result["refused"].as_u64(), Some(0), "{mode}: {result}");
         assert_eq!(result["other_errors"].as_u64(), Some(0), "{mode}: {result}");
-        assert_eq!(result["connected"].as_u64(), Some(2 * rounds), "{mode}: {result}");
+        assert_eq!(
+            result["connected"].as_u64(),
+            Some(2 * rounds),
+            "{mode}: {result}"
+        );
         // The replies seem to come from where the query was sent.
         assert_eq!(result["wrong_source"].as_u64(), Some(0), "{mode}: {result}");
         assert!(output.status.success(), "{mode}: {}", text(&output.stderr));
@@ -219,11 +229,26 @@ fn a_host_pattern_allows_the_names_it_covers_from_the_answers_guards_resolver_se
     dns.set_a("example.org", &[v4("127.0.1.2")], 30);
     let port = port.to_string();
 
-    let covered = run_probe(&dns, &rules, &[], &[ASKED, "a.wild.test", "udp", "1", &port]);
+    let covered = run_probe(
+        &dns,
+        &rules,
+        &[],
+        &[ASKED, "a.wild.test", "udp", "1", &port],
+    );
     let covered_result = tally(&covered);
-    assert_eq!(covered_result["connected"], 1, "{covered_result}: {}", text(&covered.stderr));
+    assert_eq!(
+        covered_result["connected"],
+        1,
+        "{covered_result}: {}",
+        text(&covered.stderr)
+    );
 
-    let other = run_probe(&dns, &rules, &[], &[ASKED, "example.org", "udp", "1", &port]);
+    let other = run_probe(
+        &dns,
+        &rules,
+        &[],
+        &[ASKED, "example.org", "udp", "1", &port],
+    );
     let other_result = tally(&other);
     assert_eq!(other_result["refused"], 1, "{other_result}");
     // The refused connect names the host its address was answered for.
@@ -231,9 +256,168 @@ fn a_host_pattern_allows_the_names_it_covers_from_the_answers_guards_resolver_se
         .into_iter()
         .find(|e| e["kind"] == "connect")
         .unwrap_or_else(|| panic!("no connect event: {}", text(&other.stderr)));
-    assert_eq!(refusal["hosts"], serde_json::json!(["example.org"]), "{refusal}");
-    assert!(
-        refusal["message"].as_str().unwrap().contains("(example.org)"),
+    assert_eq!(
+        refusal["hosts"],
+        serde_json::json!(["example.org"]),
         "{refusal}"
     );
+    assert!(
+        refusal["message"]
+            .as_str()
+            .unwrap()
+            .contains("(example.org)"),
+        "{refusal}"
+    );
+}
+
+/// The pending asks of a daemon.
+fn prompts(daemon: &TestDaemon) -> Vec<Value> {
+    daemon
+        .json(&["prompts", "--json"])
+        .as_array()
+        .cloned()
+        .unwrap()
+}
+
+/// `guard run -- dns-probe ARGS` under the daemon: the probe's JSON line and guard's stderr.
+fn probe_in_daemon(daemon: &TestDaemon, args: &[&str]) -> (Value, String) {
+    let (_, stdout, stderr) = daemon.run_in_scope(&dns_probe(), args);
+    let line = stdout.lines().last().unwrap_or_default().to_string();
+    let value = serde_json::from_str(&line)
+        .unwrap_or_else(|e| panic!("{e}: {line:?}; guard said: {stderr}"));
+    (value, stderr)
+}
+
+#[test]
+fn under_the_daemon_an_unknown_name_is_an_ask_that_names_the_host_and_always_writes_its_rule() {
+    if !can_run() {
+        return;
+    }
+    let dns = TestDns::start();
+    let address = v4("127.0.1.7");
+    dns.set_a("api2.example.test", &[address], 60);
+    dns.set_a("evil.example.test", &[v4("127.0.1.66")], 60);
+    dns.set_a("a.wild.test", &[v4("127.0.1.8")], 60);
+    let _https = TcpListener::bind((address, 443)).expect("listening on 127.0.1.7:443");
+    let other = TcpListener::bind((address, 0)).unwrap();
+    let other_port = other.local_addr().unwrap().port();
+    let third = TcpListener::bind((address, 0)).unwrap();
+    let third_port = third.local_addr().unwrap().port().to_string();
+    let _wild = TcpListener::bind((v4("127.0.1.8"), 443)).unwrap();
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "enforcement(unmatched_network=\"prompt\")\n\
+                network_rule(host=\"evil.example.test\", protocol=\"https\", decision=\"deny\")\n\
+                address_rule(addresses=[\"*.wild.test\"], transport=\"tcp\", decision=\"allow\")\n"
+            .to_string(),
+        nameserver: Some(dns.addr()),
+        ..Default::default()
+    });
+
+    // The lookup is answered (the name is not forbidden); the connect is an ask for the host.
+    let (result, stderr) =
+        probe_in_daemon(&daemon, &[ASKED, "api2.example.test", "udp", "1", "443"]);
+    assert_eq!(
+        result["addresses"],
+        serde_json::json!(["127.0.1.7"]),
+        "{stderr}"
+    );
+    assert_eq!(result["refused"], 1, "{result}: {stderr}");
+    let asks = prompts(&daemon);
+    assert_eq!(asks.len(), 1, "{asks:?}");
+    let ask = &asks[0];
+    assert_eq!(ask["record"]["host"], "api2.example.test", "{ask}");
+    assert_eq!(ask["record"]["protocol"], "https");
+    assert!(
+        ask["record"]["executable"]
+            .as_str()
+            .unwrap()
+            .ends_with("dns-probe"),
+        "{ask}"
+    );
+    let message = ask["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("dns-probe wants api2.example.test:443 (127.0.1.7), https"),
+        "{message}"
+    );
+
+    let id = ask["id"].as_u64().unwrap().to_string();
+    let out = daemon.guard(&["approve", &id, "--always"]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    let written = std::fs::read_to_string(daemon.amendments()).unwrap();
+    assert_eq!(
+        written,
+        "network_rule(host=\"api2.example.test\", protocol=\"https\", decision=\"allow\", \
+         justification=\"Allow https_connect access to api2.example.test\")\n"
+    );
+    // At once, with no refresh to wait for: the address the program was answered is in force.
+    let (result, stderr) =
+        probe_in_daemon(&daemon, &[ASKED, "api2.example.test", "udp", "1", "443"]);
+    assert_eq!(
+        result["connected"], 1,
+        "the retry connects: {result}: {stderr}"
+    );
+
+    // An approval covers what was asked: another port is another ask, and approving it always
+    // writes that port alone.
+    let other_port_text = other_port.to_string();
+    let (result, _) = probe_in_daemon(
+        &daemon,
+        &[ASKED, "api2.example.test", "udp", "1", &other_port_text],
+    );
+    assert_eq!(result["refused"], 1, "{result}");
+    let ask = prompts(&daemon).into_iter().next().expect("a second ask");
+    let id = ask["id"].as_u64().unwrap().to_string();
+    let out = daemon.guard(&["approve", &id, "--always"]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    let written = std::fs::read_to_string(daemon.amendments()).unwrap();
+    assert!(
+        written.ends_with(&format!(
+            "address_rule(addresses=[\"api2.example.test\"], ports=[{other_port}], \
+             transport=\"tcp\", decision=\"allow\", justification=\"Allow tcp port \
+             {other_port} access to api2.example.test\")\n"
+        )),
+        "{written}"
+    );
+    let (result, _) = probe_in_daemon(
+        &daemon,
+        &[ASKED, "api2.example.test", "udp", "1", &other_port_text],
+    );
+    assert_eq!(result["connected"], 1, "{result}");
+    let (result, _) = probe_in_daemon(
+        &daemon,
+        &[ASKED, "api2.example.test", "udp", "1", &third_port],
+    );
+    assert_eq!(result["refused"], 1, "a third port still asks: {result}");
+
+    // A forbidden name is refused by the daemon's resolver and audited.
+    let (result, _) = probe_in_daemon(&daemon, &[ASKED, "evil.example.test", "udp", "1"]);
+    assert_eq!(result["rcode"], "Refused", "{result}");
+    // A pattern allows what it covers.
+    let (result, _) = probe_in_daemon(&daemon, &[ASKED, "a.wild.test", "tcp", "1", "443"]);
+    assert_eq!(result["connected"], 1, "{result}");
+
+    let out = daemon.guard(&["audit", "--json"]);
+    let records: Vec<Value> = text(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let refused = records
+        .iter()
+        .find(|r| r["type"] == "dns_refused")
+        .unwrap_or_else(|| panic!("no dns_refused record: {records:?}"));
+    assert_eq!(refused["name"], "evil.example.test", "{refused}");
+    assert_eq!(refused["rule"]["line"], 2, "{refused}");
+    // Every connect record names the host its address was answered for.
+    let connects: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["type"] == "decision" && r["event"] == "connect")
+        .collect();
+    assert!(!connects.is_empty());
+    for record in connects {
+        assert_eq!(
+            record["destination"]["hosts"],
+            serde_json::json!(["api2.example.test"]),
+            "{record}"
+        );
+    }
 }

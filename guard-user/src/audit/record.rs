@@ -43,6 +43,8 @@ pub enum RecordType {
     Loss,
     DaemonStart,
     DaemonStop,
+    /// guard's resolver refused a name the policy forbids (it never left the host).
+    DnsRefused,
     /// A type this version does not know (a newer writer's).
     #[serde(other)]
     Unknown,
@@ -50,7 +52,7 @@ pub enum RecordType {
 
 impl RecordType {
     /// Every type this version writes.
-    pub const ALL: [RecordType; 13] = [
+    pub const ALL: [RecordType; 14] = [
         RecordType::Decision,
         RecordType::Ask,
         RecordType::AskExpired,
@@ -64,6 +66,7 @@ impl RecordType {
         RecordType::Loss,
         RecordType::DaemonStart,
         RecordType::DaemonStop,
+        RecordType::DnsRefused,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -81,6 +84,7 @@ impl RecordType {
             RecordType::Loss => "loss",
             RecordType::DaemonStart => "daemon_start",
             RecordType::DaemonStop => "daemon_stop",
+            RecordType::DnsRefused => "dns_refused",
             RecordType::Unknown => "unknown",
         }
     }
@@ -206,6 +210,9 @@ pub struct DestinationInfo {
     /// from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The names guard's resolver answered the address for (the names the program asked for).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
     pub address: String,
     pub port: u16,
     /// `tcp` or `udp`.

@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use super::record::{AuditRecord, RecordType, RuleRef, SCHEMA_VERSION};
 use crate::compile::HostResolver;
-use crate::policy::host::normalize_network_host;
+use crate::policy::host::{host_covers, is_host_pattern, normalize_network_host};
 use crate::policy::render::prefix_rule_text;
 use crate::policy::rule::canonical_ip;
 use crate::policy::{
@@ -381,9 +381,25 @@ impl RecordedAddresses {
 }
 
 impl HostResolver for RecordedAddresses {
+    /// A host pattern (`*.example.com`) has the addresses of every recorded name it covers.
     fn lookup(&self, host: &str) -> Vec<IpAddr> {
+        if is_host_pattern(host) {
+            let mut out: Vec<IpAddr> = self
+                .by_host
+                .iter()
+                .filter(|(name, _)| host_covers(host, name))
+                .flat_map(|(_, addrs)| addrs.iter().copied())
+                .collect();
+            out.sort();
+            out.dedup();
+            return out;
+        }
         self.by_host.get(host).cloned().unwrap_or_default()
     }
+}
+
+fn normalised_host(host: &str) -> String {
+    normalize_network_host(host).unwrap_or_else(|_| host.to_string())
 }
 
 /// The decision records of one or more audit files, grouped into requests.
@@ -464,6 +480,11 @@ impl Recording {
         } = &request
         {
             self.addresses.add(host, *address);
+            // Every name guard's resolver answered the address for: a draft's rule (or host
+            // pattern) for any of them decides the connect as the kernel would have.
+            for name in record.destination.iter().flat_map(|d| &d.hosts) {
+                self.addresses.add(&normalised_host(name), *address);
+            }
         }
         self.add_to_group(request, recorded, record);
     }
@@ -534,11 +555,13 @@ fn destination_request(record: &AuditRecord) -> Option<Request> {
         Transport::Any => return None,
         transport => transport,
     };
-    // Normalised the way the draft's rules are, so that lookups by their names find it.
+    // The policy's name for the address, else the first name the program asked for; normalised
+    // the way the draft's rules are, so that lookups by their names find it.
     let host = destination
         .host
         .as_deref()
-        .map(|host| normalize_network_host(host).unwrap_or_else(|_| host.to_string()));
+        .or(destination.hosts.first().map(String::as_str))
+        .map(normalised_host);
     Some(Request::Destination {
         host,
         address,
@@ -747,6 +770,7 @@ mod tests {
             event: Some("connect".into()),
             destination: Some(DestinationInfo {
                 host: host.map(str::to_string),
+                hosts: Vec::new(),
                 address: address.into(),
                 port,
                 transport: "tcp".into(),

@@ -647,6 +647,7 @@ mod tests {
             }),
             destination: Some(DestinationInfo {
                 host: None,
+                hosts: Vec::new(),
                 address: "2001:db8::1".into(),
                 port: 443,
                 transport: "tcp".into(),
@@ -692,6 +693,7 @@ mod tests {
             }),
             destination: Some(DestinationInfo {
                 host: Some("example.com".into()),
+                hosts: Vec::new(),
                 address: "192.0.2.1".into(),
                 port: 80,
                 transport: "tcp".into(),

@@ -394,6 +394,7 @@ impl AuditTrail {
         event: KernelEvent,
         message: String,
         scope: Option<&std::path::Path>,
+        answered: Vec<String>,
     ) -> AuditRecord {
         let user = self.user(event.uid);
         let cgroup = scope.map(|path| self.cgroup_name(event.cgroup_id, path));
@@ -448,6 +449,7 @@ impl AuditTrail {
             });
         record.destination = event.destination.as_ref().map(|d| DestinationInfo {
             host: destination_host(image, &event).map(str::to_string),
+            hosts: answered,
             address: d.address.to_string(),
             port: d.port,
             transport: d.transport.to_string(),

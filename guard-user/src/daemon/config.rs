@@ -46,6 +46,8 @@ pub struct Config {
     pub nameserver: Option<SocketAddr>,
     /// Record every decision, enforce none.
     pub audit_only: bool,
+    /// guard's resolver in the path of the scopes' DNS (`[resolver]`).
+    pub resolver: ResolverSection,
     pub audit: AuditConfig,
     pub scope: ScopeConfig,
     pub asks: AskConfig,
@@ -159,6 +161,26 @@ impl AuditConfig {
     }
 }
 
+/// `[resolver]`: every DNS query of a scope goes to guard's resolver, which refuses the names
+/// the policy forbids and puts the answered addresses in force before it answers.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ResolverSection {
+    /// `false`: the scopes' DNS goes where it is sent, decided by address.
+    pub enabled: bool,
+    /// How a forbidden name is answered: `refused` or `nxdomain`.
+    pub refusal: crate::resolve::Refusal,
+}
+
+impl Default for ResolverSection {
+    fn default() -> Self {
+        ResolverSection {
+            enabled: true,
+            refusal: crate::resolve::Refusal::Refused,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct UserConfig {
@@ -181,6 +203,7 @@ impl Default for Config {
             backend: String::new(),
             nameserver: None,
             audit_only: false,
+            resolver: ResolverSection::default(),
             audit: AuditConfig::default(),
             scope: ScopeConfig::default(),
             asks: AskConfig::default(),

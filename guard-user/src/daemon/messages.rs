@@ -41,10 +41,23 @@ pub struct Described {
     pub target: Option<AskTarget>,
 }
 
+/// The host a destination event is about: the policy's name for its address, else the first
+/// name guard's resolver answered it for (`answered`), else none (the address is shown).
+fn shown_host(
+    image: &EnforcementImage,
+    event: &KernelEvent,
+    answered: &[String],
+) -> Option<String> {
+    destination_host(image, event)
+        .map(str::to_string)
+        .or_else(|| answered.first().cloned())
+}
+
 /// The message and the ask's target; cheap enough for every event of a flood (the
 /// blocked-request record, which copies the process, is made only where it is needed:
-/// [`blocked_request`]).
-pub fn describe(image: &EnforcementImage, event: &KernelEvent) -> Described {
+/// [`blocked_request`]). `answered`: the names guard's resolver answered the destination's
+/// address for.
+pub fn describe(image: &EnforcementImage, event: &KernelEvent, answered: &[String]) -> Described {
     let rule = event.rule.and_then(|id| image.rules.get(id as usize));
     let justification = rule.and_then(|r| r.justification.as_deref());
     let prompt = event.decision == Decision::Prompt;
@@ -109,9 +122,39 @@ pub fn describe(image: &EnforcementImage, event: &KernelEvent) -> Described {
                 target: None,
             }
         }
+        (_, Some(d)) if prompt => {
+            let host = shown_host(image, event, answered);
+            let protocol = protocol_for(d.port, d.transport);
+            // `curl wants api.example.com:443 (203.0.113.7), https`: the program, the host it
+            // asked for (or the address), and what an approval would cover.
+            let wanted = match &host {
+                Some(host) => format!("{host}:{} ({})", d.port, d.address),
+                None => format!("{}:{}", bracketed(d.address), d.port),
+            };
+            let why = match justification {
+                Some(j) => format!(": {j}"),
+                None if event.unmatched => {
+                    ": no rule names it, and this policy asks about other destinations".to_string()
+                }
+                None => String::new(),
+            };
+            let message = format!(
+                "{} wants {wanted}, {}{why}",
+                executed_name(&event.exe),
+                approval_scope(protocol, d.port, d.transport)
+            );
+            let target = Some(AskTarget::Network {
+                host,
+                address: d.address,
+                port: d.port,
+                transport: d.transport.to_string(),
+                protocol,
+            });
+            Described { message, target }
+        }
         (_, Some(d)) => {
-            let host = destination_host(image, event);
-            let shown = host.map_or_else(|| d.address.to_string(), str::to_string);
+            let host = shown_host(image, event, answered);
+            let shown = host.unwrap_or_else(|| d.address.to_string());
             let detail = match (prompt, justification) {
                 (true, Some(j)) => format!("requires approval: {j}"),
                 (true, None) => "was blocked: domain is not on the allowlist for the current \
@@ -122,14 +165,10 @@ pub fn describe(image: &EnforcementImage, event: &KernelEvent) -> Described {
                     .to_string(),
             };
             let message = format!("Network access to \"{shown}\" {detail}.");
-            let target = prompt.then(|| AskTarget::Network {
-                host: host.map(str::to_string),
-                address: d.address,
-                port: d.port,
-                transport: d.transport.to_string(),
-                protocol: protocol_for(d.port, d.transport),
-            });
-            Described { message, target }
+            Described {
+                message,
+                target: None,
+            }
         }
         (_, None) => Described {
             message: "Network access was blocked by policy.".to_string(),
@@ -138,13 +177,33 @@ pub fn describe(image: &EnforcementImage, event: &KernelEvent) -> Described {
     }
 }
 
+/// `https` for 443, `http` for 80/tcp, else `tcp port 8080`: what a connection used, and what
+/// an approval of it covers.
+fn approval_scope(protocol: NetworkProtocol, port: u16, transport: &str) -> String {
+    match protocol {
+        NetworkProtocol::Http | NetworkProtocol::Https => protocol.as_str().to_string(),
+        _ => format!("{transport} port {port}"),
+    }
+}
+
+fn bracketed(address: std::net::IpAddr) -> String {
+    match address {
+        std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+        v4 => v4.to_string(),
+    }
+}
+
 /// The blocked-request record (§7, plus the process) of an event.
-pub fn blocked_request(image: &EnforcementImage, event: &KernelEvent) -> BlockedRequest {
+pub fn blocked_request(
+    image: &EnforcementImage,
+    event: &KernelEvent,
+    answered: &[String],
+) -> BlockedRequest {
     let rule = event.rule.and_then(|id| image.rules.get(id as usize));
     let prompt = event.decision == Decision::Prompt;
     let (host, protocol, port) = match &event.destination {
         Some(d) => (
-            destination_host(image, event).map_or_else(|| d.address.to_string(), str::to_string),
+            shown_host(image, event, answered).unwrap_or_else(|| d.address.to_string()),
             protocol_for(d.port, d.transport).as_str().to_string(),
             Some(d.port),
         ),

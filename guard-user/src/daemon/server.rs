@@ -53,6 +53,16 @@ enum Command {
 /// many it missed; they are in the log).
 const FOLLOW_QUEUE: usize = 16_384;
 
+/// The next event of guard's resolver; never, when it does not run.
+async fn next_resolver_event(
+    events: &mut Option<mpsc::UnboundedReceiver<crate::resolve::ResolverEvent>>,
+) -> Option<crate::resolve::ResolverEvent> {
+    match events {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn serve(config: Config) -> Result<()> {
     // Before anything else: a second daemon must not take over the first one's pins.
@@ -84,6 +94,7 @@ pub async fn serve(config: Config) -> Result<()> {
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut tick = tokio::time::interval(TICK);
+    let mut resolver_events = daemon.resolver_events.take();
 
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     daemon_note(&format!(
@@ -108,6 +119,17 @@ pub async fn serve(config: Config) -> Result<()> {
                     let _ = reply.send(daemon.audit_read(peer, &filter, live, limit));
                 }
             },
+            // A query waits for this before it is answered: after requests, before kernel
+            // events (a flood of those must not hold up a program's DNS).
+            Some(event) = next_resolver_event(&mut resolver_events) => {
+                let mut events = vec![event];
+                if let Some(rx) = resolver_events.as_mut() {
+                    while let Ok(more) = rx.try_recv() {
+                        events.push(more);
+                    }
+                }
+                daemon.on_resolver_events(events);
+            }
             ready = ring.readable() => {
                 // A bounded batch, so requests get their turn under a flood of events; the
                 // readiness is cleared only when the buffer is empty.

@@ -9,13 +9,13 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
+use aya::maps::Array;
 use aya::programs::cgroup_sock::CgroupSockLinkId;
 use aya::programs::cgroup_sock_addr::CgroupSockAddrLinkId;
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::lsm::LsmLinkId;
 use aya::programs::tp_btf::BtfTracePointLinkId;
 use aya::programs::{BtfTracePoint, CgroupAttachMode, CgroupSock, CgroupSockAddr, Lsm};
-use aya::maps::Array;
 use aya::{Btf, Ebpf, EbpfLoader};
 use guard_common::maps::DnsRedirect;
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use super::error::PolicyError;
 use super::host::normalize_network_host;
-use super::rule::{Decision, NetworkProtocol};
+use super::rule::{Decision, NetworkProtocol, Transport};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AmendError {
@@ -99,6 +99,38 @@ pub fn network_amendment_line(
         "network_rule(host={}, protocol=\"{}\", decision=\"{decision}\"{justification})",
         json_string(&host),
         protocol.as_str()
+    ))
+}
+
+/// `address_rule(addresses=["h"], ports=[8080], transport="tcp", decision="allow"[,
+/// justification="…"])`: guard's form for one port of one host (or address), which no
+/// `network_rule` protocol names on its own (`socks5_tcp` would be every TCP port).
+pub fn address_amendment_line(
+    host: &str,
+    port: u16,
+    transport: Transport,
+    decision: Decision,
+    justification: Option<&str>,
+) -> Result<String, AmendError> {
+    let target = super::address::parse_address_target(host)
+        .map_err(|err: PolicyError| AmendError::InvalidNetworkRule(err.to_string()))?;
+    let decision = match decision {
+        Decision::Allow => "allow",
+        Decision::Prompt => "prompt",
+        Decision::Forbidden => "deny",
+    };
+    let justification = match justification {
+        Some(text) if text.trim().is_empty() => {
+            return Err(AmendError::InvalidNetworkRule(
+                "justification cannot be empty".to_string(),
+            ));
+        }
+        Some(text) => format!(", justification={}", json_string(text)),
+        None => String::new(),
+    };
+    Ok(format!(
+        "address_rule(addresses=[{}], ports=[{port}], transport=\"{transport}\", decision=\"{decision}\"{justification})",
+        json_string(&target.to_string()),
     ))
 }
 

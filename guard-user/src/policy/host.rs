@@ -155,7 +155,14 @@ mod tests {
         let apex = HostPattern::parse("**.example.test").unwrap().unwrap();
         assert!(apex.matches("example.test") && apex.matches("x.example.test"));
         assert!(HostPattern::parse("example.test").is_none());
-        for bad in ["*", "a*b.test", "*.com", "*.*.example.test", "*.10.0.0.1", "x.*.test"] {
+        for bad in [
+            "*",
+            "a*b.test",
+            "*.com",
+            "*.*.example.test",
+            "*.10.0.0.1",
+            "x.*.test",
+        ] {
             assert!(
                 HostPattern::parse(bad).unwrap().is_err(),
                 "{bad} should be refused"

@@ -113,6 +113,16 @@ impl AnswerBook {
         self.names.retain(|_, addrs| !addrs.is_empty());
     }
 
+    /// How many names have addresses kept.
+    pub fn name_count(&self) -> usize {
+        self.names.len()
+    }
+
+    /// How many (name, address) pairs are kept.
+    pub fn address_count(&self) -> usize {
+        self.size
+    }
+
     /// The addresses kept for `name`.
     pub fn addresses(&self, name: &str) -> Vec<IpAddr> {
         let mut out: Vec<IpAddr> = self

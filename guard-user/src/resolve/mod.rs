@@ -39,7 +39,17 @@ pub use names::{NameDecision, NamePolicy, NameRule};
 pub const ANSWER_WAIT: Duration = Duration::from_secs(2);
 
 /// How a forbidden name is answered.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Refusal {
     /// RCODE 5: the server will not answer (a resolver does not try another name or server).
@@ -92,7 +102,10 @@ pub enum ResolverEvent {
     Answered(Answered),
     Refused(RefusedName),
     /// The upstream server did not answer `name` (the program got SERVFAIL).
-    UpstreamFailed { name: String, error: String },
+    UpstreamFailed {
+        name: String,
+        error: String,
+    },
 }
 
 /// How the resolver runs.

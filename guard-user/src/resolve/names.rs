@@ -2,10 +2,10 @@
 //! every connection to which is forbidden, and tells the owner of the maps when a name the
 //! policy rules on gets addresses, so they are in the maps before the program has them.
 
+use crate::policy::Policy;
 use crate::policy::host::host_covers;
 use crate::policy::render::{address_rule_text, network_rule_text};
 use crate::policy::rule::{AddressTarget, Decision, RuleOrigin, Transport};
-use crate::policy::Policy;
 
 /// What the resolver does with a query for a name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,12 +113,20 @@ address_rule(addresses=["**.blocked.test"], decision="deny")
 address_rule(addresses=["*.partly.test"], ports=[25], decision="deny")
 "#,
         );
-        assert!(matches!(policy.decide("evil.test"), NameDecision::Refuse(r) if r.origin.as_ref().unwrap().line == 2));
+        assert!(
+            matches!(policy.decide("evil.test"), NameDecision::Refuse(r) if r.origin.as_ref().unwrap().line == 2)
+        );
         assert_eq!(policy.decide("api.test"), NameDecision::Ruled);
         assert_eq!(policy.decide("a.cdn.test"), NameDecision::Ruled);
         assert_eq!(policy.decide("cdn.test"), NameDecision::Unknown);
-        assert!(matches!(policy.decide("blocked.test"), NameDecision::Refuse(_)));
-        assert!(matches!(policy.decide("x.blocked.test"), NameDecision::Refuse(_)));
+        assert!(matches!(
+            policy.decide("blocked.test"),
+            NameDecision::Refuse(_)
+        ));
+        assert!(matches!(
+            policy.decide("x.blocked.test"),
+            NameDecision::Refuse(_)
+        ));
         // A denial of one port is held by the kernel, on the answered addresses.
         assert_eq!(policy.decide("mail.partly.test"), NameDecision::Ruled);
         assert_eq!(policy.decide("example.org"), NameDecision::Unknown);

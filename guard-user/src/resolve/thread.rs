@@ -42,7 +42,8 @@ impl ResolverThread {
                 {
                     Ok(runtime) => runtime,
                     Err(err) => {
-                        let _ = ready_tx.send(Err(anyhow!("starting the resolver's runtime: {err}")));
+                        let _ =
+                            ready_tx.send(Err(anyhow!("starting the resolver's runtime: {err}")));
                         return;
                     }
                 };
@@ -65,11 +66,7 @@ impl ResolverThread {
                             let one: u64 = 1;
                             // SAFETY: an 8-byte write to an eventfd this thread holds open.
                             unsafe {
-                                libc::write(
-                                    thread_wake.as_raw_fd(),
-                                    (&raw const one).cast(),
-                                    8,
-                                )
+                                libc::write(thread_wake.as_raw_fd(), (&raw const one).cast(), 8)
                             };
                         }
                     };

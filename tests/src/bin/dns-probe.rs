@@ -115,8 +115,17 @@ struct Tally {
     wrong_source: usize,
 }
 
-fn ask_udp(server: SocketAddr, query: &[u8], connected: bool, tally: &mut Tally) -> Option<Vec<u8>> {
-    let local = if server.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+fn ask_udp(
+    server: SocketAddr,
+    query: &[u8],
+    connected: bool,
+    tally: &mut Tally,
+) -> Option<Vec<u8>> {
+    let local = if server.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    };
     let socket = UdpSocket::bind(local).ok()?;
     socket.set_read_timeout(Some(WAIT)).ok()?;
     if connected {

@@ -12,7 +12,8 @@ use crate::daemon::approvals::{Answerer, Approval, ApprovalTarget, Approvals};
 use crate::daemon::asks::{Ask, AskState, AskTarget};
 use crate::daemon::protocol::{Amendment, ApprovalMode, ErrorCode};
 use crate::policy::amend::{
-    AmendOutcome, append_line, network_amendment_line, prefix_amendment_line,
+    AmendError, AmendOutcome, address_amendment_line, append_line, network_amendment_line,
+    prefix_amendment_line,
 };
 use crate::policy::{Decision, NetworkProtocol, Transport};
 
@@ -71,15 +72,8 @@ impl Daemon {
             ) => {
                 self.check_not_forbidden(&ask.target)?;
                 if mode == ApprovalMode::Always {
-                    let (host, protocol) = network_target(&ask.target);
-                    let justification = format!("Allow {} access to {host}", label(protocol));
-                    let line = network_amendment_line(
-                        &host,
-                        protocol,
-                        Decision::Allow,
-                        Some(&justification),
-                    )
-                    .map_err(|e| failed(e.to_string()))?;
+                    let line = network_line(&ask.target, Decision::Allow)
+                        .map_err(|e| failed(e.to_string()))?;
                     result["line"] = self.append_and_reload(&line, by).await?;
                 } else {
                     let target = ApprovalTarget::Network {
@@ -211,16 +205,7 @@ impl Daemon {
             let line = match &ask.target {
                 AskTarget::Exec { tokens, .. } => prefix_amendment_line(tokens)
                     .map(|l| l.replace("decision=\"allow\")", "decision=\"forbidden\")")),
-                AskTarget::Network { .. } => {
-                    let (host, protocol) = network_target(&ask.target);
-                    let justification = format!("Deny {} access to {host}", label(protocol));
-                    network_amendment_line(
-                        &host,
-                        protocol,
-                        Decision::Forbidden,
-                        Some(&justification),
-                    )
-                }
+                AskTarget::Network { .. } => network_line(&ask.target, Decision::Forbidden),
             }
             .map_err(|e| (ErrorCode::Failed, e.to_string()))?;
             result["line"] = self.append_and_reload(&line, by).await?;
@@ -301,20 +286,38 @@ impl Daemon {
     }
 }
 
-/// The host and protocol an approval of a network ask is for: the name the address came from
-/// (or the address itself) and the protocol whose endpoints cover the port.
-fn network_target(target: &AskTarget) -> (String, NetworkProtocol) {
-    match target {
-        AskTarget::Network {
-            host,
-            address,
-            protocol,
-            ..
-        } => (
-            host.clone().unwrap_or_else(|| address.to_string()),
-            *protocol,
-        ),
-        AskTarget::Exec { .. } => (String::new(), NetworkProtocol::Https),
+/// The amendment an `--always` answer to a network ask writes, covering exactly what was asked:
+/// the host (the name the program asked for, else the address) and what the connection used.
+/// `http` (80/tcp) and `https` (443) are the reference's `network_rule`; any other port is
+/// guard's `address_rule` for that port and transport alone (the reference's `socks5_tcp` would
+/// be every TCP port).
+fn network_line(target: &AskTarget, decision: Decision) -> Result<String, AmendError> {
+    let AskTarget::Network {
+        host,
+        address,
+        port,
+        transport,
+        protocol,
+    } = target
+    else {
+        return Err(AmendError::InvalidNetworkRule("not a network ask".into()));
+    };
+    let host = host.clone().unwrap_or_else(|| address.to_string());
+    let verb = if decision == Decision::Allow {
+        "Allow"
+    } else {
+        "Deny"
+    };
+    match protocol {
+        NetworkProtocol::Http | NetworkProtocol::Https => {
+            let justification = format!("{verb} {} access to {host}", label(*protocol));
+            network_amendment_line(&host, *protocol, decision, Some(&justification))
+        }
+        NetworkProtocol::Socks5Tcp | NetworkProtocol::Socks5Udp => {
+            let transport = Transport::parse(transport).unwrap_or(Transport::Tcp);
+            let justification = format!("{verb} {transport} port {port} access to {host}");
+            address_amendment_line(&host, *port, transport, decision, Some(&justification))
+        }
     }
 }
 

@@ -5,12 +5,12 @@
 //! writes new entries before it removes stale ones.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
 use serde_json::{Value, json};
-use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use super::approvals::Approvals;
 use super::asks::{AskBook, Recorded};
@@ -31,6 +31,8 @@ use crate::kernel::events::{EventReader, KernelEvent};
 use crate::kernel::scope::{cgroup_id, cgroup2_root};
 use crate::kernel::{Backend, Enforcer, pins};
 use crate::policy::load::{LoadedPolicy, load_policy_protecting};
+use crate::resolve::answers::{AnswerBook, KnownAddresses};
+use crate::resolve::{NameDecision, NamePolicy, Resolver, ResolverConfig, ResolverEvent};
 use crate::session::describe_event;
 
 mod answers;
@@ -44,6 +46,12 @@ pub struct Daemon {
     env: CompileEnv,
     resolver: DnsResolver,
     dns: DnsCache,
+    /// What guard's resolver answered the scopes (`[resolver]`), and what it decides by name.
+    answers: AnswerBook,
+    names: Arc<RwLock<NamePolicy>>,
+    name_server: Option<Resolver>,
+    /// Taken by the server loop, which hands each event to [`Daemon::on_resolver_events`].
+    pub resolver_events: Option<UnboundedReceiver<ResolverEvent>>,
     image: EnforcementImage,
     enforcer: Enforcer,
     pub events: EventReader,
@@ -116,12 +124,45 @@ impl Daemon {
         let mut enforcer = Enforcer::load(backend)?;
         let events = enforcer.events()?;
         let env = CompileEnv::from_process();
-        let mut image = compile(&loaded.policy, &dns, &env);
+        let answers = AnswerBook::new();
+        let known = KnownAddresses {
+            resolved: Some(&dns),
+            answered: &answers,
+        };
+        let mut image = compile(&loaded.policy, &known, &env);
         image.settings.audit_only |= config.audit_only;
         image.record_allowed = config.audit.record_allowed;
         crate::compile::coverage::refuse_unheld_denials(&image)?;
         log_unheld_allowances(&image);
         enforcer.apply(&image)?;
+        // Before the scopes are attached: on the lsm backend only cgroups attached after the
+        // redirect get the redirecting hooks.
+        let names = Arc::new(RwLock::new(NamePolicy::from_policy(&loaded.policy)));
+        let mut notes = Vec::new();
+        let upstream = if config.resolver.enabled {
+            crate::resolve::upstream::choose(config.nameserver)
+                .map_err(|err| {
+                    notes.push(format!(
+                        "warning: guard's resolver is not in the path of the scopes' DNS \
+                         ({err:#}); their lookups are decided by address"
+                    ))
+                })
+                .ok()
+        } else {
+            None
+        };
+        let (name_server, resolver_events) = match upstream {
+            Some(upstream) => {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                let refusal = config.resolver.refusal;
+                let server =
+                    Resolver::start(ResolverConfig { upstream, refusal }, names.clone(), tx)
+                        .await?;
+                enforcer.redirect_dns(server.port())?;
+                (Some(server), Some(rx))
+            }
+            None => (None, None),
+        };
         let (mut audit, audit_error) =
             AuditTrail::open(config.audit.writer_config(), authz.clone());
         if let Some(forwarder) = config.audit.syslog_forwarder()? {
@@ -134,6 +175,10 @@ impl Daemon {
             image,
             resolver,
             dns,
+            answers,
+            names,
+            name_server,
+            resolver_events,
             loaded,
             enforcer,
             events,
@@ -145,7 +190,7 @@ impl Daemon {
             started: Instant::now(),
             generation: PathBuf::new(),
             last_reload_error: None,
-            notes: audit_error.into_iter().collect(),
+            notes: audit_error.into_iter().chain(notes).collect(),
             config,
         };
         daemon.enforce_scopes()?;
@@ -228,7 +273,11 @@ impl Daemon {
     }
 
     fn compile_with(&self, approvals: &Approvals) -> Result<EnforcementImage> {
-        let mut image = compile(&self.loaded.policy, &self.dns, &self.env);
+        let known = KnownAddresses {
+            resolved: Some(&self.dns),
+            answered: &self.answers,
+        };
+        let mut image = compile(&self.loaded.policy, &known, &self.env);
         image.settings.audit_only |= self.config.audit_only;
         image.record_allowed = self.config.audit.record_allowed;
         if let Some(error) = approvals.add_to_image(&mut image).into_iter().next() {
@@ -269,6 +318,9 @@ impl Daemon {
             self.loaded = previous;
             return Err(self.reload_refused(by, &format!("{err:#}")));
         }
+        if let Ok(mut names) = self.names.write() {
+            *names = NamePolicy::from_policy(&self.loaded.policy);
+        }
         self.last_reload_error = None;
         self.audit.set_authz(authz.clone());
         self.authz = authz;
@@ -306,6 +358,114 @@ impl Daemon {
         );
         self.last_reload_error = Some(message.clone());
         message
+    }
+
+    /// What guard's resolver answered or refused: answers are recorded, the new addresses of
+    /// names the policy rules on put in force (one map update for every answer waiting), and
+    /// only then are their queries let go; refusals are audited.
+    pub fn on_resolver_events(&mut self, events: Vec<ResolverEvent>) {
+        let now = Instant::now();
+        let mut changed = false;
+        let mut confirmations = Vec::new();
+        for event in events {
+            match event {
+                ResolverEvent::Answered(answer) => {
+                    let added = self
+                        .answers
+                        .record(&answer.name, &answer.addrs, answer.ttl, now);
+                    changed |= added && answer.decision == NameDecision::Ruled;
+                    confirmations.push(answer.done);
+                }
+                ResolverEvent::Refused(refused) => {
+                    let mut record = super::audit::base(RecordType::DnsRefused, "root");
+                    record.decision = Some("forbidden".to_string());
+                    record.event = Some("dns".to_string());
+                    record.rule = Some(crate::audit::record::RuleRef {
+                        file: refused.file.clone().unwrap_or_default(),
+                        line: refused.line.unwrap_or(0),
+                        text: refused.rule.clone(),
+                        justification: None,
+                    });
+                    record.details.insert("name".into(), json!(refused.name));
+                    record
+                        .details
+                        .insert("query_type".into(), json!(refused.query_type));
+                    record
+                        .details
+                        .insert("answer".into(), json!(refused.answer));
+                    self.audit.emit(record);
+                }
+                ResolverEvent::UpstreamFailed { name, error } => {
+                    daemon_note(&format!("DNS lookup of {name} failed: {error}"));
+                }
+            }
+        }
+        if changed && let Err(err) = self.apply_destinations() {
+            // The queries are not confirmed: the programs get SERVFAIL, never an address that
+            // might not be allowed.
+            daemon_note(&format!(
+                "putting answered addresses in force failed: {err:#}"
+            ));
+            return;
+        }
+        for done in confirmations {
+            let _ = done.send(());
+        }
+    }
+
+    /// Drops the answered addresses whose time is up; the maps lose them when a rule named
+    /// their name.
+    fn prune_answers(&mut self) -> Result<()> {
+        let now = Instant::now();
+        if self.answers.next_expiry().is_none_or(|due| due > now) {
+            return Ok(());
+        }
+        let names = self.names.read().map(|n| n.clone()).unwrap_or_default();
+        let ruled = self
+            .answers
+            .prune(now)
+            .iter()
+            .any(|name| names.decide(name) == NameDecision::Ruled);
+        if ruled {
+            self.apply_destinations()?;
+        }
+        Ok(())
+    }
+
+    /// The destination entries compiled again from what is known of every name now, the rest of
+    /// the image (approvals included) kept.
+    fn apply_destinations(&mut self) -> Result<()> {
+        let known = KnownAddresses {
+            resolved: Some(&self.dns),
+            answered: &self.answers,
+        };
+        let mut image = self.image.clone();
+        crate::compile::recompile_destinations(&mut image, &self.loaded.policy, &known);
+        self.enforcer.apply(&image)?;
+        self.image = image;
+        Ok(())
+    }
+
+    /// `{"port": P, "names": N, "addresses": M}` of guard's resolver, or null when the scopes'
+    /// DNS is not redirected.
+    fn resolver_status(&self) -> Value {
+        match &self.name_server {
+            Some(server) => json!({
+                "port": server.port(),
+                "names": self.answers.name_count(),
+                "addresses": self.answers.address_count(),
+            }),
+            None => Value::Null,
+        }
+    }
+
+    /// The names guard's resolver answered `event`'s destination address for.
+    fn answered_names(&self, event: &KernelEvent) -> Vec<String> {
+        event
+            .destination
+            .as_ref()
+            .map(|d| self.answers.names_for(d.address))
+            .unwrap_or_default()
     }
 
     /// Re-resolves names whose TTL ran out; recompiles when an answer changed.
@@ -348,6 +508,9 @@ impl Daemon {
         if let Err(err) = self.refresh_dns().await {
             daemon_note(&format!("DNS refresh failed: {err:#}"));
         }
+        if let Err(err) = self.prune_answers() {
+            daemon_note(&format!("dropping expired DNS answers failed: {err:#}"));
+        }
         self.watchers.retain(|w| !w.is_closed());
         for scope in self.scopes.by_id.values_mut() {
             if let Some(listener) = scope.listener.as_mut() {
@@ -370,7 +533,8 @@ impl Daemon {
     pub fn on_events(&mut self, events: Vec<KernelEvent>) {
         let now = Instant::now();
         for event in events {
-            let Described { message, target } = describe(&self.image, &event);
+            let answered = self.answered_names(&event);
+            let Described { message, target } = describe(&self.image, &event, &answered);
             let from_run = self
                 .scopes
                 .by_id
@@ -383,7 +547,7 @@ impl Daemon {
             {
                 let recorded = self.asks.record(
                     target,
-                    blocked_request(&self.image, &event),
+                    blocked_request(&self.image, &event, &answered),
                     message.clone(),
                     (event.cgroup_id, from_run),
                     now,
@@ -402,12 +566,12 @@ impl Daemon {
                 let image = &self.image;
                 listener.blocked(
                     repeat_key(&event),
-                    || describe_event(image, &event, &[]),
+                    || describe_event(image, &event, &answered),
                     || {
                         json!({
                             "message": message,
                             "ask": ask_id,
-                            "request": blocked_request(image, &event),
+                            "request": blocked_request(image, &event, &answered),
                         })
                     },
                     now,
@@ -418,7 +582,9 @@ impl Daemon {
                 .by_id
                 .get(&event.cgroup_id)
                 .map(|s| s.path.as_path());
-            let mut record = self.audit.kernel_record(&self.image, event, message, scope);
+            let mut record = self
+                .audit
+                .kernel_record(&self.image, event, message, scope, answered);
             record.ask = ask_id;
             if let Some(id) = new_ask {
                 let mut ask_record = record.clone();

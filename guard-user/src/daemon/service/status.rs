@@ -62,6 +62,7 @@ impl Daemon {
             "rules": per_file.into_iter().map(|(file, rules)| json!({"file": file, "rules": rules})).collect::<Vec<_>>(),
             "unresolved_hosts": self.image.unresolved_hosts,
             "addresses": addresses,
+            "resolver": self.resolver_status(),
             "asks_pending": self.asks.pending_count(),
             "approvals": self.approvals.list(),
             "counters": counters,

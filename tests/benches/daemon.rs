@@ -98,7 +98,8 @@ fn main() {
                 probe.to_str().unwrap(),
                 "udp-connect",
                 &addr,
-                "53",
+                // Not 53: DNS goes to guard's resolver, never to an address rule.
+                "5353",
             ]);
             assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "errno 1");
             asks.push(addr);

@@ -250,7 +250,7 @@ fn filters_narrow_what_guard_audit_prints() {
         ..Default::default()
     });
     for address in ["127.78.2.1", "127.78.2.2"] {
-        let (code, _, _) = run_probe(&daemon, &["udp-connect", address, "53"]);
+        let (code, _, _) = run_probe(&daemon, &["udp-connect", address, "5353"]);
         assert_eq!(code, 1);
     }
     wait_for_log(&daemon, "two decisions", |r| {

@@ -419,7 +419,7 @@ fn identical_asks_are_one_and_an_unanswered_ask_expires_denied() {
         ..Default::default()
     });
     for _ in 0..3 {
-        let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.4.1", "53"]);
+        let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.4.1", "5353"]);
         assert_eq!(code, 1);
     }
     let asks = prompts(&daemon);
@@ -442,7 +442,7 @@ fn identical_asks_are_one_and_an_unanswered_ask_expires_denied() {
         !daemon.amendments().exists(),
         "an expired ask writes no rule"
     );
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.4.1", "53"]);
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.4.1", "5353"]);
     assert_eq!(code, 1, "still refused");
 }
 
@@ -457,12 +457,12 @@ fn once_approvals_expire_and_session_approvals_hold_while_the_run_lives() {
         ..Default::default()
     });
     // Once: the retry within the window succeeds, after it the request is refused again.
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.5.1", "53"]);
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.5.1", "5353"]);
     assert_eq!(code, 1);
     let id = prompts(&daemon)[0]["id"].as_u64().unwrap().to_string();
     let out = daemon.guard(&["approve", &id, "--once"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let (code, stdout, _) = run_probe(&daemon, &["udp-connect", "127.77.5.1", "53"]);
+    let (code, stdout, _) = run_probe(&daemon, &["udp-connect", "127.77.5.1", "5353"]);
     assert_eq!(
         (code, stdout.trim()),
         (0, "ok"),
@@ -470,7 +470,7 @@ fn once_approvals_expire_and_session_approvals_hold_while_the_run_lives() {
     );
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.5.1", "53"]);
+        let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.5.1", "5353"]);
         if code == 1 {
             break;
         }
@@ -492,7 +492,7 @@ fn once_approvals_expire_and_session_approvals_hold_while_the_run_lives() {
     let go = daemon.dir.path().join("go");
     let probe = net_probe();
     let script = format!(
-        "{p} udp-connect 127.77.5.1 53; i=0; while [ ! -e {go} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; {p} udp-connect 127.77.5.1 53",
+        "{p} udp-connect 127.77.5.1 5353; i=0; while [ ! -e {go} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; {p} udp-connect 127.77.5.1 5353",
         p = probe.display(),
         go = go.display()
     );
@@ -529,7 +529,7 @@ fn once_approvals_expire_and_session_approvals_hold_while_the_run_lives() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.5.1", "53"]);
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.5.1", "5353"]);
     assert_eq!(code, 1, "refused again in a new run");
 }
 
@@ -543,7 +543,7 @@ fn prompts_watch_answers_with_one_key_and_deny_always_writes_a_deny_rule() {
             .to_string(),
         ..Default::default()
     });
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.6.1", "53"]);
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.6.1", "5353"]);
     assert_eq!(code, 1);
     // Without a terminal, --watch reads one key per line: D = deny always.
     let mut watch = daemon
@@ -576,7 +576,7 @@ fn prompts_watch_answers_with_one_key_and_deny_always_writes_a_deny_rule() {
     );
     assert!(prompts(&daemon).is_empty());
     // Denied now, and no longer an ask: nothing to approve.
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.6.1", "53"]);
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.6.1", "5353"]);
     assert_eq!(code, 1);
     std::thread::sleep(Duration::from_millis(300));
     assert!(
@@ -982,20 +982,20 @@ fn an_approval_never_overrides_a_forbidden_rule() {
         nameserver: Some(dns.addr()),
         ..Default::default()
     });
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.10.2", "53"]);
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.10.2", "5353"]);
     assert_eq!(code, 1);
     assert!(
         prompts(&daemon).is_empty(),
         "a forbidden destination is no ask"
     );
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.10.1", "53"]);
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.10.1", "5353"]);
     assert_eq!(code, 1);
     let id = prompts(&daemon)[0]["id"].as_u64().unwrap().to_string();
     let out = daemon.guard(&["approve", &id, "--always"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.10.1", "53"]);
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.10.1", "5353"]);
     assert_eq!(code, 0, "the approved address connects");
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.10.2", "53"]);
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.10.2", "5353"]);
     assert_eq!(
         code, 1,
         "the forbidden address of the same host stays forbidden"
@@ -1011,11 +1011,11 @@ fn a_live_once_approval_does_not_let_through_what_a_reload_made_forbidden() {
         rules: "address_rule(addresses=[\"127.77.12.1\"], decision=\"prompt\")\n".to_string(),
         ..Default::default()
     });
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.12.1", "53"]);
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.12.1", "5353"]);
     assert_eq!(code, 1);
     let id = prompts(&daemon)[0]["id"].as_u64().unwrap().to_string();
     assert!(daemon.guard(&["approve", &id, "--once"]).status.success());
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.12.1", "53"]);
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.12.1", "5353"]);
     assert_eq!(code, 0, "approved");
     std::fs::write(
         &daemon.rules_file,
@@ -1029,7 +1029,7 @@ fn a_live_once_approval_does_not_let_through_what_a_reload_made_forbidden() {
         1,
         "the approval still lives"
     );
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.12.1", "53"]);
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.12.1", "5353"]);
     assert_eq!(code, 1, "forbidden wins over the live approval");
 }
 
@@ -1202,7 +1202,7 @@ fn prompts_watch_on_a_terminal_takes_a_key_without_enter() {
         rules: "address_rule(addresses=[\"127.77.13.1\"], decision=\"prompt\")\n".to_string(),
         ..Default::default()
     });
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.13.1", "53"]);
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.13.1", "5353"]);
     assert_eq!(code, 1);
     // `script` gives the watcher a real terminal (a pty), as ssh does.
     let watch = format!(
@@ -1233,7 +1233,7 @@ fn prompts_watch_on_a_terminal_takes_a_key_without_enter() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let status = daemon.json(&["status", "--json"]);
     assert_eq!(status["approvals"][0]["mode"], "once", "{status}");
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.13.1", "53"]);
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.13.1", "5353"]);
     assert_eq!(code, 0, "approved once from the terminal");
 }
 

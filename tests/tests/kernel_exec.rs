@@ -814,8 +814,9 @@ fn nothing_stays_loaded_or_attached_after_a_session() {
     let backend = session.backend();
     let ours = session.program_ids();
     let expected = match backend {
-        // The exec tracepoint, sock_create, and the four sock_addr hooks.
-        Backend::Cgroup => 6,
+        // The exec tracepoint, sock_create, and the six sock_addr hooks (connect, sendmsg and
+        // recvmsg, IPv4 and IPv6).
+        Backend::Cgroup => 8,
         // The exec tracepoint, sock_create, and nine LSM hooks (exec, net, files).
         Backend::Lsm => 11,
     };

@@ -230,6 +230,8 @@ fn expected_pins(backend: Backend) -> BTreeSet<String> {
             "connect6-3",
             "sendmsg4-4",
             "sendmsg6-5",
+            "recvmsg4-6",
+            "recvmsg6-7",
         ],
         Backend::Lsm => &[
             "sched_process_exec-0",

@@ -30,6 +30,8 @@ pub enum AskTarget {
         port: u16,
         transport: String,
         protocol: NetworkProtocol,
+        /// A rule asked (else no rule matched: the unmatched-network default).
+        by_rule: bool,
     },
 }
 

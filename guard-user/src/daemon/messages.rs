@@ -149,6 +149,7 @@ pub fn describe(image: &EnforcementImage, event: &KernelEvent, answered: &[Strin
                 port: d.port,
                 transport: d.transport.to_string(),
                 protocol,
+                by_rule: !event.unmatched,
             });
             Described { message, target }
         }
@@ -309,16 +310,77 @@ mod tests {
             destination: None,
             path: Some("/w/.git/config".into()),
         };
-        let described = describe(&image, &event);
+        let described = describe(&image, &event, &[]);
         assert_eq!(
             described.message,
             "write of `/w/.git/config` rejected: policy forbids writing files matching `.git/**`"
         );
         assert!(described.target.is_none());
-        let request = blocked_request(&image, &event);
+        let request = blocked_request(&image, &event, &[]);
         assert_eq!(
             (request.host.as_str(), request.protocol.as_str()),
             ("/w/.git/config", "write")
+        );
+    }
+
+    #[test]
+    fn an_ask_for_an_unknown_destination_names_the_program_the_host_it_asked_for_and_the_port() {
+        let image = crate::compile::compile(
+            &crate::policy::Policy::default(),
+            &crate::compile::NoResolver,
+            &crate::compile::CompileEnv::default(),
+        );
+        let mut event = KernelEvent {
+            time: std::time::SystemTime::now(),
+            kind: EventKind::Connect,
+            decision: Decision::Prompt,
+            action: crate::kernel::events::Action::Eperm,
+            audit_only: false,
+            unmatched: true,
+            rule: None,
+            pid: 1,
+            tgid: 1,
+            ppid: 0,
+            uid: 0,
+            gid: 0,
+            cgroup_id: 0,
+            comm: "curl".into(),
+            exe: "curl".into(),
+            argv: vec!["curl".into(), "https://api2.example.test/".into()],
+            argv_truncated: false,
+            anonymous: false,
+            dev: 0,
+            ino: 0,
+            socket: None,
+            destination: Some(crate::kernel::events::EventDestination {
+                address: "203.0.113.7".parse().unwrap(),
+                port: 443,
+                transport: "tcp",
+            }),
+            path: None,
+        };
+        let answered = vec!["api2.example.test".to_string()];
+        let described = describe(&image, &event, &answered);
+        assert_eq!(
+            described.message,
+            "curl wants api2.example.test:443 (203.0.113.7), https: no rule names it, and this \
+             policy asks about other destinations"
+        );
+        let Some(AskTarget::Network { host, .. }) = &described.target else {
+            panic!("a network ask");
+        };
+        assert_eq!(host.as_deref(), Some("api2.example.test"));
+        assert_eq!(blocked_request(&image, &event, &answered).host, "api2.example.test");
+        // No name known, another port: the address, and the port an approval covers.
+        event.destination = Some(crate::kernel::events::EventDestination {
+            address: "127.0.0.3".parse().unwrap(),
+            port: 8080,
+            transport: "tcp",
+        });
+        assert!(
+            describe(&image, &event, &[])
+                .message
+                .starts_with("curl wants 127.0.0.3:8080, tcp port 8080"),
         );
     }
 }

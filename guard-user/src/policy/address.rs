@@ -160,6 +160,8 @@ mod tests {
             ("::ffff:10.0.0.0/104", network("10.0.0.0/8")),
             ("Example.COM.", AddressTarget::Host("example.com".into())),
             ("localhost", AddressTarget::Host("localhost".into())),
+            ("*.CDN.example.", AddressTarget::Host("*.cdn.example".into())),
+            ("**.example.com", AddressTarget::Host("**.example.com".into())),
         ] {
             assert_eq!(parse_address_target(raw).unwrap(), want, "{raw:?}");
         }
@@ -213,8 +215,12 @@ mod tests {
                 r#"invalid rule: invalid address "[::1]:443" in address_rule: a port cannot be part of the address; give it in ports=[...]"#,
             ),
             (
-                "*.example.com",
-                r#"invalid rule: invalid address "*.example.com" in address_rule: host must be a specific host; wildcards are not allowed"#,
+                "a*b.example.com",
+                r#"invalid rule: invalid address "a*b.example.com" in address_rule: host pattern "a*b.example.com" must be `*.DOMAIN` (names below DOMAIN) or `**.DOMAIN` (DOMAIN and the names below it)"#,
+            ),
+            (
+                "*.com",
+                r#"invalid rule: invalid address "*.com" in address_rule: host pattern "*.com" must name a domain of two labels or more (like *.example.com), not a top-level domain or an address"#,
             ),
             (
                 "exa mple.com",

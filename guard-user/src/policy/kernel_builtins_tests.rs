@@ -148,8 +148,8 @@ fn address_rule_errors() {
             r#"invalid rule: invalid address "10.0.0.0/33" in address_rule: prefix length 33 is more than 32, the most an IPv4 network has"#,
         ),
         (
-            r#"addresses=["ok.com", "*.bad.com"], decision="deny""#,
-            r#"invalid rule: invalid address "*.bad.com" in address_rule: host must be a specific host; wildcards are not allowed"#,
+            r#"addresses=["ok.com", "*bad.com"], decision="deny""#,
+            r#"invalid rule: invalid address "*bad.com" in address_rule: host pattern "*bad.com" must be `*.DOMAIN`"#,
         ),
         (
             r#"addresses=["a.com:443"], decision="deny""#,

@@ -288,9 +288,10 @@ impl Daemon {
 
 /// The amendment an `--always` answer to a network ask writes, covering exactly what was asked:
 /// the host (the name the program asked for, else the address) and what the connection used.
-/// `http` (80/tcp) and `https` (443) are the reference's `network_rule`; any other port is
-/// guard's `address_rule` for that port and transport alone (the reference's `socks5_tcp` would
-/// be every TCP port).
+/// `http` (80/tcp) and `https` (443) are the reference's `network_rule`; so is an ask a
+/// `network_rule` made (only the host's own later allow or deny can answer it, §2.4). Any other
+/// port of an unmatched destination is guard's `address_rule` for that port and transport alone
+/// (the reference's `socks5_tcp` would be every TCP port).
 fn network_line(target: &AskTarget, decision: Decision) -> Result<String, AmendError> {
     let AskTarget::Network {
         host,
@@ -298,6 +299,7 @@ fn network_line(target: &AskTarget, decision: Decision) -> Result<String, AmendE
         port,
         transport,
         protocol,
+        by_rule,
     } = target
     else {
         return Err(AmendError::InvalidNetworkRule("not a network ask".into()));
@@ -308,17 +310,13 @@ fn network_line(target: &AskTarget, decision: Decision) -> Result<String, AmendE
     } else {
         "Deny"
     };
-    match protocol {
-        NetworkProtocol::Http | NetworkProtocol::Https => {
-            let justification = format!("{verb} {} access to {host}", label(*protocol));
-            network_amendment_line(&host, *protocol, decision, Some(&justification))
-        }
-        NetworkProtocol::Socks5Tcp | NetworkProtocol::Socks5Udp => {
-            let transport = Transport::parse(transport).unwrap_or(Transport::Tcp);
-            let justification = format!("{verb} {transport} port {port} access to {host}");
-            address_amendment_line(&host, *port, transport, decision, Some(&justification))
-        }
+    if *by_rule || matches!(protocol, NetworkProtocol::Http | NetworkProtocol::Https) {
+        let justification = format!("{verb} {} access to {host}", label(*protocol));
+        return network_amendment_line(&host, *protocol, decision, Some(&justification));
     }
+    let transport = Transport::parse(transport).unwrap_or(Transport::Tcp);
+    let justification = format!("{verb} {transport} port {port} access to {host}");
+    address_amendment_line(&host, *port, transport, decision, Some(&justification))
 }
 
 /// The reference's label in amendment justifications (`Allow https_connect access to <host>`).

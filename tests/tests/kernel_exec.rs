@@ -767,6 +767,8 @@ const PROGRAM_NAMES: &[&str] = &[
     "connect6",
     "sendmsg4",
     "sendmsg6",
+    "recvmsg4",
+    "recvmsg6",
     "sock_create",
     "bprm_check_security",
     "socket_connect",

@@ -789,3 +789,103 @@ fn mptcp_connects_are_decided_as_tcp() {
     );
     assert!(!accepts(&denied), "the denied listener got nothing");
 }
+
+/// `dns-probe ARGS` in the scope, the session polled (it puts the resolver's answers in force)
+/// until the probe exits: its JSON line, and the DNS notes of the session meanwhile.
+fn dns_probe_in(
+    session: &mut TestSession,
+    args: &[&str],
+) -> (serde_json::Value, Vec<guard::session::DnsNote>) {
+    let mut command = Command::new(helper("dns-probe", env!("CARGO_BIN_EXE_dns-probe")));
+    command
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit());
+    let mut child = session.spawn(&mut command).expect("starting dns-probe");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut notes = Vec::new();
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "dns-probe {args:?} did not finish"
+        );
+        session.poll_events(Duration::from_millis(20));
+        notes.extend(session.take_dns_notes());
+    }
+    notes.extend(session.take_dns_notes());
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
+    let value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    (value, notes)
+}
+
+#[test]
+fn dns_goes_to_guards_resolver_which_refuses_forbidden_names_and_puts_answers_in_force_first() {
+    let dns = TestDns::start();
+    let pool: Vec<Ipv4Addr> = (1..=4).map(|i| Ipv4Addr::new(127, 0, 2, i)).collect();
+    dns.set_a_rotating("api.example.test", &pool, 2, 1..=3);
+    dns.set_a("evil.example.test", &[Ipv4Addr::new(127, 0, 2, 9)], 60);
+    let (_first, port) = listener("127.0.2.1");
+    let _rest: Vec<TcpListener> = pool[1..]
+        .iter()
+        .map(|ip| TcpListener::bind((*ip, port)).expect("the same port on the pool"))
+        .collect();
+    let rules = "enforcement(unmatched_network=\"deny\")\n\
+                 network_rule(host=\"api.example.test\", protocol=\"socks5_tcp\", decision=\"allow\")\n\
+                 address_rule(addresses=[\"**.evil.example.test\"], decision=\"deny\")\n";
+    let options = SessionOptions {
+        nameserver: Some(dns.addr()),
+        resolver: Some(guard::resolve::Refusal::Refused),
+        ..SessionOptions::default()
+    };
+    let Some(mut session) = session_or_skip(rules, options) else {
+        return;
+    };
+    assert!(session.resolver_port().is_some());
+    let port = port.to_string();
+    // Asked of an address nothing listens on: only the redirect can answer.
+    let (result, _) = dns_probe_in(
+        &mut session,
+        &["127.0.0.153:53", "api.example.test", "udp", "20", &port],
+    );
+    assert_eq!(result["answers"], 20, "{result}");
+    assert_eq!(
+        result["connected"], 40,
+        "every rotated answer connects: {result}"
+    );
+    assert_eq!(result["refused"], 0, "{result}");
+    assert_eq!(result["wrong_source"], 0, "{result}");
+    let (result, _) = dns_probe_in(
+        &mut session,
+        &["127.0.0.153:53", "api.example.test", "tcp", "2", &port],
+    );
+    assert_eq!(result["connected"], 4, "over TCP too: {result}");
+    // What the program was answered is attributed to the name it asked for.
+    for ip in result["addresses"].as_array().unwrap() {
+        let ip: IpAddr = ip.as_str().unwrap().parse().unwrap();
+        assert_eq!(
+            session.hosts_of(ip),
+            vec!["api.example.test".to_string()],
+            "{ip}: {result}"
+        );
+    }
+
+    let (result, notes) = dns_probe_in(
+        &mut session,
+        &["127.0.0.153:53", "evil.example.test", "udp", "1"],
+    );
+    assert_eq!(result["rcode"], "Refused", "{result}");
+    assert!(
+        notes.iter().any(|n| matches!(
+            n,
+            guard::session::DnsNote::Refused(r) if r.name == "evil.example.test" && r.line == Some(3)
+        )),
+        "{notes:?}"
+    );
+    assert_eq!(
+        dns.queries("evil.example.test"),
+        0,
+        "the refused query left the host"
+    );
+}

@@ -370,7 +370,10 @@ mod tests {
             panic!("a network ask");
         };
         assert_eq!(host.as_deref(), Some("api2.example.test"));
-        assert_eq!(blocked_request(&image, &event, &answered).host, "api2.example.test");
+        assert_eq!(
+            blocked_request(&image, &event, &answered).host,
+            "api2.example.test"
+        );
         // No name known, another port: the address, and the port an approval covers.
         event.destination = Some(crate::kernel::events::EventDestination {
             address: "127.0.0.3".parse().unwrap(),

@@ -160,8 +160,14 @@ mod tests {
             ("::ffff:10.0.0.0/104", network("10.0.0.0/8")),
             ("Example.COM.", AddressTarget::Host("example.com".into())),
             ("localhost", AddressTarget::Host("localhost".into())),
-            ("*.CDN.example.", AddressTarget::Host("*.cdn.example".into())),
-            ("**.example.com", AddressTarget::Host("**.example.com".into())),
+            (
+                "*.CDN.example.",
+                AddressTarget::Host("*.cdn.example".into()),
+            ),
+            (
+                "**.example.com",
+                AddressTarget::Host("**.example.com".into()),
+            ),
         ] {
             assert_eq!(parse_address_target(raw).unwrap(), want, "{raw:?}");
         }

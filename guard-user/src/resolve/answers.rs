@@ -199,11 +199,11 @@ mod tests {
         assert!(book.record("api.test", &[ip("192.0.2.3")], one, t1));
         assert_eq!(book.addresses("api.test").len(), 3);
         // The first two were answered at t0: they go at 1 s + GRACE, the third stays.
-        assert!(book.prune(t0 + one + GRACE - Duration::from_millis(1)).is_empty());
-        assert_eq!(
-            book.prune(t0 + one + GRACE),
-            vec!["api.test".to_string()]
+        assert!(
+            book.prune(t0 + one + GRACE - Duration::from_millis(1))
+                .is_empty()
         );
+        assert_eq!(book.prune(t0 + one + GRACE), vec!["api.test".to_string()]);
         assert_eq!(book.addresses("api.test"), vec![ip("192.0.2.3")]);
         assert!(book.names_for(ip("192.0.2.1")).is_empty());
         assert_eq!(book.names_for(ip("::ffff:192.0.2.3")), vec!["api.test"]);

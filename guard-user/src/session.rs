@@ -20,6 +20,7 @@ use crate::kernel::scope::{
 use crate::kernel::{Backend, Enforcer};
 use crate::policy::{Decision, Policy};
 use crate::resolve::answers::{AnswerBook, KnownAddresses};
+use crate::resolve::hosts_file;
 use crate::resolve::thread::ResolverThread;
 use crate::resolve::{
     NameDecision, NamePolicy, Refusal, RefusedName, ResolverConfig, ResolverEvent,
@@ -99,7 +100,11 @@ impl Session {
             let cache = runtime.block_on(resolver.resolve(&names));
             Some((runtime, resolver, cache))
         };
-        let answers = AnswerBook::new();
+        let mut answers = AnswerBook::new();
+        if options.resolver.is_some() {
+            // The names the system resolver answers without DNS, which guard's never sees.
+            hosts_file::seed(&mut answers, std::path::Path::new(hosts_file::HOSTS_FILE));
+        }
         let known = KnownAddresses {
             resolved: dns.as_ref().map(|(_, _, cache)| cache),
             answered: &answers,

@@ -229,9 +229,10 @@ fn vm_test(options: vm::Options) -> Result<i32> {
 }
 
 /// `cargo xtask bench`'s benchmarks, in the order they run: (name, package).
-const BENCHES: [(&str, &str); 4] = [
+const BENCHES: [(&str, &str); 5] = [
     ("policy", "guard-user"),
     ("enforcement", "guard-tests"),
+    ("resolver", "guard-tests"),
     ("daemon", "guard-tests"),
     ("audit", "guard-tests"),
 ];

@@ -36,7 +36,7 @@ pub struct Enforces {
     pub cgroup: &'static str,
 }
 
-pub const ENFORCES: [Enforces; 8] = [
+pub const ENFORCES: [Enforces; 9] = [
     Enforces {
         rules: "one-token prefix_rule (program identity and name)",
         lsm: "EPERM from execve, before the exec",
@@ -56,6 +56,15 @@ pub const ENFORCES: [Enforces; 8] = [
         rules: "network_rule, address_rule, approvals of exact destinations",
         lsm: "EPERM from connect and sendmsg",
         cgroup: "EPERM from connect and sendmsg",
+    },
+    Enforces {
+        rules: "host names: network_rule hosts, address_rule names and *.DOMAIN patterns",
+        lsm: "guard's resolver, in the path of the scope's DNS: a forbidden name is refused \
+              (REFUSED or NXDOMAIN), an answered name's addresses are in the maps before the \
+              answer",
+        cgroup: "guard's resolver, in the path of the scope's DNS: a forbidden name is refused \
+                 (REFUSED or NXDOMAIN), an answered name's addresses are in the maps before the \
+                 answer",
     },
     Enforces {
         rules: "rule_set write(...) and the protected paths",

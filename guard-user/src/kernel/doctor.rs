@@ -21,6 +21,8 @@ pub struct Report {
     pub landlock: Landlock,
     /// How the backend in use holds each kind of rule (empty when none works).
     pub enforces: Vec<Enforcing>,
+    /// What guard's resolver cannot see, and how each is decided instead.
+    pub resolver_cannot_see: Vec<BlindSpot>,
     /// Whether the system rules folder is where a command under guard cannot plant a policy.
     pub system_rules: SystemRules,
 }
@@ -95,6 +97,13 @@ pub struct Enforcing {
     pub how: &'static str,
     /// `false` where the kernel does not enforce these rules on this backend.
     pub enforced: bool,
+}
+
+/// One thing guard's resolver cannot see ([`crate::resolve::CANNOT_SEE`]).
+#[derive(Debug, Serialize)]
+pub struct BlindSpot {
+    pub what: &'static str,
+    pub how: &'static str,
 }
 
 /// The rows of [`crate::compile::coverage::ENFORCES`] for `backend`.
@@ -203,6 +212,10 @@ pub fn run() -> Report {
         checks,
         landlock: Landlock::probe(),
         enforces: backend.map(enforcing).unwrap_or_default(),
+        resolver_cannot_see: crate::resolve::CANNOT_SEE
+            .iter()
+            .map(|(what, how)| BlindSpot { what, how })
+            .collect(),
         system_rules: SystemRules::probe(),
     }
 }

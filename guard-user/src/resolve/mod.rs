@@ -19,6 +19,7 @@
 
 pub mod answers;
 mod cache;
+pub mod hosts_file;
 pub mod names;
 mod serve;
 pub mod thread;
@@ -34,6 +35,42 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 pub use names::{NameDecision, NamePolicy, NameRule};
+
+/// What guard's resolver cannot see, and how each is decided instead (`guard doctor`, the
+/// README): (what, how it is decided).
+pub const CANNOT_SEE: [(&str, &str); 6] = [
+    (
+        "DNS over HTTPS or TLS (port 443 or 853) to a resolver the policy allows",
+        "the names inside are never seen: the connect to the resolver is decided by its \
+         address, and what it answers reaches the program without guard; the addresses \
+         connected to afterwards are decided by address (asks name the address)",
+    ),
+    (
+        "hard-coded addresses",
+        "decided by address: address_rules, the addresses of the policy's names, and the \
+         unmatched-network default; an ask names the address",
+    ),
+    (
+        "/etc/hosts entries",
+        "read when guard's resolver starts and kept for the scope's life: a rule or pattern \
+         for such a name holds, and its connects name it (later edits are not seen)",
+    ),
+    (
+        "lookups over a local socket instead of port 53 (nscd, nss-resolve's varlink to \
+         systemd-resolved)",
+        "never seen: the connects that follow are decided by address; the stub at \
+         127.0.0.53:53 is redirected like any DNS server",
+    ),
+    (
+        "names resolved before the scope began, or answers kept past their TTL plus 60 s",
+        "decided by address: guard resolves the policy's own names itself (and keeps them \
+         fresh); any other address gets the unmatched-network default",
+    ),
+    (
+        "names asked through the daemon's resolver by several scopes",
+        "attributed to every scope alike: the daemon keeps one book of answers",
+    ),
+];
 
 /// How long a query waits for the owner of the maps to put its answer in force.
 pub const ANSWER_WAIT: Duration = Duration::from_secs(2);

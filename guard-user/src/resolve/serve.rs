@@ -160,7 +160,14 @@ async fn answer(shared: &Shared, bytes: &[u8], tcp: bool) -> Option<Vec<u8>> {
         .ok()
         .and_then(|c| c.get(&question, dnssec_ok, id, Instant::now()));
     let (bytes, message) = match cached {
-        Some(message) => (message.to_vec().ok()?, message),
+        // A kept answer's addresses were put in force before it was first answered, and stay
+        // there past its TTL (plus a grace period), so it goes back at once.
+        Some(message) => {
+            return message
+                .to_vec()
+                .ok()
+                .map(|bytes| fit(&query, &message, bytes, tcp));
+        }
         None => match upstream::exchange(shared.config.upstream, bytes, id, tcp).await {
             Ok(answer) => answer,
             Err(err) => {
@@ -191,11 +198,16 @@ async fn answer(shared: &Shared, bytes: &[u8], tcp: bool) -> Option<Vec<u8>> {
     if let Ok(mut cache) = shared.cache.lock() {
         cache.put(&question, dnssec_ok, &message, ttl);
     }
+    Some(fit(&query, &message, bytes, tcp))
+}
+
+/// `bytes` (the encoded `message`), or the message truncated when it is too big for the
+/// program's UDP buffer, so it asks again over TCP.
+fn fit(query: &Message, message: &Message, bytes: Vec<u8>, tcp: bool) -> Vec<u8> {
     if !tcp && bytes.len() > usize::from(query.max_payload()) {
-        // Too big for the program's UDP buffer: truncated, so it asks again over TCP.
-        return message.truncate().to_vec().ok();
+        return message.truncate().to_vec().unwrap_or(bytes);
     }
-    Some(bytes)
+    bytes
 }
 
 /// The final A and AAAA records of an answer, and the smallest TTL of the answer section (the

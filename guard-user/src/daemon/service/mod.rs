@@ -124,7 +124,14 @@ impl Daemon {
         let mut enforcer = Enforcer::load(backend)?;
         let events = enforcer.events()?;
         let env = CompileEnv::from_process();
-        let answers = AnswerBook::new();
+        let mut answers = AnswerBook::new();
+        if config.resolver.enabled {
+            // The names the system resolver answers without DNS, which guard's never sees.
+            crate::resolve::hosts_file::seed(
+                &mut answers,
+                std::path::Path::new(crate::resolve::hosts_file::HOSTS_FILE),
+            );
+        }
         let known = KnownAddresses {
             resolved: Some(&dns),
             answered: &answers,

@@ -1,0 +1,334 @@
+//! guard's resolver in the path of a scope's DNS (`guard::resolve`), measured against a local
+//! name server (`guard_tests::dns::TestDns`) whose answer to `api.bench.test` rotates (each
+//! query gets 2 of 8 addresses, TTL 1–5 s), all in one run so the ratios share the machine's
+//! noise:
+//!
+//! 1. **Resolve-then-connect cycles** of that allowed name (`dns-probe` in the scope, `CYCLES`
+//!    rounds, a TCP connect to every address of each answer), two ways: *direct* (today's way
+//!    without the resolver: the program asks the name server itself, guard resolves the name on
+//!    its own and refreshes it as the TTL runs out) and *through guard's resolver* (the query is
+//!    redirected). Reported: the connects refused of those made (must be 0 through the
+//!    resolver).
+//! 2. **Latency per query**, the median of `LATENCY_QUERIES` sequential A queries from outside
+//!    the scope: to the name server directly (the baseline), through guard's resolver with a
+//!    cache miss (a name never asked before: forwarded, its answer recorded and confirmed by
+//!    the session before it goes back), and with a cache hit. Reported as ratios to the direct
+//!    median.
+//! 3. **Queries per second** guard's resolver answers from its cache on its one thread, four
+//!    clients asking as fast as they can for `QPS_SECS`, against the test server's own rate
+//!    under the same load.
+//!
+//! Run with `cargo xtask bench -- resolver` or `cargo bench -p guard-tests --bench resolver`.
+//! Needs root; otherwise it prints why and exits 0 (1 when `CI=true`). Results on stdout and in
+//! `target/bench/resolver.json`.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
+use std::process::{Command, Stdio};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use guard::policy::load::load_policy;
+use guard::resolve::Refusal;
+use guard::session::{Session, SessionOptions};
+use guard_tests::dns::TestDns;
+use guard_tests::kernel::{helper, in_ci};
+use hickory_server::proto::op::{Message, Query};
+use hickory_server::proto::rr::{Name, RecordType};
+
+const CYCLES: usize = 1_000;
+const LATENCY_QUERIES: usize = 300;
+const QPS_SECS: u64 = 3;
+const QPS_CLIENTS: usize = 4;
+const ASKED: &str = "127.0.0.153:53";
+
+fn main() {
+    if unsafe { libc::geteuid() } != 0 {
+        println!("resolver benchmark skipped: it needs root (it loads BPF programs)");
+        std::process::exit(if in_ci() { 1 } else { 0 });
+    }
+    let dns = TestDns::start();
+    let pool: Vec<Ipv4Addr> = (1..=8).map(|i| Ipv4Addr::new(127, 0, 3, i)).collect();
+    dns.set_a_rotating("api.bench.test", &pool, 2, 1..=5);
+    let first = TcpListener::bind((pool[0], 0)).expect("a listener on 127.0.3.1");
+    let port = first.local_addr().unwrap().port();
+    // Accepted and dropped at once: thousands of connects must not fill a backlog.
+    for listener in std::iter::once(first).chain(
+        pool[1..]
+            .iter()
+            .map(|ip| TcpListener::bind((*ip, port)).expect("the same port on the pool")),
+    ) {
+        std::thread::spawn(move || {
+            for connection in listener.incoming() {
+                drop(connection);
+            }
+        });
+    }
+
+    let rules = format!(
+        "enforcement(unmatched_network=\"deny\")\n\
+         network_rule(host=\"api.bench.test\", protocol=\"socks5_tcp\", decision=\"allow\")\n\
+         address_rule(addresses=[\"127.0.0.1\"], ports=[{}], transport=\"udp\", decision=\"allow\")\n",
+        dns.addr().port()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let rules_file = dir.path().join("bench.rules");
+    std::fs::write(&rules_file, &rules).unwrap();
+
+    // 1. Resolve-then-connect cycles.
+    let direct = cycles(&dns, &rules_file, None, &dns.addr().to_string(), port);
+    let through = cycles(&dns, &rules_file, Some(Refusal::Refused), ASKED, port);
+
+    // 2 and 3, from outside the scope, against the resolver of a session that is polled.
+    let policy = load_policy(&[rules_file.clone()], &[]).unwrap().policy;
+    let mut session = Session::start(
+        policy,
+        &SessionOptions {
+            nameserver: Some(dns.addr()),
+            resolver: Some(Refusal::Refused),
+            ..SessionOptions::default()
+        },
+    )
+    .expect("starting a session");
+    let resolver: SocketAddr = (Ipv4Addr::LOCALHOST, session.resolver_port().unwrap()).into();
+    for i in 0..2 * LATENCY_QUERIES {
+        dns.set_a(
+            &format!("n{i}.bench.test"),
+            &[Ipv4Addr::new(127, 0, 4, 1)],
+            300,
+        );
+    }
+    dns.set_a("hit.bench.test", &[Ipv4Addr::new(127, 0, 4, 2)], 300);
+    let stop = Arc::new(AtomicBool::new(false));
+    let measured = {
+        let stop = stop.clone();
+        let upstream = dns.addr();
+        std::thread::spawn(move || {
+            let direct: Vec<Duration> = (0..LATENCY_QUERIES)
+                .map(|i| ask(upstream, &format!("n{i}.bench.test")))
+                .collect();
+            let miss: Vec<Duration> = (LATENCY_QUERIES..2 * LATENCY_QUERIES)
+                .map(|i| ask(resolver, &format!("n{i}.bench.test")))
+                .collect();
+            ask(resolver, "hit.bench.test");
+            let hit: Vec<Duration> = (0..LATENCY_QUERIES)
+                .map(|_| ask(resolver, "hit.bench.test"))
+                .collect();
+            let direct_qps = qps(upstream, "hit.bench.test");
+            let resolver_qps = qps(resolver, "hit.bench.test");
+            stop.store(true, Ordering::SeqCst);
+            (
+                median(direct),
+                median(miss),
+                median(hit),
+                direct_qps,
+                resolver_qps,
+            )
+        })
+    };
+    while !stop.load(Ordering::SeqCst) {
+        session.poll_events(Duration::from_millis(10));
+    }
+    let (direct_latency, miss, hit, direct_qps, resolver_qps) = measured.join().unwrap();
+    drop(session);
+
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    println!("## guard's resolver (api.bench.test: 2 of 8 addresses per answer, TTL 1-5 s)\n");
+    println!(
+        "| resolve-then-connect, {CYCLES} cycles | connects | refused | refused ratio | upstream queries |"
+    );
+    println!("| --- | --- | --- | --- | --- |");
+    for (label, c) in [
+        ("direct (no resolver)", &direct),
+        ("through guard's resolver", &through),
+    ] {
+        println!(
+            "| {label} | {} | {} | {:.3} | {} |",
+            c.connects,
+            c.refused,
+            c.refused as f64 / c.connects.max(1) as f64,
+            c.upstream_queries
+        );
+    }
+    println!("\n| per query (median of {LATENCY_QUERIES}) | latency | ratio to direct |");
+    println!("| --- | --- | --- |");
+    println!(
+        "| direct to the name server | {:?} | x1.00 |",
+        direct_latency
+    );
+    println!(
+        "| guard's resolver, cache miss | {:?} | x{:.2} |",
+        miss,
+        ratio(miss, direct_latency)
+    );
+    println!(
+        "| guard's resolver, cache hit | {:?} | x{:.2} |",
+        hit,
+        ratio(hit, direct_latency)
+    );
+    println!("\n| queries per second ({QPS_CLIENTS} clients, {QPS_SECS} s) | answered/s | ratio |");
+    println!("| --- | --- | --- |");
+    println!("| the test name server (hickory-server) | {direct_qps:.0} | x1.00 |");
+    println!(
+        "| guard's resolver from its cache, one thread | {resolver_qps:.0} | x{:.2} |",
+        resolver_qps / direct_qps
+    );
+    let json = serde_json::json!({
+        "cycles": CYCLES,
+        "direct": {"connects": direct.connects, "refused": direct.refused, "upstream_queries": direct.upstream_queries},
+        "through_resolver": {"connects": through.connects, "refused": through.refused, "upstream_queries": through.upstream_queries},
+        "latency_ns": {"direct": direct_latency.as_nanos() as u64, "miss": miss.as_nanos() as u64, "hit": hit.as_nanos() as u64},
+        "miss_ratio": ratio(miss, direct_latency),
+        "hit_ratio": ratio(hit, direct_latency),
+        "qps": {"direct": direct_qps, "resolver": resolver_qps},
+    });
+    let out = bench_dir().join("resolver.json");
+    std::fs::create_dir_all(out.parent().unwrap()).ok();
+    std::fs::write(&out, format!("{json}\n")).ok();
+    if through.refused != 0 {
+        eprintln!(
+            "FAILED: {} connects were refused through guard's resolver",
+            through.refused
+        );
+        std::process::exit(1);
+    }
+}
+
+struct Cycles {
+    connects: u64,
+    refused: u64,
+    upstream_queries: usize,
+}
+
+/// `CYCLES` resolve-then-connect rounds of `dns-probe` in a fresh session's scope, asking
+/// `server`; the session is polled (and its own DNS refreshed) meanwhile, as `guard run` does.
+fn cycles(
+    dns: &TestDns,
+    rules: &std::path::Path,
+    resolver: Option<Refusal>,
+    server: &str,
+    port: u16,
+) -> Cycles {
+    let before = dns.queries("api.bench.test");
+    let policy = load_policy(&[rules.to_path_buf()], &[]).unwrap().policy;
+    let mut session = Session::start(
+        policy,
+        &SessionOptions {
+            nameserver: Some(dns.addr()),
+            resolver,
+            ..SessionOptions::default()
+        },
+    )
+    .expect("starting a session");
+    let mut command = Command::new(helper("dns-probe", env!("CARGO_BIN_EXE_dns-probe")));
+    command
+        .args([
+            server,
+            "api.bench.test",
+            "udp",
+            &CYCLES.to_string(),
+            &port.to_string(),
+        ])
+        .stdout(Stdio::piped());
+    let mut child = session.spawn(&mut command).expect("starting dns-probe");
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "dns-probe did not finish");
+        session.poll_events(Duration::from_millis(5));
+        if session
+            .next_dns_refresh()
+            .is_some_and(|due| due <= Instant::now())
+        {
+            session.refresh_dns().expect("refreshing guard's own DNS");
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    let line = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    let value: serde_json::Value = serde_json::from_str(&line).expect(&line);
+    let connected = value["connected"].as_u64().unwrap();
+    let refused = value["refused"].as_u64().unwrap();
+    assert_eq!(value["answers"].as_u64(), Some(CYCLES as u64), "{line}");
+    Cycles {
+        connects: connected + refused + value["other_errors"].as_u64().unwrap(),
+        refused,
+        upstream_queries: dns.queries("api.bench.test") - before,
+    }
+}
+
+fn query(name: &str, id: u16) -> Vec<u8> {
+    let mut message = Message::query();
+    message.metadata.id = id;
+    message.metadata.recursion_desired = true;
+    message.add_query(Query::query(
+        Name::from_str(&format!("{name}.")).unwrap(),
+        RecordType::A,
+    ));
+    message.to_vec().unwrap()
+}
+
+/// One query's round trip (a fresh socket, as a stub resolver's).
+fn ask(server: SocketAddr, name: &str) -> Duration {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let bytes = query(name, 7);
+    let mut buffer = [0u8; 1500];
+    let started = Instant::now();
+    socket.send_to(&bytes, server).unwrap();
+    socket.recv_from(&mut buffer).expect("an answer");
+    started.elapsed()
+}
+
+/// Answers a second, `QPS_CLIENTS` clients each asking for `name` one query at a time.
+fn qps(server: SocketAddr, name: &str) -> f64 {
+    let answered = Arc::new(AtomicU64::new(0));
+    let end = Instant::now() + Duration::from_secs(QPS_SECS);
+    let clients: Vec<_> = (0..QPS_CLIENTS)
+        .map(|c| {
+            let answered = answered.clone();
+            let bytes = query(name, c as u16);
+            std::thread::spawn(move || {
+                let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+                socket
+                    .set_read_timeout(Some(Duration::from_millis(500)))
+                    .unwrap();
+                socket.connect(server).unwrap();
+                let mut buffer = [0u8; 1500];
+                while Instant::now() < end {
+                    socket.send(&bytes).unwrap();
+                    if socket.recv(&mut buffer).is_ok() {
+                        answered.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.join().unwrap();
+    }
+    answered.load(Ordering::Relaxed) as f64 / QPS_SECS as f64
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+/// `target/bench`: from `CARGO_TARGET_DIR`, else three levels above this binary
+/// (`target/release/deps/resolver-*`).
+fn bench_dir() -> std::path::PathBuf {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        return std::path::PathBuf::from(dir).join("bench");
+    }
+    let exe = std::env::current_exe().unwrap();
+    exe.ancestors()
+        .nth(3)
+        .map(|p| p.join("bench"))
+        .unwrap_or_else(|| std::path::PathBuf::from("target/bench"))
+}

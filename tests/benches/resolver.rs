@@ -81,7 +81,9 @@ fn main() {
     let through = cycles(&dns, &rules_file, Some(Refusal::Refused), ASKED, port);
 
     // 2 and 3, from outside the scope, against the resolver of a session that is polled.
-    let policy = load_policy(&[rules_file.clone()], &[]).unwrap().policy;
+    let policy = load_policy(std::slice::from_ref(&rules_file), &[])
+        .unwrap()
+        .policy;
     let mut session = Session::start(
         policy,
         &SessionOptions {

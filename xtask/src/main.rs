@@ -87,12 +87,15 @@ enum Task {
     /// and check times), then `cargo bench -p guard-tests --bench enforcement` (what kernel
     /// enforcement costs fork+exec, a loopback connect and getppid with 10 to 100 000 rules;
     /// needs root, else it says why and is skipped; results also in
-    /// target/bench/enforcement.json), then `cargo bench -p guard-tests --bench daemon` (the
+    /// target/bench/enforcement.json), then `cargo bench -p guard-tests --bench resolver`
+    /// (guard's resolver: refused resolve-then-connect cycles against a rotating name server,
+    /// latency per query and queries a second; needs root; target/bench/resolver.json), then
+    /// `cargo bench -p guard-tests --bench daemon` (the
     /// daemon's status, reload, amend and approve round trips, and a reload under a flood of
     /// refusals; needs root). Every benchmark runs; fails if any failed.
     ///
     /// Arguments after `--` go to each `cargo bench` (`cargo xtask bench -- check/`). A first
-    /// argument `policy`, `enforcement` or `daemon` runs only that one, the rest going to its
+    /// argument `policy`, `enforcement`, `resolver`, `daemon` or `audit` runs only that one, the rest going to its
     /// `cargo bench`
     /// (`cargo xtask bench -- enforcement -- --quick`).
     Bench {

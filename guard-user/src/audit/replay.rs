@@ -887,6 +887,34 @@ mod tests {
     }
 
     #[test]
+    fn a_connect_is_decided_for_the_names_guards_resolver_answered_its_address_for() {
+        let policy = draft(
+            r#"enforcement(unmatched_network="deny")
+address_rule(addresses=["*.cdn.test"], ports=[443], decision="allow")
+"#,
+        );
+        let mut answered = connect("t1", None, "192.0.2.7", 443, "prompt");
+        answered.destination.as_mut().unwrap().hosts = vec!["img.cdn.test".into()];
+        let unknown = connect("t2", None, "192.0.2.8", 443, "prompt");
+        let report = replay(&policy, &recording(&[answered, unknown]));
+        let allowed: Vec<(String, Option<String>)> = report
+            .newly_allowed
+            .iter()
+            .map(|r| {
+                (
+                    r.text.clone(),
+                    r.draft.rule.as_ref().map(DecidingRule::location),
+                )
+            })
+            .collect();
+        assert_eq!(allowed.len(), 1, "{allowed:?}");
+        assert!(allowed[0].0.contains("img.cdn.test"), "{allowed:?}");
+        assert_eq!(allowed[0].1.as_deref(), Some("draft.rules:2"));
+        // No name answered for the other address: the draft's default refuses it.
+        assert_eq!(report.changed.len(), 1);
+    }
+
+    #[test]
     fn the_draft_decides_as_the_kernel_and_names_its_rule() {
         let policy = draft(
             r#"prefix_rule(pattern=["git", "push"], decision="forbidden")

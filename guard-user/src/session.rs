@@ -53,6 +53,8 @@ pub enum DnsNote {
     UpstreamFailed { name: String, error: String },
     /// guard's resolver could not be put in the path (why).
     NoResolver(String),
+    /// Answered addresses could not be put in the maps (why): those queries got SERVFAIL.
+    ApplyFailed(String),
 }
 
 pub struct Session {
@@ -268,10 +270,8 @@ impl Session {
         let wake = self.resolver.as_ref().map(ResolverThread::wake_fd);
         let events = self.events.poll_or_wake(timeout, wake);
         if let Err(err) = self.serve_resolver() {
-            self.dns_notes.push(DnsNote::UpstreamFailed {
-                name: String::new(),
-                error: format!("putting answered addresses in force failed: {err:#}"),
-            });
+            self.dns_notes
+                .push(DnsNote::ApplyFailed(format!("{err:#}")));
         }
         events
     }

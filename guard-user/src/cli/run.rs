@@ -425,6 +425,10 @@ fn report(session: &mut Session, wait: Duration, json: bool, verbose: bool) {
                 eprintln!("guard: note: DNS lookup of {name} failed: {error}");
             }
             DnsNote::UpstreamFailed { .. } => {}
+            DnsNote::ApplyFailed(why) => eprintln!(
+                "guard: warning: answered addresses could not be put in force ({why}); those \
+                 lookups got SERVFAIL"
+            ),
             DnsNote::NoResolver(why) => eprintln!(
                 "guard: warning: guard's resolver is not in the path of the command's DNS ({why}); \
                  its lookups are decided by address like any other traffic"

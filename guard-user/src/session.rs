@@ -304,11 +304,9 @@ impl Session {
         for event in resolver.take_events() {
             match event {
                 ResolverEvent::Answered(answer) => {
-                    let added = self
-                        .answers
-                        .record(&answer.name, &answer.addrs, answer.ttl, now);
-                    changed |= added && answer.decision == NameDecision::Ruled;
-                    confirmations.push(answer.done);
+                    let (maps_change, done) = self.answers.take(answer, now);
+                    changed |= maps_change;
+                    confirmations.push(done);
                 }
                 ResolverEvent::Refused(refused) => self.dns_notes.push(DnsNote::Refused(refused)),
                 ResolverEvent::UpstreamFailed { name, error } => {

@@ -81,7 +81,21 @@ pub fn network_amendment_line(
 ) -> Result<String, AmendError> {
     let host = normalize_network_host(host)
         .map_err(|err: PolicyError| AmendError::InvalidNetworkRule(err.to_string()))?;
-    let decision = match decision {
+    let (decision, justification) = decision_and_justification(decision, justification)?;
+    Ok(format!(
+        "network_rule(host={}, protocol=\"{}\", decision=\"{decision}\"{justification})",
+        json_string(&host),
+        protocol.as_str()
+    ))
+}
+
+/// The `decision="..."` word of a destination amendment (forbidden written as `deny`), and its
+/// `, justification="..."` part (empty without one; a blank one is refused).
+fn decision_and_justification(
+    decision: Decision,
+    justification: Option<&str>,
+) -> Result<(&'static str, String), AmendError> {
+    let word = match decision {
         Decision::Allow => "allow",
         Decision::Prompt => "prompt",
         Decision::Forbidden => "deny",
@@ -95,11 +109,7 @@ pub fn network_amendment_line(
         Some(text) => format!(", justification={}", json_string(text)),
         None => String::new(),
     };
-    Ok(format!(
-        "network_rule(host={}, protocol=\"{}\", decision=\"{decision}\"{justification})",
-        json_string(&host),
-        protocol.as_str()
-    ))
+    Ok((word, justification))
 }
 
 /// `address_rule(addresses=["h"], ports=[8080], transport="tcp", decision="allow"[,
@@ -114,20 +124,7 @@ pub fn address_amendment_line(
 ) -> Result<String, AmendError> {
     let target = super::address::parse_address_target(host)
         .map_err(|err: PolicyError| AmendError::InvalidNetworkRule(err.to_string()))?;
-    let decision = match decision {
-        Decision::Allow => "allow",
-        Decision::Prompt => "prompt",
-        Decision::Forbidden => "deny",
-    };
-    let justification = match justification {
-        Some(text) if text.trim().is_empty() => {
-            return Err(AmendError::InvalidNetworkRule(
-                "justification cannot be empty".to_string(),
-            ));
-        }
-        Some(text) => format!(", justification={}", json_string(text)),
-        None => String::new(),
-    };
+    let (decision, justification) = decision_and_justification(decision, justification)?;
     Ok(format!(
         "address_rule(addresses=[{}], ports=[{port}], transport=\"{transport}\", decision=\"{decision}\"{justification})",
         json_string(&target.to_string()),

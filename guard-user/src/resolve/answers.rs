@@ -62,6 +62,20 @@ impl AnswerBook {
         added
     }
 
+    /// Records one of the resolver's answers: whether the maps must change (a name a rule
+    /// speaks of got a new address), and the confirmation to send once they have.
+    pub fn take(
+        &mut self,
+        answer: super::Answered,
+        now: Instant,
+    ) -> (bool, tokio::sync::oneshot::Sender<()>) {
+        let added = self.record(&answer.name, &answer.addrs, answer.ttl, now);
+        (
+            added && answer.decision == super::NameDecision::Ruled,
+            answer.done,
+        )
+    }
+
     /// Drops what is past its time; returns the names that lost an address.
     pub fn prune(&mut self, now: Instant) -> Vec<String> {
         let mut changed = Vec::new();

@@ -377,11 +377,9 @@ impl Daemon {
         for event in events {
             match event {
                 ResolverEvent::Answered(answer) => {
-                    let added = self
-                        .answers
-                        .record(&answer.name, &answer.addrs, answer.ttl, now);
-                    changed |= added && answer.decision == NameDecision::Ruled;
-                    confirmations.push(answer.done);
+                    let (maps_change, done) = self.answers.take(answer, now);
+                    changed |= maps_change;
+                    confirmations.push(done);
                 }
                 ResolverEvent::Refused(refused) => {
                     let mut record = super::audit::base(RecordType::DnsRefused, "root");

@@ -8,7 +8,9 @@
 use aya_ebpf::helpers::generated::bpf_get_socket_cookie;
 use aya_ebpf::macros::cgroup_sock_addr;
 use aya_ebpf::programs::SockAddrContext;
-use guard_common::maps::{DNS_PORT, DnsOriginal, TRANSPORT_TCP, TRANSPORT_UDP, counter};
+use guard_common::maps::{
+    DNS_PORT, DnsOriginal, DnsRedirect, TRANSPORT_TCP, TRANSPORT_UDP, counter,
+};
 
 use crate::maps::{DNS_ORIGINALS, count, dns_redirect};
 use crate::scope::current_in_scope;
@@ -24,25 +26,26 @@ const LOOPBACK_V4: u32 = u32::from_ne_bytes([127, 0, 0, 1]);
 /// which is closed for a destination the policy does not allow).
 #[inline(always)]
 pub fn will_redirect(port: u16, transport: u8) -> bool {
-    port == DNS_PORT
-        && (transport == TRANSPORT_TCP || transport == TRANSPORT_UDP)
-        && dns_redirect().is_some()
-        && current_in_scope()
+    is_dns(port, transport) && dns_redirect().is_some() && current_in_scope()
 }
 
-/// A cgroup connect or sendmsg call to port 53, rewritten to the resolver; `true` when it was
-/// (the call then goes through). The original destination is kept by socket cookie, for the
-/// replies; a full LRU map drops the oldest socket's entry (its replies then keep the
-/// resolver's address, and a strict client ignores them: it retries, nothing leaks).
+/// TCP or UDP to port 53 (host order).
 #[inline(always)]
-pub fn redirect(ctx: &SockAddrContext, v6: bool) -> bool {
+fn is_dns(port: u16, transport: u8) -> bool {
+    port == DNS_PORT && (transport == TRANSPORT_TCP || transport == TRANSPORT_UDP)
+}
+
+/// A cgroup connect or sendmsg call to port 53, rewritten to the resolver `redirect` names;
+/// `true` when it was (the call then goes through). The original destination is kept by
+/// socket cookie, for the replies; a full LRU map drops the oldest socket's entry (its replies
+/// then keep the resolver's address, and a strict client ignores them: it retries, nothing
+/// leaks).
+#[inline(always)]
+pub fn redirect(ctx: &SockAddrContext, v6: bool, redirect: DnsRedirect) -> bool {
     // SAFETY: the context pointer the kernel passed.
     let sa = unsafe { &mut *ctx.sock_addr };
-    let port = u16::from_be(sa.user_port as u16);
-    let Some(redirect) = dns_redirect() else {
-        return false;
-    };
-    if !will_redirect(port, sa.protocol as u8) {
+    // Not DNS, or not in scope: decided as any other call.
+    if !is_dns(u16::from_be(sa.user_port as u16), sa.protocol as u8) || !current_in_scope() {
         return false;
     }
     let mut original = DnsOriginal {

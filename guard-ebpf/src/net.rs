@@ -58,13 +58,16 @@ pub fn sendmsg6(ctx: SockAddrContext) -> i32 {
 
 #[inline(always)]
 fn from_sock_addr(ctx: &SockAddrContext, v6: bool, call: u8) -> i32 {
-    // DNS goes to guard's resolver, which decides by name.
-    if crate::dns::redirect(ctx, v6) {
-        return 1;
-    }
-    // On the lsm backend these programs are attached only to redirect; the LSM hooks decided.
-    if dns_redirect().is_some_and(|r| r.redirect_only != 0) {
-        return 1;
+    if let Some(redirect) = dns_redirect() {
+        // DNS goes to guard's resolver, which decides by name.
+        if crate::dns::redirect(ctx, v6, redirect) {
+            return 1;
+        }
+        // On the lsm backend these programs are attached only to redirect; the LSM hooks
+        // decided.
+        if redirect.redirect_only != 0 {
+            return 1;
+        }
     }
     // SAFETY: the context pointer the kernel passed.
     let sa = unsafe { &*ctx.sock_addr };

@@ -292,6 +292,14 @@ impl TestDaemon {
         })
     }
 
+    /// The pending asks (`guard prompts --json`).
+    pub fn prompts(&self) -> Vec<serde_json::Value> {
+        self.json(&["prompts", "--json"])
+            .as_array()
+            .cloned()
+            .expect("`guard prompts --json` prints a list")
+    }
+
     /// The amendments file.
     pub fn amendments(&self) -> PathBuf {
         self.state_dir.join("rules").join("default.rules")

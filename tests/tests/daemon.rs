@@ -32,15 +32,6 @@ fn audit(daemon: &TestDaemon) -> Vec<Value> {
         .collect()
 }
 
-/// The pending asks.
-fn prompts(daemon: &TestDaemon) -> Vec<Value> {
-    daemon
-        .json(&["prompts", "--json"])
-        .as_array()
-        .cloned()
-        .unwrap()
-}
-
 #[test]
 fn an_ask_for_a_host_is_approved_always_and_the_retry_succeeds_without_a_restart() {
     if !can_run() {
@@ -66,7 +57,7 @@ fn an_ask_for_a_host_is_approved_always_and_the_retry_succeeds_without_a_restart
         "the blocked-request message names the host: {stderr}"
     );
 
-    let asks = prompts(&daemon);
+    let asks = daemon.prompts();
     assert_eq!(asks.len(), 1, "one ask: {asks:?}");
     let ask = &asks[0];
     let id = ask["id"].as_u64().expect("the ask has an id");
@@ -91,7 +82,7 @@ fn an_ask_for_a_host_is_approved_always_and_the_retry_succeeds_without_a_restart
         (0, "ok"),
         "the retry connects: {stderr}"
     );
-    assert!(prompts(&daemon).is_empty(), "the ask was answered");
+    assert!(daemon.prompts().is_empty(), "the ask was answered");
 }
 
 #[test]
@@ -283,7 +274,7 @@ fn a_process_inside_a_guard_scope_cannot_answer_asks_or_change_the_policy_even_a
     });
     let (code, _, _) = run_probe(&daemon, &["tcp", "127.77.2.1", "443"]);
     assert_eq!(code, 1, "the connect is an ask");
-    let id = prompts(&daemon)[0]["id"].as_u64().unwrap().to_string();
+    let id = daemon.prompts()[0]["id"].as_u64().unwrap().to_string();
     let guard = guard_tests::daemon::guard_bin();
     let socket = daemon.socket.to_str().unwrap();
     let refused_inside = |out: &(i32, String, String), what: &str| {
@@ -336,7 +327,7 @@ fn a_process_inside_a_guard_scope_cannot_answer_asks_or_change_the_policy_even_a
     );
 
     assert!(!daemon.amendments().exists(), "nothing was written");
-    assert_eq!(prompts(&daemon).len(), 1, "the ask is still pending");
+    assert_eq!(daemon.prompts().len(), 1, "the ask is still pending");
     let refused: Vec<Value> = audit(&daemon)
         .into_iter()
         .filter(|r| r["type"] == "control_refused")
@@ -422,12 +413,12 @@ fn identical_asks_are_one_and_an_unanswered_ask_expires_denied() {
         let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.4.1", "5353"]);
         assert_eq!(code, 1);
     }
-    let asks = prompts(&daemon);
+    let asks = daemon.prompts();
     assert_eq!(asks.len(), 1, "{asks:?}");
     assert_eq!(asks[0]["count"], 3);
     assert_eq!(asks[0]["record"]["protocol"], "socks5_udp");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !prompts(&daemon).is_empty() {
+    while !daemon.prompts().is_empty() {
         assert!(Instant::now() < deadline, "the ask did not expire");
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -459,7 +450,7 @@ fn once_approvals_expire_and_session_approvals_hold_while_the_run_lives() {
     // Once: the retry within the window succeeds, after it the request is refused again.
     let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.5.1", "5353"]);
     assert_eq!(code, 1);
-    let id = prompts(&daemon)[0]["id"].as_u64().unwrap().to_string();
+    let id = daemon.prompts()[0]["id"].as_u64().unwrap().to_string();
     let out = daemon.guard(&["approve", &id, "--once"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let (code, stdout, _) = run_probe(&daemon, &["udp-connect", "127.77.5.1", "5353"]);
@@ -482,7 +473,7 @@ fn once_approvals_expire_and_session_approvals_hold_while_the_run_lives() {
     }
     // The refusal that showed the window closed made an ask of its own: answer it, and let
     // the dedupe window pass, so the next ask is the session run's.
-    for ask in prompts(&daemon) {
+    for ask in daemon.prompts() {
         let id = ask["id"].as_u64().unwrap().to_string();
         assert!(daemon.guard(&["deny", &id]).status.success());
     }
@@ -504,7 +495,7 @@ fn once_approvals_expire_and_session_approvals_hold_while_the_run_lives() {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let id = loop {
-        if let Some(ask) = prompts(&daemon).first() {
+        if let Some(ask) = daemon.prompts().first() {
             break ask["id"].as_u64().unwrap().to_string();
         }
         assert!(Instant::now() < deadline, "no ask from the run");
@@ -574,13 +565,13 @@ fn prompts_watch_answers_with_one_key_and_deny_always_writes_a_deny_rule() {
         "network_rule(host=\"127.77.6.1\", protocol=\"socks5_udp\", decision=\"deny\", \
          justification=\"Deny socks5_udp access to 127.77.6.1\")\n"
     );
-    assert!(prompts(&daemon).is_empty());
+    assert!(daemon.prompts().is_empty());
     // Denied now, and no longer an ask: nothing to approve.
     let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.6.1", "5353"]);
     assert_eq!(code, 1);
     std::thread::sleep(Duration::from_millis(300));
     assert!(
-        prompts(&daemon).is_empty(),
+        daemon.prompts().is_empty(),
         "a denied host does not ask again"
     );
 }
@@ -834,7 +825,7 @@ fn an_exec_ask_approved_once_runs_exactly_that_argv_and_a_prompt_rule_has_no_alw
         stderr.contains("requires approval: deploys need a person"),
         "the §5.2 message: {stderr}"
     );
-    let asks = prompts(&daemon);
+    let asks = daemon.prompts();
     assert_eq!(asks.len(), 1, "{asks:?}");
     assert_eq!(
         asks[0]["target"]["tokens"],
@@ -892,7 +883,7 @@ fn an_unmatched_exec_approved_always_becomes_the_references_prefix_rule() {
         daemon.guard(&["run", "--", tool, "all"]).status.code(),
         Some(137)
     );
-    let asks = prompts(&daemon);
+    let asks = daemon.prompts();
     assert_eq!(asks.len(), 1, "{asks:?}");
     assert_eq!(
         asks[0]["record"]["source"], "mode_guard",
@@ -985,12 +976,12 @@ fn an_approval_never_overrides_a_forbidden_rule() {
     let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.10.2", "5353"]);
     assert_eq!(code, 1);
     assert!(
-        prompts(&daemon).is_empty(),
+        daemon.prompts().is_empty(),
         "a forbidden destination is no ask"
     );
     let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.10.1", "5353"]);
     assert_eq!(code, 1);
-    let id = prompts(&daemon)[0]["id"].as_u64().unwrap().to_string();
+    let id = daemon.prompts()[0]["id"].as_u64().unwrap().to_string();
     let out = daemon.guard(&["approve", &id, "--always"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.10.1", "5353"]);
@@ -1013,7 +1004,7 @@ fn a_live_once_approval_does_not_let_through_what_a_reload_made_forbidden() {
     });
     let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.12.1", "5353"]);
     assert_eq!(code, 1);
-    let id = prompts(&daemon)[0]["id"].as_u64().unwrap().to_string();
+    let id = daemon.prompts()[0]["id"].as_u64().unwrap().to_string();
     assert!(daemon.guard(&["approve", &id, "--once"]).status.success());
     let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.12.1", "5353"]);
     assert_eq!(code, 0, "approved");
@@ -1221,7 +1212,7 @@ fn prompts_watch_on_a_terminal_takes_a_key_without_enter() {
     // One key, no Enter: on a terminal in canonical mode this would wait for a newline.
     terminal.stdin.as_mut().unwrap().write_all(b"o").unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !prompts(&daemon).is_empty() {
+    while !daemon.prompts().is_empty() {
         assert!(
             Instant::now() < deadline,
             "the key was not taken without Enter"

@@ -270,15 +270,6 @@ fn a_host_pattern_allows_the_names_it_covers_from_the_answers_guards_resolver_se
     );
 }
 
-/// The pending asks of a daemon.
-fn prompts(daemon: &TestDaemon) -> Vec<Value> {
-    daemon
-        .json(&["prompts", "--json"])
-        .as_array()
-        .cloned()
-        .unwrap()
-}
-
 /// `guard run -- dns-probe ARGS` under the daemon: the probe's JSON line and guard's stderr.
 fn probe_in_daemon(daemon: &TestDaemon, args: &[&str]) -> (Value, String) {
     let (_, stdout, stderr) = daemon.run_in_scope(&dns_probe(), args);
@@ -322,7 +313,7 @@ fn under_the_daemon_an_unknown_name_is_an_ask_that_names_the_host_and_always_wri
         "{stderr}"
     );
     assert_eq!(result["refused"], 1, "{result}: {stderr}");
-    let asks = prompts(&daemon);
+    let asks = daemon.prompts();
     assert_eq!(asks.len(), 1, "{asks:?}");
     let ask = &asks[0];
     assert_eq!(ask["record"]["host"], "api2.example.test", "{ask}");
@@ -365,7 +356,7 @@ fn under_the_daemon_an_unknown_name_is_an_ask_that_names_the_host_and_always_wri
         &[ASKED, "api2.example.test", "udp", "1", &other_port_text],
     );
     assert_eq!(result["refused"], 1, "{result}");
-    let ask = prompts(&daemon).into_iter().next().expect("a second ask");
+    let ask = daemon.prompts().into_iter().next().expect("a second ask");
     let id = ask["id"].as_u64().unwrap().to_string();
     let out = daemon.guard(&["approve", &id, "--always"]);
     assert!(out.status.success(), "approve: {}", text(&out.stderr));

@@ -267,6 +267,39 @@ mod tests {
         }
     }
 
+    /// An event of `/bin/sh` (pid 1) with nothing else set.
+    fn event(
+        kind: EventKind,
+        decision: Decision,
+        action: crate::kernel::events::Action,
+    ) -> KernelEvent {
+        KernelEvent {
+            time: std::time::SystemTime::now(),
+            kind,
+            decision,
+            action,
+            audit_only: false,
+            unmatched: false,
+            rule: None,
+            pid: 1,
+            tgid: 1,
+            ppid: 0,
+            uid: 0,
+            gid: 0,
+            cgroup_id: 0,
+            comm: "sh".into(),
+            exe: "/bin/sh".into(),
+            argv: Vec::new(),
+            argv_truncated: false,
+            anonymous: false,
+            dev: 0,
+            ino: 0,
+            socket: None,
+            destination: None,
+            path: None,
+        }
+    }
+
     #[test]
     fn a_file_refusal_names_the_access_the_path_and_the_rule_and_asks_nothing() {
         let policy = {
@@ -286,29 +319,13 @@ mod tests {
             .decide_path(crate::policy::rule_set::Tool::Write, "/w/.git/config");
         let (decision, rule) = rule.expect("the write table decides it");
         let event = KernelEvent {
-            time: std::time::SystemTime::now(),
-            kind: EventKind::Write,
-            decision,
-            action: crate::kernel::events::Action::Eacces,
-            audit_only: false,
-            unmatched: false,
             rule: Some(rule),
-            pid: 1,
-            tgid: 1,
-            ppid: 0,
-            uid: 0,
-            gid: 0,
-            cgroup_id: 0,
-            comm: "sh".into(),
-            exe: "/bin/sh".into(),
-            argv: Vec::new(),
-            argv_truncated: false,
-            anonymous: false,
-            dev: 0,
-            ino: 0,
-            socket: None,
-            destination: None,
             path: Some("/w/.git/config".into()),
+            ..event(
+                EventKind::Write,
+                decision,
+                crate::kernel::events::Action::Eacces,
+            )
         };
         let described = describe(&image, &event, &[]);
         assert_eq!(
@@ -331,33 +348,20 @@ mod tests {
             &crate::compile::CompileEnv::default(),
         );
         let mut event = KernelEvent {
-            time: std::time::SystemTime::now(),
-            kind: EventKind::Connect,
-            decision: Decision::Prompt,
-            action: crate::kernel::events::Action::Eperm,
-            audit_only: false,
             unmatched: true,
-            rule: None,
-            pid: 1,
-            tgid: 1,
-            ppid: 0,
-            uid: 0,
-            gid: 0,
-            cgroup_id: 0,
             comm: "curl".into(),
             exe: "curl".into(),
             argv: vec!["curl".into(), "https://api2.example.test/".into()],
-            argv_truncated: false,
-            anonymous: false,
-            dev: 0,
-            ino: 0,
-            socket: None,
             destination: Some(crate::kernel::events::EventDestination {
                 address: "203.0.113.7".parse().unwrap(),
                 port: 443,
                 transport: "tcp",
             }),
-            path: None,
+            ..event(
+                EventKind::Connect,
+                Decision::Prompt,
+                crate::kernel::events::Action::Eperm,
+            )
         };
         let answered = vec!["api2.example.test".to_string()];
         let described = describe(&image, &event, &answered);

@@ -157,7 +157,8 @@ pub struct ResolverConfig {
 /// port for all four. Dropping it stops every listener.
 pub struct Resolver {
     port: u16,
-    tasks: JoinSet<()>,
+    /// Aborted when dropped.
+    _tasks: JoinSet<()>,
 }
 
 impl Resolver {
@@ -179,17 +180,15 @@ impl Resolver {
         for listener in tcp {
             tasks.spawn(serve::tcp(listener, shared.clone()));
         }
-        Ok(Resolver { port, tasks })
+        Ok(Resolver {
+            port,
+            _tasks: tasks,
+        })
     }
 
     /// The port it listens on (127.0.0.1 and ::1, UDP and TCP).
     pub fn port(&self) -> u16 {
         self.port
-    }
-
-    /// Stops every listener (also done by dropping it).
-    pub fn stop(&mut self) {
-        self.tasks.abort_all();
     }
 }
 

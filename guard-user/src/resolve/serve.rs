@@ -78,17 +78,17 @@ pub async fn tcp(listener: TcpListener, shared: Arc<Shared>) {
 async fn tcp_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     loop {
         let mut length = [0u8; 2];
-        if timeout(TCP_IDLE, stream.read_exact(&mut length))
-            .await
-            .is_none_or_err()
-        {
+        if !matches!(
+            timeout(TCP_IDLE, stream.read_exact(&mut length)).await,
+            Ok(Ok(_))
+        ) {
             return;
         }
         let mut query = vec![0u8; usize::from(u16::from_be_bytes(length))];
-        if timeout(TCP_IDLE, stream.read_exact(&mut query))
-            .await
-            .is_none_or_err()
-        {
+        if !matches!(
+            timeout(TCP_IDLE, stream.read_exact(&mut query)).await,
+            Ok(Ok(_))
+        ) {
             return;
         }
         let Ok(permit) = shared.in_flight.clone().acquire_owned().await else {
@@ -105,16 +105,6 @@ async fn tcp_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         if stream.write_all(&framed).await.is_err() {
             return;
         }
-    }
-}
-
-trait TimedIo {
-    fn is_none_or_err(&self) -> bool;
-}
-
-impl<T> TimedIo for Result<std::io::Result<T>, tokio::time::error::Elapsed> {
-    fn is_none_or_err(&self) -> bool {
-        !matches!(self, Ok(Ok(_)))
     }
 }
 

@@ -1,4 +1,5 @@
 //! guard's userspace library: the `.rules` policy engine and the `guard` command line.
+pub mod asks;
 pub mod audit;
 pub mod authz;
 pub mod cli;

@@ -12,7 +12,7 @@ use std::time::SystemTime;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::messages::protocol_for;
+use crate::asks::protocol_for;
 use super::peer::user_name;
 use crate::audit::files::{Newest, ReadStats, log_files, read_records};
 use crate::audit::filter::{AuditFilter, CompiledFilter};
@@ -232,7 +232,7 @@ impl AuditTrail {
         record.seq = self.next_seq;
         self.next_seq += 1;
         if record.time.is_empty() {
-            record.time = super::asks::timestamp(SystemTime::now());
+            record.time = crate::asks::timestamp(SystemTime::now());
         }
         record.host.clone_from(&self.host);
         if !self.followers.is_empty() {
@@ -399,7 +399,7 @@ impl AuditTrail {
         let user = self.user(event.uid);
         let cgroup = scope.map(|path| self.cgroup_name(event.cgroup_id, path));
         let mut record = base(RecordType::Decision, &user);
-        record.time = super::asks::timestamp(event.time);
+        record.time = crate::asks::timestamp(event.time);
         record.decision = Some(event.decision.as_str().to_string());
         record.event = Some(
             match event.kind {

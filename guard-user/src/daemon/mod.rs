@@ -2,19 +2,16 @@
 //! socket, asks and approvals, amendments that take effect at once.
 //!
 //! Data flow: `service/` owns the state (and answers asks and amendments, and reports status);
-//! `server.rs` feeds it requests, kernel events and timers; `messages.rs` turns events into
-//! blocked-request records, `asks.rs` keeps the asks, `approvals.rs` the in-memory approvals;
+//! `server.rs` feeds it requests, kernel events and timers; `crate::asks` turns events into
+//! asks and answers into approvals and amendment lines (shared with a stand-alone `guard run`);
 //! `audit.rs` numbers, streams and accounts for the audit records (`crate::audit` writes and
 //! reads the log), `run_stream.rs` tells a `guard run` client its refusals; `peer.rs` and
 //! `crate::authz` decide who may ask what; `client.rs` is the other end of the socket, for the
 //! CLI.
 
-pub mod approvals;
-pub mod asks;
 pub mod audit;
 pub mod client;
 pub mod config;
-pub mod messages;
 pub mod peer;
 pub mod protocol;
 pub mod run_stream;

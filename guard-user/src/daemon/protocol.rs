@@ -11,6 +11,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::asks::ApprovalMode;
+
 pub const PROTOCOL_VERSION: u32 = 1;
 
 /// Longest request line the daemon reads (a request is small; this bounds a hostile client).
@@ -83,27 +85,6 @@ impl Request {
             }
             Request::Amend { .. } | Request::Reload | Request::Run { .. } => "policy",
             Request::Audit { .. } => "audit",
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ApprovalMode {
-    /// The same request succeeds when retried within `asks.once_secs`.
-    Once,
-    /// Until the daemon stops or the scope the ask came from ends.
-    Session,
-    /// The amendment line is appended to the amendments file.
-    Always,
-}
-
-impl ApprovalMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApprovalMode::Once => "once",
-            ApprovalMode::Session => "session",
-            ApprovalMode::Always => "always",
         }
     }
 }

@@ -8,14 +8,14 @@ use serde_json::{Value, json};
 use super::Daemon;
 use crate::audit::RecordType;
 use crate::audit::record::{AmendmentInfo, ApprovalInfo, AuditRecord};
-use crate::daemon::approvals::{Answerer, Approval, ApprovalTarget, Approvals};
-use crate::daemon::asks::{Ask, AskState, AskTarget};
+use crate::asks::approvals::{Answerer, Approval, ApprovalTarget, Approvals};
+use crate::asks::book::{Ask, AskState};
 use crate::daemon::protocol::{Amendment, ApprovalMode, ErrorCode};
+use crate::asks::answer::{ApprovalPlan, denial_line, plan_approval};
 use crate::policy::amend::{
-    AmendError, AmendOutcome, address_amendment_line, append_line, network_amendment_line,
-    prefix_amendment_line,
+    AmendOutcome, append_line, network_amendment_line, prefix_amendment_line,
 };
-use crate::policy::{Decision, NetworkProtocol, Transport};
+use crate::policy::NetworkProtocol;
 
 impl Daemon {
     fn pending_ask(&self, id: u64) -> Result<Ask, (ErrorCode, String)> {
@@ -47,50 +47,11 @@ impl Daemon {
         let ask = self.pending_ask(id)?;
         let failed = |m: String| (ErrorCode::Failed, m);
         let mut result = json!({"ask": id, "mode": mode.as_str()});
-        match (&ask.target, mode) {
-            (AskTarget::Exec { by_rule: true, .. }, ApprovalMode::Always) => {
-                return Err(failed(format!(
-                    "ask {id} comes from a prompt rule ({}); an allow rule cannot override it \
-                     (prefix rules combine by strongest decision), so there is no amendment to \
-                     write. Approve it --once or --session, or change that rule.",
-                    ask.record.rule.as_deref().unwrap_or("?")
-                )));
-            }
-            (AskTarget::Exec { tokens, .. }, ApprovalMode::Always) => {
-                let line = prefix_amendment_line(tokens).map_err(|e| failed(e.to_string()))?;
+        match plan_approval(&ask, mode, &self.image).map_err(failed)? {
+            ApprovalPlan::Append(line) => {
                 result["line"] = self.append_and_reload(&line, by).await?;
             }
-            (
-                AskTarget::Network {
-                    host,
-                    address,
-                    port,
-                    transport,
-                    ..
-                },
-                _,
-            ) => {
-                self.check_not_forbidden(&ask.target)?;
-                if mode == ApprovalMode::Always {
-                    let line = network_line(&ask.target, Decision::Allow)
-                        .map_err(|e| failed(e.to_string()))?;
-                    result["line"] = self.append_and_reload(&line, by).await?;
-                } else {
-                    let target = ApprovalTarget::Network {
-                        address: *address,
-                        port: *port,
-                        transport: Transport::parse(transport).unwrap_or(Transport::Tcp),
-                        host: host.clone(),
-                    };
-                    self.add_approval(&ask, mode, by, target)?;
-                }
-            }
-            (AskTarget::Exec { tokens, .. }, _) => {
-                let target = ApprovalTarget::Exec {
-                    tokens: tokens.clone(),
-                };
-                self.add_approval(&ask, mode, by, target)?;
-            }
+            ApprovalPlan::Hold(target) => self.add_approval(&ask, mode, by, target)?,
         }
         let state = AskState::Approved {
             mode,
@@ -107,39 +68,6 @@ impl Daemon {
             &result,
         ));
         Ok(result)
-    }
-
-    /// An approval must not be the way around an explicit `forbidden`: the kernel would not let
-    /// it through anyway, so say which rule stands in the way instead of approving in vain.
-    fn check_not_forbidden(&self, target: &AskTarget) -> Result<(), (ErrorCode, String)> {
-        let AskTarget::Network {
-            address,
-            port,
-            transport,
-            ..
-        } = target
-        else {
-            return Ok(());
-        };
-        let transport = Transport::parse(transport).unwrap_or(Transport::Tcp);
-        match self.image.destination_verdict(*address, *port, transport) {
-            Some(v) if v.decision == Decision::Forbidden => {
-                let rule = self.image.rule(&v);
-                let at = rule
-                    .origin
-                    .as_ref()
-                    .map(|o| format!(" ({}:{})", o.file, o.line))
-                    .unwrap_or_default();
-                Err((
-                    ErrorCode::Failed,
-                    format!(
-                        "{address}:{port} is forbidden by `{}`{at}; an approval never overrides a forbidden rule",
-                        rule.text
-                    ),
-                ))
-            }
-            _ => Ok(()),
-        }
     }
 
     fn add_approval(
@@ -201,13 +129,7 @@ impl Daemon {
     ) -> Result<Value, (ErrorCode, String)> {
         let ask = self.pending_ask(id)?;
         let mut result = json!({"ask": id, "always": always});
-        if always {
-            let line = match &ask.target {
-                AskTarget::Exec { tokens, .. } => prefix_amendment_line(tokens)
-                    .map(|l| l.replace("decision=\"allow\")", "decision=\"forbidden\")")),
-                AskTarget::Network { .. } => network_line(&ask.target, Decision::Forbidden),
-            }
-            .map_err(|e| (ErrorCode::Failed, e.to_string()))?;
+        if let Some(line) = denial_line(&ask, always).map_err(|e| (ErrorCode::Failed, e))? {
             result["line"] = self.append_and_reload(&line, by).await?;
         }
         let state = AskState::Denied {
@@ -286,49 +208,6 @@ impl Daemon {
     }
 }
 
-/// The amendment an `--always` answer to a network ask writes, covering exactly what was asked:
-/// the host (the name the program asked for, else the address) and what the connection used.
-/// `http` (80/tcp) and `https` (443) are the reference's `network_rule`; so is an ask a
-/// `network_rule` made (only the host's own later allow or deny can answer it, §2.4). Any other
-/// port of an unmatched destination is guard's `address_rule` for that port and transport alone
-/// (the reference's `socks5_tcp` would be every TCP port).
-fn network_line(target: &AskTarget, decision: Decision) -> Result<String, AmendError> {
-    let AskTarget::Network {
-        host,
-        address,
-        port,
-        transport,
-        protocol,
-        by_rule,
-    } = target
-    else {
-        return Err(AmendError::InvalidNetworkRule("not a network ask".into()));
-    };
-    let host = host.clone().unwrap_or_else(|| address.to_string());
-    let verb = if decision == Decision::Allow {
-        "Allow"
-    } else {
-        "Deny"
-    };
-    if *by_rule || matches!(protocol, NetworkProtocol::Http | NetworkProtocol::Https) {
-        let justification = format!("{verb} {} access to {host}", label(*protocol));
-        return network_amendment_line(&host, *protocol, decision, Some(&justification));
-    }
-    let transport = Transport::parse(transport).unwrap_or(Transport::Tcp);
-    let justification = format!("{verb} {transport} port {port} access to {host}");
-    address_amendment_line(&host, *port, transport, decision, Some(&justification))
-}
-
-/// The reference's label in amendment justifications (`Allow https_connect access to <host>`).
-fn label(protocol: NetworkProtocol) -> &'static str {
-    match protocol {
-        NetworkProtocol::Http => "http",
-        NetworkProtocol::Https => "https_connect",
-        NetworkProtocol::Socks5Tcp => "socks5_tcp",
-        NetworkProtocol::Socks5Udp => "socks5_udp",
-    }
-}
-
 /// The record of an answer to an ask: the ask's request (process, destination, deciding rule)
 /// with who answered and how, and the amendment line it wrote, if any.
 fn answer_record(
@@ -369,15 +248,4 @@ fn line_number(file: &std::path::Path, text: &str) -> Option<usize> {
         .filter(|(_, l)| l.trim_end() == text)
         .map(|(i, _)| i + 1)
         .last()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn labels_are_the_references() {
-        assert_eq!(label(NetworkProtocol::Https), "https_connect");
-        assert_eq!(label(NetworkProtocol::Http), "http");
-    }
 }

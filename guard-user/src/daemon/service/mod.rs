@@ -12,11 +12,11 @@ use anyhow::{Result, anyhow};
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
-use super::approvals::Approvals;
-use super::asks::{AskBook, Recorded};
+use crate::asks::Approvals;
+use crate::asks::{AskBook, Recorded};
 use super::audit::{AuditTrail, HistoryRead};
 use super::config::Config;
-use super::messages::{Described, blocked_request, describe};
+use crate::asks::{Described, blocked_request, describe};
 use super::peer::{PeerCredentials, subject, user_name};
 use super::protocol::{ErrorCode, Request, ResponseLine, event_line};
 use super::run_stream::repeat_key;
@@ -680,7 +680,7 @@ impl Daemon {
                 );
             }
         }
-        let by = super::approvals::Answerer {
+        let by = crate::asks::Answerer {
             name: subject.sub.clone(),
             uid: peer.uid,
         };

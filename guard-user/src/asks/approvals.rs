@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use std::net::IpAddr;
 
-use super::protocol::ApprovalMode;
+use super::ApprovalMode;
 use crate::compile::image::EnforcementImage;
 use crate::policy::Transport;
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
-use super::protocol::ApprovalMode;
+use super::ApprovalMode;
 use crate::policy::NetworkProtocol;
 
 /// What was asked for, in the terms an approval needs.

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::asks::{AskTarget, BlockedRequest, timestamp};
+use super::book::{AskTarget, BlockedRequest, timestamp};
 use crate::compile::image::EnforcementImage;
 use crate::kernel::events::{EventKind, KernelEvent};
 use crate::policy::{Decision, NetworkProtocol};

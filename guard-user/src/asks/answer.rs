@@ -1,0 +1,219 @@
+//! What an answer to an ask does: an `--always` (or `deny --always`) appends the amendment line
+//! that covers exactly what was asked; `--once` / `--session` hold an exact approval in the
+//! kernel; and some answers cannot be given (an approval never lifts a `forbidden`; an allow
+//! line cannot lift a `prompt` rule's exec). Carrying the plan out is the caller's.
+
+use super::ApprovalMode;
+use super::approvals::ApprovalTarget;
+use super::book::{Ask, AskTarget};
+use crate::compile::image::EnforcementImage;
+use crate::policy::amend::{
+    AmendError, address_amendment_line, network_amendment_line, prefix_amendment_line,
+};
+use crate::policy::{Decision, NetworkProtocol, Transport};
+
+/// What an approval of `ask` in `mode` does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ApprovalPlan {
+    /// Append this amendment line and reload.
+    Append(String),
+    /// Hold this exact approval in the kernel maps.
+    Hold(ApprovalTarget),
+}
+
+/// How `ask` is approved in `mode` under `image` (the policy in force), or why it cannot be.
+pub fn plan_approval(
+    ask: &Ask,
+    mode: ApprovalMode,
+    image: &EnforcementImage,
+) -> Result<ApprovalPlan, String> {
+    if let Some(why) = forbidden_destination(image, &ask.target) {
+        return Err(why);
+    }
+    if mode == ApprovalMode::Always {
+        if let Some(why) = always_refused(ask) {
+            return Err(why);
+        }
+        return amendment_line(&ask.target, Decision::Allow)
+            .map(ApprovalPlan::Append)
+            .map_err(|e| e.to_string());
+    }
+    Ok(ApprovalPlan::Hold(match &ask.target {
+        AskTarget::Exec { tokens, .. } => ApprovalTarget::Exec {
+            tokens: tokens.clone(),
+        },
+        AskTarget::Network {
+            host,
+            address,
+            port,
+            transport,
+            ..
+        } => ApprovalTarget::Network {
+            address: *address,
+            port: *port,
+            transport: Transport::parse(transport).unwrap_or(Transport::Tcp),
+            host: host.clone(),
+        },
+    }))
+}
+
+/// The line a denial of `ask` appends (`always`), if any.
+pub fn denial_line(ask: &Ask, always: bool) -> Result<Option<String>, String> {
+    if !always {
+        return Ok(None);
+    }
+    amendment_line(&ask.target, Decision::Forbidden)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+/// The line an `--always` approval (`Allow`) or `deny --always` (`Forbidden`) of `target`
+/// appends.
+pub fn amendment_line(target: &AskTarget, decision: Decision) -> Result<String, AmendError> {
+    match target {
+        AskTarget::Exec { tokens, .. } => {
+            let line = prefix_amendment_line(tokens)?;
+            Ok(if decision == Decision::Forbidden {
+                line.replace("decision=\"allow\")", "decision=\"forbidden\")")
+            } else {
+                line
+            })
+        }
+        AskTarget::Network { .. } => network_line(target, decision),
+    }
+}
+
+/// Why `ask` has no `--always` approval, if it has none: a `prompt` rule decided the exec, and
+/// an allow rule cannot override it (prefix rules combine by strongest decision).
+fn always_refused(ask: &Ask) -> Option<String> {
+    match &ask.target {
+        AskTarget::Exec { by_rule: true, .. } => Some(format!(
+            "ask {} comes from a prompt rule ({}); an allow rule cannot override it (prefix \
+             rules combine by strongest decision), so there is no amendment to write. Approve it \
+             --once or --session, or change that rule.",
+            ask.id,
+            ask.record.rule.as_deref().unwrap_or("?")
+        )),
+        _ => None,
+    }
+}
+
+/// The rule that forbids a network ask's destination outright, said as a refusal: the kernel
+/// would not let an approval through, so say which rule stands in the way instead of
+/// approving in vain.
+fn forbidden_destination(image: &EnforcementImage, target: &AskTarget) -> Option<String> {
+    let AskTarget::Network {
+        address,
+        port,
+        transport,
+        ..
+    } = target
+    else {
+        return None;
+    };
+    let transport = Transport::parse(transport).unwrap_or(Transport::Tcp);
+    let verdict = image.destination_verdict(*address, *port, transport)?;
+    if verdict.decision != Decision::Forbidden {
+        return None;
+    }
+    let rule = image.rule(&verdict);
+    let at = rule
+        .origin
+        .as_ref()
+        .map(|o| format!(" ({}:{})", o.file, o.line))
+        .unwrap_or_default();
+    Some(format!(
+        "{address}:{port} is forbidden by `{}`{at}; an approval never overrides a forbidden rule",
+        rule.text
+    ))
+}
+
+/// The amendment an `--always` answer to a network ask writes, covering exactly what was asked:
+/// the host (the name the program asked for, else the address) and what the connection used.
+/// `http` (80/tcp) and `https` (443) are the reference's `network_rule`; so is an ask a
+/// `network_rule` made (only the host's own later allow or deny can answer it). Any other port
+/// of an unmatched destination is guard's `address_rule` for that port and transport alone (the
+/// reference's `socks5_tcp` would be every TCP port).
+fn network_line(target: &AskTarget, decision: Decision) -> Result<String, AmendError> {
+    let AskTarget::Network {
+        host,
+        address,
+        port,
+        transport,
+        protocol,
+        by_rule,
+    } = target
+    else {
+        return Err(AmendError::InvalidNetworkRule("not a network ask".into()));
+    };
+    let host = host.clone().unwrap_or_else(|| address.to_string());
+    let verb = if decision == Decision::Allow {
+        "Allow"
+    } else {
+        "Deny"
+    };
+    if *by_rule || matches!(protocol, NetworkProtocol::Http | NetworkProtocol::Https) {
+        let justification = format!("{verb} {} access to {host}", label(*protocol));
+        return network_amendment_line(&host, *protocol, decision, Some(&justification));
+    }
+    let transport = Transport::parse(transport).unwrap_or(Transport::Tcp);
+    let justification = format!("{verb} {transport} port {port} access to {host}");
+    address_amendment_line(&host, *port, transport, decision, Some(&justification))
+}
+
+/// The reference's label in amendment justifications (`Allow https_connect access to <host>`).
+fn label(protocol: NetworkProtocol) -> &'static str {
+    match protocol {
+        NetworkProtocol::Http => "http",
+        NetworkProtocol::Https => "https_connect",
+        NetworkProtocol::Socks5Tcp => "socks5_tcp",
+        NetworkProtocol::Socks5Udp => "socks5_udp",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn network(port: u16, by_rule: bool) -> AskTarget {
+        AskTarget::Network {
+            host: Some("api2.example.test".into()),
+            address: "203.0.113.7".parse().unwrap(),
+            port,
+            transport: "tcp".into(),
+            protocol: crate::asks::protocol_for(port, "tcp"),
+            by_rule,
+        }
+    }
+
+    #[test]
+    fn labels_are_the_references() {
+        assert_eq!(label(NetworkProtocol::Https), "https_connect");
+        assert_eq!(label(NetworkProtocol::Http), "http");
+    }
+
+    #[test]
+    fn an_https_ask_is_the_references_network_rule_and_another_port_that_port_alone() {
+        assert_eq!(
+            amendment_line(&network(443, false), Decision::Allow).unwrap(),
+            "network_rule(host=\"api2.example.test\", protocol=\"https\", decision=\"allow\", \
+             justification=\"Allow https_connect access to api2.example.test\")"
+        );
+        assert_eq!(
+            amendment_line(&network(8080, false), Decision::Forbidden).unwrap(),
+            "address_rule(addresses=[\"api2.example.test\"], ports=[8080], transport=\"tcp\", \
+             decision=\"deny\", justification=\"Deny tcp port 8080 access to api2.example.test\")"
+        );
+    }
+
+    #[test]
+    fn an_exec_denied_always_is_a_forbidden_prefix_rule() {
+        let target = AskTarget::Exec {
+            tokens: vec!["git".into(), "push".into()],
+            by_rule: false,
+        };
+        let line = amendment_line(&target, Decision::Forbidden).unwrap();
+        assert!(line.ends_with("decision=\"forbidden\")"), "{line}");
+        assert!(line.starts_with("prefix_rule(pattern=[\"git\", \"push\"]"), "{line}");
+    }
+}

@@ -7,8 +7,9 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, anyhow};
 
+use crate::asks::{Approval, Approvals};
 use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
 use crate::compile::image::EnforcementImage;
 use crate::compile::{CompileEnv, compile, host_names};
@@ -66,6 +67,9 @@ pub struct Session {
     enforcer: Enforcer,
     events: EventReader,
     dns: Option<(tokio::runtime::Runtime, DnsResolver, DnsCache)>,
+    nameserver: Option<SocketAddr>,
+    /// Approvals held in the kernel on top of the policy (`--once`, `--session`).
+    approvals: Approvals,
     /// What guard's resolver answered the scope (empty without one).
     answers: AnswerBook,
     resolver: Option<ResolverThread>,
@@ -89,19 +93,7 @@ impl Session {
         env.path_dirs
             .splice(0..0, options.extra_path_dirs.iter().cloned());
         let names = host_names(&policy);
-        let dns = if names.is_empty() {
-            None
-        } else {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("starting the DNS runtime")?;
-            let resolver = DnsResolver::new(&DnsConfig {
-                nameserver: options.nameserver,
-            })?;
-            let cache = runtime.block_on(resolver.resolve(&names));
-            Some((runtime, resolver, cache))
-        };
+        let dns = resolve_names(None, &names, options.nameserver)?;
         let mut answers = AnswerBook::new();
         if options.resolver.is_some() {
             // The names the system resolver answers without DNS, which guard's never sees.
@@ -149,6 +141,8 @@ impl Session {
             enforcer,
             events,
             dns,
+            nameserver: options.nameserver,
+            approvals: Approvals::default(),
             answers,
             resolver,
             names,
@@ -364,21 +358,76 @@ impl Session {
         if changes.is_empty() {
             return Ok(false);
         }
+        let image = self.compiled(&self.approvals)?;
+        self.enforcer.apply(&image)?;
+        self.image = image;
+        Ok(true)
+    }
+
+    /// The policy compiled with what is known of its names and with `approvals` on top.
+    fn compiled(&self, approvals: &Approvals) -> Result<EnforcementImage> {
         let known = KnownAddresses {
-            resolved: Some(&*cache),
+            resolved: self.dns.as_ref().map(|(_, _, cache)| cache),
             answered: &self.answers,
         };
         let mut image = compile(&self.policy, &known, &self.env);
         image.settings.audit_only |= self.audit_only;
-        for approval in &self.image.exec_approvals {
-            let rule = &self.image.rules[approval.rule as usize];
-            image
-                .add_exec_approval(&approval.tokens, rule.text.clone(), rule.summary.clone())
-                .context("keeping an exec approval across the DNS refresh")?;
+        if let Some(error) = approvals.add_to_image(&mut image).into_iter().next() {
+            return Err(anyhow!(error));
         }
+        crate::compile::coverage::refuse_unheld_denials(&image)?;
+        Ok(image)
+    }
+
+    /// Holds `approval` in the kernel from now on (with the earlier ones); on an error nothing
+    /// changes.
+    pub fn hold_approval(&mut self, approval: Approval) -> Result<()> {
+        let mut approvals = self.approvals.clone();
+        approvals.add(approval);
+        let image = self.compiled(&approvals)?;
         self.enforcer.apply(&image)?;
         self.image = image;
-        Ok(true)
+        self.approvals = approvals;
+        Ok(())
+    }
+
+    /// Drops the `--once` approvals whose window closed.
+    pub fn expire_approvals(&mut self, now: Instant) -> Result<()> {
+        let mut approvals = self.approvals.clone();
+        if !approvals.expire(now) {
+            return Ok(());
+        }
+        let image = self.compiled(&approvals)?;
+        self.enforcer.apply(&image)?;
+        self.image = image;
+        self.approvals = approvals;
+        Ok(())
+    }
+
+    /// Enforces `policy` instead (an amendment was written), with its names resolved and the
+    /// approvals kept; on an error the old policy stays in force.
+    pub fn replace_policy(&mut self, policy: Policy) -> Result<()> {
+        let names = host_names(&policy);
+        // The old policy's names may go unresolved after an error: it needs only its own.
+        self.dns = resolve_names(self.dns.take(), &names, self.nameserver)?;
+        let old_policy = std::mem::replace(&mut self.policy, policy);
+        let applied = self
+            .compiled(&self.approvals)
+            .and_then(|image| self.enforcer.apply(&image).map(|_| image));
+        match applied {
+            Ok(image) => {
+                self.image = image;
+                self.names = NamePolicy::from_policy(&self.policy);
+                if let Some(resolver) = &self.resolver {
+                    resolver.set_names(self.names.clone());
+                }
+                Ok(())
+            }
+            Err(err) => {
+                self.policy = old_policy;
+                Err(err)
+            }
+        }
     }
 
     /// The one-line message for a refusal or an audit-only match.
@@ -390,6 +439,30 @@ impl Session {
             .unwrap_or_default();
         describe_event(&self.image, event, &hosts)
     }
+}
+
+/// The DNS runtime, resolver and answers for `names` (`None` when there are none), reusing
+/// `current`'s runtime and resolver.
+fn resolve_names(
+    current: Option<(tokio::runtime::Runtime, DnsResolver, DnsCache)>,
+    names: &[String],
+    nameserver: Option<SocketAddr>,
+) -> Result<Option<(tokio::runtime::Runtime, DnsResolver, DnsCache)>> {
+    if names.is_empty() {
+        return Ok(None);
+    }
+    let (runtime, resolver) = match current {
+        Some((runtime, resolver, _)) => (runtime, resolver),
+        None => (
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the DNS runtime")?,
+            DnsResolver::new(&DnsConfig { nameserver })?,
+        ),
+    };
+    let cache = runtime.block_on(resolver.resolve(names));
+    Ok(Some((runtime, resolver, cache)))
 }
 
 /// `guard: refused exec of `git push origin main`: policy forbids commands starting with

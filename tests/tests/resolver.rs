@@ -270,6 +270,157 @@ fn a_host_pattern_allows_the_names_it_covers_from_the_answers_guards_resolver_se
     );
 }
 
+/// Waits (bounded) for the first JSON event on `lines` that satisfies `wanted`; every line seen
+/// is kept in `seen` for the failure message.
+fn next_event(
+    lines: &std::sync::mpsc::Receiver<String>,
+    seen: &mut Vec<String>,
+    wanted: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        let Ok(line) = lines.recv_timeout(left) else {
+            break;
+        };
+        seen.push(line.clone());
+        if let Ok(value) = serde_json::from_str::<Value>(&line)
+            && wanted(&value)
+        {
+            return value;
+        }
+    }
+    panic!("no such event within 60 s; guard said: {seen:#?}");
+}
+
+#[test]
+fn standalone_an_unknown_name_is_an_ask_and_approve_always_writes_its_rule_and_the_retry_connects()
+{
+    if !can_run() {
+        return;
+    }
+    let dns = TestDns::start();
+    let address = v4("127.0.1.9");
+    dns.set_a("api2.example.test", &[address], 60);
+    let _https = TcpListener::bind((address, 443)).expect("listening on 127.0.1.9:443");
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("run.rules");
+    let original = "enforcement(unmatched_network=\"prompt\")\n";
+    std::fs::write(&rules, original).unwrap();
+    let approved = dir.path().join("approved");
+    // Ask, wait (bounded) for the answer, ask again: one run, no re-run of guard.
+    let probe = format!(
+        "{probe} {ASKED} api2.example.test udp 1 443; i=0; while [ ! -e {mark} ] && [ $i -lt 600 ]; \
+         do sleep 0.1; i=$((i+1)); done; {probe} {ASKED} api2.example.test udp 1 443",
+        probe = dns_probe().display(),
+        mark = approved.display()
+    );
+    let mut child = Command::new(guard_bin())
+        .args(["run", "--json-events", "--rules"])
+        .arg(&rules)
+        .args(["--nameserver", &dns.addr().to_string()])
+        .args(["--", "sh", "-c", &probe])
+        .env_remove("GUARD_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting guard run");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    let asked = next_event(&lines, &mut seen, |e| e["kind"] == "connect");
+    let id = asked["ask"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("the refused connect made no ask: {asked}"));
+    assert_eq!(
+        asked["hosts"],
+        serde_json::json!(["api2.example.test"]),
+        "{asked}"
+    );
+    assert!(
+        asked["socket"]
+            .as_str()
+            .unwrap()
+            .starts_with("/run/guard/runs/"),
+        "{asked}"
+    );
+    let out = Command::new(guard_bin())
+        .args(["prompts", "--json"])
+        .env_remove("GUARD_SOCKET")
+        .output()
+        .unwrap();
+    let listed: Vec<Value> = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
+    let ask = listed
+        .iter()
+        .find(|a| a["socket"] == asked["socket"] && a["id"] == id)
+        .unwrap_or_else(|| panic!("guard prompts does not list ask {id}: {listed:?}"));
+    assert!(
+        ask["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("dns-probe wants api2.example.test:443 (127.0.1.9), https"),
+        "{ask}"
+    );
+    assert!(
+        ask["record"]["argv"][0]
+            .as_str()
+            .unwrap()
+            .ends_with("dns-probe"),
+        "{ask}"
+    );
+
+    // No --socket: guard approve finds the run that holds the ask.
+    let out = Command::new(guard_bin())
+        .args(["approve", &id.to_string(), "--always"])
+        .env_remove("GUARD_SOCKET")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(&rules).unwrap(),
+        format!(
+            "{original}network_rule(host=\"api2.example.test\", protocol=\"https\", \
+             decision=\"allow\", justification=\"Allow https_connect access to \
+             api2.example.test\")\n"
+        )
+    );
+    std::fs::write(&approved, "").unwrap();
+    let status = guard_tests::kernel::wait_status(&mut child, RUN_TIMEOUT);
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    reader.join().unwrap();
+    seen.extend(lines.try_iter());
+    let results: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_eq!(results.len(), 2, "{stdout}; guard said: {seen:#?}");
+    assert_eq!(results[0]["refused"], 1, "{}", results[0]);
+    assert_eq!(
+        results[1]["connected"], 1,
+        "the retry connects in the same run: {}; guard said: {seen:#?}",
+        results[1]
+    );
+    assert!(status.success(), "{status}; guard said: {seen:#?}");
+    assert!(
+        seen.iter()
+            .any(|l| l.starts_with(&format!("guard: ask {id} approved always by root"))),
+        "{seen:#?}"
+    );
+    // The run's socket goes with it.
+    assert!(!Path::new(asked["socket"].as_str().unwrap()).exists());
+}
+
 /// `guard run -- dns-probe ARGS` under the daemon: the probe's JSON line and guard's stderr.
 fn probe_in_daemon(daemon: &TestDaemon, args: &[&str]) -> (Value, String) {
     let (_, stdout, stderr) = daemon.run_in_scope(&dns_probe(), args);

@@ -214,6 +214,9 @@ mod tests {
         };
         let line = amendment_line(&target, Decision::Forbidden).unwrap();
         assert!(line.ends_with("decision=\"forbidden\")"), "{line}");
-        assert!(line.starts_with("prefix_rule(pattern=[\"git\", \"push\"]"), "{line}");
+        assert!(
+            line.starts_with("prefix_rule(pattern=[\"git\", \"push\"]"),
+            "{line}"
+        );
     }
 }

@@ -64,7 +64,7 @@ impl Approval {
     }
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Approvals {
     list: Vec<Approval>,
 }

@@ -4,9 +4,9 @@
 //! and an `--always` or a `deny --always` becomes the amendment line that covers exactly what
 //! was asked (`lines.rs`). Who may answer, and where the line is written, is the caller's.
 
+pub mod answer;
 pub mod approvals;
 pub mod book;
-pub mod answer;
 pub mod messages;
 
 use serde::{Deserialize, Serialize};
@@ -36,4 +36,3 @@ impl ApprovalMode {
         }
     }
 }
-

@@ -23,9 +23,93 @@ pub struct SocketArgs {
     pub socket: PathBuf,
 }
 
+/// Where asks are answered: `--socket`, else the daemon's socket and each stand-alone
+/// `guard run`'s (`guard approve ID` finds the one that holds ask ID).
+#[derive(Args, Debug, Clone)]
+pub struct AskSocketArgs {
+    /// The control socket of the daemon or of a stand-alone `guard run` (default: the daemon's,
+    /// /run/guard/guard.sock, and every run's in /run/guard/runs/).
+    #[arg(long, value_name = "PATH", env = "GUARD_SOCKET")]
+    pub socket: Option<PathBuf>,
+}
+
+impl AskSocketArgs {
+    /// The sockets to ask: the one named, else every one that exists (the daemon's first), else
+    /// the daemon's (to say that no daemon runs).
+    fn candidates(&self) -> Vec<PathBuf> {
+        if let Some(socket) = &self.socket {
+            return vec![socket.clone()];
+        }
+        let mut found: Vec<PathBuf> = Path::new(DEFAULT_SOCKET)
+            .exists()
+            .then(|| PathBuf::from(DEFAULT_SOCKET))
+            .into_iter()
+            .collect();
+        let mut runs: Vec<PathBuf> = std::fs::read_dir(super::run_asks::RUN_SOCKETS)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| entry.path())
+            .filter(|path| path.extension().is_some_and(|e| e == "sock"))
+            .collect();
+        runs.sort();
+        found.extend(runs);
+        if found.is_empty() {
+            found.push(PathBuf::from(DEFAULT_SOCKET));
+        }
+        found
+    }
+
+    /// The socket that holds pending ask `id`.
+    fn holding(&self, id: u64) -> Result<PathBuf, ExitCode> {
+        let candidates = self.candidates();
+        if let [only] = candidates.as_slice() {
+            return Ok(only.clone());
+        }
+        let holding: Vec<PathBuf> = candidates
+            .iter()
+            .filter(|socket| {
+                pending_asks(socket)
+                    .is_ok_and(|asks| asks.iter().any(|a| a["id"].as_u64() == Some(id)))
+            })
+            .cloned()
+            .collect();
+        match holding.as_slice() {
+            [one] => Ok(one.clone()),
+            [] => {
+                eprintln!(
+                    "{}error:{} no pending ask {id} in the daemon or the stand-alone runs \
+                     (`guard prompts` lists them)",
+                    red().render(),
+                    red().render_reset()
+                );
+                Err(ExitCode::from(1))
+            }
+            many => Err(super::output::usage_error(&format!(
+                "ask {id} is pending in more than one place: pass --socket with one of {}",
+                many.iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+}
+
+fn red() -> Style {
+    Style::new().fg_color(Some(AnsiColor::Red.into())).bold()
+}
+
+/// The pending asks at `socket`.
+fn pending_asks(socket: &Path) -> Result<Vec<Value>, ClientError> {
+    Client::connect(socket)
+        .and_then(|mut client| client.request(Request::Prompts))
+        .map(|asks| asks.as_array().cloned().unwrap_or_default())
+}
+
 /// Prints a client error and gives its exit status (3 not authorized, 4 no daemon, 1 other).
 pub fn client_error(err: &ClientError) -> ExitCode {
-    let style = Style::new().fg_color(Some(AnsiColor::Red.into())).bold();
+    let style = red();
     eprintln!("{style}error:{style:#} {err}");
     ExitCode::from(err.exit_code())
 }
@@ -50,7 +134,7 @@ It works over ssh (any terminal); without a terminal it reads one key per line f
 )]
 pub struct PromptsArgs {
     #[command(flatten)]
-    socket: SocketArgs,
+    socket: AskSocketArgs,
     /// An array of asks (objects with at least `id`, `message`, `kind`, `count`, `state`).
     #[arg(long)]
     json: bool,
@@ -61,23 +145,51 @@ pub struct PromptsArgs {
 
 pub fn prompts(args: &PromptsArgs) -> ExitCode {
     if args.watch {
-        return super::watch::watch(&args.socket.socket);
+        let socket = args
+            .socket
+            .socket
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET));
+        return super::watch::watch(&socket);
     }
-    let asks = match call(&args.socket.socket, Request::Prompts) {
-        Ok(asks) => asks,
-        Err(code) => return code,
-    };
+    let candidates = args.socket.candidates();
+    let mut list = Vec::new();
+    let mut first_error = None;
+    let mut reached = 0;
+    for socket in &candidates {
+        match pending_asks(socket) {
+            Ok(asks) => {
+                reached += 1;
+                for mut ask in asks {
+                    ask["socket"] = socket.display().to_string().into();
+                    list.push(ask);
+                }
+            }
+            Err(err) => {
+                first_error.get_or_insert(err);
+            }
+        }
+    }
+    if let (0, Some(err)) = (reached, &first_error) {
+        return client_error(err);
+    }
     if args.json {
-        print_json(&asks);
+        print_json(&Value::Array(list));
         return ExitCode::SUCCESS;
     }
-    let list = asks.as_array().cloned().unwrap_or_default();
     if list.is_empty() {
         println!("no pending asks");
         return ExitCode::SUCCESS;
     }
     for ask in &list {
-        println!("{}", ask_line(ask));
+        if reached > 1 {
+            println!(
+                "{}",
+                ask_line(ask) + &format!("  [--socket {}]", ask["socket"].as_str().unwrap_or(""))
+            );
+        } else {
+            println!("{}", ask_line(ask));
+        }
     }
     println!(
         "{}answer with `guard approve ID [--once|--session|--always]` or `guard deny ID [--always]`{}",
@@ -124,7 +236,7 @@ pub struct ApproveArgs {
     #[arg(long)]
     always: bool,
     #[command(flatten)]
-    socket: SocketArgs,
+    socket: AskSocketArgs,
     /// Print the daemon's answer as JSON.
     #[arg(long)]
     json: bool,
@@ -138,8 +250,12 @@ pub fn approve(args: &ApproveArgs) -> ExitCode {
     } else {
         ApprovalMode::Once
     };
+    let socket = match args.socket.holding(args.id) {
+        Ok(socket) => socket,
+        Err(code) => return code,
+    };
     answered(
-        call(&args.socket.socket, Request::Approve { id: args.id, mode }),
+        call(&socket, Request::Approve { id: args.id, mode }),
         args.json,
         &format!("approved ask {} ({})", args.id, mode.as_str()),
     )
@@ -153,16 +269,20 @@ pub struct DenyArgs {
     #[arg(long)]
     always: bool,
     #[command(flatten)]
-    socket: SocketArgs,
+    socket: AskSocketArgs,
     /// Print the daemon's answer as JSON.
     #[arg(long)]
     json: bool,
 }
 
 pub fn deny(args: &DenyArgs) -> ExitCode {
+    let socket = match args.socket.holding(args.id) {
+        Ok(socket) => socket,
+        Err(code) => return code,
+    };
     answered(
         call(
-            &args.socket.socket,
+            &socket,
             Request::Deny {
                 id: args.id,
                 always: args.always,

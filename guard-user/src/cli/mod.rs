@@ -14,6 +14,7 @@ mod output;
 mod policy;
 mod replay;
 mod run;
+mod run_asks;
 mod run_daemon;
 mod watch;
 

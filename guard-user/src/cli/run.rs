@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::RulesArgs;
+use super::run_asks::RunAsks;
 use crate::confine::landlock::Confinement;
 use crate::confine::{CommandConfinement, Holding, WritePlan, capabilities};
 use crate::kernel::Backend;
@@ -15,12 +16,20 @@ use crate::session::{DnsNote, Session, SessionOptions};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
-  guard run -- git push origin main                     # the embedded default policy
+  guard run -- git push origin main \
+                     # the embedded default policy
   guard run --rules team.rules -- make deploy
   guard run --audit-only --rules draft.rules -- ./ci.sh  # record, refuse nothing
 
 Each refusal prints one line to stderr as it happens:
   guard: refused exec of `git push origin main`: policy forbids commands starting with `git push` (team.rules:3)
+
+A `prompt` refuses the call and raises an ask, with its id on stderr. Answer it from another
+terminal (`sudo guard prompts`, `sudo guard approve ID [--once|--session|--always]`, `sudo guard
+deny ID`), then retry in the same run: --once lets the same request through for 60 s, --session
+until the run ends, and --always appends the amendment line to the first --rules file
+(`default.rules` inside it, for a folder) and enforces it at once. A process inside the run
+cannot answer its own asks.
 
 With --socket (or, without --rules, when a guard daemon listens on /run/guard/guard.sock) the
 command runs in a fresh scope of the daemon instead: the daemon's policy applies, asks can be
@@ -178,6 +187,21 @@ pub fn run(args: &RunArgs) -> ExitCode {
             eprintln!("  {}", gap.rule);
         }
     }
+    // Audit-only runs refuse nothing, so they have nothing to ask.
+    let mut asks = if args.audit_only {
+        None
+    } else {
+        match RunAsks::open(&args.rules.rules, &args.rules.overlays) {
+            Ok(asks) => Some(asks),
+            Err(err) => {
+                eprintln!(
+                    "guard: warning: prompts cannot be answered in this run (no ask socket: \
+                     {err:#}); they are refused"
+                );
+                None
+            }
+        }
+    };
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let confinement = match session.write_confinement(&cwd, args.keep_capabilities) {
         Ok((plan, confinement)) => {
@@ -202,6 +226,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
     let status = loop {
         report(
             &mut session,
+            asks.as_mut(),
             Duration::from_millis(50),
             args.json_events,
             args.verbose,
@@ -225,6 +250,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
     // Events of the last moments (a refused exec is reported right before the exit).
     report(
         &mut session,
+        asks.as_mut(),
         Duration::from_millis(20),
         args.json_events,
         args.verbose,
@@ -257,6 +283,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
             eprintln!("guard: kernel counters: {}", line.join(" "));
         }
     }
+    drop(asks);
     drop(session);
     super::output::exit_code_of(status)
 }
@@ -394,17 +421,50 @@ fn report_unheld(plan: &WritePlan, verbose: bool) {
     }
 }
 
-fn report(session: &mut Session, wait: Duration, json: bool, verbose: bool) {
+/// Prints what happened since the last call: refusals (and the asks they made), answers to
+/// asks, expired asks, DNS matters.
+fn report(
+    session: &mut Session,
+    mut asks: Option<&mut RunAsks>,
+    wait: Duration,
+    json: bool,
+    verbose: bool,
+) {
     for event in session.poll_events(wait) {
+        let asked = asks.as_deref_mut().and_then(|a| a.record(session, &event));
         if json {
             let mut value = serde_json::to_value(&event).unwrap_or_default();
             if let Some(destination) = &event.destination {
                 value["hosts"] = session.hosts_of(destination.address).into();
             }
             value["message"] = session.describe(&event).into();
+            if let (Some(asked), Some(asks)) = (&asked, asks.as_deref()) {
+                value["ask"] = asked.id.into();
+                value["socket"] = asks.socket().display().to_string().into();
+            }
             eprintln!("{value}");
         } else {
             eprintln!("{}", session.describe(&event));
+            if let Some(asked) = asked.filter(|a| a.new) {
+                eprintln!(
+                    "guard: ask {id}: answer from another terminal with `sudo guard approve {id} \
+                     [--once|--session|--always]` or `sudo guard deny {id}`, then retry (it \
+                     expires in {}s)",
+                    asked.expires_in,
+                    id = asked.id
+                );
+            }
+        }
+    }
+    if let Some(asks) = asks {
+        for said in asks.serve(session) {
+            eprintln!("{said}");
+        }
+        for expired in asks.expire(session) {
+            eprintln!(
+                "guard: ask {} expired unanswered: denied ({})",
+                expired.id, expired.message
+            );
         }
     }
     for note in session.take_dns_notes() {

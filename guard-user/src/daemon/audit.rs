@@ -12,8 +12,8 @@ use std::time::SystemTime;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::asks::protocol_for;
 use super::peer::user_name;
+use crate::asks::protocol_for;
 use crate::audit::files::{Newest, ReadStats, log_files, read_records};
 use crate::audit::filter::{AuditFilter, CompiledFilter};
 use crate::audit::forward::SyslogForwarder;

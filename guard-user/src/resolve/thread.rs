@@ -14,6 +14,8 @@ use super::{NamePolicy, Resolver, ResolverConfig, ResolverEvent};
 
 pub struct ResolverThread {
     port: u16,
+    /// What the resolver decides names by; replaced when the owner's policy changes.
+    names: Arc<RwLock<NamePolicy>>,
     events: std::sync::mpsc::Receiver<ResolverEvent>,
     wake: Arc<OwnedFd>,
     stop: Option<oneshot::Sender<()>>,
@@ -33,6 +35,8 @@ impl ResolverThread {
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<u16>>();
         let thread_wake = wake.clone();
+        let names = Arc::new(RwLock::new(names));
+        let thread_names = names.clone();
         let thread = std::thread::Builder::new()
             .name("guard-resolver".into())
             .spawn(move || {
@@ -49,14 +53,13 @@ impl ResolverThread {
                 };
                 runtime.block_on(async move {
                     let (tx, mut rx) = mpsc::unbounded_channel();
-                    let resolver =
-                        match Resolver::start(config, Arc::new(RwLock::new(names)), tx).await {
-                            Ok(resolver) => resolver,
-                            Err(err) => {
-                                let _ = ready_tx.send(Err(err));
-                                return;
-                            }
-                        };
+                    let resolver = match Resolver::start(config, thread_names, tx).await {
+                        Ok(resolver) => resolver,
+                        Err(err) => {
+                            let _ = ready_tx.send(Err(err));
+                            return;
+                        }
+                    };
                     let _ = ready_tx.send(Ok(resolver.port()));
                     let forward = async {
                         while let Some(event) = rx.recv().await {
@@ -83,6 +86,7 @@ impl ResolverThread {
             .map_err(|_| anyhow!("the resolver thread ended before it listened"))??;
         Ok(ResolverThread {
             port,
+            names,
             events: out_rx,
             wake,
             stop: Some(stop_tx),
@@ -92,6 +96,14 @@ impl ResolverThread {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Decides the names of the next queries by `names` (a new policy's).
+    pub fn set_names(&self, names: NamePolicy) {
+        // A poisoned lock means the resolver's task panicked: it answers nothing any more.
+        if let Ok(mut current) = self.names.write() {
+            *current = names;
+        }
     }
 
     /// Readable while events wait.

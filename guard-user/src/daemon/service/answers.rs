@@ -6,16 +6,16 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use super::Daemon;
-use crate::audit::RecordType;
-use crate::audit::record::{AmendmentInfo, ApprovalInfo, AuditRecord};
+use crate::asks::answer::{ApprovalPlan, denial_line, plan_approval};
 use crate::asks::approvals::{Answerer, Approval, ApprovalTarget, Approvals};
 use crate::asks::book::{Ask, AskState};
+use crate::audit::RecordType;
+use crate::audit::record::{AmendmentInfo, ApprovalInfo, AuditRecord};
 use crate::daemon::protocol::{Amendment, ApprovalMode, ErrorCode};
-use crate::asks::answer::{ApprovalPlan, denial_line, plan_approval};
+use crate::policy::NetworkProtocol;
 use crate::policy::amend::{
     AmendOutcome, append_line, network_amendment_line, prefix_amendment_line,
 };
-use crate::policy::NetworkProtocol;
 
 impl Daemon {
     fn pending_ask(&self, id: u64) -> Result<Ask, (ErrorCode, String)> {

@@ -12,15 +12,15 @@ use anyhow::{Result, anyhow};
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
-use crate::asks::Approvals;
-use crate::asks::{AskBook, Recorded};
 use super::audit::{AuditTrail, HistoryRead};
 use super::config::Config;
-use crate::asks::{Described, blocked_request, describe};
 use super::peer::{PeerCredentials, subject, user_name};
 use super::protocol::{ErrorCode, Request, ResponseLine, event_line};
 use super::run_stream::repeat_key;
 use super::scopes::{Membership, ScopeKind, Scopes, configured_cgroup, own_cgroup};
+use crate::asks::Approvals;
+use crate::asks::{AskBook, Recorded};
+use crate::asks::{Described, blocked_request, describe};
 use crate::audit::RecordType;
 use crate::audit::filter::AuditFilter;
 use crate::authz::{Attributes, AuthzPolicy, REFUSED_IN_SCOPE, Request as AuthzRequest, Subject};

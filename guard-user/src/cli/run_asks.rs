@@ -1,0 +1,386 @@
+//! Asks of a stand-alone `guard run`: each `prompt` the kernel reports becomes an ask, and the
+//! run answers `guard prompts`, `guard approve` and `guard deny` on a socket of its own
+//! (`/run/guard/runs/PID.sock`, root only), the same protocol as the daemon's. An approval
+//! `--once` / `--session` is held in the kernel maps of this run; `--always` appends the
+//! amendment line to the run's rules file and puts the new policy in force at once, so the
+//! program's retry succeeds.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+
+use crate::asks::answer::{ApprovalPlan, denial_line, plan_approval};
+use crate::asks::{
+    Answerer, Approval, ApprovalMode, Ask, AskBook, AskState, Recorded, blocked_request, describe,
+};
+use crate::daemon::config::AskConfig;
+use crate::daemon::peer::user_name;
+use crate::daemon::protocol::{ErrorCode, MAX_REQUEST_BYTES, Request, RequestLine, ResponseLine};
+use crate::kernel::events::KernelEvent;
+use crate::policy::amend::{AmendOutcome, append_line};
+use crate::policy::load::load_policy;
+use crate::session::Session;
+
+/// Where stand-alone runs put their sockets (`guard approve` looks here too).
+pub const RUN_SOCKETS: &str = "/run/guard/runs";
+/// How long one client may take to send its request line.
+const REQUEST_WAIT: Duration = Duration::from_secs(2);
+/// The most connections answered per call of [`RunAsks::serve`] (the rest wait for the next).
+const MAX_PER_SERVE: usize = 16;
+
+type Refusal = (ErrorCode, String);
+
+pub struct RunAsks {
+    book: AskBook,
+    listener: UnixListener,
+    path: PathBuf,
+    rules: Vec<PathBuf>,
+    overlays: Vec<PathBuf>,
+    /// Where `--always` writes: the first `--rules` file (`default.rules` in it, for a folder).
+    amendments: Option<PathBuf>,
+    config: AskConfig,
+}
+
+/// One ask that a kernel event made or repeated.
+pub struct Asked {
+    pub id: u64,
+    /// The first request of this ask (a repeat is only counted).
+    pub new: bool,
+    pub expires_in: u64,
+}
+
+impl RunAsks {
+    /// Listens on this run's socket. `rules` and `overlays` are what the policy was loaded
+    /// from: an `--always` reloads them.
+    pub fn open(rules: &[PathBuf], overlays: &[PathBuf]) -> Result<RunAsks> {
+        let dir = Path::new(RUN_SOCKETS);
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("making {} root's alone", dir.display()))?;
+        let path = dir.join(format!("{}.sock", std::process::id()));
+        // A socket left by an earlier process with this pid (it was killed before cleaning up).
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path)
+            .with_context(|| format!("listening on {}", path.display()))?;
+        listener.set_nonblocking(true)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        let config = AskConfig::default();
+        Ok(RunAsks {
+            book: AskBook::new(config.dedupe(), config.timeout()),
+            listener,
+            path,
+            rules: rules.to_vec(),
+            overlays: overlays.to_vec(),
+            amendments: rules.first().map(|first| {
+                if first.is_dir() {
+                    first.join("default.rules")
+                } else {
+                    first.clone()
+                }
+            }),
+            config,
+        })
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.path
+    }
+
+    /// Makes an ask of a `prompt` event (not of an audit-only one, nor of one no approval can
+    /// answer).
+    pub fn record(&mut self, session: &Session, event: &KernelEvent) -> Option<Asked> {
+        if event.audit_only {
+            return None;
+        }
+        let answered = event
+            .destination
+            .as_ref()
+            .map(|d| session.hosts_of(d.address))
+            .unwrap_or_default();
+        let described = describe(session.image(), event, &answered);
+        let target = described.target?;
+        let now = Instant::now();
+        let recorded = self.book.record(
+            target,
+            blocked_request(session.image(), event, &answered),
+            described.message,
+            (session.scope().id(), true),
+            now,
+        );
+        let id = recorded.id();
+        Some(Asked {
+            id,
+            new: matches!(recorded, Recorded::New(_)),
+            expires_in: self
+                .book
+                .get(id, now)
+                .and_then(|a| a.expires_in)
+                .unwrap_or(0),
+        })
+    }
+
+    /// The asks whose time ran out since the last call (they are denied), and the `--once`
+    /// approvals whose window closed are dropped from the kernel.
+    pub fn expire(&mut self, session: &mut Session) -> Vec<Ask> {
+        let now = Instant::now();
+        if let Err(err) = session.expire_approvals(now) {
+            eprintln!("guard: warning: an expired approval is still in force: {err:#}");
+        }
+        self.book.expire(now)
+    }
+
+    /// Answers the clients waiting on the socket; returns a line for the person running the
+    /// command about each answer.
+    pub fn serve(&mut self, session: &mut Session) -> Vec<String> {
+        let mut said = Vec::new();
+        for _ in 0..MAX_PER_SERVE {
+            let stream = match self.listener.accept() {
+                Ok((stream, _)) => stream,
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(err) => {
+                    said.push(format!("guard: warning: the ask socket: {err}"));
+                    break;
+                }
+            };
+            if let Some(line) = self.answer_client(session, stream) {
+                said.push(line);
+            }
+        }
+        said
+    }
+
+    fn answer_client(&mut self, session: &mut Session, stream: UnixStream) -> Option<String> {
+        // Blocking with a bound: a request is one short line.
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_read_timeout(Some(REQUEST_WAIT));
+        let _ = stream.set_write_timeout(Some(REQUEST_WAIT));
+        let mut writer = stream.try_clone().ok()?;
+        let mut line = String::new();
+        let read = BufReader::new(&stream)
+            .take(MAX_REQUEST_BYTES as u64)
+            .read_line(&mut line);
+        let (response, said) = match read {
+            Ok(_) => self.respond(session, &stream, &line),
+            Err(err) => (
+                ResponseLine::error(ErrorCode::BadRequest, format!("reading the request: {err}")),
+                None,
+            ),
+        };
+        let mut text = serde_json::to_string(&response).unwrap_or_default();
+        text.push('\n');
+        let _ = writer.write_all(text.as_bytes());
+        said
+    }
+
+    fn respond(
+        &mut self,
+        session: &mut Session,
+        stream: &UnixStream,
+        line: &str,
+    ) -> (ResponseLine, Option<String>) {
+        let request = match serde_json::from_str::<RequestLine>(line) {
+            Ok(request) => request.request,
+            Err(err) => {
+                return (
+                    ResponseLine::error(
+                        ErrorCode::BadRequest,
+                        format!("not a request of this version: {err}"),
+                    ),
+                    None,
+                );
+            }
+        };
+        let by = match peer(stream, session) {
+            Ok(by) => by,
+            Err((code, message)) => return (ResponseLine::error(code, message), None),
+        };
+        let now = Instant::now();
+        let result = match request {
+            Request::Prompts => Ok(json!(self.book.pending(now))),
+            Request::Approve { id, mode } => self.approve(session, id, mode, &by),
+            Request::Deny { id, always } => self.deny(session, id, always, &by),
+            other => Err((
+                ErrorCode::BadRequest,
+                format!(
+                    "a stand-alone `guard run` answers only prompts, approve and deny; `{}` is \
+                     the daemon's",
+                    other.action()
+                ),
+            )),
+        };
+        match result {
+            Ok(value) => {
+                let said = value["said"].as_str().map(str::to_string);
+                (ResponseLine::ok(value), said)
+            }
+            Err((code, message)) => (ResponseLine::error(code, message), None),
+        }
+    }
+
+    fn pending(&self, id: u64) -> Result<Ask, Refusal> {
+        match self.book.get(id, Instant::now()) {
+            Some(ask) if ask.is_pending() => Ok(ask),
+            Some(_) => Err((
+                ErrorCode::Failed,
+                format!("ask {id} is not pending any more"),
+            )),
+            None => Err((
+                ErrorCode::NotFound,
+                format!("no ask {id} in this run (`guard prompts` lists the pending ones)"),
+            )),
+        }
+    }
+
+    fn approve(
+        &mut self,
+        session: &mut Session,
+        id: u64,
+        mode: ApprovalMode,
+        by: &Answerer,
+    ) -> Result<Value, Refusal> {
+        let ask = self.pending(id)?;
+        let failed = |m: String| (ErrorCode::Failed, m);
+        let mut result = json!({"ask": id, "mode": mode.as_str()});
+        match plan_approval(&ask, mode, session.image()).map_err(failed)? {
+            ApprovalPlan::Append(line) => {
+                result["line"] = self.append_and_apply(session, &line)?;
+            }
+            ApprovalPlan::Hold(target) => {
+                let approval = Approval {
+                    ask: id,
+                    mode,
+                    by: by.name.clone(),
+                    target,
+                    // A session approval ends with the run: the approvals end with it.
+                    scope: None,
+                    until: (mode == ApprovalMode::Once)
+                        .then(|| Instant::now() + self.config.once()),
+                };
+                session
+                    .hold_approval(approval)
+                    .map_err(|e| failed(format!("cannot approve ask {id}: {e:#}")))?;
+            }
+        }
+        let state = AskState::Approved {
+            mode,
+            by: by.name.clone(),
+        };
+        self.book.resolve(id, state, Instant::now());
+        result["said"] = format!(
+            "guard: ask {id} approved {} by {}{}",
+            mode.as_str(),
+            by.name,
+            written(&result)
+        )
+        .into();
+        Ok(result)
+    }
+
+    fn deny(
+        &mut self,
+        session: &mut Session,
+        id: u64,
+        always: bool,
+        by: &Answerer,
+    ) -> Result<Value, Refusal> {
+        let ask = self.pending(id)?;
+        let mut result = json!({"ask": id, "always": always});
+        if let Some(line) = denial_line(&ask, always).map_err(|e| (ErrorCode::Failed, e))? {
+            result["line"] = self.append_and_apply(session, &line)?;
+        }
+        let state = AskState::Denied {
+            always,
+            by: by.name.clone(),
+        };
+        self.book.resolve(id, state, Instant::now());
+        result["said"] =
+            format!("guard: ask {id} denied by {}{}", by.name, written(&result)).into();
+        Ok(result)
+    }
+
+    /// Appends `line` to the run's rules file (under its lock, deduplicated), loads the policy
+    /// again and puts it in force. A policy that no longer loads keeps the old one in force.
+    fn append_and_apply(&mut self, session: &mut Session, line: &str) -> Result<Value, Refusal> {
+        let Some(file) = &self.amendments else {
+            return Err((
+                ErrorCode::Failed,
+                "this run has no rules file to write an amendment to (its policy is the \
+                 default one): approve it --once or --session, or run with --rules FILE"
+                    .to_string(),
+            ));
+        };
+        let outcome = append_line(file, line).map_err(|e| (ErrorCode::Failed, e.to_string()))?;
+        let applied = load_policy(&self.rules, &self.overlays)
+            .map_err(|e| e.to_string())
+            .and_then(|loaded| {
+                session
+                    .replace_policy(loaded.policy)
+                    .map_err(|e| format!("{e:#}"))
+            });
+        let mut value = json!({
+            "file": file.display().to_string(),
+            "line": line,
+            "outcome": outcome,
+            "applied": applied.is_ok(),
+        });
+        if let Err(error) = applied {
+            value["error"] = error.into();
+        }
+        if outcome == AmendOutcome::AlreadyPresent {
+            value["note"] = "the line was already there; nothing was written".into();
+        }
+        Ok(value)
+    }
+}
+
+impl Drop for RunAsks {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// `: appended to R: LINE` when an answer wrote a line.
+fn written(result: &Value) -> String {
+    match (
+        result["line"]["file"].as_str(),
+        result["line"]["line"].as_str(),
+    ) {
+        (Some(file), Some(line)) => format!("; appended to {file}: {line}"),
+        _ => String::new(),
+    }
+}
+
+/// Who is asking, from the kernel (SO_PEERCRED): root, from outside this run's scope (a guarded
+/// process may not answer its own asks).
+fn peer(stream: &UnixStream, session: &Session) -> Result<Answerer, Refusal> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let refused = |m: String| (ErrorCode::Unauthorized, m);
+    let cred = getsockopt(stream, PeerCredentials)
+        .map_err(|e| refused(format!("no credentials for the peer: {e}")))?;
+    if cred.uid() != 0 {
+        return Err(refused(format!(
+            "not authorized: uid {} may not answer a `guard run`'s asks (run it as root)",
+            cred.uid()
+        )));
+    }
+    let inside = u32::try_from(cred.pid())
+        .ok()
+        .and_then(|pid| crate::kernel::scope::cgroup_of_pid(pid).ok())
+        .is_some_and(|cgroup| cgroup.starts_with(session.scope().path()));
+    if inside {
+        return Err(refused(format!(
+            "not authorized: pid {} runs inside this run's scope: a guarded process may not \
+             answer its own asks; answer from outside it",
+            cred.pid()
+        )));
+    }
+    Ok(Answerer {
+        name: user_name(cred.uid()),
+        uid: cred.uid(),
+    })
+}

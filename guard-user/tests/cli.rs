@@ -2144,3 +2144,105 @@ fn policy_validate_counts_address_rules_and_reports_their_errors() {
         display(&bad)
     ));
 }
+
+// ---------------------------------------------------------------------------------------------
+// guard check --approval
+// ---------------------------------------------------------------------------------------------
+
+/// The case: `never` refuses what a prompt rule asks, with the reference's reason; the
+/// text says it too, and the other modes ask.
+#[test]
+fn check_approval_never_refuses_a_prompt_rule_with_the_references_reason() {
+    let sandbox = Sandbox::new();
+    sandbox.write(
+        "r.rules",
+        "prefix_rule(pattern=[\"git\", \"push\"], decision=\"prompt\", justification=\"CI pushes\")\n",
+    );
+    let never = sandbox.check_json(
+        &["--rules", "r.rules", "--approval", "never"],
+        &["git", "push"],
+    );
+    assert_eq!(
+        never["approval"],
+        json!({
+            "policy": "never",
+            "requirement": "forbidden",
+            "reason": "approval required by policy, but AskForApproval is set to Never",
+        })
+    );
+    // The policy's own decision is unchanged beside it.
+    assert_eq!(never["decision"], "prompt");
+    let text = sandbox.check(
+        &["--rules", "r.rules", "--approval", "never"],
+        &["git", "push"],
+    );
+    assert!(
+        text.stdout
+            .contains("approval (never): refused: approval required by policy, but AskForApproval is set to Never"),
+        "{}",
+        text.stdout
+    );
+    let asked = sandbox.check_json(
+        &["--rules", "r.rules", "--approval", "on-request"],
+        &["git", "push"],
+    );
+    assert_eq!(asked["approval"]["requirement"], "needs_approval");
+    assert_eq!(
+        asked["approval"]["reason"],
+        "`git push` requires approval: CI pushes"
+    );
+    let granular = sandbox.check_json(
+        &["--rules", "r.rules", "--approval", "granular:rules=false"],
+        &["git", "push"],
+    );
+    assert_eq!(
+        granular["approval"]["reason"],
+        "approval required by policy rule, but AskForApproval::Granular.rules is false"
+    );
+}
+
+#[test]
+fn check_approval_judges_a_proposed_prefix_and_refuses_a_banned_one() {
+    let sandbox = Sandbox::new();
+    sandbox.write("r.rules", "prefix_rule(pattern=[\"ls\"])\n");
+    let banned = sandbox.check_json(
+        &[
+            "--rules",
+            "r.rules",
+            "--approval",
+            "untrusted",
+            "--prefix-rule",
+            "python3 -c",
+        ],
+        &["python3", "-c", "print(1)"],
+    );
+    assert_eq!(banned["approval"]["requirement"], "needs_approval");
+    assert_eq!(banned["approval"]["proposed_prefix"]["accepted"], false);
+    assert!(
+        banned["approval"]["proposed_prefix"]["why"]
+            .as_str()
+            .unwrap()
+            .contains("banned prefix"),
+        "{banned}"
+    );
+    let kept = sandbox.check_json(
+        &[
+            "--rules",
+            "r.rules",
+            "--approval",
+            "untrusted",
+            "--prefix-rule",
+            "make test",
+        ],
+        &["make", "test", "-j4"],
+    );
+    assert_eq!(kept["approval"]["amendment"], json!(["make", "test"]));
+    assert_eq!(kept["approval"]["proposed_prefix"]["accepted"], true);
+    let bad = sandbox.check(&["--approval", "sometimes"], &["ls"]);
+    bad.assert_code(2);
+    assert!(
+        bad.stderr.contains("unknown approval policy"),
+        "{}",
+        bad.stderr
+    );
+}

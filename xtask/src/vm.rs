@@ -48,6 +48,7 @@ pub const VM_TESTS: &[&str] = &[
     "kernel_pins",
     "kernel_files",
     "kernel_escapes",
+    "resolver",
 ];
 
 /// What `vm::run` is asked to do.

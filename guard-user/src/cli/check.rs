@@ -18,6 +18,8 @@ use crate::policy::{
     Decision, Evaluation, Fallback, MatchOptions, Policy, RuleMatch, Transport, render_example,
 };
 
+#[path = "check_approval.rs"]
+mod approval;
 #[path = "check_dest.rs"]
 mod dest;
 
@@ -59,6 +61,8 @@ pub struct CheckArgs {
     /// With --dest: resolve nothing; names match only the rules written with that very name.
     #[arg(long, requires = "dest", conflicts_with = "nameserver")]
     no_resolve: bool,
+    #[command(flatten)]
+    approval: approval::ApprovalArgs,
     /// The command to evaluate (after `--`). May be empty.
     #[arg(last = true, value_name = "ARGV")]
     argv: Vec<String>,
@@ -146,15 +150,22 @@ pub fn run(args: &CheckArgs) -> ExitCode {
     let kernel = args
         .kernel
         .then(|| kernel_exec_decision(&loaded.policy, &args.argv));
+    let approval = match approval::decide(&loaded.policy, &args.argv, &args.approval).transpose() {
+        Ok(approval) => approval,
+        Err(message) => return usage_error(&message),
+    };
     if args.json {
         let mut value = check_json(&results, &evaluation, used_complex_parsing);
         if let Some(kernel) = &kernel {
             value["kernelDecision"] = json!(kernel.decision.as_str());
             value["kernelRule"] = json!(kernel.rule);
         }
+        if let Some(approval) = &approval {
+            value["approval"] = approval.json();
+        }
         print_json(&value);
     } else {
-        explain(&args.argv, &results, &evaluation, kernel);
+        explain(&args.argv, &results, &evaluation, kernel, approval.as_ref());
     }
     ExitCode::SUCCESS
 }
@@ -250,6 +261,7 @@ fn explain(
     results: &[CommandResult],
     evaluation: &Evaluation,
     kernel: Option<KernelExecDecision>,
+    approval: Option<&approval::Answer>,
 ) {
     let style = decision_style(evaluation.decision);
     let dim = dim();
@@ -284,6 +296,9 @@ fn explain(
                 None => "by the unmatched default ".to_string(),
             }
         );
+    }
+    if let Some(approval) = approval {
+        approval.explain();
     }
     println!("{}", how_to_change(argv, evaluation));
 }

@@ -2,6 +2,7 @@
 //! append amendments. The kernel compiler (`crate::compile`) reads the same [`Policy`].
 pub mod address;
 pub mod amend;
+pub mod approval;
 pub mod destination;
 pub mod error;
 mod evaluate;

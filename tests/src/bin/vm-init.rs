@@ -36,6 +36,8 @@ const TEST_ENV: &[(&str, &str)] = &[
     ("HOME", "/root"),
     // guard-tests' helper bins (argv-racer, net-probe): tests/src/kernel.rs looks there first.
     ("GUARD_TEST_HELPERS", "/helpers"),
+    // The `guard` binary the command-line tests (resolver) spawn.
+    ("GUARD_BIN", "/helpers/guard"),
 ];
 
 fn main() {

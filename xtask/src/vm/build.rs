@@ -51,13 +51,16 @@ pub fn build(options: &Options) -> Result<Binaries> {
         bail!("none of the VM tests ({}) exists", VM_TESTS.join(", "));
     }
 
-    // Every bin of guard-tests: vm-init, and the helpers the kernel tests spawn.
+    // Every bin of guard-tests: vm-init, and the helpers the kernel tests spawn; and `guard`
+    // itself, for the tests that drive the command line (vm-init points GUARD_BIN at it).
     let mut init = None;
     let mut helpers = Vec::new();
     for (kind, name, path) in executables(cmd::cargo([
         "build",
         "-p",
         "guard-tests",
+        "-p",
+        "guard-user",
         "--bins",
         "--message-format=json-render-diagnostics",
     ]))? {

@@ -3,6 +3,7 @@
 //! (detaching every program it left), unmounts the bpffs and removes the cgroups, so nothing is
 //! left attached whatever the test did.
 
+use std::ffi::CString;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
@@ -15,6 +16,39 @@ use crate::kernel::{in_ci, skip};
 /// A program's output as text.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Mounts a private bpffs at `dir` (with the syscall: the VM tier has no `mount` program).
+fn mount_bpffs(dir: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let target = CString::new(dir.as_os_str().as_bytes()).expect("a path without NUL");
+    let bpf = CString::new("bpf").unwrap();
+    // SAFETY: NUL-terminated strings that outlive the call; no data argument.
+    let rc = unsafe {
+        libc::mount(
+            bpf.as_ptr(),
+            target.as_ptr(),
+            bpf.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "mount -t bpf at {}: {}",
+        dir.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
+/// Unmounts `dir` (lazily: a pin a test still holds open must not keep the mount busy).
+fn unmount(dir: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    if let Ok(target) = CString::new(dir.as_os_str().as_bytes()) {
+        // SAFETY: a NUL-terminated string that outlives the call.
+        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+    }
 }
 
 /// The `guard` binary cargo built next to the test binaries (`GUARD_BIN` overrides).
@@ -93,12 +127,7 @@ impl TestDaemon {
         std::fs::write(&rules_file, &setup.rules).expect("writing the rules");
         let pin_root = dir.path().join("bpffs");
         std::fs::create_dir(&pin_root).unwrap();
-        let status = Command::new("mount")
-            .args(["-t", "bpf", "bpf"])
-            .arg(&pin_root)
-            .status()
-            .expect("running mount");
-        assert!(status.success(), "mount -t bpf failed");
+        mount_bpffs(&pin_root);
         let run_cgroup = format!("guard-test-{}-{n}", std::process::id());
         let mut daemon = TestDaemon {
             config: dir.path().join("guard.toml"),
@@ -126,8 +155,13 @@ impl TestDaemon {
         }
         let mut config = format!(
             "rules = {:?}\nstate_dir = {:?}\nsocket = {:?}\npin_dir = {:?}\n\
-             run_cgroup = {:?}\nbackend = \"cgroup\"\n",
-            rules, daemon.state_dir, daemon.socket, daemon.pin_dir, daemon.run_cgroup
+             run_cgroup = {:?}\nbackend = {:?}\n",
+            rules,
+            daemon.state_dir,
+            daemon.socket,
+            daemon.pin_dir,
+            daemon.run_cgroup,
+            crate::kernel::backend().as_str()
         );
         if let Some(ns) = setup.nameserver {
             config.push_str(&format!("nameserver = \"{ns}\"\n"));
@@ -338,7 +372,7 @@ impl Drop for TestDaemon {
             .args(["release", "--pin-dir"])
             .arg(&self.pin_dir)
             .output();
-        let _ = Command::new("umount").arg(&self.pin_root).status();
+        unmount(&self.pin_root);
         // Run scopes left behind: kill what is in them, then remove them and their parent.
         let parent = self.runs_parent();
         for _ in 0..100 {

@@ -1272,3 +1272,27 @@ fn the_daemon_loads_a_legacy_policy_beside_its_rules_and_audits_what_it_cannot_h
     let reload = daemon.json(&["reload", "--json"]);
     assert_eq!(reload["not_enforced"], start["not_enforced"], "{reload:#}");
 }
+
+#[test]
+fn under_approval_never_a_prompt_is_refused_at_once_with_the_reason_and_raises_no_ask() {
+    if !can_run() {
+        return;
+    }
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "address_rule(addresses=[\"127.77.4.2\"], decision=\"prompt\")\n".to_string(),
+        extra_config: "[asks]\napproval = \"never\"\n".to_string(),
+        ..Default::default()
+    });
+    let (code, _, stderr) = run_probe(&daemon, &["udp-connect", "127.77.4.2", "5353"]);
+    assert_eq!(code, 1, "refused: {stderr}");
+    assert!(
+        stderr.contains("approval required by policy, but AskForApproval is set to Never"),
+        "{stderr}"
+    );
+    assert!(daemon.prompts().is_empty(), "no ask under never");
+    let records = audit(&daemon);
+    assert!(
+        records.iter().all(|r| r["type"] != "ask"),
+        "no ask record: {records:?}"
+    );
+}

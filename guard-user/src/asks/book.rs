@@ -35,6 +35,15 @@ pub enum AskTarget {
     },
 }
 
+impl AskTarget {
+    /// A prompt rule asked (not the unmatched default).
+    pub fn by_rule(&self) -> bool {
+        match self {
+            AskTarget::Exec { by_rule, .. } | AskTarget::Network { by_rule, .. } => *by_rule,
+        }
+    }
+}
+
 /// The blocked-request record (`../shared/spec/policy-language.md` §7, plus the process).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct BlockedRequest {

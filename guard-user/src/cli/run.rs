@@ -11,6 +11,8 @@ use super::run_asks::RunAsks;
 use crate::confine::landlock::Confinement;
 use crate::confine::{CommandConfinement, Holding, WritePlan, capabilities};
 use crate::kernel::Backend;
+use crate::policy::Decision;
+use crate::policy::approval::{ApprovalPolicy, prompt_rejection};
 use crate::resolve::Refusal;
 use crate::session::{DnsNote, Session, SessionOptions};
 
@@ -80,6 +82,13 @@ pub struct RunArgs {
     /// socket is used when a daemon is running there.
     #[arg(long, value_name = "PATH", env = "GUARD_SOCKET")]
     pub socket: Option<std::path::PathBuf>,
+    /// The approval policy (the Codex CLI's): `on-request` (the default: prompts are asked),
+    /// `on-failure` (the same here), `never` (a prompt is refused at once, with no ask),
+    /// `granular[:sandbox_approval=BOOL,rules=BOOL]` (a `false` category is refused at once:
+    /// `rules` for prompt rules, `sandbox_approval` for the others) or `untrusted` (every exec
+    /// that is not known-safe asks; see `guard check --approval`).
+    #[arg(long, value_name = "MODE", value_parser = parse_approval)]
+    pub approval: Option<ApprovalPolicy>,
     /// Keep every capability of a root command (by default CAP_SYS_ADMIN, CAP_NET_RAW,
     /// CAP_SYS_PTRACE, CAP_LINUX_IMMUTABLE, CAP_BPF and the others that could undo guard are
     /// dropped from all its sets).
@@ -97,6 +106,10 @@ pub struct RunArgs {
         value_name = "CMD"
     )]
     pub command: Vec<String>,
+}
+
+fn parse_approval(raw: &str) -> Result<ApprovalPolicy, String> {
+    raw.parse()
 }
 
 fn parse_backend(raw: &str) -> Result<Backend, String> {
@@ -122,9 +135,10 @@ pub fn run(args: &RunArgs) -> ExitCode {
             || args.backend.is_some()
             || args.nameserver.is_some()
             || args.no_resolver
+            || args.approval.is_some()
         {
             return super::output::usage_error(
-                "--rules, --overlay, --audit-only, --backend, --nameserver and --no-resolver are the daemon's to choose; drop them to run under the daemon, or drop --socket to enforce on your own",
+                "--rules, --overlay, --audit-only, --backend, --nameserver, --no-resolver and --approval are the daemon's to choose; drop them to run under the daemon, or drop --socket to enforce on your own",
             );
         }
         return super::run_daemon::run(
@@ -147,7 +161,9 @@ pub fn run(args: &RunArgs) -> ExitCode {
         extra_path_dirs: Vec::new(),
         resolver: (!args.no_resolver).then_some(args.dns_refusal),
     };
-    let mut session = match Session::start(loaded.policy, &options) {
+    let approval = args.approval.unwrap_or_default();
+    let policy = approval.kernel_policy(loaded.policy);
+    let mut session = match Session::start(policy, &options) {
         Ok(session) => session,
         Err(err) => {
             eprintln!("guard: cannot enforce: {err:#}");
@@ -191,7 +207,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
     let mut asks = if args.audit_only {
         None
     } else {
-        match RunAsks::open(&args.rules.rules, &args.rules.overlays) {
+        match RunAsks::open(&args.rules.rules, &args.rules.overlays, approval) {
             Ok(asks) => Some(asks),
             Err(err) => {
                 eprintln!(
@@ -227,6 +243,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
         report(
             &mut session,
             asks.as_mut(),
+            approval,
             Duration::from_millis(50),
             args.json_events,
             args.verbose,
@@ -251,6 +268,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
     report(
         &mut session,
         asks.as_mut(),
+        approval,
         Duration::from_millis(20),
         args.json_events,
         args.verbose,
@@ -426,25 +444,44 @@ fn report_unheld(plan: &WritePlan, verbose: bool) {
 fn report(
     session: &mut Session,
     mut asks: Option<&mut RunAsks>,
+    approval: ApprovalPolicy,
     wait: Duration,
     json: bool,
     verbose: bool,
 ) {
     for event in session.poll_events(wait) {
-        let asked = asks.as_deref_mut().and_then(|a| a.record(session, &event));
+        // Under `never` (and a granular category that is off) a prompt is refused, not asked.
+        let rejected = (event.decision == Decision::Prompt && !event.audit_only)
+            .then(|| prompt_rejection(approval, !event.unmatched))
+            .flatten();
+        let asked = match rejected {
+            Some(_) => None,
+            None => asks.as_deref_mut().and_then(|a| a.record(session, &event)),
+        };
+        let mut message = session.describe(&event);
+        if let Some(reason) = rejected {
+            message.push_str(&format!("; {reason}"));
+        } else if approval == ApprovalPolicy::Untrusted
+            && event.kind == crate::kernel::events::EventKind::Exec
+            && event.unmatched
+        {
+            message.push_str(
+                " (--approval untrusted asks about every command that is not known-safe)",
+            );
+        }
         if json {
             let mut value = serde_json::to_value(&event).unwrap_or_default();
             if let Some(destination) = &event.destination {
                 value["hosts"] = session.hosts_of(destination.address).into();
             }
-            value["message"] = session.describe(&event).into();
+            value["message"] = message.into();
             if let (Some(asked), Some(asks)) = (&asked, asks.as_deref()) {
                 value["ask"] = asked.id.into();
                 value["socket"] = asks.socket().display().to_string().into();
             }
             eprintln!("{value}");
         } else {
-            eprintln!("{}", session.describe(&event));
+            eprintln!("{message}");
             if let Some(asked) = asked.filter(|a| a.new) {
                 eprintln!(
                     "guard: ask {id}: answer from another terminal with `sudo guard approve {id} \

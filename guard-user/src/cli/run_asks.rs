@@ -23,6 +23,7 @@ use crate::daemon::peer::user_name;
 use crate::daemon::protocol::{ErrorCode, MAX_REQUEST_BYTES, Request, RequestLine, ResponseLine};
 use crate::kernel::events::KernelEvent;
 use crate::policy::amend::{AmendOutcome, append_line};
+use crate::policy::approval::ApprovalPolicy;
 use crate::policy::load::load_policy;
 use crate::session::Session;
 
@@ -43,6 +44,8 @@ pub struct RunAsks {
     overlays: Vec<PathBuf>,
     /// Where `--always` writes: the first `--rules` file (`default.rules` in it, for a folder).
     amendments: Option<PathBuf>,
+    /// What the kernel holds is this approval policy's view of the rules (reloads keep it).
+    approval: ApprovalPolicy,
     config: AskConfig,
 }
 
@@ -57,7 +60,11 @@ pub struct Asked {
 impl RunAsks {
     /// Listens on this run's socket. `rules` and `overlays` are what the policy was loaded
     /// from: an `--always` reloads them.
-    pub fn open(rules: &[PathBuf], overlays: &[PathBuf]) -> Result<RunAsks> {
+    pub fn open(
+        rules: &[PathBuf],
+        overlays: &[PathBuf],
+        approval: ApprovalPolicy,
+    ) -> Result<RunAsks> {
         let dir = Path::new(RUN_SOCKETS);
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
@@ -83,6 +90,7 @@ impl RunAsks {
                     first.clone()
                 }
             }),
+            approval,
             config,
         })
     }
@@ -319,7 +327,7 @@ impl RunAsks {
             .map_err(|e| e.to_string())
             .and_then(|loaded| {
                 session
-                    .replace_policy(loaded.policy)
+                    .replace_policy(self.approval.kernel_policy(loaded.policy))
                     .map_err(|e| format!("{e:#}"))
             });
         let mut value = json!({

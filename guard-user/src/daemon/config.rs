@@ -81,6 +81,18 @@ pub struct AskConfig {
     pub dedupe_secs: u64,
     /// `guard approve --once`: the same request succeeds when retried within this many seconds.
     pub once_secs: u64,
+    /// The approval policy (the Codex CLI's): `on-request` (asks are raised), `on-failure` (the
+    /// same here), `never` (a prompt is refused at once, no ask), `granular:rules=BOOL,
+    /// sandbox_approval=BOOL` (a `false` category is refused at once) or `untrusted` (every exec
+    /// that is not known-safe asks).
+    pub approval: String,
+}
+
+impl AskConfig {
+    /// [`AskConfig::approval`], parsed (checked when the configuration is read).
+    pub fn approval(&self) -> crate::policy::approval::ApprovalPolicy {
+        self.approval.parse().unwrap_or_default()
+    }
 }
 
 /// `[audit]`: the audit log's file, rotation, flush policy, and what else gets the records.
@@ -220,6 +232,7 @@ impl Default for AskConfig {
             expire: "deny".to_string(),
             dedupe_secs: 60,
             once_secs: 60,
+            approval: "on-request".to_string(),
         }
     }
 }
@@ -265,6 +278,13 @@ impl Config {
         }
         if !matches!(self.backend.as_str(), "" | "lsm" | "cgroup") {
             bail!("backend = {:?}: use \"lsm\" or \"cgroup\"", self.backend);
+        }
+        if let Err(why) = self
+            .asks
+            .approval
+            .parse::<crate::policy::approval::ApprovalPolicy>()
+        {
+            bail!("asks.approval = {:?}: {why}", self.asks.approval);
         }
         if self.asks.once_secs == 0 || self.asks.timeout_secs == 0 {
             bail!("asks.once_secs and asks.timeout_secs must be at least 1");

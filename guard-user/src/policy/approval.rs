@@ -100,6 +100,18 @@ impl FromStr for ApprovalPolicy {
     }
 }
 
+impl ApprovalPolicy {
+    /// The policy the kernel holds for `policy` under this approval policy: `untrusted` asks
+    /// about every exec that is not known-safe ([`untrusted_policy`]); the others change no
+    /// kernel decision (they change what becomes of a prompt: [`prompt_rejection`]).
+    pub fn kernel_policy(self, policy: Policy) -> Policy {
+        match self {
+            ApprovalPolicy::Untrusted => untrusted_policy(&policy),
+            _ => policy,
+        }
+    }
+}
+
 /// How the command's writes are confined, as far as the heuristics care.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -256,7 +268,7 @@ pub fn approval_requirement(policy: &Policy, request: &ApprovalRequest<'_>) -> A
                 .matched_rules
                 .iter()
                 .any(|m| m.is_policy_match() && m.decision() == Decision::Prompt);
-            if let Some(reason) = rejection(request.policy, prompt_is_rule) {
+            if let Some(reason) = prompt_rejection(request.policy, prompt_is_rule) {
                 return ApprovalRequirement::Forbidden {
                     reason: reason.to_string(),
                 };
@@ -288,8 +300,30 @@ pub fn approval_requirement(policy: &Policy, request: &ApprovalRequest<'_>) -> A
     }
 }
 
-/// The reason a prompt is refused instead of asked under `policy`, if it is.
-fn rejection(policy: ApprovalPolicy, prompt_is_rule: bool) -> Option<&'static str> {
+/// The policy the kernel holds under the `untrusted` approval policy: every exec that is not
+/// known-safe asks. The kernel sees the executed file and argv, not the heuristics' view of a
+/// script, so it takes the safe answer: only the programs that are safe with any arguments
+/// (`ls`, `cat`, ...) are allowed by name, and those that are safe only with some arguments
+/// (`git status`, `sed -n`, `find` without `-exec`) ask like any other. The policy's own rules
+/// still decide first: a forbidden or prompt rule beats these allows, and an explicit allow
+/// runs as before.
+pub fn untrusted_policy(policy: &Policy) -> Policy {
+    let mut untrusted = policy.clone();
+    let unmatched = policy.enforcement().unmatched_exec.max(Decision::Prompt);
+    untrusted.set_enforcement(super::rule::EnforcementOverrides {
+        unmatched_exec: Some(unmatched),
+        ..Default::default()
+    });
+    for program in super::heuristics::always_safe_programs() {
+        // A literal one-token prefix always parses.
+        let _ = untrusted.add_prefix_rule(&[program.to_string()], Decision::Allow);
+    }
+    untrusted
+}
+
+/// The reason a prompt is refused at once instead of asked under `policy`, if it is;
+/// `prompt_is_rule`: a rule prompted (not a default or a heuristic).
+pub fn prompt_rejection(policy: ApprovalPolicy, prompt_is_rule: bool) -> Option<&'static str> {
     match policy {
         ApprovalPolicy::Never => {
             Some("approval required by policy, but AskForApproval is set to Never")

@@ -53,6 +53,17 @@ pub fn heuristics_decision(argv: &[String]) -> Decision {
     }
 }
 
+/// The programs that are known-safe with any arguments (on this OS): what the kernel can allow
+/// by name alone under the `untrusted` approval policy.
+pub fn always_safe_programs() -> impl Iterator<Item = &'static str> {
+    let linux: &[&str] = if cfg!(target_os = "linux") {
+        ALWAYS_SAFE_ON_LINUX
+    } else {
+        &[]
+    };
+    ALWAYS_SAFE.iter().chain(linux).copied()
+}
+
 /// Programs that only read, whatever their arguments.
 const ALWAYS_SAFE: &[&str] = &[
     "cat", "cd", "cut", "echo", "expr", "false", "grep", "head", "id", "ls", "nl", "paste", "pwd",

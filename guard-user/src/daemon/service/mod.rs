@@ -30,6 +30,7 @@ use crate::compile::{CompileEnv, compile, host_names};
 use crate::kernel::events::{EventReader, KernelEvent};
 use crate::kernel::scope::{cgroup_id, cgroup2_root};
 use crate::kernel::{Backend, Enforcer, pins};
+use crate::policy::approval::prompt_rejection;
 use crate::policy::load::{LoadedPolicy, load_policy_protecting};
 use crate::resolve::answers::{AnswerBook, KnownAddresses};
 use crate::resolve::{NameDecision, NamePolicy, Resolver, ResolverConfig, ResolverEvent};
@@ -72,7 +73,7 @@ pub struct Daemon {
 /// folder, socket, audit log, configuration) are protected paths besides the rules.
 /// Files in the rules folders that look like rules but are skipped are logged.
 fn load(config: &Config) -> Result<LoadedPolicy, crate::policy::LoadError> {
-    let loaded = load_policy_protecting(
+    let mut loaded = load_policy_protecting(
         &config.rules,
         &[config.amendments_file()],
         &config.overlays,
@@ -81,6 +82,7 @@ fn load(config: &Config) -> Result<LoadedPolicy, crate::policy::LoadError> {
     for skipped in &loaded.skipped {
         daemon_note(&format!("warning: {skipped}"));
     }
+    loaded.policy = config.asks.approval().kernel_policy(loaded.policy);
     Ok(loaded)
 }
 
@@ -539,7 +541,18 @@ impl Daemon {
         let now = Instant::now();
         for event in events {
             let answered = self.answered_names(&event);
-            let Described { message, target } = describe(&self.image, &event, &answered);
+            let Described {
+                mut message,
+                target,
+            } = describe(&self.image, &event, &answered);
+            // Under `never` (or a granular category that is off) a prompt is refused, not asked.
+            let rejected = target
+                .as_ref()
+                .and_then(|t| prompt_rejection(self.config.asks.approval(), t.by_rule()));
+            if let Some(reason) = rejected {
+                message.push_str(&format!(" ({reason})"));
+            }
+            let target = target.filter(|_| rejected.is_none());
             let from_run = self
                 .scopes
                 .by_id
@@ -571,7 +584,13 @@ impl Daemon {
                 let image = &self.image;
                 listener.blocked(
                     repeat_key(&event),
-                    || describe_event(image, &event, &answered),
+                    || {
+                        let line = describe_event(image, &event, &answered);
+                        match rejected {
+                            Some(reason) => format!("{line}; {reason}"),
+                            None => line,
+                        }
+                    },
                     || {
                         json!({
                             "message": message,

@@ -2246,3 +2246,34 @@ fn check_approval_judges_a_proposed_prefix_and_refuses_a_banned_one() {
         bad.stderr
     );
 }
+
+/// An allow that a stronger rule of the file outvotes would change nothing: it is refused with
+/// that rule, and the file is left as it was.
+#[test]
+fn allow_prefix_that_a_stronger_rule_outvotes_is_refused_and_writes_nothing() {
+    let sandbox = Sandbox::new();
+    let original = "prefix_rule(pattern=[\"git\", \"push\"], decision=\"prompt\")\n";
+    let file = sandbox.write("r.rules", original);
+    let out = sandbox.allow_prefix(&file, &["git", "push", "origin"]);
+    out.assert_code(2);
+    assert!(
+        out.stderr.contains("allowing `git push origin` would change nothing: the prompt prefix_rule for `git push` at")
+            && out.stderr.contains("r.rules:1"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        fs::read_to_string(&file).unwrap(),
+        original,
+        "nothing was written"
+    );
+    // Another prefix is written as before.
+    sandbox
+        .allow_prefix(&file, &["git", "status"])
+        .assert_success();
+    assert!(
+        fs::read_to_string(&file)
+            .unwrap()
+            .ends_with("prefix_rule(pattern=[\"git\", \"status\"], decision=\"allow\")\n")
+    );
+}

@@ -1296,3 +1296,26 @@ fn under_approval_never_a_prompt_is_refused_at_once_with_the_reason_and_raises_n
         "no ask record: {records:?}"
     );
 }
+
+#[test]
+fn allow_prefix_that_a_stronger_rule_outvotes_is_refused_by_the_daemon_and_writes_nothing() {
+    if !can_run() {
+        return;
+    }
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "prefix_rule(pattern=[\"git\", \"push\"], decision=\"prompt\")\n".to_string(),
+        ..Default::default()
+    });
+    let out = daemon.guard(&["allow-prefix", "--", "git", "push", "origin"]);
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "allowing `git push origin` would change nothing: the prompt prefix_rule for `git push`"
+        ),
+        "{stderr}"
+    );
+    assert!(!daemon.amendments().exists(), "nothing was written");
+    let out = daemon.guard(&["allow-prefix", "--", "git", "status"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}

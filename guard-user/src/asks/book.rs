@@ -42,6 +42,15 @@ impl AskTarget {
             AskTarget::Exec { by_rule, .. } | AskTarget::Network { by_rule, .. } => *by_rule,
         }
     }
+
+    /// The approvals that can answer it, as `guard approve` spells them: an exec a prompt rule
+    /// asked has no `--always` (an allow rule cannot override it).
+    pub fn answers(&self) -> &'static str {
+        match self {
+            AskTarget::Exec { by_rule: true, .. } => "[--once|--session]",
+            _ => "[--once|--session|--always]",
+        }
+    }
 }
 
 /// The blocked-request record (`../shared/spec/policy-language.md` §7, plus the process).

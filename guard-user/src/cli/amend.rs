@@ -13,6 +13,7 @@ use super::output::{print_json, say, usage_error};
 use crate::daemon::protocol::{Amendment, Request};
 use crate::policy::amend::{
     AmendOutcome, append_line, network_amendment_line, prefix_amendment_line,
+    prefix_amendment_refusal,
 };
 use crate::policy::{Decision, NetworkProtocol};
 
@@ -116,6 +117,17 @@ pub fn allow_prefix(args: &AllowPrefixArgs) -> ExitCode {
             args.json,
         );
     };
+    // An allow that a stronger rule of the same file would outvote changes nothing: say so
+    // and write nothing.
+    if file.exists()
+        && let Ok(loaded) = crate::policy::load::load_policy(std::slice::from_ref(file), &[])
+        && let Some(refusal) = prefix_amendment_refusal(&loaded.policy, &args.tokens)
+    {
+        return usage_error(&format!(
+            "{refusal} (nothing was written to {})",
+            file.display()
+        ));
+    }
     match prefix_amendment_line(&args.tokens) {
         Ok(line) => append_and_report(file, &line, args.json),
         Err(err) => usage_error(&err.to_string()),

@@ -485,8 +485,8 @@ fn report(
             if let Some(asked) = asked.filter(|a| a.new) {
                 eprintln!(
                     "guard: ask {id}: answer from another terminal with `sudo guard approve {id} \
-                     [--once|--session|--always]` or `sudo guard deny {id}`, then retry (it \
-                     expires in {}s)",
+                     {}` or `sudo guard deny {id}`, then retry (it expires in {}s)",
+                    asked.answers,
                     asked.expires_in,
                     id = asked.id
                 );

@@ -55,6 +55,8 @@ pub struct Asked {
     /// The first request of this ask (a repeat is only counted).
     pub new: bool,
     pub expires_in: u64,
+    /// The approvals that can answer it (`[--once|--session|--always]`).
+    pub answers: &'static str,
 }
 
 impl RunAsks {
@@ -112,6 +114,7 @@ impl RunAsks {
             .unwrap_or_default();
         let described = describe(session.image(), event, &answered);
         let target = described.target?;
+        let answers = target.answers();
         let now = Instant::now();
         let recorded = self.book.record(
             target,
@@ -123,6 +126,7 @@ impl RunAsks {
         let id = recorded.id();
         Some(Asked {
             id,
+            answers,
             new: matches!(recorded, Recorded::New(_)),
             expires_in: self
                 .book

@@ -88,8 +88,11 @@ pub fn run(
                     eprintln!("{}", event["line"].as_str().unwrap_or(""));
                     if let Some(id) = event["ask"].as_u64() {
                         eprintln!(
-                            "guard: ask {id}: {} (approve: guard approve {id} [--once|--session|--always])",
-                            event["message"].as_str().unwrap_or("")
+                            "guard: ask {id}: {} (approve: guard approve {id} {})",
+                            event["message"].as_str().unwrap_or(""),
+                            event["answers"]
+                                .as_str()
+                                .unwrap_or("[--once|--session|--always]")
                         );
                     }
                 }

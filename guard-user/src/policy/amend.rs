@@ -59,6 +59,56 @@ fn json_string(text: &str) -> String {
     serde_json::to_string(text).expect("a string always serialises")
 }
 
+/// Why appending `allow` for `prefix` to `policy` would change no decision, if it would not:
+/// a stronger rule (prompt or forbidden) matches the prefix itself, and under strongest-wins it
+/// still decides. The refusal names that rule and what to change instead.
+pub fn prefix_amendment_refusal(policy: &super::Policy, prefix: &[String]) -> Option<String> {
+    let options = super::MatchOptions {
+        resolve_host_executables: true,
+    };
+    let evaluation = policy.check_with_options(prefix, None, options);
+    let decision = evaluation.decision.filter(|d| *d != Decision::Allow)?;
+    let shown = super::render_example(prefix);
+    let winner = evaluation
+        .matched_rules
+        .iter()
+        .filter(|m| m.is_policy_match() && m.decision() == decision)
+        .map(|m| match m {
+            super::RuleMatch::PrefixRuleMatch {
+                matched_prefix,
+                origin,
+                ..
+            } => format!(
+                "the {} prefix_rule for `{}`{}",
+                decision.as_str(),
+                super::render_example(matched_prefix),
+                origin
+                    .as_ref()
+                    .map(|o| format!(" at {o}"))
+                    .unwrap_or_default()
+            ),
+            super::RuleMatch::RuleSetMatch {
+                pattern, origin, ..
+            } => format!(
+                "the rule_set pattern `{pattern}`{}",
+                origin
+                    .as_ref()
+                    .map(|o| format!(" at {o}"))
+                    .unwrap_or_default()
+            ),
+            super::RuleMatch::LegacyMatch { rule, .. } => format!("the legacy rule `{rule}`"),
+            super::RuleMatch::HeuristicsRuleMatch { .. } => "the fallback".to_string(),
+        })
+        .last()
+        .unwrap_or_else(|| "another rule".to_string());
+    Some(format!(
+        "allowing `{shown}` would change nothing: {winner} still decides `{}` for it (the \
+         strongest decision wins, and an allow rule never overrides it); change or remove that \
+         rule instead",
+        decision.as_str()
+    ))
+}
+
 /// `prefix_rule(pattern=["a", "b"], decision="allow")`.
 pub fn prefix_amendment_line(prefix: &[String]) -> Result<String, AmendError> {
     if prefix.is_empty() {

@@ -15,6 +15,7 @@ use crate::daemon::protocol::{Amendment, ApprovalMode, ErrorCode};
 use crate::policy::NetworkProtocol;
 use crate::policy::amend::{
     AmendOutcome, append_line, network_amendment_line, prefix_amendment_line,
+    prefix_amendment_refusal,
 };
 
 impl Daemon {
@@ -153,6 +154,9 @@ impl Daemon {
         let bad = |m: String| (ErrorCode::BadRequest, m);
         let line = match amendment {
             Amendment::Prefix { tokens } => {
+                if let Some(refusal) = prefix_amendment_refusal(&self.loaded.policy, tokens) {
+                    return Err((ErrorCode::Failed, refusal));
+                }
                 prefix_amendment_line(tokens).map_err(|e| bad(e.to_string()))?
             }
             Amendment::Network {

@@ -19,7 +19,7 @@ use super::protocol::{ErrorCode, Request, ResponseLine, event_line};
 use super::run_stream::repeat_key;
 use super::scopes::{Membership, ScopeKind, Scopes, configured_cgroup, own_cgroup};
 use crate::asks::Approvals;
-use crate::asks::{AskBook, Recorded};
+use crate::asks::{AskBook, AskTarget, Recorded};
 use crate::asks::{Described, blocked_request, describe};
 use crate::audit::RecordType;
 use crate::audit::filter::AuditFilter;
@@ -553,6 +553,7 @@ impl Daemon {
                 message.push_str(&format!(" ({reason})"));
             }
             let target = target.filter(|_| rejected.is_none());
+            let answers = target.as_ref().map(AskTarget::answers);
             let from_run = self
                 .scopes
                 .by_id
@@ -595,6 +596,7 @@ impl Daemon {
                         json!({
                             "message": message,
                             "ask": ask_id,
+                            "answers": answers,
                             "request": blocked_request(image, &event, &answered),
                         })
                     },

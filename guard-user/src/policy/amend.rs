@@ -72,7 +72,8 @@ pub fn prefix_amendment_refusal(policy: &super::Policy, prefix: &[String]) -> Op
     let winner = evaluation
         .matched_rules
         .iter()
-        .filter(|m| m.is_policy_match() && m.decision() == decision)
+        .rev()
+        .find(|m| m.is_policy_match() && m.decision() == decision)
         .map(|m| match m {
             super::RuleMatch::PrefixRuleMatch {
                 matched_prefix,
@@ -99,7 +100,6 @@ pub fn prefix_amendment_refusal(policy: &super::Policy, prefix: &[String]) -> Op
             super::RuleMatch::LegacyMatch { rule, .. } => format!("the legacy rule `{rule}`"),
             super::RuleMatch::HeuristicsRuleMatch { .. } => "the fallback".to_string(),
         })
-        .last()
         .unwrap_or_else(|| "another rule".to_string());
     Some(format!(
         "allowing `{shown}` would change nothing: {winner} still decides `{}` for it (the \

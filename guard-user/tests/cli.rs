@@ -2277,3 +2277,82 @@ fn allow_prefix_that_a_stronger_rule_outvotes_is_refused_and_writes_nothing() {
             .ends_with("prefix_rule(pattern=[\"git\", \"status\"], decision=\"allow\")\n")
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// guard check --patch
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn check_patch_judges_inside_outside_and_escaping_paths_with_the_references_reasons() {
+    let sandbox = Sandbox::new();
+    let workspace = sandbox.file("project");
+    fs::create_dir_all(&workspace).unwrap();
+    let ws = display(&workspace);
+    let inside = sandbox.write(
+        "inside.patch",
+        "*** Begin Patch\n*** Add File: project/src/new.rs\n+fn x() {}\n*** End Patch\n",
+    );
+    let outside = sandbox.write(
+        "outside.patch",
+        "*** Begin Patch\n*** Update File: /etc/hosts\n+1.2.3.4 x\n*** End Patch\n",
+    );
+    let escaping = sandbox.write(
+        "escaping.patch",
+        "*** Begin Patch\n*** Update File: project/a.rs\n*** Move to: project/../../../etc/b.rs\n+x\n*** End Patch\n",
+    );
+    let judge = |patch: &Path, approval: &str| {
+        sandbox.check_json(
+            &[
+                "--patch",
+                &display(patch),
+                "--workspace",
+                &ws,
+                "--approval",
+                approval,
+            ],
+            &[],
+        )["patch"]
+            .clone()
+    };
+    let approved = judge(&inside, "on-request");
+    assert_eq!(approved["decision"], "auto_approve", "{approved}");
+    assert_eq!(approved["paths"][0]["writable"], true);
+    assert_eq!(judge(&inside, "untrusted")["decision"], "ask_user");
+    for patch in [&outside, &escaping] {
+        assert_eq!(judge(patch, "on-request")["decision"], "ask_user");
+        let rejected = judge(patch, "never");
+        assert_eq!(rejected["decision"], "reject");
+        assert_eq!(
+            rejected["reason"],
+            "writing outside of the project; rejected by user approval settings"
+        );
+    }
+    let read_only = sandbox.check_json(
+        &[
+            "--patch",
+            &display(&inside),
+            "--sandbox",
+            "read-only",
+            "--approval",
+            "never",
+        ],
+        &[],
+    );
+    assert_eq!(
+        read_only["patch"]["reason"],
+        "writing is blocked by read-only sandbox; rejected by user approval settings"
+    );
+    let empty = sandbox.write("empty.patch", "*** Begin Patch\n*** End Patch\n");
+    assert_eq!(judge(&empty, "on-request")["reason"], "empty patch");
+    let broken = sandbox.write(
+        "broken.patch",
+        "*** Begin Patch\n*** Frob: x\n*** End Patch\n",
+    );
+    let out = sandbox.check(&["--patch", &display(&broken)], &[]);
+    out.assert_code(2);
+    assert!(
+        out.stderr.contains("broken.patch:2: unknown patch line"),
+        "{}",
+        out.stderr
+    );
+}

@@ -118,6 +118,9 @@ pub fn run(args: &CheckArgs) -> ExitCode {
         Ok(dest) => dest,
         Err(message) => return usage_error(&message),
     };
+    if let Some(patch) = &args.approval.patch {
+        return approval::check_patch(&args.approval, patch, args.json);
+    }
     let loaded = match args.rules.load() {
         Ok(loaded) => loaded,
         Err(code) => return code,

@@ -12,12 +12,14 @@ pub mod host;
 pub mod load;
 mod model;
 pub mod parser;
+pub mod patch;
 pub mod paths;
 pub mod protected;
 pub mod reason;
 pub mod render;
 pub mod rule;
 pub mod rule_set;
+pub mod sandbox;
 pub mod shell;
 
 pub use destination::{DestinationEvaluation, DestinationMatch};

@@ -333,10 +333,16 @@ impl Session {
             resolved: self.dns.as_ref().map(|(_, _, cache)| cache),
             answered: &self.answers,
         };
-        let mut image = self.image.clone();
-        crate::compile::recompile_destinations(&mut image, &self.policy, &known);
-        self.enforcer.apply(&image)?;
-        self.image = image;
+        // Only the destinations change; on an error they go back to what the maps hold.
+        let before = (
+            self.image.destinations.clone(),
+            self.image.unresolved_hosts.clone(),
+        );
+        crate::compile::recompile_destinations(&mut self.image, &self.policy, &known);
+        if let Err(err) = self.enforcer.apply_destinations(&self.image) {
+            (self.image.destinations, self.image.unresolved_hosts) = before;
+            return Err(err);
+        }
         Ok(())
     }
 

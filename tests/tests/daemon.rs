@@ -1319,3 +1319,47 @@ fn allow_prefix_that_a_stronger_rule_outvotes_is_refused_by_the_daemon_and_write
     let out = daemon.guard(&["allow-prefix", "--", "git", "status"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
+
+#[test]
+fn approve_always_with_a_proposed_prefix_takes_it_only_under_the_references_rules() {
+    if !can_run() {
+        return;
+    }
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "enforcement(unmatched_exec=\"prompt\")\n".to_string(),
+        ..Default::default()
+    });
+    let tool = program(daemon.dir.path(), "buildtool");
+    let tool = tool.to_str().unwrap();
+    assert_eq!(
+        daemon.guard(&["run", "--", tool, "all"]).status.code(),
+        Some(137)
+    );
+    let id = daemon.prompts()[0]["id"].as_u64().unwrap().to_string();
+    // A banned prefix, and one that does not cover what was asked, are refused; nothing is
+    // written and the ask stays pending.
+    for (prefix, why) in [
+        ("env", "banned prefix"),
+        ("buildtool other", "would not allow"),
+    ] {
+        let out = daemon.guard(&["approve", &id, "--always", "--prefix", prefix]);
+        assert!(!out.status.success(), "{prefix}: {}", text(&out.stdout));
+        assert!(
+            text(&out.stderr).contains(why),
+            "{prefix}: {}",
+            text(&out.stderr)
+        );
+    }
+    assert!(!daemon.amendments().exists());
+    let out = daemon.guard(&["approve", &id, "--always", "--prefix", "buildtool"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(daemon.amendments()).unwrap(),
+        "prefix_rule(pattern=[\"buildtool\"], decision=\"allow\")\n"
+    );
+    assert_eq!(
+        daemon.guard(&["run", "--", tool, "other"]).status.code(),
+        Some(0),
+        "the prefix allows every argv below it"
+    );
+}

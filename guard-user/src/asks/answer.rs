@@ -7,9 +7,12 @@ use super::ApprovalMode;
 use super::approvals::ApprovalTarget;
 use super::book::{Ask, AskTarget};
 use crate::compile::image::EnforcementImage;
+use crate::policy::Policy;
 use crate::policy::amend::{
     AmendError, address_amendment_line, network_amendment_line, prefix_amendment_line,
 };
+use crate::policy::approval::is_banned_prefix;
+use crate::policy::render_example;
 use crate::policy::{Decision, NetworkProtocol, Transport};
 
 /// What an approval of `ask` in `mode` does.
@@ -22,10 +25,13 @@ pub enum ApprovalPlan {
 }
 
 /// How `ask` is approved in `mode` under `image` (the policy in force), or why it cannot be.
+/// `proposed`: a prefix to allow instead of the asked argv (`guard approve --always
+/// --prefix`), judged against the policy as the reference judges a proposed prefix.
 pub fn plan_approval(
     ask: &Ask,
     mode: ApprovalMode,
     image: &EnforcementImage,
+    proposed: Option<(&Policy, &[String])>,
 ) -> Result<ApprovalPlan, String> {
     if let Some(why) = forbidden_destination(image, &ask.target) {
         return Err(why);
@@ -34,9 +40,15 @@ pub fn plan_approval(
         if let Some(why) = always_refused(ask) {
             return Err(why);
         }
+        if let Some((policy, prefix)) = proposed {
+            return proposed_prefix_line(ask, policy, prefix).map(ApprovalPlan::Append);
+        }
         return amendment_line(&ask.target, Decision::Allow)
             .map(ApprovalPlan::Append)
             .map_err(|e| e.to_string());
+    }
+    if proposed.is_some() {
+        return Err("--prefix goes with --always (a prefix is a rule from then on)".to_string());
     }
     Ok(ApprovalPlan::Hold(match &ask.target {
         AskTarget::Exec { tokens, .. } => ApprovalTarget::Exec {
@@ -55,6 +67,37 @@ pub fn plan_approval(
             host: host.clone(),
         },
     }))
+}
+
+/// The line that allows `prefix` for an exec ask, if the prefix is accepted: not one of the
+/// reference's banned prefixes, and with it the kernel would allow what was asked (its
+/// decision, with the policy's unmatched default, not the reference's heuristics).
+fn proposed_prefix_line(ask: &Ask, policy: &Policy, prefix: &[String]) -> Result<String, String> {
+    let AskTarget::Exec { tokens, .. } = &ask.target else {
+        return Err(format!(
+            "ask {} is a connection; --prefix applies to an exec ask",
+            ask.id
+        ));
+    };
+    let shown = render_example(prefix);
+    if is_banned_prefix(prefix) {
+        return Err(format!(
+            "the prefix is not accepted: `{shown}` is a banned prefix (it would allow a whole \
+             interpreter or shell); propose a longer one"
+        ));
+    }
+    let mut amended = policy.clone();
+    amended
+        .add_prefix_rule(prefix, Decision::Allow)
+        .map_err(|e| e.to_string())?;
+    if amended.kernel_exec_decision(tokens) != Decision::Allow {
+        return Err(format!(
+            "the prefix is not accepted: allowing `{shown}` would not allow `{}` (it does not \
+             cover it, or a stronger rule still decides it)",
+            render_example(tokens)
+        ));
+    }
+    prefix_amendment_line(prefix).map_err(|e| e.to_string())
 }
 
 /// The line a denial of `ask` appends (`always`), if any.

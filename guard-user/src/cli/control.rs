@@ -235,6 +235,11 @@ pub struct ApproveArgs {
     /// Append the amendment line to the amendments file (a rule from then on).
     #[arg(long)]
     always: bool,
+    /// With --always, for an exec ask: allow this prefix (shell words, e.g. "cargo test")
+    /// instead of the exact argv. Refused when it is a banned prefix (`python3 -c`, `bash -lc`,
+    /// `git`, ...) or when allowing it would not allow what was asked.
+    #[arg(long, value_name = "TOKENS", requires = "always")]
+    prefix: Option<String>,
     #[command(flatten)]
     socket: AskSocketArgs,
     /// Print the daemon's answer as JSON.
@@ -250,12 +255,26 @@ pub fn approve(args: &ApproveArgs) -> ExitCode {
     } else {
         ApprovalMode::Once
     };
+    let prefix = match args.prefix.as_deref().map(shlex::split) {
+        Some(None) => {
+            return super::output::usage_error("--prefix is not shell words (an unclosed quote?)");
+        }
+        Some(Some(tokens)) => Some(tokens),
+        None => None,
+    };
     let socket = match args.socket.holding(args.id) {
         Ok(socket) => socket,
         Err(code) => return code,
     };
     answered(
-        call(&socket, Request::Approve { id: args.id, mode }),
+        call(
+            &socket,
+            Request::Approve {
+                id: args.id,
+                mode,
+                prefix,
+            },
+        ),
         args.json,
         &format!("approved ask {} ({})", args.id, mode.as_str()),
     )

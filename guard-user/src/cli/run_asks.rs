@@ -214,7 +214,9 @@ impl RunAsks {
         let now = Instant::now();
         let result = match request {
             Request::Prompts => Ok(json!(self.book.pending(now))),
-            Request::Approve { id, mode } => self.approve(session, id, mode, &by),
+            Request::Approve { id, mode, prefix } => {
+                self.approve(session, id, mode, prefix.as_deref(), &by)
+            }
             Request::Deny { id, always } => self.deny(session, id, always, &by),
             other => Err((
                 ErrorCode::BadRequest,
@@ -253,12 +255,15 @@ impl RunAsks {
         session: &mut Session,
         id: u64,
         mode: ApprovalMode,
+        prefix: Option<&[String]>,
         by: &Answerer,
     ) -> Result<Value, Refusal> {
         let ask = self.pending(id)?;
         let failed = |m: String| (ErrorCode::Failed, m);
         let mut result = json!({"ask": id, "mode": mode.as_str()});
-        match plan_approval(&ask, mode, session.image()).map_err(failed)? {
+        let proposed = prefix.map(|p| (session.policy(), p));
+        let plan = plan_approval(&ask, mode, session.image(), proposed).map_err(failed)?;
+        match plan {
             ApprovalPlan::Append(line) => {
                 result["line"] = self.append_and_apply(session, &line)?;
             }

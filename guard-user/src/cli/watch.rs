@@ -133,14 +133,17 @@ pub fn watch(socket: &Path) -> ExitCode {
                     b'o' => Request::Approve {
                         id,
                         mode: ApprovalMode::Once,
+                        prefix: None,
                     },
                     b's' => Request::Approve {
                         id,
                         mode: ApprovalMode::Session,
+                        prefix: None,
                     },
                     b'a' => Request::Approve {
                         id,
                         mode: ApprovalMode::Always,
+                        prefix: None,
                     },
                     b'd' => Request::Deny { id, always: false },
                     b'D' => Request::Deny { id, always: true },

@@ -34,8 +34,15 @@ pub enum Request {
     Prompts,
     /// Streams `ask` events (a new or repeated ask) and `resolved` events.
     Watch,
-    /// Approves a pending ask.
-    Approve { id: u64, mode: ApprovalMode },
+    /// Approves a pending ask; `prefix`, with `always` for an exec ask: the prefix to allow
+    /// instead of the asked argv (accepted only under the reference's rules for a proposed
+    /// prefix).
+    Approve {
+        id: u64,
+        mode: ApprovalMode,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prefix: Option<Vec<String>>,
+    },
     /// Denies a pending ask; `always` also appends a deny rule.
     Deny {
         id: u64,
@@ -187,7 +194,8 @@ mod tests {
             line.request,
             Request::Approve {
                 id: 3,
-                mode: ApprovalMode::Always
+                mode: ApprovalMode::Always,
+                prefix: None
             }
         );
         let line: RequestLine = serde_json::from_str(

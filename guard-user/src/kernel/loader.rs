@@ -451,6 +451,15 @@ impl Enforcer {
         self.maps.apply(&mut self.ebpf, image)
     }
 
+    /// Only `image`'s destination entries (see [`super::maps::MapSync::apply_destinations`]),
+    /// after [`Enforcer::apply`] has put a whole image in force once.
+    pub fn apply_destinations(
+        &mut self,
+        image: &crate::compile::image::EnforcementImage,
+    ) -> Result<super::maps::SyncStats> {
+        self.maps.apply_destinations(&mut self.ebpf, image)
+    }
+
     /// Per-CPU counters summed: `(name, value)` in `guard_common::maps::counter` order.
     pub fn counters(&self) -> Result<Vec<(&'static str, u64)>> {
         super::maps::read_counters(&self.ebpf)

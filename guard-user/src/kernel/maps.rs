@@ -225,6 +225,49 @@ impl MapSync {
         Ok(stats)
     }
 
+    /// Puts `image`'s destination entries (and destination approvals) in force and nothing
+    /// else: what an answer of guard's resolver changes. New and changed entries first, then
+    /// the stale ones go, as in [`MapSync::apply`]; the other maps are not read or written.
+    pub fn apply_destinations(
+        &mut self,
+        ebpf: &mut Ebpf,
+        image: &EnforcementImage,
+    ) -> Result<SyncStats> {
+        let (v4, v6) = destination_entries(image);
+        let mut stats = SyncStats {
+            destinations_v4: v4.len(),
+            destinations_v6: v6.len(),
+            ..SyncStats::default()
+        };
+        {
+            let mut map: LpmTrie<_, DestV4, Verdict> = lpm(ebpf, "DEST_V4")?;
+            write_changed(&v4, &self.v4, |(len, data), v| {
+                map.insert(&Key::new(*len, *data), v, 0)
+            })?;
+        }
+        {
+            let mut map: LpmTrie<_, DestV6, Verdict> = lpm(ebpf, "DEST_V6")?;
+            write_changed(&v6, &self.v6, |(len, data), v| {
+                map.insert(&Key::new(*len, *data), v, 0)
+            })?;
+        }
+        {
+            let mut map: LpmTrie<_, DestV4, Verdict> = lpm(ebpf, "DEST_V4")?;
+            stats.removed += remove_stale(&v4, &self.v4, |(len, data)| {
+                map.remove(&Key::new(*len, *data))
+            })?;
+        }
+        {
+            let mut map: LpmTrie<_, DestV6, Verdict> = lpm(ebpf, "DEST_V6")?;
+            stats.removed += remove_stale(&v6, &self.v6, |(len, data)| {
+                map.remove(&Key::new(*len, *data))
+            })?;
+        }
+        self.v4 = v4;
+        self.v6 = v6;
+        Ok(stats)
+    }
+
     /// Puts `new` in force for pattern table `index` if it changed: the rows and header go to
     /// the slot not in use, then one write to `DFA_SLOTS` switches the programs to it, so a
     /// walk in progress keeps reading a whole table (the old one) to its end.

@@ -171,6 +171,10 @@ async fn answer(shared: &Shared, bytes: &[u8], tcp: bool) -> Option<Vec<u8>> {
     };
     let (addrs, ttl) = addresses(&message);
     if !addrs.is_empty() {
+        // Only a name a rule speaks of puts addresses in the maps; any other's are recorded for
+        // attribution (which the owner takes before the kernel events that could follow), so
+        // its answer need not wait.
+        let must_wait = decision == NameDecision::Ruled;
         let (done, confirmed) = oneshot::channel();
         let sent = shared.events.send(ResolverEvent::Answered(Answered {
             name: name.clone(),
@@ -181,7 +185,9 @@ async fn answer(shared: &Shared, bytes: &[u8], tcp: bool) -> Option<Vec<u8>> {
         }));
         // Not confirmed in time (or the owner is gone): no answer whose addresses might not be
         // in force yet.
-        if sent.is_err() || !matches!(timeout(ANSWER_WAIT, confirmed).await, Ok(Ok(()))) {
+        if must_wait
+            && (sent.is_err() || !matches!(timeout(ANSWER_WAIT, confirmed).await, Ok(Ok(()))))
+        {
             return reply_code(&query, ResponseCode::ServFail);
         }
     }

@@ -43,12 +43,14 @@ impl Daemon {
         &mut self,
         id: u64,
         mode: ApprovalMode,
+        prefix: Option<&[String]>,
         by: &Answerer,
     ) -> Result<Value, (ErrorCode, String)> {
         let ask = self.pending_ask(id)?;
         let failed = |m: String| (ErrorCode::Failed, m);
         let mut result = json!({"ask": id, "mode": mode.as_str()});
-        match plan_approval(&ask, mode, &self.image).map_err(failed)? {
+        let proposed = prefix.map(|p| (&self.loaded.policy, p));
+        match plan_approval(&ask, mode, &self.image, proposed).map_err(failed)? {
             ApprovalPlan::Append(line) => {
                 result["line"] = self.append_and_reload(&line, by).await?;
             }

@@ -446,10 +446,16 @@ impl Daemon {
             resolved: Some(&self.dns),
             answered: &self.answers,
         };
-        let mut image = self.image.clone();
-        crate::compile::recompile_destinations(&mut image, &self.loaded.policy, &known);
-        self.enforcer.apply(&image)?;
-        self.image = image;
+        // Only the destinations change; on an error they go back to what the maps hold.
+        let before = (
+            self.image.destinations.clone(),
+            self.image.unresolved_hosts.clone(),
+        );
+        crate::compile::recompile_destinations(&mut self.image, &self.loaded.policy, &known);
+        if let Err(err) = self.enforcer.apply_destinations(&self.image) {
+            (self.image.destinations, self.image.unresolved_hosts) = before;
+            return Err(err);
+        }
         Ok(())
     }
 
@@ -714,7 +720,9 @@ impl Daemon {
                 }
                 Ok(json!(self.asks.pending(Instant::now())))
             }
-            Request::Approve { id, mode } => self.approve(id, mode, &by).await,
+            Request::Approve { id, mode, prefix } => {
+                self.approve(id, mode, prefix.as_deref(), &by).await
+            }
             Request::Deny { id, always } => self.deny(id, always, &by).await,
             Request::Amend { amendment } => self.amend(&amendment, &by).await,
             Request::Reload => self

@@ -50,13 +50,14 @@ impl DestinationTables {
         if let Ok(ip) = host.parse::<IpAddr>() {
             return (vec![AddressTarget::single(ip)], false);
         }
-        let mut networks: Vec<IpNetwork> = Vec::new();
-        for ip in resolver.lookup(host) {
-            let network = IpNetwork::from(canonical_ip(ip));
-            if !networks.contains(&network) {
-                networks.push(network);
-            }
-        }
+        // A pattern can stand for thousands of answered addresses: dedup in one pass.
+        let mut seen = std::collections::HashSet::new();
+        let networks: Vec<IpNetwork> = resolver
+            .lookup(host)
+            .into_iter()
+            .map(|ip| IpNetwork::from(canonical_ip(ip)))
+            .filter(|network| seen.insert(*network))
+            .collect();
         // A pattern has the addresses guard's resolver answered for names it covers; none yet
         // is not a name that failed to resolve.
         if networks.is_empty() && !is_host_pattern(host) {

@@ -164,6 +164,11 @@ impl Session {
     }
 
     /// The policy this session enforces.
+    /// The approvals held in the kernel now.
+    pub fn approvals(&self) -> &Approvals {
+        &self.approvals
+    }
+
     pub fn policy(&self) -> &Policy {
         &self.policy
     }
@@ -216,7 +221,7 @@ impl Session {
     /// very first exec is already decided. Its writes are not confined: see
     /// [`Session::spawn_confined`].
     pub fn spawn(&self, command: &mut Command) -> Result<Child> {
-        self.spawn_confined(command, &CommandConfinement::none())
+        self.spawn_confined(command, &CommandConfinement::none(), None)
     }
 
     /// What this session's policy denies for writes (its protected paths and its rule sets'
@@ -237,15 +242,18 @@ impl Session {
     /// [`Session::spawn`], with the command's writes confined by `confinement` (see
     /// [`Session::write_confinement`]): between fork and exec the child joins the cgroup, then
     /// puts itself under the Landlock ruleset, so neither its first exec nor its first write
-    /// escapes. Keep `confinement` alive until this returns.
+    /// escapes; with `hold`, its execs are then held for the run to decide on (see
+    /// [`crate::hold`]). Keep `confinement` alive until this returns.
     pub fn spawn_confined(
         &self,
         command: &mut Command,
         confinement: &CommandConfinement,
+        hold: Option<crate::hold::ChildEnd>,
     ) -> Result<Child> {
         use std::os::unix::process::CommandExt;
         let procs = self.scope.procs_path().clone();
-        let steps = confinement.steps();
+        let mut steps = confinement.steps();
+        steps.hold = hold;
         // SAFETY: the closure only makes async-signal-safe calls (open/write/close, then the
         // raw syscalls of `PreExecSteps::apply`; its data was made before the fork).
         unsafe {

@@ -90,12 +90,14 @@ enum Task {
     /// target/bench/enforcement.json), then `cargo bench -p guard-tests --bench resolver`
     /// (guard's resolver: refused resolve-then-connect cycles against a rotating name server,
     /// latency per query and queries a second; needs root; target/bench/resolver.json), then
+    /// `cargo bench -p guard-tests --bench hold` (what holding prompted execs costs the calls
+    /// that are not prompted: exec, getppid and connect ratios; target/bench/hold.json), then
     /// `cargo bench -p guard-tests --bench daemon` (the
     /// daemon's status, reload, amend and approve round trips, and a reload under a flood of
     /// refusals; needs root). Every benchmark runs; fails if any failed.
     ///
     /// Arguments after `--` go to each `cargo bench` (`cargo xtask bench -- check/`). A first
-    /// argument `policy`, `enforcement`, `resolver`, `daemon` or `audit` runs only that one, the rest going to its
+    /// argument `policy`, `enforcement`, `hold`, `resolver`, `daemon` or `audit` runs only that one, the rest going to its
     /// `cargo bench`
     /// (`cargo xtask bench -- enforcement -- --quick`).
     Bench {
@@ -232,9 +234,10 @@ fn vm_test(options: vm::Options) -> Result<i32> {
 }
 
 /// `cargo xtask bench`'s benchmarks, in the order they run: (name, package).
-const BENCHES: [(&str, &str); 5] = [
+const BENCHES: [(&str, &str); 6] = [
     ("policy", "guard-user"),
     ("enforcement", "guard-tests"),
+    ("hold", "guard-tests"),
     ("resolver", "guard-tests"),
     ("daemon", "guard-tests"),
     ("audit", "guard-tests"),

@@ -16,6 +16,7 @@ mod replay;
 mod run;
 mod run_asks;
 mod run_daemon;
+mod run_held;
 mod watch;
 
 use std::path::PathBuf;

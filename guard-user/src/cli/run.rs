@@ -8,8 +8,10 @@ use clap::Args;
 
 use super::RulesArgs;
 use super::run_asks::RunAsks;
+use super::run_held::{HeldCalls, Terminal};
 use crate::confine::landlock::Confinement;
 use crate::confine::{CommandConfinement, Holding, WritePlan, capabilities};
+use crate::hold::Hold;
 use crate::kernel::Backend;
 use crate::policy::Decision;
 use crate::policy::approval::{ApprovalPolicy, prompt_rejection};
@@ -232,7 +234,13 @@ pub fn run(args: &RunArgs) -> ExitCode {
     let mut command = Command::new(&args.command[0]);
     command.args(&args.command[1..]);
     super::inherited_fds::pass_only_std_fds(&mut command, args.preserve_fds);
-    let mut child = match session.spawn_confined(&mut command, &confinement) {
+    let mut held = start_hold(&session, asks.is_some(), approval, args.verbose);
+    let child_end = held.as_ref().and_then(|h| h.hold().child_end());
+    let spawned = session.spawn_confined(&mut command, &confinement, child_end);
+    if let Some(held) = held.as_mut() {
+        held.hold_mut().started();
+    }
+    let mut child = match spawned {
         Ok(child) => child,
         Err(err) => {
             eprintln!("guard: cannot run `{}`: {err:#}", args.command[0]);
@@ -248,6 +256,9 @@ pub fn run(args: &RunArgs) -> ExitCode {
             args.json_events,
             args.verbose,
         );
+        if let (Some(held), Some(asks)) = (held.as_mut(), asks.as_mut()) {
+            held.step(&mut session, asks, approval);
+        }
         if session
             .next_dns_refresh()
             .is_some_and(|due| due <= Instant::now())
@@ -301,9 +312,48 @@ pub fn run(args: &RunArgs) -> ExitCode {
             eprintln!("guard: kernel counters: {}", line.join(" "));
         }
     }
+    drop(held);
     drop(asks);
     drop(session);
     super::output::exit_code_of(status)
+}
+
+/// The hold of prompted execs, when this run can ask about them: asks are on, a prompt is not
+/// refused at once (`--approval never`), the policy asks about some exec, and the run is on a
+/// terminal (its stdin or stderr is one) to ask on.
+fn start_hold(
+    session: &Session,
+    asking: bool,
+    approval: ApprovalPolicy,
+    verbose: bool,
+) -> Option<HeldCalls> {
+    if !asking
+        || approval == ApprovalPolicy::Never
+        || !crate::hold::policy_prompts_execs(session.policy())
+    {
+        return None;
+    }
+    // SAFETY: isatty only reads the descriptor's kind.
+    let on_terminal = unsafe { libc::isatty(0) == 1 || libc::isatty(2) == 1 };
+    let Some(terminal) = on_terminal.then(Terminal::open).flatten() else {
+        if verbose {
+            eprintln!(
+                "guard: note: no terminal to ask on: a prompted exec is refused at once (answer \
+                 its ask, then retry)"
+            );
+        }
+        return None;
+    };
+    match Hold::start(session.policy().clone()) {
+        Ok(hold) => Some(HeldCalls::new(hold, terminal)),
+        Err(err) => {
+            eprintln!(
+                "guard: warning: prompted execs cannot wait for an answer ({err}); they are \
+                 refused at once"
+            );
+            None
+        }
+    }
 }
 
 /// What the command's writes get, on stderr: one line when Landlock is absent (writes are not

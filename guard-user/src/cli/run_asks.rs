@@ -136,6 +136,34 @@ impl RunAsks {
         })
     }
 
+    /// Where ask `id` stands (`None`: not in the book).
+    pub fn state(&self, id: u64) -> Option<AskState> {
+        self.book.get(id, Instant::now()).map(|ask| ask.state)
+    }
+
+    /// The ask `id` itself.
+    pub fn ask(&self, id: u64) -> Option<Ask> {
+        self.book.get(id, Instant::now())
+    }
+
+    /// Answers ask `id` from this run's own terminal: `Some(mode)` approves, `None` denies.
+    /// Returns the line for the person, or why the answer cannot be given.
+    pub fn answer_here(
+        &mut self,
+        session: &mut Session,
+        id: u64,
+        mode: Option<ApprovalMode>,
+        by: &Answerer,
+    ) -> Result<String, String> {
+        let result = match mode {
+            Some(mode) => self.approve(session, id, mode, None, by),
+            None => self.deny(session, id, false, by),
+        };
+        result
+            .map(|value| value["said"].as_str().unwrap_or_default().to_string())
+            .map_err(|(_, message)| message)
+    }
+
     /// The asks whose time ran out since the last call (they are denied), and the `--once`
     /// approvals whose window closed are dropped from the kernel.
     pub fn expire(&mut self, session: &mut Session) -> Vec<Ask> {

@@ -9,7 +9,7 @@ use std::path::Path;
 use crate::policy::paths::executable_name;
 use crate::policy::{Decision, Policy};
 
-use super::patterns::compile_patterns;
+use super::patterns::{CompiledPatterns, compile_patterns};
 
 /// The kernel's decision for an exec and the rule that made it (as written), `None` when the
 /// unmatched default decided.
@@ -22,29 +22,68 @@ pub struct KernelExecDecision {
 /// The decision for an exec of the file named like `argv[0]` (its file name when it is a
 /// path) with `argv[1..]`.
 pub fn kernel_exec_decision(policy: &Policy, argv: &[String]) -> KernelExecDecision {
-    let by_prefix = policy.kernel_exec_verdict(argv);
-    let by_prefix = by_prefix.rule.as_ref().map(|rule| KernelExecDecision {
-        decision: by_prefix.decision,
-        rule: Some(crate::policy::render::prefix_rule_text(rule)),
-    });
-    let by_pattern = argv.split_first().and_then(|(program, args)| {
-        let name = executable_name(Path::new(program)).unwrap_or(program);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let compiled = compile_patterns(policy, 0);
-        let (decision, rule) = compiled.tables.decide_exec(name, program, &args)?;
-        Some(KernelExecDecision {
-            decision,
-            rule: compiled.rules.get(rule as usize).map(|r| r.text.clone()),
-        })
-    });
-    match (by_prefix, by_pattern) {
-        // On a tie the prefix rule stands: the kernel meets it first.
-        (Some(prefix), Some(pattern)) if pattern.decision > prefix.decision => pattern,
-        (Some(prefix), _) => prefix,
-        (None, Some(pattern)) => pattern,
-        (None, None) => KernelExecDecision {
-            decision: policy.enforcement().unmatched_exec,
+    let Some(program) = argv.first() else {
+        return ExecTwin::new(policy.clone()).unmatched();
+    };
+    ExecTwin::new(policy.clone()).decide(Path::new(program), argv)
+}
+
+/// A policy with its pattern tables compiled once, for deciding many execs (the hold asks it
+/// about every exec the command makes).
+pub struct ExecTwin {
+    policy: Policy,
+    patterns: CompiledPatterns,
+}
+
+impl ExecTwin {
+    pub fn new(policy: Policy) -> ExecTwin {
+        let patterns = compile_patterns(&policy, 0);
+        ExecTwin { policy, patterns }
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The decision for an exec of `file` (the file the kernel runs: its name is token 0) with
+    /// `argv` (`argv[0]` is read only by the pattern tables, as the kernel's readings do).
+    pub fn decide(&self, file: &Path, argv: &[String]) -> KernelExecDecision {
+        let program = file.to_string_lossy().into_owned();
+        let mut cmd = vec![program.clone()];
+        cmd.extend(argv.iter().skip(1).cloned());
+        let by_prefix = self.policy.kernel_exec_verdict(&cmd);
+        let by_prefix = by_prefix.rule.as_ref().map(|rule| KernelExecDecision {
+            decision: by_prefix.decision,
+            rule: Some(crate::policy::render::prefix_rule_text(rule)),
+        });
+        let name = executable_name(file).unwrap_or(&program);
+        let argv0 = argv.first().map_or(program.as_str(), String::as_str);
+        let args: Vec<&str> = argv.iter().skip(1).map(String::as_str).collect();
+        let by_pattern =
+            self.patterns
+                .tables
+                .decide_exec(name, argv0, &args)
+                .map(|(decision, rule)| KernelExecDecision {
+                    decision,
+                    rule: self
+                        .patterns
+                        .rules
+                        .get(rule as usize)
+                        .map(|r| r.text.clone()),
+                });
+        match (by_prefix, by_pattern) {
+            // On a tie the prefix rule stands: the kernel meets it first.
+            (Some(prefix), Some(pattern)) if pattern.decision > prefix.decision => pattern,
+            (Some(prefix), _) => prefix,
+            (None, Some(pattern)) => pattern,
+            (None, None) => self.unmatched(),
+        }
+    }
+
+    fn unmatched(&self) -> KernelExecDecision {
+        KernelExecDecision {
+            decision: self.policy.enforcement().unmatched_exec,
             rule: None,
-        },
+        }
     }
 }

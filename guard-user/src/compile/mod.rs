@@ -30,7 +30,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 pub use exec::kernel_dev;
-pub use exec_twin::{KernelExecDecision, kernel_exec_decision};
+pub use exec_twin::{ExecTwin, KernelExecDecision, kernel_exec_decision};
 pub use image::{
     ApprovalError, ArgvRule, DestinationEntry, EnforcementImage, ExecApproval, IdentityEntry,
     KernelRule, KernelRuleKind, NameEntry, Verdict, validate_exec_approval,

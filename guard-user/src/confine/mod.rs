@@ -409,6 +409,7 @@ impl CommandConfinement {
                 Holding::LandlockOnly => None,
             },
             ruleset: self.landlock.ruleset_fd(),
+            hold: None,
             drop_capabilities: self.drop_capabilities,
         }
     }
@@ -419,6 +420,9 @@ impl CommandConfinement {
 pub struct PreExecSteps {
     mounts: Option<namespace::MountPlan>,
     ruleset: Option<std::os::fd::RawFd>,
+    /// The seccomp filter that holds prompted execs (installed while guard's root still has
+    /// CAP_SYS_ADMIN, so the command needs no no-new-privileges).
+    pub hold: Option<crate::hold::ChildEnd>,
     drop_capabilities: bool,
 }
 
@@ -431,6 +435,9 @@ impl PreExecSteps {
         }
         if let Some(fd) = self.ruleset {
             landlock::restrict_from_pre_exec(fd)?;
+        }
+        if let Some(hold) = &self.hold {
+            hold.install_from_pre_exec()?;
         }
         if self.drop_capabilities {
             capabilities::drop_from_pre_exec()?;

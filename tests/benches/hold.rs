@@ -1,0 +1,187 @@
+//! What the hold of prompted execs (`guard run` on a terminal, see `guard::hold`) costs the
+//! calls that are not prompted: a worker process makes fork+exec of `/bin/true`, `getppid` and
+//! loopback TCP connects, once plain and once under the hold's seccomp filter with guard's
+//! supervisor deciding every exec (a policy with a prompt rule for another program, so each
+//! exec is read and decided and continues). Rounds alternate plain and held; the figures are
+//! medians, and the ratios held ÷ plain of the same run. No BPF program is loaded: this is the
+//! hold's cost alone. Writes target/bench/hold.json.
+//!
+//! `cargo bench -p guard-tests --bench hold [-- --rounds N --execs N --calls N]`.
+
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use guard::hold::Hold;
+use guard::policy::PolicyParser;
+
+const POLICY: &str =
+    "prefix_rule(pattern=[\"git\", \"push\"], decision=\"prompt\", justification=\"asks\")\n";
+
+struct Options {
+    rounds: usize,
+    execs: usize,
+    calls: usize,
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--worker") {
+        return worker(&args[1..]);
+    }
+    let mut options = Options {
+        rounds: 7,
+        execs: 300,
+        calls: 2000,
+    };
+    let mut rest = args.iter().filter(|a| *a != "--bench");
+    while let Some(flag) = rest.next() {
+        let value = || -> Result<usize> {
+            Ok(rest
+                .clone()
+                .next()
+                .context("a number after the flag")?
+                .parse()?)
+        };
+        match flag.as_str() {
+            "--rounds" => options.rounds = value()?,
+            "--execs" => options.execs = value()?,
+            "--calls" => options.calls = value()?,
+            _ => continue,
+        }
+        rest.next();
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("hold: skipped: the seccomp listener needs root (CAP_SYS_ADMIN)");
+        if std::env::var("CI").as_deref() == Ok("true") {
+            bail!("CI=true: the hold benchmark must run");
+        }
+        return Ok(());
+    }
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            drop(stream);
+        }
+    });
+    let mut plain = Vec::new();
+    let mut held = Vec::new();
+    for _ in 0..options.rounds {
+        plain.push(run_worker(&options, port, false)?);
+        held.push(run_worker(&options, port, true)?);
+    }
+    let names = ["fork+exec /bin/true", "getppid", "loopback TCP connect"];
+    println!(
+        "hold: {} rounds of {} execs and {} calls (medians; ratio held ÷ plain, same run)",
+        options.rounds, options.execs, options.calls
+    );
+    let mut json = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let p = median(plain.iter().map(|r: &[f64; 3]| r[i]).collect());
+        let h = median(held.iter().map(|r: &[f64; 3]| r[i]).collect());
+        println!(
+            "  {name:<22} plain {:>10}  held {:>10}  ×{:.2}",
+            format_ns(p),
+            format_ns(h),
+            h / p
+        );
+        json.push(format!(
+            "{{\"call\":\"{name}\",\"plain_ns\":{p:.0},\"held_ns\":{h:.0},\"ratio\":{:.3}}}",
+            h / p
+        ));
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("hold.json"), format!("[{}]\n", json.join(",")))?;
+    Ok(())
+}
+
+/// One worker run: ns per exec, per getppid, per connect.
+fn run_worker(options: &Options, port: u16, held: bool) -> Result<[f64; 3]> {
+    let mut command = Command::new(std::env::current_exe()?);
+    command
+        .args([
+            "--worker",
+            &options.execs.to_string(),
+            &options.calls.to_string(),
+        ])
+        .arg(port.to_string())
+        .stdout(Stdio::piped());
+    let mut hold = if held {
+        let mut parser = PolicyParser::new();
+        parser
+            .parse("bench.rules", POLICY)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        Some(Hold::start(parser.build())?)
+    } else {
+        None
+    };
+    if let Some(end) = hold.as_ref().and_then(Hold::child_end) {
+        // SAFETY: the filter's install makes only raw syscalls.
+        unsafe { command.pre_exec(move || end.install_from_pre_exec()) };
+    }
+    let mut child = command.spawn()?;
+    if let Some(hold) = hold.as_mut() {
+        hold.started();
+    }
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().context("worker stdout")?).read_line(&mut line)?;
+    if !child.wait()?.success() {
+        bail!("the worker failed");
+    }
+    if let Some(hold) = &hold
+        && !hold.take_held().is_empty()
+    {
+        bail!("an exec that is not prompted was held");
+    }
+    let values: Vec<f64> = line
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    Ok([values[0], values[1], values[2]])
+}
+
+fn worker(args: &[String]) -> Result<()> {
+    let execs: usize = args[0].parse()?;
+    let calls: usize = args[1].parse()?;
+    let port: u16 = args[2].parse()?;
+    let start = Instant::now();
+    for _ in 0..execs {
+        let status = Command::new("/bin/true").status()?;
+        if !status.success() {
+            bail!("/bin/true failed");
+        }
+    }
+    let exec = start.elapsed().as_nanos() as f64 / execs as f64;
+    let start = Instant::now();
+    for _ in 0..calls {
+        // SAFETY: no preconditions.
+        unsafe { libc::getppid() };
+    }
+    let getppid = start.elapsed().as_nanos() as f64 / calls as f64;
+    let start = Instant::now();
+    for _ in 0..calls / 10 {
+        TcpStream::connect(("127.0.0.1", port))?;
+    }
+    let connect = start.elapsed().as_nanos() as f64 / (calls / 10) as f64;
+    println!("{exec} {getppid} {connect}");
+    Ok(())
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn format_ns(ns: f64) -> String {
+    if ns >= 1000.0 {
+        format!("{:.1} µs", ns / 1000.0)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}

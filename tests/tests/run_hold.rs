@@ -1,0 +1,149 @@
+//! A prompted exec waits for the answer: `guard run` on a terminal (a pty here) holds the
+//! exec, asks on the terminal, and the exec goes on when it is approved (`o`: once) or fails
+//! with EACCES and the blocked-request message when it is denied (`d`), with no re-run.
+//! Needs root (`guard run` loads the programs); without it each test prints `skipped: ...`
+//! (and fails when CI=true).
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use guard_tests::daemon::guard_bin;
+use guard_tests::kernel::{root_or_skip, shell_program, wait_status};
+
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+const RULES: &str =
+    "prefix_rule(pattern=[\"touch\"], decision=\"prompt\", justification=\"asks first\")\n";
+
+/// A pseudo-terminal: (the side guard's test reads and types on, the side guard runs on).
+fn pty() -> (OwnedFd, OwnedFd) {
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: two out-pointers; no name, termios or window size.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both were just made and are owned here alone.
+    unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) }
+}
+
+/// Runs `guard run --rules R -- sh -c SCRIPT` in `dir` on a terminal; when the terminal shows
+/// the question, types `key`. Returns everything the terminal showed.
+fn run_on_terminal(dir: &Path, script: &str, key: u8) -> String {
+    let rules = dir.join("hold.rules");
+    std::fs::write(&rules, RULES).unwrap();
+    let (master, slave) = pty();
+    let io = |fd: &OwnedFd| Stdio::from(fd.try_clone().unwrap());
+    let mut command = Command::new(guard_bin());
+    command
+        .args(["run", "--rules"])
+        .arg(&rules)
+        .arg("--")
+        .arg(shell_program())
+        .args(["-c", script])
+        .current_dir(dir)
+        .stdin(io(&slave))
+        .stdout(io(&slave))
+        .stderr(io(&slave));
+    // SAFETY: setsid and ioctl are async-signal-safe: the terminal becomes guard's own.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().expect("starting guard run");
+    drop(slave);
+    let mut reader = File::from(master.try_clone().unwrap());
+    let (sender, shown) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buffer = [0u8; 4096];
+        // Ends with EIO once every holder of the terminal's other side has gone.
+        while let Ok(n) = reader.read(&mut buffer) {
+            if n == 0 || sender.send(buffer[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut writer = File::from(master);
+    let mut output = String::new();
+    let mut typed = false;
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    while Instant::now() < deadline {
+        if let Ok(bytes) = shown.recv_timeout(Duration::from_millis(100)) {
+            output.push_str(&String::from_utf8_lossy(&bytes));
+        }
+        if !typed && output.contains("allow it?") {
+            writer.write_all(&[key]).unwrap();
+            typed = true;
+        }
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+    }
+    wait_status(&mut child, Duration::from_secs(5));
+    // What the terminal still held when guard ended.
+    while let Ok(bytes) = shown.recv_timeout(Duration::from_millis(200)) {
+        output.push_str(&String::from_utf8_lossy(&bytes));
+    }
+    let _ = writer.as_raw_fd();
+    output
+}
+
+#[test]
+fn an_exec_approved_once_on_the_terminal_runs_with_no_re_run() {
+    if !root_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let shown = run_on_terminal(dir.path(), "touch made; echo rc=$?", b'o');
+    assert!(
+        shown.contains("`touch made` requires approval: asks first"),
+        "the question names the command and the justification: {shown}"
+    );
+    assert!(
+        shown.contains("[o]nce, [s]ession, [d]eny"),
+        "a prompt rule's exec has no always: {shown}"
+    );
+    assert!(shown.contains("guard: ask 1 approved once"), "{shown}");
+    assert!(shown.contains("rc=0"), "the held exec went on: {shown}");
+    assert!(dir.path().join("made").exists(), "touch ran");
+}
+
+#[test]
+fn an_exec_denied_on_the_terminal_fails_with_eacces_and_the_message() {
+    if !root_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let shown = run_on_terminal(dir.path(), "touch made; echo rc=$?", b'd');
+    assert!(shown.contains("guard: ask 1 denied"), "{shown}");
+    assert!(
+        shown.contains("Permission denied"),
+        "the exec failed with EACCES: {shown}"
+    );
+    assert!(
+        shown.contains("rc=126"),
+        "sh: found but not executable: {shown}"
+    );
+    assert!(
+        shown.contains("`touch made` requires approval: asks first")
+            && shown.contains("ask 1 was denied"),
+        "the program's stderr has the blocked request: {shown}"
+    );
+    assert!(!dir.path().join("made").exists(), "touch did not run");
+}

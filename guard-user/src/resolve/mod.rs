@@ -161,6 +161,44 @@ pub struct Resolver {
     _tasks: JoinSet<()>,
 }
 
+/// Where the resolver's events go. Each is there before the answer it concerns leaves, so an
+/// owner that reads its events after the kernel's sees the answer behind any connect.
+#[derive(Clone)]
+pub enum EventSink {
+    /// A channel the owner's tokio tasks read (the daemon).
+    Tokio(mpsc::UnboundedSender<ResolverEvent>),
+    /// A channel read from a `poll` loop (a [`ResolverThread`]), and the eventfd written with
+    /// each event, which wakes it.
+    Poll {
+        events: std::sync::mpsc::Sender<ResolverEvent>,
+        wake: Arc<std::os::fd::OwnedFd>,
+    },
+}
+
+impl EventSink {
+    /// Whether the owner is there to take it.
+    pub fn send(&self, event: ResolverEvent) -> bool {
+        match self {
+            EventSink::Tokio(events) => events.send(event).is_ok(),
+            EventSink::Poll { events, wake } => {
+                if events.send(event).is_err() {
+                    return false;
+                }
+                let one: u64 = 1;
+                // SAFETY: an 8-byte write to an eventfd held open by `wake`.
+                unsafe {
+                    libc::write(
+                        std::os::fd::AsRawFd::as_raw_fd(&**wake),
+                        (&raw const one).cast(),
+                        8,
+                    )
+                };
+                true
+            }
+        }
+    }
+}
+
 impl Resolver {
     /// Binds the listeners and starts serving on the current tokio runtime. `names` is read on
     /// every query (the daemon replaces it at a reload); `events` receives what the owner of
@@ -168,7 +206,7 @@ impl Resolver {
     pub async fn start(
         config: ResolverConfig,
         names: Arc<RwLock<NamePolicy>>,
-        events: mpsc::UnboundedSender<ResolverEvent>,
+        events: EventSink,
     ) -> Result<Resolver> {
         let (udp, tcp) = bind_loopback().await?;
         let port = udp[0].local_addr()?.port();

@@ -8,7 +8,7 @@ use hickory_resolver::proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_resolver::proto::rr::RData;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{Semaphore, oneshot};
 use tokio::time::timeout;
 
 use super::cache::AnswerCache;
@@ -24,7 +24,7 @@ const TCP_IDLE: Duration = Duration::from_secs(10);
 pub struct Shared {
     config: ResolverConfig,
     names: Arc<RwLock<NamePolicy>>,
-    events: mpsc::UnboundedSender<ResolverEvent>,
+    events: super::EventSink,
     cache: Mutex<AnswerCache>,
     in_flight: Arc<Semaphore>,
 }
@@ -33,7 +33,7 @@ impl Shared {
     pub fn new(
         config: ResolverConfig,
         names: Arc<RwLock<NamePolicy>>,
-        events: mpsc::UnboundedSender<ResolverEvent>,
+        events: super::EventSink,
     ) -> Self {
         Shared {
             config,
@@ -186,7 +186,7 @@ async fn answer(shared: &Shared, bytes: &[u8], tcp: bool) -> Option<Vec<u8>> {
         // Not confirmed in time (or the owner is gone): no answer whose addresses might not be
         // in force yet.
         if must_wait
-            && (sent.is_err() || !matches!(timeout(ANSWER_WAIT, confirmed).await, Ok(Ok(()))))
+            && (!sent || !matches!(timeout(ANSWER_WAIT, confirmed).await, Ok(Ok(()))))
         {
             return reply_code(&query, ResponseCode::ServFail);
         }

@@ -8,9 +8,9 @@ use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 
 use anyhow::{Context, Result, anyhow};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use super::{NamePolicy, Resolver, ResolverConfig, ResolverEvent};
+use super::{EventSink, NamePolicy, Resolver, ResolverConfig, ResolverEvent};
 
 pub struct ResolverThread {
     port: u16,
@@ -52,8 +52,11 @@ impl ResolverThread {
                     }
                 };
                 runtime.block_on(async move {
-                    let (tx, mut rx) = mpsc::unbounded_channel();
-                    let resolver = match Resolver::start(config, thread_names, tx).await {
+                    let sink = EventSink::Poll {
+                        events: out_tx,
+                        wake: thread_wake,
+                    };
+                    let resolver = match Resolver::start(config, thread_names, sink).await {
                         Ok(resolver) => resolver,
                         Err(err) => {
                             let _ = ready_tx.send(Err(err));
@@ -61,22 +64,7 @@ impl ResolverThread {
                         }
                     };
                     let _ = ready_tx.send(Ok(resolver.port()));
-                    let forward = async {
-                        while let Some(event) = rx.recv().await {
-                            if out_tx.send(event).is_err() {
-                                return;
-                            }
-                            let one: u64 = 1;
-                            // SAFETY: an 8-byte write to an eventfd this thread holds open.
-                            unsafe {
-                                libc::write(thread_wake.as_raw_fd(), (&raw const one).cast(), 8)
-                            };
-                        }
-                    };
-                    tokio::select! {
-                        _ = forward => {}
-                        _ = stop_rx => {}
-                    }
+                    let _ = stop_rx.await;
                     drop(resolver);
                 });
             })

@@ -164,9 +164,12 @@ impl Daemon {
             Some(upstream) => {
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
                 let refusal = config.resolver.refusal;
-                let server =
-                    Resolver::start(ResolverConfig { upstream, refusal }, names.clone(), tx)
-                        .await?;
+                let server = Resolver::start(
+                    ResolverConfig { upstream, refusal },
+                    names.clone(),
+                    crate::resolve::EventSink::Tokio(tx),
+                )
+                .await?;
                 enforcer.redirect_dns(server.port())?;
                 (Some(server), Some(rx))
             }

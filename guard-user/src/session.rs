@@ -227,15 +227,17 @@ impl Session {
     /// What this session's policy denies for writes (its protected paths and its rule sets'
     /// `write(...)` denials) with `cwd` as the command's current folder, as a plan and the
     /// mount namespace binds and Landlock ruleset that hold it (made here, in the parent:
-    /// nothing of it may run between fork and exec); `keep_capabilities` keeps the root
-    /// hardening off. An error is a kernel with Landlock that refused the ruleset.
+    /// nothing of it may run between fork and exec), under `sandbox`'s mode when there is one;
+    /// `keep_capabilities` keeps the root hardening off. An error is a kernel with Landlock
+    /// that refused the ruleset.
     pub fn write_confinement(
         &self,
         cwd: &Path,
+        sandbox: Option<&crate::confine::sandbox::SandboxPlan>,
         keep_capabilities: bool,
     ) -> Result<(WritePlan, CommandConfinement)> {
         let plan = WritePlan::for_policy(&self.policy, cwd);
-        let confinement = CommandConfinement::prepare(&plan, keep_capabilities)?;
+        let confinement = CommandConfinement::prepare_sandboxed(&plan, sandbox, keep_capabilities)?;
         Ok((plan, confinement))
     }
 

@@ -10,11 +10,13 @@ use super::RulesArgs;
 use super::run_asks::RunAsks;
 use super::run_held::{HeldCalls, Terminal};
 use crate::confine::landlock::Confinement;
+use crate::confine::sandbox::SandboxPlan;
 use crate::confine::{CommandConfinement, Holding, WritePlan, capabilities};
 use crate::hold::Hold;
 use crate::kernel::Backend;
 use crate::policy::Decision;
 use crate::policy::approval::{ApprovalPolicy, prompt_rejection};
+use crate::policy::sandbox::SandboxMode;
 use crate::resolve::Refusal;
 use crate::session::{DnsNote, Session, SessionOptions};
 
@@ -91,6 +93,20 @@ pub struct RunArgs {
     /// that is not known-safe asks; see `guard check --approval`).
     #[arg(long, value_name = "MODE", value_parser = parse_approval)]
     pub approval: Option<ApprovalPolicy>,
+    /// Confine the command's writes to a sandbox mode (the Codex CLI's), held by Landlock and
+    /// read-only binds: `read-only` (no writes but to /dev/null and the terminal),
+    /// `workspace-write` (only below the workspace, /tmp, $TMPDIR and each --writable; the
+    /// workspace's .git and .codex stay read-only) or `danger-full-access` (only the policy's
+    /// own write denials, as without --sandbox). A refused write fails with EACCES.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub sandbox: Option<RunSandbox>,
+    /// With --sandbox workspace-write: the workspace [default: the current folder].
+    #[arg(long, value_name = "DIR", requires = "sandbox")]
+    pub workspace: Option<PathBuf>,
+    /// With --sandbox workspace-write: another folder the command may write below
+    /// (repeatable).
+    #[arg(long, value_name = "DIR", requires = "sandbox")]
+    pub writable: Vec<PathBuf>,
     /// Keep every capability of a root command (by default CAP_SYS_ADMIN, CAP_NET_RAW,
     /// CAP_SYS_PTRACE, CAP_LINUX_IMMUTABLE, CAP_BPF and the others that could undo guard are
     /// dropped from all its sets).
@@ -108,6 +124,24 @@ pub struct RunArgs {
         value_name = "CMD"
     )]
     pub command: Vec<String>,
+}
+
+/// The sandbox modes `guard run` can hold.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum RunSandbox {
+    ReadOnly,
+    WorkspaceWrite,
+    DangerFullAccess,
+}
+
+impl RunSandbox {
+    fn mode(self) -> SandboxMode {
+        match self {
+            RunSandbox::ReadOnly => SandboxMode::ReadOnly,
+            RunSandbox::WorkspaceWrite => SandboxMode::WorkspaceWrite,
+            RunSandbox::DangerFullAccess => SandboxMode::DangerFullAccess,
+        }
+    }
 }
 
 fn parse_approval(raw: &str) -> Result<ApprovalPolicy, String> {
@@ -138,9 +172,10 @@ pub fn run(args: &RunArgs) -> ExitCode {
             || args.nameserver.is_some()
             || args.no_resolver
             || args.approval.is_some()
+            || args.sandbox.is_some()
         {
             return super::output::usage_error(
-                "--rules, --overlay, --audit-only, --backend, --nameserver, --no-resolver and --approval are the daemon's to choose; drop them to run under the daemon, or drop --socket to enforce on your own",
+                "--rules, --overlay, --audit-only, --backend, --nameserver, --no-resolver, --approval and --sandbox are the daemon's to choose; drop them to run under the daemon, or drop --socket to enforce on your own",
             );
         }
         return super::run_daemon::run(
@@ -221,9 +256,22 @@ pub fn run(args: &RunArgs) -> ExitCode {
         }
     };
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let confinement = match session.write_confinement(&cwd, args.keep_capabilities) {
+    let sandbox = args.sandbox.map(|mode| {
+        let tmpdir = std::env::var_os("TMPDIR").map(PathBuf::from);
+        let workspace = args.workspace.as_deref().unwrap_or(&cwd);
+        SandboxPlan::new(mode.mode(), workspace, tmpdir.as_deref(), &args.writable)
+    });
+    let restricted = sandbox.as_ref().filter(|s| s.is_restricted());
+    let confinement = match session.write_confinement(&cwd, restricted, args.keep_capabilities) {
         Ok((plan, confinement)) => {
             report_confinement(&plan, &confinement, args.verbose);
+            if let Some(sandbox) = restricted {
+                eprintln!(
+                    "guard: sandbox {}: {}",
+                    sandbox.mode.as_str(),
+                    sandbox.describe()
+                );
+            }
             confinement
         }
         Err(err) => {

@@ -12,6 +12,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use landlock::{ABI, AccessFs, BitFlags, PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr};
@@ -223,6 +224,59 @@ pub fn mount_lock() -> Result<Confinement> {
         fd,
         abi,
         granted: 1,
+        errors: Vec::new(),
+    }))
+}
+
+/// What a sandbox mode lets write whatever its roots: the null device and the terminal.
+pub const ALWAYS_WRITABLE: [&str; 4] = ["/dev/null", "/dev/tty", "/dev/ptmx", "/dev/pts"];
+
+/// The ruleset of a sandbox mode (`read-only`: no roots; `workspace-write`: its roots): writes
+/// only below `roots` (those that exist; canonical) and to [`ALWAYS_WRITABLE`]. Like
+/// [`mount_lock`], it also keeps the read-only binds in place. `Unavailable` without Landlock.
+pub fn sandbox(roots: &[PathBuf]) -> Result<Confinement> {
+    let abi = match abi() {
+        Ok(version) if version >= 1 => version,
+        Ok(version) => {
+            return Ok(Confinement::Unavailable(format!(
+                "Landlock answers ABI {version}"
+            )));
+        }
+        Err(err) => return Ok(Confinement::Unavailable(absent_because(&err))),
+    };
+    let mut ruleset = Ruleset::default()
+        .handle_access(write_rights())
+        .context("asking Landlock to handle the write rights")?
+        .create()
+        .context("creating a Landlock ruleset")?;
+    let mut granted = 0;
+    let always = ALWAYS_WRITABLE.iter().map(PathBuf::from);
+    for path in roots.iter().cloned().chain(always) {
+        // A root that does not exist has nothing to grant (nothing can be made there either).
+        let Ok(file) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH)
+            .open(&path)
+        else {
+            continue;
+        };
+        let folder = file.metadata().is_ok_and(|m| m.is_dir());
+        let rights = if folder {
+            write_rights()
+        } else {
+            file_rights()
+        };
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(file, rights))
+            .with_context(|| format!("granting writes below {}", path.display()))?;
+        granted += 1;
+    }
+    let fd: Option<OwnedFd> = ruleset.into();
+    let fd = fd.context("Landlock made no ruleset file descriptor")?;
+    Ok(Confinement::Landlock(LandlockRuleset {
+        fd,
+        abi,
+        granted,
         errors: Vec::new(),
     }))
 }

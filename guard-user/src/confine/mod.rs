@@ -23,6 +23,7 @@
 pub mod capabilities;
 pub mod landlock;
 pub mod namespace;
+pub mod sandbox;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -374,7 +375,34 @@ impl CommandConfinement {
     /// The confinement for `plan`: binds in a mount namespace when this process can make one,
     /// else the Landlock plan. `keep_capabilities` keeps the root hardening off.
     pub fn prepare(plan: &WritePlan, keep_capabilities: bool) -> anyhow::Result<Self> {
+        Self::prepare_sandboxed(plan, None, keep_capabilities)
+    }
+
+    /// [`CommandConfinement::prepare`], under a sandbox mode when `sandbox` is a restricted
+    /// one: its ruleset instead of the mount lock, and its read-only folders as binds. A
+    /// restricted mode needs a mount namespace (root).
+    pub fn prepare_sandboxed(
+        plan: &WritePlan,
+        sandbox: Option<&sandbox::SandboxPlan>,
+        keep_capabilities: bool,
+    ) -> anyhow::Result<Self> {
         let root = capabilities::can_make_mount_namespace();
+        if let Some(sandbox) = sandbox.filter(|s| s.is_restricted()) {
+            if !root {
+                anyhow::bail!(
+                    "--sandbox {} needs root (a mount namespace keeps the workspace's .git \
+                     read-only)",
+                    sandbox.mode.as_str()
+                );
+            }
+            let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+            let plan = sandbox.with_read_only(plan);
+            return Ok(CommandConfinement {
+                holding: Holding::Mounts(namespace::MountPlan::new(&plan, &mountinfo)),
+                landlock: landlock::sandbox(&sandbox.existing_roots())?,
+                drop_capabilities: !keep_capabilities,
+            });
+        }
         let (holding, landlock) = if root {
             let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
             (

@@ -1,0 +1,132 @@
+//! `guard run --sandbox MODE`, the Codex CLI's filesystem sandbox modes held by Landlock and
+//! read-only binds: under `workspace-write` the command writes below the workspace and /tmp and
+//! nowhere else (EACCES), the workspace's `.git` stays read-only, and `cargo build` in a project
+//! works; under `read-only` nothing but /dev/null is written. The workspace is below cargo's
+//! target folder, not /tmp (which is a writable root). Needs root; without it each test prints
+//! `skipped: ...` (and fails when CI=true).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use guard_tests::daemon::{guard_bin, text};
+use guard_tests::kernel::{root_or_skip, shell_program, wait_output};
+
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A fresh workspace folder outside /tmp.
+fn workspace(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("sandbox-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join(".git")).unwrap();
+    dir
+}
+
+/// `guard run --sandbox MODE -- sh -c SCRIPT` in `dir` (the default policy).
+fn run(dir: &Path, mode: &str, script: &str) -> Output {
+    let child = Command::new(guard_bin())
+        .args(["run", "--sandbox", mode, "--"])
+        .arg(shell_program())
+        .args(["-c", script])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting guard run");
+    wait_output(child, RUN_TIMEOUT)
+}
+
+#[test]
+fn workspace_write_writes_below_the_workspace_and_tmp_and_refuses_the_rest() {
+    if !root_or_skip() {
+        return;
+    }
+    let dir = workspace("ww");
+    let in_tmp = PathBuf::from(format!("/tmp/guard-sandbox-{}", std::process::id()));
+    let outside = PathBuf::from(format!("/etc/guard-sandbox-{}", std::process::id()));
+    let script = format!(
+        "touch ./a {tmp}; echo rc1=$?; touch {out}; echo rc2=$?; touch .git/hook; echo rc3=$?",
+        tmp = in_tmp.display(),
+        out = outside.display()
+    );
+    let out = run(&dir, "workspace-write", &script);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(dir.join("a").exists(), "{stdout} / {stderr}");
+    assert!(in_tmp.exists(), "/tmp is a writable root: {stderr}");
+    let _ = std::fs::remove_file(&in_tmp);
+    assert!(!outside.exists(), "/etc is not writable: {stderr}");
+    let _ = std::fs::remove_file(&outside);
+    assert!(
+        stdout.contains("rc1=0") && stdout.contains("rc2=1"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "cannot touch '{}': Permission denied",
+            outside.display()
+        )),
+        "EACCES: {stderr}"
+    );
+    assert!(stdout.contains("rc3=1"), ".git stays read-only: {stdout}");
+    assert!(!dir.join(".git/hook").exists());
+    assert!(
+        stderr.contains(&format!(
+            "guard: sandbox workspace-write: writes only below {}, /tmp",
+            dir.display()
+        )) && stderr.contains(&format!("{}/.git", dir.display())),
+        "the run names the mode and its roots: {stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn read_only_refuses_every_write_but_dev_null() {
+    if !root_or_skip() {
+        return;
+    }
+    let dir = workspace("ro");
+    let in_tmp = format!("/tmp/guard-sandbox-ro-{}", std::process::id());
+    let script = format!(
+        "touch ./a; echo rc1=$?; touch {in_tmp}; echo rc2=$?; echo x > /dev/null; echo rc3=$?"
+    );
+    let out = run(&dir, "read-only", &script);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        stdout.contains("rc1=1") && stdout.contains("rc2=1") && stdout.contains("rc3=0"),
+        "{stdout} / {stderr}"
+    );
+    assert!(!dir.join("a").exists() && !Path::new(&in_tmp).exists());
+    assert!(stderr.contains("Permission denied"), "{stderr}");
+    assert!(
+        stderr.contains("guard: sandbox read-only: no writes but to /dev/null and the terminal"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cargo_build_in_a_project_works_under_workspace_write() {
+    if !root_or_skip() {
+        return;
+    }
+    let dir = workspace("cargo");
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        "[package]\nname = \"sandboxed\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("src/main.rs"), "fn main() {}\n").unwrap();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let out = run(&dir, "workspace-write", &format!("{cargo} build --offline"));
+    assert!(
+        out.status.success(),
+        "{} / {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(dir.join("target/debug/sandboxed").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

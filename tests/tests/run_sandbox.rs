@@ -130,3 +130,66 @@ fn cargo_build_in_a_project_works_under_workspace_write() {
     assert!(dir.join("target/debug/sandboxed").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_rules_files_sandbox_is_held_with_its_writable_roots_and_the_flag_wins() {
+    if !root_or_skip() {
+        return;
+    }
+    let dir = workspace("rules");
+    let extra = workspace("rules-extra");
+    let rules = dir.join("sandbox.rules");
+    std::fs::write(
+        &rules,
+        format!(
+            "sandbox(mode=\"workspace-write\", writable=[\"{}\"])\n",
+            extra.display()
+        ),
+    )
+    .unwrap();
+    // New names each run: touching a file that exists changes only its times, which Landlock
+    // does not decide.
+    let run_with = |flags: &[&str], name: &str| {
+        let script = format!(
+            "touch {}/{name}; echo rc1=$?; touch ./{name}; echo rc2=$?",
+            extra.display()
+        );
+        let child = Command::new(guard_bin())
+            .arg("run")
+            .arg("--rules")
+            .arg(&rules)
+            .args(flags)
+            .arg("--")
+            .arg(shell_program())
+            .args(["-c", &script])
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting guard run");
+        wait_output(child, RUN_TIMEOUT)
+    };
+    let out = run_with(&[], "made");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        stdout.contains("rc1=0") && stdout.contains("rc2=0"),
+        "{stdout} / {stderr}"
+    );
+    assert!(
+        stderr.contains("guard: sandbox workspace-write (sandbox(...) at ")
+            && stderr.contains(&extra.display().to_string()),
+        "{stderr}"
+    );
+    // --sandbox read-only replaces the rules' mode.
+    let out = run_with(&["--sandbox", "read-only"], "refused");
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("rc1=1") && stdout.contains("rc2=1"),
+        "{stdout} / {}",
+        text(&out.stderr)
+    );
+    assert!(!dir.join("refused").exists() && !extra.join("refused").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&extra);
+}

@@ -14,6 +14,8 @@ use crate::kernel::doctor;
 its LSMs and still refuse LSM programs, so configuration is never trusted.
 The `landlock:` line gives the Landlock ABI the kernel answers (or absent): with it, `guard run`
 confines the command's writes below the protected paths and write(...) denials.
+The `sandbox modes` line lists the `guard run --sandbox` modes this machine can hold
+(read-only and workspace-write need Landlock and root).
 The `system rules` line says whether the system rules folder (/etc/guard/rules) is safe from the
 commands guard runs: root's alone, or missing below a folder of guard's that `guard run` holds
 read-only (create /etc/guard as root to make it so).
@@ -48,6 +50,11 @@ pub fn run(args: &DoctorArgs) -> ExitCode {
             println!("{style}{mark}{style:#} {}: {}", check.name, check.detail);
         }
         println!("landlock: {}", report.landlock.detail);
+        println!(
+            "sandbox modes: {} ({})",
+            report.sandbox_modes.modes.join(", "),
+            report.sandbox_modes.detail
+        );
         let style = output::decision_style(Some(if report.system_rules.ok {
             crate::policy::Decision::Allow
         } else {

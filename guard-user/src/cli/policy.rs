@@ -257,6 +257,8 @@ fn show_json(loaded: &LoadedPolicy) -> Value {
             "audit_only": enforcement.audit_only,
             "socket_kinds": enforcement.socket_kinds,
         },
+        "sandbox": policy.sandbox(),
+        "sandbox_modes_held": crate::confine::sandbox::support(),
         "sources": names(&loaded.sources),
         "overlay_sources": names(&loaded.overlay_sources),
     })
@@ -469,6 +471,35 @@ fn show_text(loaded: &LoadedPolicy) {
         },
         default_mark(overrides.socket_kinds.is_some())
     );
+    let support = crate::confine::sandbox::support();
+    match policy.sandbox() {
+        Some(sandbox) => {
+            let writable: Vec<String> = sandbox
+                .writable
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            let held = if support.modes.contains(&sandbox.mode.as_str()) {
+                String::new()
+            } else {
+                format!(" {dim}(not held here: {}){dim:#}", support.detail)
+            };
+            println!(
+                "  sandbox:           {}{} ({}){held}",
+                sandbox.mode.as_str(),
+                if writable.is_empty() {
+                    String::new()
+                } else {
+                    format!(", writable {}", writable.join(", "))
+                },
+                sandbox.from
+            );
+        }
+        None => println!(
+            "  sandbox:           none {dim}(guard run --sandbox chooses; this machine holds {}){dim:#}",
+            support.modes.join(", ")
+        ),
+    }
     println!("{heading}Host executables{heading:#}");
     let host_executables = sorted_host_executables(policy);
     if host_executables.is_empty() {

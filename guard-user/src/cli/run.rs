@@ -97,15 +97,17 @@ pub struct RunArgs {
     /// read-only binds: `read-only` (no writes but to /dev/null and the terminal),
     /// `workspace-write` (only below the workspace, /tmp, $TMPDIR and each --writable; the
     /// workspace's .git and .codex stay read-only) or `danger-full-access` (only the policy's
-    /// own write denials, as without --sandbox). A refused write fails with EACCES.
+    /// own write denials, as without --sandbox). A refused write fails with EACCES. Without it,
+    /// the rules' `sandbox(mode=...)` decides, if they have one.
     #[arg(long, value_enum, value_name = "MODE")]
     pub sandbox: Option<RunSandbox>,
-    /// With --sandbox workspace-write: the workspace [default: the current folder].
-    #[arg(long, value_name = "DIR", requires = "sandbox")]
+    /// Under workspace-write (--sandbox, or the rules' `sandbox(...)`): the workspace
+    /// [default: the current folder].
+    #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
-    /// With --sandbox workspace-write: another folder the command may write below
-    /// (repeatable).
-    #[arg(long, value_name = "DIR", requires = "sandbox")]
+    /// Under workspace-write: another folder the command may write below (repeatable; added
+    /// to the rules' `sandbox(writable=[...])`).
+    #[arg(long, value_name = "DIR")]
     pub writable: Vec<PathBuf>,
     /// Keep every capability of a root command (by default CAP_SYS_ADMIN, CAP_NET_RAW,
     /// CAP_SYS_PTRACE, CAP_LINUX_IMMUTABLE, CAP_BPF and the others that could undo guard are
@@ -256,18 +258,36 @@ pub fn run(args: &RunArgs) -> ExitCode {
         }
     };
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let sandbox = args.sandbox.map(|mode| {
+    // --sandbox, else the rules' `sandbox(...)`; --writable adds to the rules' roots.
+    let chosen = match (args.sandbox, session.policy().sandbox()) {
+        (Some(mode), _) => Some((mode.mode(), Vec::new(), "--sandbox".to_string())),
+        (None, Some(set)) => Some((set.mode, set.writable.clone(), set.from.clone())),
+        (None, None) => None,
+    };
+    let sandbox = chosen.map(|(mode, mut writable, from)| {
+        writable.extend(args.writable.iter().cloned());
         let tmpdir = std::env::var_os("TMPDIR").map(PathBuf::from);
         let workspace = args.workspace.as_deref().unwrap_or(&cwd);
-        SandboxPlan::new(mode.mode(), workspace, tmpdir.as_deref(), &args.writable)
+        (
+            SandboxPlan::new(mode, workspace, tmpdir.as_deref(), &writable),
+            from,
+        )
     });
-    let restricted = sandbox.as_ref().filter(|s| s.is_restricted());
+    let restricted = sandbox
+        .as_ref()
+        .map(|(plan, _)| plan)
+        .filter(|s| s.is_restricted());
     let confinement = match session.write_confinement(&cwd, restricted, args.keep_capabilities) {
         Ok((plan, confinement)) => {
             report_confinement(&plan, &confinement, args.verbose);
-            if let Some(sandbox) = restricted {
+            if let (Some(sandbox), Some((_, from))) = (restricted, &sandbox) {
+                let from = if from == "--sandbox" {
+                    String::new()
+                } else {
+                    format!(" (sandbox(...) at {from})")
+                };
                 eprintln!(
-                    "guard: sandbox {}: {}",
+                    "guard: sandbox {}{from}: {}",
                     sandbox.mode.as_str(),
                     sandbox.describe()
                 );
@@ -332,6 +352,16 @@ pub fn run(args: &RunArgs) -> ExitCode {
         args.json_events,
         args.verbose,
     );
+    // Landlock refusals reach no event: say where they come from when the command failed.
+    if let Some(sandbox) = restricted.filter(|_| !status.success()) {
+        eprintln!(
+            "guard: note: the command ran under sandbox {} ({}): a write it reported as \
+             `Permission denied` elsewhere was refused by the sandbox; add --writable DIR, or \
+             choose another --sandbox",
+            sandbox.mode.as_str(),
+            sandbox.describe()
+        );
+    }
     if let Ok(counters) = session.enforcer().counters() {
         let lost = counters
             .iter()

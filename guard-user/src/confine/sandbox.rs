@@ -104,3 +104,34 @@ impl SandboxPlan {
         )
     }
 }
+
+/// Which sandbox modes this machine can hold for `guard run`, and why: the restricted ones need
+/// Landlock (ABI >= 1) and a mount namespace (root).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SandboxSupport {
+    pub modes: Vec<&'static str>,
+    pub detail: String,
+}
+
+pub fn support() -> SandboxSupport {
+    let all = || SandboxMode::RUNNABLE.iter().map(|m| m.as_str()).collect();
+    let only_full = vec![SandboxMode::DangerFullAccess.as_str()];
+    match super::landlock::abi() {
+        Ok(abi) if abi >= 1 && super::capabilities::can_make_mount_namespace() => SandboxSupport {
+            modes: all(),
+            detail: format!("Landlock ABI {abi} and a mount namespace"),
+        },
+        Ok(abi) if abi >= 1 => SandboxSupport {
+            modes: only_full,
+            detail: "read-only and workspace-write need root (a mount namespace)".to_string(),
+        },
+        Ok(abi) => SandboxSupport {
+            modes: only_full,
+            detail: format!("Landlock answers ABI {abi}"),
+        },
+        Err(err) => SandboxSupport {
+            modes: only_full,
+            detail: super::landlock::absent_because(&err),
+        },
+    }
+}

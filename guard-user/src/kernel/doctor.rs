@@ -25,6 +25,8 @@ pub struct Report {
     pub resolver_cannot_see: Vec<BlindSpot>,
     /// Whether the system rules folder is where a command under guard cannot plant a policy.
     pub system_rules: SystemRules,
+    /// The `guard run --sandbox` modes this machine can hold.
+    pub sandbox_modes: crate::confine::sandbox::SandboxSupport,
 }
 
 /// The system rules folder (`/etc/guard/rules`, or `GUARD_SYSTEM_RULES`): the policy every
@@ -217,6 +219,7 @@ pub fn run() -> Report {
             .map(|(what, how)| BlindSpot { what, how })
             .collect(),
         system_rules: SystemRules::probe(),
+        sandbox_modes: crate::confine::sandbox::support(),
     }
 }
 

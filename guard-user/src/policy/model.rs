@@ -36,6 +36,8 @@ pub struct Policy {
     protected_paths: Vec<ProtectedPath>,
     /// Legacy `.policy` files (spec §8) loaded beside the `.rules` files, in load order.
     legacy_policies: Vec<LegacyPolicy>,
+    /// The last `sandbox(...)` call (guard-only).
+    sandbox: Option<super::sandbox::SandboxSetting>,
 }
 
 /// A legacy `.policy` file loaded beside the `.rules` files. Its forbidden program regexes
@@ -179,6 +181,15 @@ impl Policy {
     /// The enforcement settings in force: what `enforcement(...)` set, defaults for the rest.
     pub fn enforcement(&self) -> EnforcementSettings {
         self.enforcement.settings()
+    }
+
+    /// The write confinement a rules file chose with `sandbox(...)`.
+    pub fn sandbox(&self) -> Option<&super::sandbox::SandboxSetting> {
+        self.sandbox.as_ref()
+    }
+
+    pub fn set_sandbox(&mut self, sandbox: super::sandbox::SandboxSetting) {
+        self.sandbox = Some(sandbox);
     }
 
     /// Only the keys `enforcement(...)` calls set (what `policy show` marks as not a default).

@@ -33,6 +33,7 @@ use super::rule::{
     parse_network_decision,
 };
 use super::rule_set::RuleSet;
+use super::sandbox::{SandboxMode, SandboxSetting};
 
 /// Parses rules files in order into one policy.
 #[derive(Default)]
@@ -49,6 +50,7 @@ struct PolicyBuilder {
     address_rules: Vec<AddressRule>,
     enforcement: EnforcementOverrides,
     rule_sets: Vec<RuleSet>,
+    sandbox: Option<SandboxSetting>,
     pending_examples: Vec<PendingExamples>,
 }
 
@@ -88,6 +90,9 @@ impl PolicyParser {
         policy.set_enforcement(builder.enforcement);
         for rule_set in builder.rule_sets {
             policy.add_rule_set(rule_set);
+        }
+        if let Some(sandbox) = builder.sandbox {
+            policy.set_sandbox(sandbox);
         }
         policy
     }
@@ -505,6 +510,45 @@ fn policy_builtins(globals: &mut GlobalsBuilder) {
         let origin = origin_of(&location_of_call(eval));
         let rule_set = RuleSet::parse(&items(deny), &items(ask), &items(allow), origin)?;
         policy_builder(eval).rule_sets.push(rule_set);
+        Ok(NoneType)
+    }
+
+    /// `sandbox(mode, writable=[])` (guard-only): the write confinement of `guard run`'s
+    /// command when `--sandbox` does not choose: `read-only`, `workspace-write` (with
+    /// `writable` as extra roots) or `danger-full-access`. A later call replaces an earlier one.
+    fn sandbox<'v>(
+        mode: &'v str,
+        #[starlark(require = named)] writable: Option<UnpackList<&'v str>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<NoneType> {
+        let Some(parsed) = SandboxMode::runnable(mode) else {
+            return Err(PolicyError::InvalidRule(format!(
+                "sandbox(mode={mode:?}): not a mode; use one of \"read-only\", \
+                 \"workspace-write\", \"danger-full-access\""
+            ))
+            .into());
+        };
+        let writable: Vec<PathBuf> = writable
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .into_iter()
+            .map(PathBuf::from)
+            .collect();
+        if parsed != SandboxMode::WorkspaceWrite && !writable.is_empty() {
+            return Err(PolicyError::InvalidRule(format!(
+                "sandbox(mode={mode:?}, writable=...): only workspace-write has writable roots; \
+                 drop writable or use mode=\"workspace-write\""
+            ))
+            .into());
+        }
+        let from = origin_of(&location_of_call(eval))
+            .map(|o| o.to_string())
+            .unwrap_or_default();
+        policy_builder(eval).sandbox = Some(SandboxSetting {
+            mode: parsed,
+            writable,
+            from,
+        });
         Ok(NoneType)
     }
 

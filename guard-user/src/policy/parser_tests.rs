@@ -482,3 +482,30 @@ fn files_parsed_in_order_accumulate_into_one_policy() {
     );
     assert_eq!(resolved.decision, Some(Decision::Allow));
 }
+
+#[test]
+fn sandbox_sets_the_write_confinement_and_the_last_call_wins() {
+    use crate::policy::sandbox::SandboxMode;
+    assert_eq!(parse("").unwrap().sandbox(), None);
+    let policy = parse(
+        "sandbox(mode=\"read-only\")\nsandbox(\"workspace-write\", writable=[\"/srv/cache\", \"out\"])\n",
+    )
+    .unwrap();
+    let sandbox = policy.sandbox().unwrap();
+    assert_eq!(sandbox.mode, SandboxMode::WorkspaceWrite);
+    assert_eq!(
+        sandbox.writable,
+        vec![PathBuf::from("/srv/cache"), PathBuf::from("out")]
+    );
+    assert!(sandbox.from.ends_with(":2"), "{}", sandbox.from);
+    assert!(
+        parse_err("sandbox(mode=\"rw\")").contains(
+            "sandbox(mode=\"rw\"): not a mode; use one of \"read-only\", \"workspace-write\", \"danger-full-access\""
+        )
+    );
+    assert!(
+        parse_err("sandbox(mode=\"read-only\", writable=[\"/x\"])")
+            .contains("only workspace-write has writable roots")
+    );
+    assert!(parse_err("sandbox(mode=\"external\")").contains("not a mode"));
+}

@@ -23,6 +23,20 @@ pub enum SandboxMode {
 }
 
 impl SandboxMode {
+    /// The modes `guard run` holds, by name (`external` is another sandbox's, so not one).
+    pub const RUNNABLE: [SandboxMode; 3] = [
+        SandboxMode::ReadOnly,
+        SandboxMode::WorkspaceWrite,
+        SandboxMode::DangerFullAccess,
+    ];
+
+    /// A mode `guard run` holds, by its name.
+    pub fn runnable(name: &str) -> Option<SandboxMode> {
+        Self::RUNNABLE
+            .into_iter()
+            .find(|mode| mode.as_str() == name)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             SandboxMode::ReadOnly => "read-only",
@@ -36,6 +50,17 @@ impl SandboxMode {
     pub fn is_restricted(self) -> bool {
         matches!(self, SandboxMode::ReadOnly | SandboxMode::WorkspaceWrite)
     }
+}
+
+/// A rules file's `sandbox(mode=..., writable=[...])` (a guard-only builtin): the write
+/// confinement `guard run` holds when its `--sandbox` does not choose one. The last call wins.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SandboxSetting {
+    pub mode: SandboxMode,
+    /// Extra writable roots (relative ones are below the command's working folder).
+    pub writable: Vec<PathBuf>,
+    /// Where it was written (`agent.rules:4`).
+    pub from: String,
 }
 
 /// Folders under a writable root that stay read-only: a command must not plant git hooks or

@@ -185,9 +185,7 @@ async fn answer(shared: &Shared, bytes: &[u8], tcp: bool) -> Option<Vec<u8>> {
         }));
         // Not confirmed in time (or the owner is gone): no answer whose addresses might not be
         // in force yet.
-        if must_wait
-            && (!sent || !matches!(timeout(ANSWER_WAIT, confirmed).await, Ok(Ok(()))))
-        {
+        if must_wait && (!sent || !matches!(timeout(ANSWER_WAIT, confirmed).await, Ok(Ok(())))) {
             return reply_code(&query, ResponseCode::ServFail);
         }
     }

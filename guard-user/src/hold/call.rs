@@ -5,6 +5,8 @@
 //! The kernel's BPF programs decide the exec that really happens, from the kernel's own copy.
 
 use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::listener::Notification;
@@ -52,26 +54,29 @@ pub fn read_exec(call: &Notification) -> io::Result<Option<ExecCall>> {
     Ok(Some(ExecCall { file, argv }))
 }
 
-/// The file a path names for the caller: from its root, its working folder or `dirfd`.
+/// The file a path names for the caller: an absolute path as guard sees it, a relative one
+/// from the caller's working folder or `dirfd`. guard's view is the caller's unless the caller
+/// moved its root (a chroot): then the twin may misname the file, and the kernel, which decides
+/// from the file it really runs, still decides it (the hold only chooses whether to ask).
 fn executed_file(pid: u32, dirfd: i32, path: &str, flags: i32) -> Option<PathBuf> {
     let proc = PathBuf::from(format!("/proc/{pid}"));
-    let root = proc.join("root");
     let named = if path.is_empty() && flags & libc::AT_EMPTY_PATH != 0 {
         proc.join("fd").join(dirfd.to_string())
-    } else if let Some(relative) = path.strip_prefix('/') {
-        root.join(relative)
+    } else if path.starts_with('/') {
+        PathBuf::from(path)
     } else if dirfd == libc::AT_FDCWD {
         proc.join("cwd").join(path)
     } else {
         proc.join("fd").join(dirfd.to_string()).join(path)
     };
-    let found = std::fs::canonicalize(&named).ok()?;
-    // Seen from guard's root; the caller's is the same unless it was moved (a chroot).
-    let own_root = std::fs::canonicalize(&root).ok()?;
-    Some(match found.strip_prefix(&own_root) {
-        Ok(inside) if own_root != Path::new("/") => Path::new("/").join(inside),
-        _ => found,
-    })
+    // One open and one readlink (not a realpath walk of every component): the kernel follows
+    // the links, the /proc magic ones included, and names the file it found.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(&named)
+        .ok()?;
+    std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
 }
 
 fn read_argv(pid: u32, mut address: u64, budget: &mut usize) -> io::Result<Option<Vec<String>>> {
@@ -79,21 +84,30 @@ fn read_argv(pid: u32, mut address: u64, budget: &mut usize) -> io::Result<Optio
     if address == 0 {
         return Ok(Some(argv));
     }
-    for _ in 0..MAX_ARGS {
-        let mut pointer = [0u8; 8];
-        if !read_memory(pid, address, &mut pointer)? {
+    let mut pointers = [0u8; 8 * 64];
+    while argv.len() < MAX_ARGS {
+        // Up to 64 pointers a read, never across a page end (the next may not be mapped).
+        let to_page_end = 4096 - (address % 4096) as usize;
+        let want = pointers.len().min(to_page_end) / 8 * 8;
+        let want = if want == 0 { 8 } else { want };
+        if !read_memory(pid, address, &mut pointers[..want])? {
             return Ok(None);
         }
-        let pointer = u64::from_ne_bytes(pointer);
-        if pointer == 0 {
-            return Ok(Some(argv));
+        for pointer in pointers[..want].chunks_exact(8) {
+            let pointer = u64::from_ne_bytes(pointer.try_into().expect("8 bytes"));
+            if pointer == 0 {
+                return Ok(Some(argv));
+            }
+            let limit = *budget;
+            let Some(arg) = read_string(pid, pointer, limit, budget)? else {
+                return Ok(None);
+            };
+            argv.push(arg);
+            if argv.len() == MAX_ARGS {
+                return Ok(None);
+            }
         }
-        let limit = *budget;
-        let Some(arg) = read_string(pid, pointer, limit, budget)? else {
-            return Ok(None);
-        };
-        argv.push(arg);
-        address += 8;
+        address += want as u64;
     }
     Ok(None)
 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use guard_tests::daemon::{guard_bin, text};
+use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, guard_bin, text};
 use guard_tests::kernel::{root_or_skip, shell_program, wait_output};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
@@ -192,4 +192,41 @@ fn a_rules_files_sandbox_is_held_with_its_writable_roots_and_the_flag_wins() {
     assert!(!dir.join("refused").exists() && !extra.join("refused").exists());
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&extra);
+}
+
+#[test]
+fn the_daemons_sandbox_holds_for_every_guard_run_under_it() {
+    if !can_run() {
+        return;
+    }
+    let daemon = TestDaemon::start(&DaemonSetup {
+        extra_config: "[sandbox]\nmode = \"read-only\"\n".to_string(),
+        ..Default::default()
+    });
+    let dir = workspace("daemon");
+    let child = daemon
+        .guard_command(&["run", "--"])
+        .arg(shell_program())
+        .args([
+            "-c",
+            "touch ./made; echo rc1=$?; echo x > /dev/null; echo rc2=$?",
+        ])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting guard run");
+    let out = wait_output(child, RUN_TIMEOUT);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        stdout.contains("rc1=1") && stdout.contains("rc2=0"),
+        "{stdout} / {stderr}"
+    );
+    assert!(!dir.join("made").exists());
+    assert!(
+        stderr.contains("guard: sandbox read-only (the daemon's, guard.toml [sandbox])"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -14,9 +14,11 @@ use anstream::eprintln;
 use serde_json::Value;
 
 use super::control::client_error;
+use crate::confine::sandbox::SandboxPlan;
 use crate::confine::{CommandConfinement, WritePlan, WriteRules};
 use crate::daemon::client::Client;
 use crate::daemon::protocol::{FLUSH_LINE, Request};
+use crate::policy::sandbox::SandboxSetting;
 
 /// How long to wait for the daemon to pass on the last events after CMD ended.
 const FLUSH_WAIT: Duration = Duration::from_secs(2);
@@ -59,14 +61,36 @@ pub fn run(
     };
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let plan = WritePlan::new(&rules, &cwd);
-    let confinement = match CommandConfinement::prepare(&plan, keep_capabilities) {
-        Ok(confinement) => confinement,
-        Err(err) => {
-            eprintln!("guard: cannot confine the command's writes: {err:#}");
-            return ExitCode::from(125);
-        }
-    };
+    // The daemon's sandbox (its `[sandbox]`, or its rules' `sandbox(...)`), with this run's
+    // current folder as the workspace.
+    let sandbox = serde_json::from_value::<Option<SandboxSetting>>(started["sandbox"].clone())
+        .ok()
+        .flatten()
+        .map(|setting| {
+            let tmpdir = std::env::var_os("TMPDIR").map(PathBuf::from);
+            let plan = SandboxPlan::new(setting.mode, &cwd, tmpdir.as_deref(), &setting.writable);
+            (plan, setting.from)
+        });
+    let restricted = sandbox
+        .as_ref()
+        .map(|(plan, _)| plan)
+        .filter(|s| s.is_restricted());
+    let confinement =
+        match CommandConfinement::prepare_sandboxed(&plan, restricted, keep_capabilities) {
+            Ok(confinement) => confinement,
+            Err(err) => {
+                eprintln!("guard: cannot confine the command's writes: {err:#}");
+                return ExitCode::from(125);
+            }
+        };
     super::run::report_confinement(&plan, &confinement, verbose);
+    if let (Some(sandbox), Some((_, from))) = (restricted, &sandbox) {
+        eprintln!(
+            "guard: sandbox {} (the daemon's, {from}): {}",
+            sandbox.mode.as_str(),
+            sandbox.describe()
+        );
+    }
     let mut writer = match client.writer() {
         Ok(writer) => writer,
         Err(err) => {

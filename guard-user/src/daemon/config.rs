@@ -51,6 +51,8 @@ pub struct Config {
     pub audit: AuditConfig,
     pub scope: ScopeConfig,
     pub asks: AskConfig,
+    /// The write confinement of every `guard run` under the daemon (`[sandbox]`).
+    pub sandbox: SandboxSection,
     /// Extra attributes for the authorization policy, per user name:
     /// `[users.alice] email = "alice@example.com"` and `attrs = { team = ["infra"] }`.
     pub users: BTreeMap<String, UserConfig>,
@@ -193,6 +195,38 @@ impl Default for ResolverSection {
     }
 }
 
+/// `[sandbox]`: the sandbox mode each `guard run` under the daemon holds for its command
+/// (`guard run --sandbox`'s modes); empty: the rules' `sandbox(...)`, else none.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxSection {
+    /// `read-only`, `workspace-write` or `danger-full-access`; empty: the rules decide.
+    pub mode: String,
+    /// Extra writable roots under workspace-write (the workspace is the run's current folder).
+    pub writable: Vec<PathBuf>,
+}
+
+impl SandboxSection {
+    /// The configured mode as a setting; `None` when the rules decide.
+    pub fn setting(&self) -> Result<Option<crate::policy::sandbox::SandboxSetting>> {
+        if self.mode.is_empty() {
+            return Ok(None);
+        }
+        let Some(mode) = crate::policy::sandbox::SandboxMode::runnable(&self.mode) else {
+            bail!(
+                "sandbox.mode = {:?}: use \"read-only\", \"workspace-write\" or \
+                 \"danger-full-access\" (or leave it empty for the rules' sandbox(...))",
+                self.mode
+            );
+        };
+        Ok(Some(crate::policy::sandbox::SandboxSetting {
+            mode,
+            writable: self.writable.clone(),
+            from: "guard.toml [sandbox]".to_string(),
+        }))
+    }
+}
+
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct UserConfig {
@@ -219,6 +253,7 @@ impl Default for Config {
             audit: AuditConfig::default(),
             scope: ScopeConfig::default(),
             asks: AskConfig::default(),
+            sandbox: SandboxSection::default(),
             users: BTreeMap::new(),
             file: None,
         }
@@ -270,6 +305,7 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<()> {
+        self.sandbox.setting()?;
         if self.asks.expire != "deny" {
             bail!(
                 "asks.expire = {:?}: the only supported value is \"deny\"",
@@ -346,6 +382,12 @@ mod tests {
         std::fs::write(&path, "[asks]\nexpire = \"allow\"\n").unwrap();
         let err = format!("{:#}", Config::load(&path, true).unwrap_err());
         assert!(err.contains("asks.expire"), "{err}");
+        std::fs::write(&path, "[sandbox]\nmode = \"rw\"\n").unwrap();
+        let err = format!("{:#}", Config::load(&path, true).unwrap_err());
+        assert!(
+            err.contains("sandbox.mode = \"rw\": use \"read-only\""),
+            "{err}"
+        );
     }
 
     #[test]

@@ -5,10 +5,10 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Where writes may go.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SandboxMode {
     /// Nothing may be written (but `/dev/null` and the terminal).
@@ -54,7 +54,8 @@ impl SandboxMode {
 
 /// A rules file's `sandbox(mode=..., writable=[...])` (a guard-only builtin): the write
 /// confinement `guard run` holds when its `--sandbox` does not choose one. The last call wins.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// The daemon's `[sandbox]` is one too, sent to each `guard run` under it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxSetting {
     pub mode: SandboxMode,
     /// Extra writable roots (relative ones are below the command's working folder).

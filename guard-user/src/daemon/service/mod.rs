@@ -771,7 +771,15 @@ impl Daemon {
         // (it knows its own current folder and file system; the daemon's kernel programs do
         // not decide writes).
         let writes = crate::confine::WriteRules::of_policy(&self.loaded.policy);
-        Ok(json!({"scope": path, "cgroup_id": id, "writes": writes}))
+        // The sandbox is the client's to hold too: `[sandbox]`, else the rules' `sandbox(...)`.
+        let sandbox = self
+            .config
+            .sandbox
+            .setting()
+            .ok()
+            .flatten()
+            .or_else(|| self.loaded.policy.sandbox().cloned());
+        Ok(json!({"scope": path, "cgroup_id": id, "writes": writes, "sandbox": sandbox}))
     }
 
     /// Drains the kernel's events now, then says so on `stream` (after any `blocked` lines the

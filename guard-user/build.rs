@@ -5,6 +5,7 @@
 //! `AYA_BUILD_SKIP=1` skips it (for tools that only read the sources, like rust-analyzer); the
 //! binary then carries an empty object and says so when asked to enforce.
 fn main() -> anyhow::Result<()> {
+    commit();
     let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     let skip =
         std::env::var("AYA_BUILD_SKIP").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
@@ -22,4 +23,26 @@ fn main() -> anyhow::Result<()> {
         }],
         aya_build::Toolchain::default(),
     )
+}
+
+/// `GUARD_COMMIT` for `guard --version`: the checkout's commit, or `unknown` outside a git
+/// checkout (a source tarball). Reruns when the checked-out commit changes.
+fn commit() {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=GUARD_COMMIT={commit}");
+    if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+        let dir = std::path::Path::new(&dir);
+        for file in ["HEAD", "refs/heads", "packed-refs"] {
+            println!("cargo:rerun-if-changed={}", dir.join(file).display());
+        }
+    }
 }

@@ -2356,3 +2356,39 @@ fn check_patch_judges_inside_outside_and_escaping_paths_with_the_references_reas
         out.stderr
     );
 }
+
+#[test]
+fn version_names_the_commit_and_completions_and_man_pages_come_from_the_help() {
+    let sandbox = Sandbox::new();
+    let version = sandbox.run(["--version"]).stdout;
+    assert!(
+        version.starts_with("guard 0.") && version.contains(" (commit "),
+        "{version}"
+    );
+    for shell in ["bash", "zsh", "fish"] {
+        let run = sandbox.run(["completions", shell]);
+        assert_eq!(run.code, Some(0), "{shell}: {}", run.stderr);
+        assert!(
+            run.stdout.contains("allow-host") && run.stdout.contains("--sandbox"),
+            "{shell} completes subcommands and flags"
+        );
+    }
+    let page = sandbox.run(["man"]);
+    assert!(
+        page.code == Some(0) && page.stdout.contains(".TH guard 1"),
+        "{}",
+        page.stdout
+    );
+    let page = sandbox.run(["man", "run"]).stdout;
+    assert!(
+        page.contains(".TH guard-run 1") && page.contains("sandbox"),
+        "{page}"
+    );
+    let missing = sandbox.run(["man", "nope"]);
+    assert_eq!(missing.code, Some(2));
+    assert!(
+        missing.stderr.contains("no subcommand `nope`"),
+        "{}",
+        missing.stderr
+    );
+}

@@ -56,8 +56,16 @@ Exit status: 0 when the command ran (whatever the decision), 2 on a policy or us
 `guard run` exits with the status of the command it ran; `guard authz check` exits 1 on deny;
 the daemon's clients exit 3 when the daemon refuses the request, 4 when no daemon answers.";
 
+/// `guard --version`: the release and the commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("GUARD_COMMIT"),
+    ")"
+);
+
 #[derive(Parser, Debug)]
-#[command(name = "guard", version, about = ABOUT, after_help = AFTER_HELP)]
+#[command(name = "guard", version = VERSION, about = ABOUT, after_help = AFTER_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -106,6 +114,22 @@ enum Command {
     /// The legacy engine: classify an exec with a define_program policy (spec §8).
     #[command(subcommand)]
     Legacy(legacy::LegacyCommand),
+    /// Print a shell completion script: `guard completions bash > /etc/bash_completion.d/guard`.
+    Completions(CompletionsArgs),
+    /// Print the man page of guard or of one subcommand (roff): `guard man run | man -l -`.
+    Man(ManArgs),
+}
+
+#[derive(Args, Debug)]
+struct CompletionsArgs {
+    /// bash, zsh, fish, elvish or powershell.
+    shell: clap_complete::Shell,
+}
+
+#[derive(Args, Debug)]
+struct ManArgs {
+    /// A subcommand (`run`, `policy`, ...); none: guard's own page.
+    subcommand: Option<String>,
 }
 
 /// Where the policy comes from; shared by every subcommand that reads one.
@@ -175,7 +199,41 @@ pub fn main() -> ExitCode {
         Command::Replay(args) => replay::run(&args),
         Command::Release(args) => daemon::release(&args),
         Command::Legacy(command) => legacy::run(command),
+        Command::Completions(args) => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(args.shell, &mut command, "guard", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Man(args) => man(args.subcommand.as_deref()),
     }
+}
+
+/// `guard man [SUBCOMMAND]`: the page clap_mangen makes of the help texts.
+fn man(subcommand: Option<&str>) -> ExitCode {
+    let guard = <Cli as clap::CommandFactory>::command();
+    let page = match subcommand {
+        None => guard,
+        Some(name) => match guard.find_subcommand(name) {
+            // The page is titled `guard-NAME`; clap takes only static names without its
+            // `string` feature, and this process prints one page and ends.
+            Some(found) => found
+                .clone()
+                .name(&*Box::leak(format!("guard-{name}").into_boxed_str())),
+            None => {
+                return output::usage_error(&format!(
+                    "no subcommand `{name}`; `guard --help` lists them"
+                ));
+            }
+        },
+    };
+    let mut roff = Vec::new();
+    if let Err(err) = clap_mangen::Man::new(page).render(&mut roff) {
+        anstream::eprintln!("guard: cannot render the man page: {err}");
+        return ExitCode::from(1);
+    }
+    use std::io::Write;
+    let _ = std::io::stdout().write_all(&roff);
+    ExitCode::SUCCESS
 }
 
 #[cfg(test)]

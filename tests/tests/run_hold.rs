@@ -42,8 +42,13 @@ fn pty() -> (OwnedFd, OwnedFd) {
 /// Runs `guard run --rules R -- sh -c SCRIPT` in `dir` on a terminal; when the terminal shows
 /// the question, types `key`. Returns everything the terminal showed.
 fn run_on_terminal(dir: &Path, script: &str, key: u8) -> String {
+    run_on_terminal_with(dir, RULES, script, key)
+}
+
+/// [`run_on_terminal`] with these rules.
+fn run_on_terminal_with(dir: &Path, rules_text: &str, script: &str, key: u8) -> String {
     let rules = dir.join("hold.rules");
-    std::fs::write(&rules, RULES).unwrap();
+    std::fs::write(&rules, rules_text).unwrap();
     let (master, slave) = pty();
     let io = |fd: &OwnedFd| Stdio::from(fd.try_clone().unwrap());
     let mut command = Command::new(guard_bin());
@@ -146,4 +151,38 @@ fn an_exec_denied_on_the_terminal_fails_with_eacces_and_the_message() {
         "the program's stderr has the blocked request: {shown}"
     );
     assert!(!dir.path().join("made").exists(), "touch did not run");
+}
+
+#[test]
+fn an_exec_approved_always_writes_its_rule_and_is_not_held_again() {
+    if !root_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The kernel compares the executed file's name: /bin/sh is often a link to dash.
+    let shell = std::fs::canonicalize(shell_program()).unwrap();
+    let shell = shell.file_name().unwrap().to_string_lossy();
+    let rules = format!(
+        "enforcement(unmatched_exec=\"prompt\")\nprefix_rule(pattern=[\"{shell}\"], decision=\"allow\")\n"
+    );
+    let rules = rules.as_str();
+    // The second touch is the same exec: the rule the answer wrote allows it, with no question.
+    let shown = run_on_terminal_with(
+        dir.path(),
+        rules,
+        "touch made; touch made; echo rc=$?",
+        b'a',
+    );
+    assert!(
+        shown.contains("[o]nce, [s]ession, [a]lways, [d]eny"),
+        "{shown}"
+    );
+    assert!(shown.contains("guard: ask 1 approved always"), "{shown}");
+    assert!(!shown.contains("guard: ask 2"), "asked again: {shown}");
+    assert!(shown.contains("rc=0"), "{shown}");
+    let written = std::fs::read_to_string(dir.path().join("hold.rules")).unwrap();
+    assert!(
+        written.contains("prefix_rule(pattern=[\"touch\", \"made\"], decision=\"allow\""),
+        "{written}"
+    );
 }

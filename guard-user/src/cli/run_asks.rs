@@ -47,6 +47,8 @@ pub struct RunAsks {
     /// What the kernel holds is this approval policy's view of the rules (reloads keep it).
     approval: ApprovalPolicy,
     config: AskConfig,
+    /// How many times an answer put a new policy in force.
+    policies_applied: u64,
 }
 
 /// One ask that a kernel event made or repeated.
@@ -94,7 +96,13 @@ impl RunAsks {
             }),
             approval,
             config,
+            policies_applied: 0,
         })
+    }
+
+    /// How many times an answer put a new policy in force (what decides execs changed).
+    pub fn policies_applied(&self) -> u64 {
+        self.policies_applied
     }
 
     pub fn socket(&self) -> &Path {
@@ -373,8 +381,9 @@ impl RunAsks {
             "outcome": outcome,
             "applied": applied.is_ok(),
         });
-        if let Err(error) = applied {
-            value["error"] = error.into();
+        match applied {
+            Ok(()) => self.policies_applied += 1,
+            Err(error) => value["error"] = error.into(),
         }
         if outcome == AmendOutcome::AlreadyPresent {
             value["note"] = "the line was already there; nothing was written".into();

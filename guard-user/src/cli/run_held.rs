@@ -113,6 +113,8 @@ pub struct HeldCalls {
     hold: Hold,
     terminal: Terminal,
     waiting: Vec<Waiting>,
+    /// [`RunAsks::policies_applied`] when the hold last took the policy.
+    policies_seen: u64,
 }
 
 impl HeldCalls {
@@ -121,6 +123,7 @@ impl HeldCalls {
             hold,
             terminal,
             waiting: Vec::new(),
+            policies_seen: 0,
         }
     }
 
@@ -154,6 +157,12 @@ impl HeldCalls {
             }
         }
         self.settle(session, asks);
+        // An `--always` answer (here or on the socket) wrote a rule: later execs are decided by
+        // the new policy, so the exec it allows is not held again.
+        if asks.policies_applied() != self.policies_seen {
+            self.policies_seen = asks.policies_applied();
+            self.hold.set_policy(session.policy().clone());
+        }
         if self.terminal.question.is_none()
             && let Some(next) = self
                 .waiting

@@ -165,6 +165,9 @@ impl Supervisor {
             Ok(None) | Err(_) => return,
         };
         let listener = self.listener.get_or_init(|| listener);
+        // The first held call is the command's own exec, made while guard waits in its spawn
+        // and cannot ask: it continues, and the kernel decides it as without the hold.
+        let mut first = true;
         loop {
             let mut fds = [
                 libc::pollfd {
@@ -194,6 +197,10 @@ impl Supervisor {
                 return;
             }
             match listener.receive() {
+                Ok(Some(notification)) if first => {
+                    first = false;
+                    let _ = listener.reply(notification.id, Reply::Continue);
+                }
                 Ok(Some(notification)) => self.decide(listener, notification),
                 Ok(None) => {}
                 Err(_) => return,

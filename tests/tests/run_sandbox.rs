@@ -23,12 +23,9 @@ fn workspace(name: &str) -> PathBuf {
     dir
 }
 
-/// `guard run --sandbox MODE -- sh -c SCRIPT` in `dir` (the default policy).
-fn run(dir: &Path, mode: &str, script: &str) -> Output {
-    let child = Command::new(guard_bin())
-        .args(["run", "--sandbox", mode, "--"])
-        .arg(shell_program())
-        .args(["-c", script])
+/// `command` (a `guard run`) in `dir`, its output piped, waited for with a bound.
+fn output_in(dir: &Path, command: &mut Command) -> Output {
+    let child = command
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -36,6 +33,16 @@ fn run(dir: &Path, mode: &str, script: &str) -> Output {
         .spawn()
         .expect("starting guard run");
     wait_output(child, RUN_TIMEOUT)
+}
+
+/// `guard run --sandbox MODE -- sh -c SCRIPT` in `dir` (the default policy).
+fn run(dir: &Path, mode: &str, script: &str) -> Output {
+    let mut command = Command::new(guard_bin());
+    command
+        .args(["run", "--sandbox", mode, "--"])
+        .arg(shell_program())
+        .args(["-c", script]);
+    output_in(dir, &mut command)
 }
 
 #[test]
@@ -154,21 +161,16 @@ fn a_rules_files_sandbox_is_held_with_its_writable_roots_and_the_flag_wins() {
             "touch {}/{name}; echo rc1=$?; touch ./{name}; echo rc2=$?",
             extra.display()
         );
-        let child = Command::new(guard_bin())
+        let mut command = Command::new(guard_bin());
+        command
             .arg("run")
             .arg("--rules")
             .arg(&rules)
             .args(flags)
             .arg("--")
             .arg(shell_program())
-            .args(["-c", &script])
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting guard run");
-        wait_output(child, RUN_TIMEOUT)
+            .args(["-c", &script]);
+        output_in(&dir, &mut command)
     };
     let out = run_with(&[], "made");
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));

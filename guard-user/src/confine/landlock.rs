@@ -104,20 +104,26 @@ impl Confinement {
     }
 }
 
+/// The ABI of a Landlock that can confine, or the confinement that says why there is none.
+fn usable_abi() -> std::result::Result<u32, Confinement> {
+    match abi() {
+        Ok(version) if version >= 1 => Ok(version),
+        Ok(version) => Err(Confinement::Unavailable(format!(
+            "Landlock answers ABI {version}"
+        ))),
+        Err(err) => Err(Confinement::Unavailable(absent_because(&err))),
+    }
+}
+
 /// Turns `plan` into a ruleset: every grant opened (`O_PATH`, not following symlinks, checked
 /// to still be a folder or not) and added with its rights. An error is a ruleset that could not
 /// be made on a kernel that has Landlock.
 pub fn confinement(plan: &WritePlan) -> Result<Confinement> {
     // Asked first, whatever the plan: a kernel without Landlock is worth one line on every run
     // (the protected paths are not held), even when nothing of them exists yet.
-    let abi = match abi() {
-        Ok(version) if version >= 1 => version,
-        Ok(version) => {
-            return Ok(Confinement::Unavailable(format!(
-                "Landlock answers ABI {version}"
-            )));
-        }
-        Err(err) => return Ok(Confinement::Unavailable(absent_because(&err))),
+    let abi = match usable_abi() {
+        Ok(abi) => abi,
+        Err(unavailable) => return Ok(unavailable),
     };
     if plan.is_empty() {
         return Ok(Confinement::Nothing);
@@ -197,14 +203,9 @@ pub fn restrict_from_pre_exec(fd: RawFd) -> io::Result<()> {
 /// any Landlock domain that handles file rights cannot mount, unmount or pivot_root, so the
 /// read-only binds of [`super::namespace`] stay. `Unavailable` without Landlock.
 pub fn mount_lock() -> Result<Confinement> {
-    let abi = match abi() {
-        Ok(version) if version >= 1 => version,
-        Ok(version) => {
-            return Ok(Confinement::Unavailable(format!(
-                "Landlock answers ABI {version}"
-            )));
-        }
-        Err(err) => return Ok(Confinement::Unavailable(absent_because(&err))),
+    let abi = match usable_abi() {
+        Ok(abi) => abi,
+        Err(unavailable) => return Ok(unavailable),
     };
     let root = std::fs::OpenOptions::new()
         .read(true)
@@ -235,14 +236,9 @@ pub const ALWAYS_WRITABLE: [&str; 4] = ["/dev/null", "/dev/tty", "/dev/ptmx", "/
 /// only below `roots` (those that exist; canonical) and to [`ALWAYS_WRITABLE`]. Like
 /// [`mount_lock`], it also keeps the read-only binds in place. `Unavailable` without Landlock.
 pub fn sandbox(roots: &[PathBuf]) -> Result<Confinement> {
-    let abi = match abi() {
-        Ok(version) if version >= 1 => version,
-        Ok(version) => {
-            return Ok(Confinement::Unavailable(format!(
-                "Landlock answers ABI {version}"
-            )));
-        }
-        Err(err) => return Ok(Confinement::Unavailable(absent_because(&err))),
+    let abi = match usable_abi() {
+        Ok(abi) => abi,
+        Err(unavailable) => return Ok(unavailable),
     };
     let mut ruleset = Ruleset::default()
         .handle_access(write_rights())

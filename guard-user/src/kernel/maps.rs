@@ -148,18 +148,7 @@ impl MapSync {
             let mut map: BpfHashMap<_, ExecIdentity, ArgvNode> = hash_map(ebpf, "ARGV_ROOTS")?;
             write_changed(&roots, &self.roots, |k, v| map.insert(k, v, 0))?;
         }
-        {
-            let mut map: LpmTrie<_, DestV4, Verdict> = lpm(ebpf, "DEST_V4")?;
-            write_changed(&v4, &self.v4, |(len, data), v| {
-                map.insert(&Key::new(*len, *data), v, 0)
-            })?;
-        }
-        {
-            let mut map: LpmTrie<_, DestV6, Verdict> = lpm(ebpf, "DEST_V6")?;
-            write_changed(&v6, &self.v6, |(len, data), v| {
-                map.insert(&Key::new(*len, *data), v, 0)
-            })?;
-        }
+        self.write_destinations(ebpf, &v4, &v6)?;
         for (index, table) in image.patterns.by_index().into_iter().enumerate() {
             stats.pattern_rows += table.map_or(0, |t| t.rows.len());
             self.write_pattern_table(ebpf, index as u32, table)?;
@@ -203,18 +192,7 @@ impl MapSync {
             let mut map: BpfHashMap<_, LongToken, u32> = hash_map(ebpf, "LONG_TOKEN_IDS")?;
             stats.removed += remove_stale(&long, &self.long, |k| map.remove(k))?;
         }
-        {
-            let mut map: LpmTrie<_, DestV4, Verdict> = lpm(ebpf, "DEST_V4")?;
-            stats.removed += remove_stale(&v4, &self.v4, |(len, data)| {
-                map.remove(&Key::new(*len, *data))
-            })?;
-        }
-        {
-            let mut map: LpmTrie<_, DestV6, Verdict> = lpm(ebpf, "DEST_V6")?;
-            stats.removed += remove_stale(&v6, &self.v6, |(len, data)| {
-                map.remove(&Key::new(*len, *data))
-            })?;
-        }
+        stats.removed += self.remove_stale_destinations(ebpf, &v4, &v6)?;
         self.identities = identities;
         self.names = names;
         self.edges = edges;
@@ -239,33 +217,47 @@ impl MapSync {
             destinations_v6: v6.len(),
             ..SyncStats::default()
         };
-        {
-            let mut map: LpmTrie<_, DestV4, Verdict> = lpm(ebpf, "DEST_V4")?;
-            write_changed(&v4, &self.v4, |(len, data), v| {
-                map.insert(&Key::new(*len, *data), v, 0)
-            })?;
-        }
-        {
-            let mut map: LpmTrie<_, DestV6, Verdict> = lpm(ebpf, "DEST_V6")?;
-            write_changed(&v6, &self.v6, |(len, data), v| {
-                map.insert(&Key::new(*len, *data), v, 0)
-            })?;
-        }
-        {
-            let mut map: LpmTrie<_, DestV4, Verdict> = lpm(ebpf, "DEST_V4")?;
-            stats.removed += remove_stale(&v4, &self.v4, |(len, data)| {
-                map.remove(&Key::new(*len, *data))
-            })?;
-        }
-        {
-            let mut map: LpmTrie<_, DestV6, Verdict> = lpm(ebpf, "DEST_V6")?;
-            stats.removed += remove_stale(&v6, &self.v6, |(len, data)| {
-                map.remove(&Key::new(*len, *data))
-            })?;
-        }
+        self.write_destinations(ebpf, &v4, &v6)?;
+        stats.removed += self.remove_stale_destinations(ebpf, &v4, &v6)?;
         self.v4 = v4;
         self.v6 = v6;
         Ok(stats)
+    }
+
+    /// Writes the destination entries that are new or changed since the last sync.
+    fn write_destinations(
+        &self,
+        ebpf: &mut Ebpf,
+        v4: &HashMap<(u32, DestV4), Verdict>,
+        v6: &HashMap<(u32, DestV6), Verdict>,
+    ) -> Result<()> {
+        let mut map: LpmTrie<_, DestV4, Verdict> = lpm(ebpf, "DEST_V4")?;
+        write_changed(v4, &self.v4, |(len, data), v| {
+            map.insert(&Key::new(*len, *data), v, 0)
+        })?;
+        let mut map: LpmTrie<_, DestV6, Verdict> = lpm(ebpf, "DEST_V6")?;
+        write_changed(v6, &self.v6, |(len, data), v| {
+            map.insert(&Key::new(*len, *data), v, 0)
+        })?;
+        Ok(())
+    }
+
+    /// Removes the destination entries the last sync wrote that `v4`/`v6` no longer have.
+    fn remove_stale_destinations(
+        &self,
+        ebpf: &mut Ebpf,
+        v4: &HashMap<(u32, DestV4), Verdict>,
+        v6: &HashMap<(u32, DestV6), Verdict>,
+    ) -> Result<usize> {
+        let mut map: LpmTrie<_, DestV4, Verdict> = lpm(ebpf, "DEST_V4")?;
+        let mut removed = remove_stale(v4, &self.v4, |(len, data)| {
+            map.remove(&Key::new(*len, *data))
+        })?;
+        let mut map: LpmTrie<_, DestV6, Verdict> = lpm(ebpf, "DEST_V6")?;
+        removed += remove_stale(v6, &self.v6, |(len, data)| {
+            map.remove(&Key::new(*len, *data))
+        })?;
+        Ok(removed)
     }
 
     /// Puts `new` in force for pattern table `index` if it changed: the rows and header go to

@@ -1,7 +1,7 @@
 //! guard's kernel programs: one module per hook family. Entry points are thin; each says whether
 //! an error lets the call through (fails open) or refuses it (fails closed), and why.
 //!
-//! Backends (DESIGN.md, "Enforcement backends"):
+//! Backends (docs/design.md, "Backends"):
 //! - `cgroup`: `tp_btf/sched_process_exec` decides every exec (identity, name, argv) after the new
 //!   image is installed and kills it with SIGKILL before it runs; `cgroup/connect4|6` and
 //!   `cgroup/sendmsg4|6` refuse destinations with EPERM; `cgroup/sock_create` refuses the

@@ -752,7 +752,7 @@ fn check_resolve_host_executables() {
     assert_eq!(value["matched_rules"], json!([]));
 }
 
-/// Spec §2.1: an exact-key rule that exists but does not match still lets the basename stage
+/// docs/policy-language.md §2.1: an exact-key rule that exists but does not match still lets the basename stage
 /// run; one that matches stops it.
 #[test]
 fn check_resolution_runs_when_the_exact_key_does_not_match() {

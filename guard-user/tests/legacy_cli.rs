@@ -1,4 +1,4 @@
-//! `guard legacy check` end to end: every behaviour of the legacy engine (spec §8) as the
+//! `guard legacy check` end to end: every behaviour of the legacy engine (docs/policy-language.md §8) as the
 //! binary reports it, with the built-in policy or small policies written for one behaviour.
 
 mod common;

@@ -510,7 +510,7 @@ fn a_kill_9_under_load_loses_at_most_the_last_second_of_records() {
     const SECS: u64 = 6;
     // In a folder of its own: the daemon's folder holds its rules, state, socket and log,
     // protected paths that `guard run` confines with Landlock, so no new file can be made
-    // directly in it (see the README, "Writes under `guard run`").
+    // directly in it (see docs/enforcement.md, "Writes under `guard run`").
     let progress_dir = daemon.dir.path().join("probe");
     std::fs::create_dir(&progress_dir).unwrap();
     let progress = progress_dir.join("progress");

@@ -1,4 +1,4 @@
-//! Exec decisions in the real kernel (DESIGN.md, "Decisions in the kernel"): a forbidden program
+//! Exec decisions in the real kernel (docs/design.md, "Decisions in the kernel"): a forbidden program
 //! does not run however it is reached, argv rules stop `git push` but not `git status` and cannot
 //! be raced, events name the rule's file and line, only the session's scope is enforced, nothing
 //! stays loaded after a session, and audit-only records without refusing.

@@ -1,4 +1,4 @@
-//! Loading policies from disk (spec §3.1): files and folders, order, symlinks, overlays, the
+//! Loading policies from disk (docs/policy-language.md §3.1): files and folders, order, symlinks, overlays, the
 //! defaults, and refusing the whole policy on any error.
 
 use std::path::{Path, PathBuf};

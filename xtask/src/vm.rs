@@ -1,6 +1,6 @@
 //! `cargo xtask vm-test`: guard's kernel integration tests on a kernel that allows BPF LSM, booted
 //! under qemu, so the same tests that exercise the `cgroup` backend on the project's machines
-//! exercise the `lsm` backend too (DESIGN.md, "Enforcement backends"; `notes/vm-probe.md` records
+//! exercise the `lsm` backend too (docs/design.md, "Backends" and "Kernel facts"; this module records
 //! how this was found to work, and what did not).
 //!
 //! The steps, each cached where it can be:

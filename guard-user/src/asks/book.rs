@@ -53,7 +53,7 @@ impl AskTarget {
     }
 }
 
-/// The blocked-request record (`../shared/spec/policy-language.md` §7, plus the process).
+/// The blocked-request record (`docs/policy-language.md` §7, plus the process).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct BlockedRequest {
     /// The host name, or the address when no name is known.

@@ -1,5 +1,5 @@
 //! From a kernel event to what people and programs read: the blocked-request record, the
-//! human message (`../shared/spec/policy-language.md` §5.2 for execs, §7 for network), and for a
+//! human message (`docs/policy-language.md` §5.2 for execs, §7 for network), and for a
 //! `prompt`, the ask's target.
 
 use std::path::Path;

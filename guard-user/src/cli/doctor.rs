@@ -20,7 +20,7 @@ The `system rules` line says whether the system rules folder (/etc/guard/rules) 
 commands guard runs: root's alone, or missing below a folder of guard's that `guard run` holds
 read-only (create /etc/guard as root to make it so).
 Then, for the backend in use, how each kind of rule is enforced, and which are not (on the
-cgroup backend the kernel holds no read(...)/write(...) rule; the README has the full table),
+cgroup backend the kernel holds no read(...)/write(...) rule; docs/enforcement.md has the full table),
 and what guard's resolver (in the path of the scope's DNS) cannot see.
 Exit status: 0 when some backend works, 1 when none does."
 )]

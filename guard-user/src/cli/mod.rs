@@ -111,7 +111,7 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// Break glass: detach the programs a stopped daemon left pinned.
     Release(daemon::ReleaseArgs),
-    /// The legacy engine: classify an exec with a define_program policy (spec §8).
+    /// The legacy engine: classify an exec with a define_program policy (docs/policy-language.md §8).
     #[command(subcommand)]
     Legacy(legacy::LegacyCommand),
     /// Print a shell completion script: `guard completions bash > /etc/bash_completion.d/guard`.

@@ -1,8 +1,8 @@
 //! What a backend does not hold of a compiled policy, so that `guard doctor`, `guard policy
 //! show`, `guard run` and the daemon's audit log can say so instead of letting people believe a
 //! rule is enforced. The `cgroup` backend has no file hooks: `read(...)` and `write(...)`
-//! patterns and the protected paths are not enforced there (DESIGN.md, "Enforcement
-//! backends"; the README's table of what each backend enforces).
+//! patterns and the protected paths are not enforced there (docs/design.md,
+//! "Backends"; docs/enforcement.md's table of what each backend enforces).
 
 use serde::Serialize;
 

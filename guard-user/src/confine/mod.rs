@@ -477,7 +477,7 @@ impl PreExecSteps {
 /// The folder that holds the missing `path`'s place: its nearest existing ancestor, when that
 /// folder is guard's own (its name starts with `guard`, as `/etc/guard` and `/var/lib/guard`
 /// do). Any other folder (`/etc` when `/etc/guard` is missing) is not held: a read-only `/etc`
-/// would stop ordinary work, so the missing path stays open there (see the README's Limits).
+/// would stop ordinary work, so the missing path stays open there (see docs/limits.md).
 pub fn guards_own_holder(path: &Path) -> Option<PathBuf> {
     let existing = path.ancestors().skip(1).find(|a| a.exists())?;
     let holder = existing.canonicalize().ok()?;

@@ -1,5 +1,5 @@
 //! `guard.toml`: the daemon's configuration. Every key is optional; the defaults below are what a
-//! missing key means, and `guard daemon --help` and the README list them. Command-line flags
+//! missing key means, and `guard daemon --help` and docs/daemon.md list them. Command-line flags
 //! override the file.
 
 use std::collections::BTreeMap;

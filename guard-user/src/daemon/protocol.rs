@@ -5,8 +5,8 @@
 //! `{"v": 1, "ok": false, "error": {"code": "...", "message": "..."}}`. The streaming requests
 //! (`run`, `watch`) keep the connection open after their response: the daemon then writes one
 //! `{"v": 1, "event": "<kind>", ...}` line per event until the client closes. The peer's uid,
-//! gid and pid come from the kernel (SO_PEERCRED), never from the request. The README's
-//! "Control socket" section documents every op; `PROTOCOL_VERSION` changes only when a field
+//! gid and pid come from the kernel (SO_PEERCRED), never from the request. docs/daemon.md
+//! ("The control socket") documents every op; `PROTOCOL_VERSION` changes only when a field
 //! changes meaning (new optional fields and ops do not bump it).
 
 use serde::{Deserialize, Serialize};

@@ -26,7 +26,7 @@ use super::pins::is_bpffs;
 /// The BPF object built by `build.rs` from `guard-ebpf`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/guard"));
 
-/// How guard reaches the kernel (DESIGN.md, "Enforcement backends").
+/// How guard reaches the kernel (docs/design.md, "Backends").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {

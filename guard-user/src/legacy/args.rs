@@ -1,4 +1,4 @@
-//! Positional arguments against a spec's patterns (spec §8.2): the fixed-count patterns before
+//! Positional arguments against a spec's patterns (docs/policy-language.md §8.2): the fixed-count patterns before
 //! the one variadic pattern take the first arguments, those after it the last ones, and the
 //! variadic pattern what is left between.
 

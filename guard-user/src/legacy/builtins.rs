@@ -1,4 +1,4 @@
-//! The Starlark side of the legacy engine (spec §8.1): a policy file is a Starlark module
+//! The Starlark side of the legacy engine (docs/policy-language.md §8.1): a policy file is a Starlark module
 //! (Extended dialect, the `typing` extension, f-strings on) calling `define_program`,
 //! `forbid_substrings` and `forbid_program_regex`, with `flag`, `opt` and the `ARG_*` matchers
 //! to describe a program's options and arguments. The calls fill one [`Policy`].

@@ -1,4 +1,4 @@
-//! What `guard legacy check` reports: the classification of one exec (spec §8.2) and the
+//! What `guard legacy check` reports: the classification of one exec (docs/policy-language.md §8.2) and the
 //! readable / writeable folder check of a matched one (§8.3).
 
 use std::path::{Component, Path, PathBuf};

@@ -1,4 +1,4 @@
-//! Why the legacy engine could not vouch for an exec: the error names of spec §8, with their
+//! Why the legacy engine could not vouch for an exec: the error names of docs/policy-language.md §8, with their
 //! fields. `guard legacy check --json` prints them as `{"type": NAME, ...fields}`, so the names
 //! and fields are an interface: tools match on them.
 

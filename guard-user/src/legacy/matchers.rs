@@ -1,4 +1,4 @@
-//! Argument matchers of the legacy engine (spec §8.1): what a positional pattern or an opt's
+//! Argument matchers of the legacy engine (docs/policy-language.md §8.1): what a positional pattern or an opt's
 //! value may be, how many arguments a pattern takes, and how one value is validated.
 
 use std::fmt;

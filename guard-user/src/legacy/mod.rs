@@ -1,4 +1,4 @@
-//! The legacy engine (spec §8, the Codex CLI's older `codex-execpolicy-legacy`): policies that
+//! The legacy engine (docs/policy-language.md §8, the Codex CLI's older `codex-execpolicy-legacy`): policies that
 //! describe each program's options and arguments (`define_program`), so that an exec is either
 //! fully understood and typed (`safe` when it only reads, `match` when it writes or is
 //! unverified), `forbidden`, or `unverified` with the reason no spec could read it; and a

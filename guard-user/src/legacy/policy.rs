@@ -1,5 +1,5 @@
 //! A legacy policy: the program specs by name, the forbidden program regexes and the forbidden
-//! substrings, and the order they are consulted in (spec §8.2).
+//! substrings, and the order they are consulted in (docs/policy-language.md §8.2).
 
 use std::collections::HashMap;
 

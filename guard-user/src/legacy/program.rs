@@ -1,4 +1,4 @@
-//! One `define_program` spec and how it reads one exec's arguments (spec §8.2): options left
+//! One `define_program` spec and how it reads one exec's arguments (docs/policy-language.md §8.2): options left
 //! to right, then the positional arguments against the patterns, then the required opts.
 
 use std::collections::{BTreeSet, HashMap};

@@ -1,4 +1,4 @@
-//! Spec §3.2–§3.3: amendment lines, escaping, dedupe, newline repair, folders, locking, and the
+//! docs/policy-language.md §3.2–§3.3: amendment lines, escaping, dedupe, newline repair, folders, locking, and the
 //! round trip through the parser.
 
 use super::*;

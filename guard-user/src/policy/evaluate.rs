@@ -1,4 +1,4 @@
-//! Evaluation: which rules match a command, and the decision they make together (spec §2).
+//! Evaluation: which rules match a command, and the decision they make together (docs/policy-language.md §2).
 
 use std::sync::Arc;
 

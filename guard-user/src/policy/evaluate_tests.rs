@@ -1,4 +1,4 @@
-//! Spec §2: matching, the host-executable stage, strongest-wins, fallbacks, `check_multiple`,
+//! docs/policy-language.md §2: matching, the host-executable stage, strongest-wins, fallbacks, `check_multiple`,
 //! and the policy operations (`add_*`, `merge_overlay`, allowed prefixes, network domains).
 
 use std::path::PathBuf;

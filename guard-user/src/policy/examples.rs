@@ -1,5 +1,5 @@
 //! `match` / `not_match` examples of `prefix_rule`: parsed during the call, checked when the file
-//! that declared them finishes (spec §1.5).
+//! that declared them finishes (docs/policy-language.md §1.5).
 
 use std::collections::HashMap;
 use std::path::PathBuf;

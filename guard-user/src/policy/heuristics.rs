@@ -1,4 +1,4 @@
-//! Command classification for commands no policy rule matched (spec §5.4, §5.5).
+//! Command classification for commands no policy rule matched (docs/policy-language.md §5.4, §5.5).
 //!
 //! `is_known_safe_command` recognises read-only commands that may run without asking;
 //! `is_dangerous_command` flags commands that must always be confirmed. Both look through

@@ -1,4 +1,4 @@
-//! `network_rule` host normalisation (spec §1.3): the one spelling a host is stored, compared and
+//! `network_rule` host normalisation (docs/policy-language.md §1.3): the one spelling a host is stored, compared and
 //! written back under.
 
 use super::error::{PolicyError, Result};
@@ -57,7 +57,7 @@ pub fn normalize_network_host(raw: &str) -> Result<String> {
 }
 
 /// A guard-only host pattern (in `address_rule(addresses=[...])`, never in `network_rule`),
-/// in the proxy's domain-pattern spelling (spec §7): `*.example.com` is every name below
+/// in the proxy's domain-pattern spelling (docs/policy-language.md §7): `*.example.com` is every name below
 /// `example.com` but not `example.com` itself, `**.example.com` is `example.com` and every name
 /// below it. Decided by name at guard's resolver and, for connects, by the addresses it
 /// answered for the names the pattern matches.

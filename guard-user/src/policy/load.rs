@@ -104,7 +104,7 @@ pub fn skipped_rule_like(dir: &Path) -> Vec<SkippedFile> {
     skipped
 }
 
-/// The file name extension of a legacy policy (spec §8), loaded beside the `.rules` files.
+/// The file name extension of a legacy policy (docs/policy-language.md §8), loaded beside the `.rules` files.
 pub const LEGACY_POLICY_EXTENSION: &str = "policy";
 
 /// The files a rules path stands for: the file itself, or a folder's regular `*.rules` and
@@ -243,7 +243,7 @@ fn is_legacy_policy(source: &RulesSource) -> bool {
 }
 
 /// Parses sources in order: `.rules` files with one parser, legacy `.policy` files each on
-/// its own (spec §8), added to the policy after the rules.
+/// its own (docs/policy-language.md §8), added to the policy after the rules.
 pub fn parse_sources(sources: &[RulesSource]) -> Result<Policy, LoadError> {
     let mut parser = PolicyParser::new();
     let mut legacy = Vec::new();

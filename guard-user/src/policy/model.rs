@@ -34,7 +34,7 @@ pub struct Policy {
     /// The built-in write denials for guard's own files, set by the loader (which knows the
     /// rules paths); empty for a policy only parsed.
     protected_paths: Vec<ProtectedPath>,
-    /// Legacy `.policy` files (spec §8) loaded beside the `.rules` files, in load order.
+    /// Legacy `.policy` files (docs/policy-language.md §8) loaded beside the `.rules` files, in load order.
     legacy_policies: Vec<LegacyPolicy>,
     /// The last `sandbox(...)` call (guard-only).
     sandbox: Option<super::sandbox::SandboxSetting>,
@@ -67,7 +67,7 @@ pub struct NetworkHost {
     pub protocols: Vec<NetworkProtocol>,
 }
 
-/// Hosts that end up allowed and denied after every `network_rule` in order (spec §2.4).
+/// Hosts that end up allowed and denied after every `network_rule` in order (docs/policy-language.md §2.4).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct NetworkDomains {
     pub allowed: Vec<String>,

@@ -100,7 +100,7 @@ impl PolicyParser {
 
 impl PolicyBuilder {
     /// Checks the examples of the rules defined since `first`, each against a policy of only
-    /// its own expansions and the host executables known now (spec §1.5).
+    /// its own expansions and the host executables known now (docs/policy-language.md §1.5).
     fn check_examples_from(&self, first: usize) -> Result<()> {
         self.pending_examples[first..]
             .iter()

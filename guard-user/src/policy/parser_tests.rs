@@ -1,4 +1,4 @@
-//! Spec §1: every builtin, argument form and error message of the `.rules` language.
+//! docs/policy-language.md §1: every builtin, argument form and error message of the `.rules` language.
 
 use super::*;
 use crate::policy::{MatchOptions, RuleMatch};

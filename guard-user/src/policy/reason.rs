@@ -1,4 +1,4 @@
-//! The one-sentence reason a refused or asked command is given (spec §5.2), e.g.
+//! The one-sentence reason a refused or asked command is given (docs/policy-language.md §5.2), e.g.
 //! `` `git push origin main` requires approval: changes a remote ``.
 
 use super::evaluate::Evaluation;

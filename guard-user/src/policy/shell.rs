@@ -1,4 +1,4 @@
-//! Shell wrappers: what policy evaluation sees for one argv (spec §4).
+//! Shell wrappers: what policy evaluation sees for one argv (docs/policy-language.md §4).
 //!
 //! Agents usually run commands as `bash -lc "<script>"`. A rule on `rm` should still catch
 //! `bash -lc "ls && rm -rf x"`, so a wrapper whose script is a plain sequence of word-only commands

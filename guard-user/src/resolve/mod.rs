@@ -36,8 +36,8 @@ use tokio::task::JoinSet;
 
 pub use names::{NameDecision, NamePolicy, NameRule};
 
-/// What guard's resolver cannot see, and how each is decided instead (`guard doctor`, the
-/// README): (what, how it is decided).
+/// What guard's resolver cannot see, and how each is decided instead (`guard doctor`,
+/// docs/enforcement.md): (what, how it is decided).
 pub const CANNOT_SEE: [(&str, &str); 6] = [
     (
         "DNS over HTTPS or TLS (port 443 or 853) to a resolver the policy allows",

@@ -8,7 +8,7 @@
 //! children that exited 0, and anything else. The folders are the test's evidence; the line is
 //! for people. It stops early (printing what it did) after 100 s.
 //!
-//! DESIGN.md ("Decisions in the kernel") is why this cannot win against guard: argv rules are
+//! docs/design.md ("Decisions in the kernel") is why this cannot win against guard: argv rules are
 //! decided on the new image's own copy of argv, after the exec has copied it and every other
 //! thread is gone; whatever the copy says is what the new image runs with.
 

@@ -10,6 +10,7 @@ mod daemon;
 mod doctor;
 mod inherited_fds;
 mod legacy;
+mod logging;
 mod output;
 mod policy;
 mod replay;
@@ -67,6 +68,13 @@ const VERSION: &str = concat!(
 #[derive(Parser, Debug)]
 #[command(name = "guard", version = VERSION, about = ABOUT, after_help = AFTER_HELP)]
 struct Cli {
+    /// More detail: `guard run`'s notes and counters, and guard's log at debug (-vv: the
+    /// libraries' too). `GUARD_LOG` (an env-filter such as `guard=debug`) overrides the log's.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Less: only errors in guard's log (-qq: none).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "verbose")]
+    quiet: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -179,6 +187,7 @@ impl RulesArgs {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    logging::init(cli.verbose, cli.quiet);
     match cli.command {
         Command::Check(args) => check::run(&args),
         Command::Policy(command) => policy::run(command),
@@ -187,7 +196,10 @@ pub fn main() -> ExitCode {
         Command::AllowHost(args) => amend::host(&args, crate::policy::Decision::Allow),
         Command::AskHost(args) => amend::host(&args, crate::policy::Decision::Prompt),
         Command::DenyHost(args) => amend::host(&args, crate::policy::Decision::Forbidden),
-        Command::Run(args) => run::run(&args),
+        Command::Run(mut args) => {
+            args.verbose = cli.verbose > 0;
+            run::run(&args)
+        }
         Command::Doctor(args) => doctor::run(&args),
         Command::Daemon(args) => daemon::daemon(&args),
         Command::Prompts(args) => control::prompts(&args),

@@ -73,10 +73,9 @@ pub struct RunArgs {
     /// addresses guard never saw, and asks name addresses, not hosts).
     #[arg(long)]
     pub no_resolver: bool,
-    /// Also print notes about rules the kernel can only partly hold (e.g. a program found on no
-    /// PATH folder, matched by file name only), and the kernel's decision counters at exit
-    /// (including events lost to a full ring buffer).
-    #[arg(long, short)]
+    /// Set from the global `-v` (notes about rules the kernel can only partly hold, and the
+    /// kernel's decision counters at exit).
+    #[arg(skip)]
     pub verbose: bool,
     /// Print each refusal as a JSON line on stderr instead of a sentence.
     #[arg(long)]

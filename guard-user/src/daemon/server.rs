@@ -20,7 +20,7 @@ use super::protocol::{
     ErrorCode, MAX_REQUEST_BYTES, PROTOCOL_VERSION, Request, RequestLine, ResponseLine, event_line,
     is_flush,
 };
-use super::service::{Daemon, TICK, daemon_note};
+use super::service::{Daemon, TICK};
 use crate::audit::filter::AuditFilter;
 
 /// Events handled per turn of the loop (a request waits at most one batch: well under a
@@ -74,7 +74,7 @@ pub async fn serve(config: Config) -> Result<()> {
     }
     let mut daemon = Daemon::start(config).await?;
     for note in std::mem::take(&mut daemon.notes) {
-        daemon_note(&note);
+        tracing::warn!("{note}");
     }
     let listener = bind_socket(&daemon.config)?;
     let socket_path = daemon.config.socket.clone();
@@ -97,11 +97,11 @@ pub async fn serve(config: Config) -> Result<()> {
     let mut resolver_events = daemon.resolver_events.take();
 
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
-    daemon_note(&format!(
+    tracing::info!(
         "enforcing ({}), listening on {}",
         daemon.status()["backend"].as_str().unwrap_or("?"),
         socket_path.display()
-    ));
+    );
     loop {
         tokio::select! {
             // Requests first: a flood of kernel events must not keep a person waiting.
@@ -144,8 +144,8 @@ pub async fn serve(config: Config) -> Result<()> {
             _ = tick.tick() => daemon.tick().await,
             _ = hangup.recv() => {
                 match daemon.reload("root (SIGHUP)").await {
-                    Ok(_) => daemon_note("reloaded the policy (SIGHUP)"),
-                    Err(message) => daemon_note(&message),
+                    Ok(_) => tracing::info!("reloaded the policy (SIGHUP)"),
+                    Err(message) => tracing::warn!("reload refused: {message}"),
                 }
             }
             _ = terminate.recv() => break,
@@ -156,8 +156,8 @@ pub async fn serve(config: Config) -> Result<()> {
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     daemon.stop();
     let _ = std::fs::remove_file(&socket_path);
-    daemon_note(
-        "stopped; the programs stay pinned until the next daemon takes over (break glass: `guard release`)",
+    tracing::info!(
+        "stopped; the programs stay pinned until the next daemon takes over (break glass: `guard release`)"
     );
     Ok(())
 }
@@ -203,7 +203,7 @@ async fn accept_loop(listener: UnixListener, tx: mpsc::Sender<Command>) {
                 tokio::spawn(connection(stream, tx.clone()));
             }
             Err(err) => {
-                daemon_note(&format!("accepting a connection failed: {err}"));
+                tracing::error!("accepting a connection failed: {err}");
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
         }

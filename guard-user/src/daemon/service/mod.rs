@@ -80,7 +80,7 @@ fn load(config: &Config) -> Result<LoadedPolicy, crate::policy::LoadError> {
         &config.protected_paths(),
     )?;
     for skipped in &loaded.skipped {
-        daemon_note(&format!("warning: {skipped}"));
+        tracing::warn!("{skipped}");
     }
     loaded.policy = config.asks.approval().kernel_policy(loaded.policy);
     Ok(loaded)
@@ -152,7 +152,7 @@ impl Daemon {
             crate::resolve::upstream::choose(config.nameserver)
                 .map_err(|err| {
                     notes.push(format!(
-                        "warning: guard's resolver is not in the path of the scopes' DNS \
+                        "guard's resolver is not in the path of the scopes' DNS \
                          ({err:#}); their lookups are decided by address"
                     ))
                 })
@@ -241,7 +241,7 @@ impl Daemon {
         // A stand-alone `guard run` killed with SIGKILL leaves its scope, with whatever it ran
         // now unenforced: end both before enforcing (its own runs the daemon adopts below).
         for abandoned in crate::kernel::scope::remove_abandoned_scopes() {
-            daemon_note(&format!("warning: {abandoned}"));
+            tracing::warn!("{abandoned}");
         }
         let mut targets: Vec<(ScopeKind, PathBuf)> = Vec::new();
         if self.config.scope.host {
@@ -406,16 +406,14 @@ impl Daemon {
                     self.audit.emit(record);
                 }
                 ResolverEvent::UpstreamFailed { name, error } => {
-                    daemon_note(&format!("DNS lookup of {name} failed: {error}"));
+                    tracing::warn!("DNS lookup of {name} failed: {error}");
                 }
             }
         }
         if changed && let Err(err) = self.apply_destinations() {
             // The queries are not confirmed: the programs get SERVFAIL, never an address that
             // might not be allowed.
-            daemon_note(&format!(
-                "putting answered addresses in force failed: {err:#}"
-            ));
+            tracing::error!("putting answered addresses in force failed: {err:#}");
             return;
         }
         for done in confirmations {
@@ -519,13 +517,13 @@ impl Daemon {
             changed |= self.approvals.end_scope(id);
         }
         if changed && let Err(err) = self.rebuild() {
-            daemon_note(&format!("applying expired approvals failed: {err:#}"));
+            tracing::error!("applying expired approvals failed: {err:#}");
         }
         if let Err(err) = self.refresh_dns().await {
-            daemon_note(&format!("DNS refresh failed: {err:#}"));
+            tracing::warn!("DNS refresh failed: {err:#}");
         }
         if let Err(err) = self.prune_answers() {
-            daemon_note(&format!("dropping expired DNS answers failed: {err:#}"));
+            tracing::error!("dropping expired DNS answers failed: {err:#}");
         }
         self.watchers.retain(|w| !w.is_closed());
         for scope in self.scopes.by_id.values_mut() {
@@ -844,13 +842,8 @@ impl Daemon {
 /// The allow and ask patterns the kernel does not hold, in the daemon's log.
 fn log_unheld_allowances(image: &EnforcementImage) {
     for warning in crate::compile::coverage::unheld_allowances(image) {
-        daemon_note(&format!("warning: {warning}"));
+        tracing::warn!("{warning}");
     }
-}
-
-/// Daemon notes go to stderr (the journal, under systemd).
-pub fn daemon_note(message: &str) {
-    eprintln!("guard daemon: {message}");
 }
 
 /// How long the daemon waits between housekeeping rounds.

@@ -1,13 +1,16 @@
 //! `cargo xtask <command>`: what cargo cannot do alone (the alias is in `.cargo/config.toml`).
 //!
 //! - `setup`: check (and install, where it can) what the machine needs.
-//! - `test`: setup, then the tests, the benchmarks' build, clippy, rustfmt and `vm-test`.
+//! - `test`: setup, then the tests, the benchmarks' build, clippy, rustfmt, the package and
+//!   `vm-test`.
+//! - `deb`: setup, then the Debian package (target/dist), checked unpacked.
 //! - `vm-test`: the kernel integration tests in a qemu VM whose kernel allows BPF LSM.
 //! - `bench`: setup, then the policy and kernel enforcement benchmarks.
 //! - `run`: setup, then the `guard` CLI in release mode (or a demo of the default policy).
 
 mod cmd;
 mod daemon_demo;
+mod deb;
 mod setup;
 mod test_counts;
 mod vm;
@@ -32,7 +35,8 @@ enum Task {
     /// Idempotent: prints one line per item, `ok` or `installed`.
     Setup,
     /// Setup, then `cargo test` on the host crates, a build of the benchmarks, clippy
-    /// (`-D warnings`), `cargo fmt --check` and `vm-test`. Every step runs; fails if any step
+    /// (`-D warnings`), `cargo fmt --check`, the Debian package (`deb`, checked unpacked) and
+    /// `vm-test`. Every step runs; fails if any step
     /// failed. The closing `tests:` line counts the VM's tests too.
     ///
     /// Arguments after `--` go to `cargo test` (`cargo xtask test -- policy -- --nocapture`).
@@ -105,6 +109,11 @@ enum Task {
         #[arg(last = true, value_name = "CARGO_BENCH_ARGS")]
         args: Vec<String>,
     },
+    /// Setup, then a Debian package: target/dist/guard_VERSION_ARCH.deb (the release binary,
+    /// stripped, with its debug info split off into target/dist/guard.debug; the systemd unit;
+    /// guard.toml as a conffile; man pages and bash, zsh and fish completions), then checked:
+    /// its contents, its conffile, and the packaged binary run unpacked.
+    Deb,
     /// Setup, then `guard ARGS...` (built with `--release`), exiting with its status.
     ///
     /// Without arguments: a demo of the embedded default policy (`policy show`, then a few
@@ -136,6 +145,9 @@ fn main() -> ExitCode {
             kernel_args,
         }),
         Task::Bench { args } => bench(&args),
+        Task::Deb => setup::setup(&[Need::Build], Report::Stderr)
+            .and_then(|()| deb::check())
+            .map(|()| 0),
         Task::Run { args } if args.is_empty() => demo(),
         Task::Run { args } => run(&args),
     };
@@ -196,6 +208,12 @@ fn test(args: &[String]) -> Result<i32> {
                 failed.push(name);
             }
         }
+    }
+    // The Debian package builds and holds what it should (a release build).
+    eprintln!("==> package");
+    if let Err(err) = deb::check() {
+        eprintln!("==> package: FAILED ({err:#})");
+        failed.push("package");
     }
     // Last, as the slowest: the same kernel tests again, in a VM, against the `lsm` backend.
     eprintln!("==> vm-test");

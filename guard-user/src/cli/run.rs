@@ -22,15 +22,16 @@ use crate::session::{DnsNote, Session, SessionOptions};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
-  guard run -- git push origin main \
-                     # the embedded default policy
+  guard run -- git push origin main                     # the embedded default policy
   guard run --rules team.rules -- make deploy
   guard run --audit-only --rules draft.rules -- ./ci.sh  # record, refuse nothing
 
 Each refusal prints one line to stderr as it happens:
   guard: refused exec of `git push origin main`: policy forbids commands starting with `git push` (team.rules:3)
 
-A `prompt` refuses the call and raises an ask, with its id on stderr. Answer it from another
+On a terminal, a prompted exec waits: guard asks there ([o]nce, [s]ession, [a]lways, [d]eny),
+and the exec goes on when approved or fails with EACCES when denied. Otherwise (and for a
+connect) a `prompt` refuses the call and raises an ask, with its id on stderr. Answer it from another
 terminal (`sudo guard prompts`, `sudo guard approve ID [--once|--session|--always]`, `sudo guard
 deny ID`), then retry in the same run: --once lets the same request through for 60 s, --session
 until the run ends, and --always appends the amendment line to the first --rules file

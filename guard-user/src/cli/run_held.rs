@@ -143,9 +143,14 @@ impl HeldCalls {
         }
         if let Some((id, _)) = self.terminal.question {
             if let Some(answer) = self.terminal.answer() {
+                // The person at the terminal: who ran sudo, else the run's own user.
+                // SAFETY: getuid has no preconditions.
+                let uid = unsafe { libc::getuid() };
+                let who = std::env::var("SUDO_USER")
+                    .unwrap_or_else(|_| crate::daemon::peer::user_name(uid));
                 let by = Answerer {
-                    name: format!("{} at the terminal", crate::daemon::peer::user_name(0)),
-                    uid: 0,
+                    name: format!("{who} at the terminal"),
+                    uid,
                 };
                 let said = asks
                     .answer_here(session, id, answer, &by)

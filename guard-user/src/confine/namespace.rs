@@ -34,6 +34,10 @@ pub struct Bind {
     pub path: PathBuf,
     /// Remounted read-only (a denied path); else writable (a folder on the way).
     pub read_only: bool,
+    /// A kernel file system's mount point (cgroup, bpffs), which may be unmounted and removed
+    /// between the plan and the command's start: gone, it has nothing left to hold, so a
+    /// missing one is skipped instead of stopping the command.
+    pub may_vanish: bool,
     c_path: CString,
 }
 
@@ -55,7 +59,8 @@ impl MountPlan {
             .map(|d| d.path.clone())
             .chain(plan.missing_holders.iter().cloned())
             .collect();
-        for path in held.iter().cloned().chain(pseudo_file_systems(mountinfo)) {
+        let pseudo = pseudo_file_systems(mountinfo);
+        for path in held.iter().chain(&pseudo).cloned() {
             wanted.insert(path, true);
         }
         for path in &held {
@@ -81,6 +86,7 @@ impl MountPlan {
             .filter_map(|(path, read_only)| {
                 let c_path = CString::new(path.as_os_str().as_bytes()).ok()?;
                 Some(Bind {
+                    may_vanish: pseudo.contains(&path) && !held.contains(&path),
                     path,
                     read_only,
                     c_path,
@@ -121,7 +127,11 @@ impl MountPlan {
                     std::ptr::null(),
                 ) != 0
                 {
-                    return Err(io::Error::last_os_error());
+                    let err = io::Error::last_os_error();
+                    if bind.may_vanish && err.raw_os_error() == Some(libc::ENOENT) {
+                        continue;
+                    }
+                    return Err(err);
                 }
                 if bind.read_only
                     && libc::mount(
@@ -245,5 +255,25 @@ mod tests {
                 PathBuf::from("/sys/fs/bpf"),
             ]
         );
+    }
+
+    #[test]
+    fn only_kernel_mounts_may_vanish_before_the_command_starts() {
+        let plan = WritePlan {
+            denied: vec![denied("/sys/fs/bpf"), denied("/tmp/w/x.rules")],
+            ..WritePlan::default()
+        };
+        let vanishing: Vec<(String, bool)> = MountPlan::new(&plan, MOUNTINFO)
+            .binds
+            .iter()
+            .map(|b| (b.path.display().to_string(), b.may_vanish))
+            .collect();
+        // A path the policy denies is held even where it is also a kernel mount.
+        assert!(
+            vanishing.contains(&("/sys/fs/bpf".to_string(), false)),
+            "{vanishing:?}"
+        );
+        assert!(vanishing.contains(&("/sys/fs/cgroup/unified".to_string(), true)));
+        assert!(vanishing.contains(&("/tmp/w/x.rules".to_string(), false)));
     }
 }

@@ -15,7 +15,9 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use landlock::{ABI, AccessFs, BitFlags, PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr};
+use landlock::{
+    ABI, AccessFs, BitFlags, PathBeneath, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr,
+};
 
 use super::{Grant, WritePlan};
 
@@ -139,16 +141,36 @@ pub fn confinement(plan: &WritePlan) -> Result<Confinement> {
         let Some(file) = open_grant(grant) else {
             continue;
         };
-        let rights = if grant.folder {
-            write_rights()
-        } else {
-            file_rights()
-        };
-        ruleset = ruleset
-            .add_rule(PathBeneath::new(file, rights))
-            .with_context(|| format!("granting writes below {}", grant.path.display()))?;
+        ruleset = grant_writes(ruleset, file, grant.folder, &grant.path)?;
         granted += 1;
     }
+    finish(ruleset, abi, granted, errors)
+}
+
+/// Adds write rights below `file` (every one for a folder, a file's own for anything else).
+fn grant_writes(
+    ruleset: RulesetCreated,
+    file: std::fs::File,
+    folder: bool,
+    path: &std::path::Path,
+) -> Result<RulesetCreated> {
+    let rights = if folder {
+        write_rights()
+    } else {
+        file_rights()
+    };
+    ruleset
+        .add_rule(PathBeneath::new(file, rights))
+        .with_context(|| format!("granting writes below {}", path.display()))
+}
+
+/// The ruleset's descriptor, ready for [`restrict_from_pre_exec`].
+fn finish(
+    ruleset: RulesetCreated,
+    abi: u32,
+    granted: usize,
+    errors: Vec<String>,
+) -> Result<Confinement> {
     let fd: Option<OwnedFd> = ruleset.into();
     let fd = fd.context("Landlock made no ruleset file descriptor")?;
     Ok(Confinement::Landlock(LandlockRuleset {
@@ -257,22 +279,8 @@ pub fn sandbox(roots: &[PathBuf]) -> Result<Confinement> {
             continue;
         };
         let folder = file.metadata().is_ok_and(|m| m.is_dir());
-        let rights = if folder {
-            write_rights()
-        } else {
-            file_rights()
-        };
-        ruleset = ruleset
-            .add_rule(PathBeneath::new(file, rights))
-            .with_context(|| format!("granting writes below {}", path.display()))?;
+        ruleset = grant_writes(ruleset, file, folder, &path)?;
         granted += 1;
     }
-    let fd: Option<OwnedFd> = ruleset.into();
-    let fd = fd.context("Landlock made no ruleset file descriptor")?;
-    Ok(Confinement::Landlock(LandlockRuleset {
-        fd,
-        abi,
-        granted,
-        errors: Vec::new(),
-    }))
+    finish(ruleset, abi, granted, Vec::new())
 }

@@ -247,6 +247,17 @@ fn skip_unless_rejected(backend: Backend, err: &str) {
     ));
 }
 
+/// Starts `command` with no stdin and its output piped, and waits for it as [`wait_output`].
+pub fn piped_output(command: &mut Command, timeout: Duration) -> Output {
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|err| panic!("starting {:?}: {err}", command.get_program()));
+    wait_output(child, timeout)
+}
+
 /// Waits for `child` at most `timeout` (killing it then, and panicking), collecting its output.
 pub fn wait_output(mut child: Child, timeout: Duration) -> Output {
     wait_status(&mut child, timeout);

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, guard_bin, text};
 use guard_tests::dns::TestDns;
-use guard_tests::kernel::{helper, root_or_skip, wait_output};
+use guard_tests::kernel::{helper, piped_output, root_or_skip};
 use serde_json::Value;
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
@@ -63,20 +63,17 @@ fn write_rules(dir: &Path) -> PathBuf {
 
 /// `guard run --rules R --nameserver DNS [EXTRA] -- dns-probe ARGS`.
 fn run_probe(dns: &TestDns, rules: &Path, extra: &[&str], probe: &[&str]) -> Output {
-    let child = Command::new(guard_bin())
-        .args(["run", "--json-events", "--rules"])
-        .arg(rules)
-        .args(["--nameserver", &dns.addr().to_string()])
-        .args(extra)
-        .arg("--")
-        .arg(dns_probe())
-        .args(probe)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting guard run");
-    wait_output(child, RUN_TIMEOUT)
+    piped_output(
+        Command::new(guard_bin())
+            .args(["run", "--json-events", "--rules"])
+            .arg(rules)
+            .args(["--nameserver", &dns.addr().to_string()])
+            .args(extra)
+            .arg("--")
+            .arg(dns_probe())
+            .args(probe),
+        RUN_TIMEOUT,
+    )
 }
 
 /// The probe's JSON line.

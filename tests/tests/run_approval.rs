@@ -6,11 +6,11 @@
 //! CI=true).
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use guard_tests::daemon::{guard_bin, text};
-use guard_tests::kernel::{root_or_skip, shell_program, wait_output};
+use guard_tests::kernel::{piped_output, root_or_skip, shell_program};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -21,20 +21,17 @@ const RULES: &str =
 fn run(dir: &Path, extra: &[&str], script: &str) -> Output {
     let rules = dir.join("approval.rules");
     std::fs::write(&rules, RULES).unwrap();
-    let child = Command::new(guard_bin())
-        .args(["run", "--rules"])
-        .arg(&rules)
-        .args(extra)
-        .arg("--")
-        .arg(shell_program())
-        .args(["-c", script])
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting guard run");
-    wait_output(child, RUN_TIMEOUT)
+    piped_output(
+        Command::new(guard_bin())
+            .args(["run", "--rules"])
+            .arg(&rules)
+            .args(extra)
+            .arg("--")
+            .arg(shell_program())
+            .args(["-c", script])
+            .current_dir(dir),
+        RUN_TIMEOUT,
+    )
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, guard_bin, text};
-use guard_tests::kernel::{root_or_skip, shell_program, wait_output};
+use guard_tests::kernel::{piped_output, root_or_skip, shell_program, wait_output};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -25,14 +25,7 @@ fn workspace(name: &str) -> PathBuf {
 
 /// `command` (a `guard run`) in `dir`, its output piped, waited for with a bound.
 fn output_in(dir: &Path, command: &mut Command) -> Output {
-    let child = command
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting guard run");
-    wait_output(child, RUN_TIMEOUT)
+    piped_output(command.current_dir(dir), RUN_TIMEOUT)
 }
 
 /// `guard run --sandbox MODE -- sh -c SCRIPT` in `dir` (the default policy).

@@ -131,11 +131,7 @@ pub fn confinement(plan: &WritePlan) -> Result<Confinement> {
         return Ok(Confinement::Nothing);
     }
     let (grants, errors) = plan.grants();
-    let mut ruleset = Ruleset::default()
-        .handle_access(write_rights())
-        .context("asking Landlock to handle the write rights")?
-        .create()
-        .context("creating a Landlock ruleset")?;
+    let mut ruleset = write_ruleset()?;
     let mut granted = 0;
     for grant in &grants {
         let Some(file) = open_grant(grant) else {
@@ -145,6 +141,15 @@ pub fn confinement(plan: &WritePlan) -> Result<Confinement> {
         granted += 1;
     }
     finish(ruleset, abi, granted, errors)
+}
+
+/// A new ruleset that handles (so refuses unless granted) the write rights.
+fn write_ruleset() -> Result<RulesetCreated> {
+    Ruleset::default()
+        .handle_access(write_rights())
+        .context("asking Landlock to handle the write rights")?
+        .create()
+        .context("creating a Landlock ruleset")
 }
 
 /// Adds write rights below `file` (every one for a folder, a file's own for anything else).
@@ -234,11 +239,7 @@ pub fn mount_lock() -> Result<Confinement> {
         .custom_flags(libc::O_PATH)
         .open("/")
         .context("opening / for the Landlock ruleset")?;
-    let ruleset = Ruleset::default()
-        .handle_access(write_rights())
-        .context("asking Landlock to handle the write rights")?
-        .create()
-        .context("creating a Landlock ruleset")?
+    let ruleset = write_ruleset()?
         .add_rule(PathBeneath::new(root, write_rights()))
         .context("granting writes below /")?;
     let fd: Option<OwnedFd> = ruleset.into();
@@ -262,11 +263,7 @@ pub fn sandbox(roots: &[PathBuf]) -> Result<Confinement> {
         Ok(abi) => abi,
         Err(unavailable) => return Ok(unavailable),
     };
-    let mut ruleset = Ruleset::default()
-        .handle_access(write_rights())
-        .context("asking Landlock to handle the write rights")?
-        .create()
-        .context("creating a Landlock ruleset")?;
+    let mut ruleset = write_ruleset()?;
     let mut granted = 0;
     let always = ALWAYS_WRITABLE.iter().map(PathBuf::from);
     for path in roots.iter().cloned().chain(always) {

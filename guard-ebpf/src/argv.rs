@@ -55,7 +55,10 @@ pub struct ArgvWalk {
     /// 1 once argv ended with the readings still following at its last token (every token
     /// compared, so an approval there is exact).
     pub finished: u8,
-    pub _pad: [u8; 2],
+    /// 1 when argv[0] could not be read or stepped over: the readings took the rules below
+    /// them, and nothing after it is compared.
+    pub argv0_unread: u8,
+    pub _pad: [u8; 1],
     /// The executed file, for the identity reading.
     pub identity: ExecIdentity,
     /// Where argv starts, where the next token starts, where it ends.
@@ -123,8 +126,15 @@ pub fn walk_argv(identity: &ExecIdentity, arg_start: u64, arg_end: u64) -> ArgvO
     // SAFETY (each call): the callbacks find their state in the scratch; no context.
     unsafe {
         // Not run: no reading starts, so argv decides nothing (fails open for argv only;
-        // a kernel without bpf_loop would not have loaded the program).
-        if bpf_loop(1, setup_readings as *mut c_void, core::ptr::null_mut(), 0) < 0 {
+        // a kernel without bpf_loop would not have loaded the program). Four callbacks, not
+        // one: each one's branches end with it, so the verifier checks each part once rather
+        // than once per way through the parts before it.
+        let null = core::ptr::null_mut();
+        if bpf_loop(1, start_name_readings as *mut c_void, null, 0) < 0
+            || bpf_loop(1, split_name_reading as *mut c_void, null, 0) < 0
+            || bpf_loop(1, start_argv0_reading as *mut c_void, null, 0) < 0
+            || bpf_loop(1, split_argv0_reading as *mut c_void, null, 0) < 0
+        {
             return unknown;
         }
         if bpf_loop(
@@ -143,9 +153,10 @@ pub fn walk_argv(identity: &ExecIdentity, arg_start: u64, arg_end: u64) -> ArgvO
     }
 }
 
-/// The readings' start nodes, argv[0] stepped over (`bpf_loop` callback, one iteration).
+/// The readings from the executed file: by its name and by its identity (`bpf_loop`
+/// callback, one iteration, as the three after it).
 #[inline(never)]
-extern "C" fn setup_readings(_index: u64, _ctx: *mut c_void) -> i64 {
+extern "C" fn start_name_readings(_index: u64, _ctx: *mut c_void) -> i64 {
     let Some(scratch) = EXEC_SCRATCH.get_ptr_mut(0) else {
         return 1;
     };
@@ -154,6 +165,7 @@ extern "C" fn setup_readings(_index: u64, _ctx: *mut c_void) -> i64 {
     let walk = &mut scratch.argv;
     walk.state = [UNUSED; READINGS];
     walk.finished = 0;
+    walk.argv0_unread = 0;
 
     walk.edge.parent = 0;
     let name_len = opaque(&mut walk.opaque[0], str_len(&scratch.name.name)) & (NAME_LEN * 2 - 1);
@@ -168,18 +180,43 @@ extern "C" fn setup_readings(_index: u64, _ctx: *mut c_void) -> i64 {
     }
     // SAFETY (every lookup): plain keys.
     let by_name = unsafe { ARGV_TRIE.get(&walk.edge) }.copied();
-
     start(walk, BY_NAME, by_name);
     let by_identity = unsafe { ARGV_ROOTS.get(&walk.identity) }.copied();
     start(walk, BY_IDENTITY, by_identity);
+    1
+}
+
+/// The executed file's name read as `NAME SUB`.
+#[inline(never)]
+extern "C" fn split_name_reading(_index: u64, _ctx: *mut c_void) -> i64 {
+    let Some(scratch) = EXEC_SCRATCH.get_ptr_mut(0) else {
+        return 1;
+    };
+    // SAFETY: our per-CPU scratch, only this program on this CPU.
+    let scratch = unsafe { &mut *scratch };
+    let walk = &mut scratch.argv;
+    // SAFETY: the name's length, as `start_name_readings` stored it.
+    let name_len =
+        unsafe { core::ptr::read_volatile(&walk.opaque[0]) } as usize & (NAME_LEN * 2 - 1);
     let name_marks = word_marks(WORD_NAME, name_len);
     let name_marks = WordMarks {
         base: opaque(&mut walk.opaque[1], name_marks.base),
         dash: opaque(&mut walk.opaque[2], name_marks.dash),
     };
     split_reading(walk, SPLIT_NAME, &scratch.name.name, name_marks, name_len);
+    1
+}
 
-    // argv[0]: its own readings, then stepped over.
+/// The reading by argv[0]'s last path component; argv[0]'s length and marks are left in
+/// `opaque` for [`split_argv0_reading`].
+#[inline(never)]
+extern "C" fn start_argv0_reading(_index: u64, _ctx: *mut c_void) -> i64 {
+    let Some(scratch) = EXEC_SCRATCH.get_ptr_mut(0) else {
+        return 1;
+    };
+    // SAFETY: our per-CPU scratch, only this program on this CPU.
+    let scratch = unsafe { &mut *scratch };
+    let walk = &mut scratch.argv;
     // SAFETY: user memory of the new image into our scratch buffer.
     let argv0 =
         unsafe { bpf_probe_read_user_str_bytes(walk.start as *const u8, &mut scratch.scan) };
@@ -193,21 +230,50 @@ extern "C" fn setup_readings(_index: u64, _ctx: *mut c_void) -> i64 {
         // the strongest rule below it; no approval).
         count(counter::ARGV_UNREADABLE);
         take_below(walk);
+        walk.argv0_unread = 1;
         return 1;
     }
     let argv0_marks = word_marks(WORD_SCAN, argv0_len);
-    let argv0_marks = WordMarks {
-        base: opaque(&mut walk.opaque[1], argv0_marks.base),
-        dash: opaque(&mut walk.opaque[2], argv0_marks.dash),
-    };
-    let base = argv0_marks.base;
+    let base = opaque(&mut walk.opaque[1], argv0_marks.base);
+    opaque(&mut walk.opaque[2], argv0_marks.dash);
     let base_len = argv0_len.saturating_sub(base);
     walk.edge.parent = 0;
     set_token(&mut walk.edge, &scratch.scan, base, base_len);
+    // SAFETY: lookup with a plain key.
     let by_argv0 = unsafe { ARGV_TRIE.get(&walk.edge) }.copied();
     let by_argv0 = short_word(by_argv0, base_len);
     start(walk, BY_ARGV0, by_argv0);
-    split_reading(walk, SPLIT_ARGV0, &scratch.scan, argv0_marks, argv0_len);
+    1
+}
+
+/// argv[0] read as `NAME SUB`, repeated readings dropped, and argv[0] stepped over.
+#[inline(never)]
+extern "C" fn split_argv0_reading(_index: u64, _ctx: *mut c_void) -> i64 {
+    let Some(scratch) = EXEC_SCRATCH.get_ptr_mut(0) else {
+        return 1;
+    };
+    // SAFETY: our per-CPU scratch, only this program on this CPU.
+    let scratch = unsafe { &mut *scratch };
+    let walk = &mut scratch.argv;
+    if walk.argv0_unread != 0 {
+        // Cut short at argv[0] (see `start_argv0_reading`): nothing more starts.
+        return 1;
+    }
+    // SAFETY (each read): what `start_argv0_reading` stored.
+    let (argv0_len, marks) = unsafe {
+        (
+            core::ptr::read_volatile(&walk.opaque[3]) as usize,
+            WordMarks {
+                base: core::ptr::read_volatile(&walk.opaque[1]) as usize,
+                dash: core::ptr::read_volatile(&walk.opaque[2]) as usize,
+            },
+        )
+    };
+    if argv0_len >= TOKEN_SCAN_LEN - 1 {
+        // Checked by the part before; again here for the verifier (bounds the index).
+        return 1;
+    }
+    split_reading(walk, SPLIT_ARGV0, &scratch.scan, marks, argv0_len);
     drop_repeats(walk);
     walk.pos = walk.start + argv0_len as u64 + 1;
     1

@@ -61,7 +61,15 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
         count(counter::EXEC_FAILED_OPEN);
         false
     });
-    let mut verdict = identity_verdict(&identity, &scratch.name);
+    // SAFETY (each volatile access here and below): our per-CPU scratch, only this program on
+    // this CPU.
+    unsafe {
+        core::ptr::write_volatile(
+            &mut scratch.identity_verdict,
+            identity_verdict(&identity, &scratch.name),
+        );
+        core::ptr::write_volatile(&mut scratch.anonymous, u32::from(anonymous));
+    }
 
     // The new image's argv, and what the events of this process will name. Bounds that cannot
     // be read must not let an identity refusal through: with (0, 0) the argv walk fails to
@@ -84,7 +92,6 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
             read,
             total,
         );
-        // SAFETY (each volatile access): our per-CPU scratch, only this program on this CPU.
         unsafe { core::ptr::write_volatile(&mut scratch.patterns, input) };
         let input = unsafe { core::ptr::read_volatile(&scratch.patterns) };
         pattern_verdict(&input)
@@ -94,6 +101,8 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
     unsafe { core::ptr::write_volatile(&mut scratch.pattern_verdict, by_pattern) };
 
     let by_argv = walk_argv(&identity, arg_start, arg_end);
+    let mut verdict = unsafe { core::ptr::read_volatile(&scratch.identity_verdict) };
+    let anonymous = unsafe { core::ptr::read_volatile(&scratch.anonymous) } != 0;
     verdict = verdict.strongest(by_argv.verdict);
     verdict = verdict.strongest(unsafe { core::ptr::read_volatile(&scratch.pattern_verdict) });
 

@@ -96,6 +96,11 @@ pub struct ExecScratch {
     pub patterns: PatternInput,
     /// What the pattern tables decided, read back after the argv walk.
     pub pattern_verdict: Verdict,
+    /// The identity and name verdict, and whether the file has no path (1), kept here across
+    /// the pattern tables and the argv walk: read back, each is one unknown to the verifier,
+    /// so the walk is not verified again for every way these were found.
+    pub identity_verdict: Verdict,
+    pub anonymous: u32,
     /// The readings of the program token the pattern tables walk, and their verdict.
     pub pattern_readings: PatternReadings,
     /// argv as the pattern tables read it: up to `PATTERN_ARGV_LEN` bytes, more than the

@@ -44,6 +44,22 @@ pub mod flag {
     pub const LSM: u8 = 8;
     /// Exec of a file no path names (a memfd, a deleted file): `enforcement(anonymous_exec)`.
     pub const ANONYMOUS: u8 = 16;
+    /// A [`super::kind::FILE_WRITE`] that failed with EACCES under a sandbox mode, seen on the
+    /// syscall's way out (`tp_btf/sys_exit`): guard's programs did not decide it. The layout is
+    /// [`super::sandbox`]'s.
+    pub const SANDBOX: u8 = 32;
+}
+
+/// A [`flag::SANDBOX`] event: [`Event::argv`] holds the syscall's path in its first
+/// [`sandbox::PATH_HALF`] bytes and its second path (rename, link) in the rest, each
+/// NUL-terminated as the program gave it (maybe relative); [`Event::dev`] is the first path's
+/// dirfd (an `i32`, [`sandbox::AT_FDCWD`] for none), the first 4 bytes of [`Event::addr`] the
+/// second's (native endian), and [`Event::ino`] the syscall number (x86_64).
+pub mod sandbox {
+    use crate::limits::ARGV_LEN;
+
+    pub const PATH_HALF: usize = ARGV_LEN / 2;
+    pub const AT_FDCWD: i32 = -100;
 }
 
 #[repr(C)]

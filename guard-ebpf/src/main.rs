@@ -10,6 +10,8 @@
 //!   `lsm/socket_connect` and `lsm/socket_sendmsg` refuse destinations; argv rules still go
 //!   through `sched_process_exec`, because only there is argv the new image's own. The file
 //!   hooks (`lsm/file_open`, `lsm/path_*`) refuse reads and writes with EACCES.
+//! - both: `tp_btf/sys_exit`, attached only while a sandbox mode is held, reports the writes it
+//!   refused (Landlock decides them; it tells nobody).
 #![no_std]
 #![no_main]
 
@@ -22,6 +24,7 @@ mod kernel;
 mod maps;
 mod net;
 mod patterns;
+mod sandbox;
 mod scope;
 mod sockets;
 

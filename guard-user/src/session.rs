@@ -13,6 +13,7 @@ use crate::asks::{Approval, Approvals};
 use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
 use crate::compile::image::EnforcementImage;
 use crate::compile::{CompileEnv, compile, host_names};
+use crate::confine::sandbox::SandboxPlan;
 use crate::confine::{CommandConfinement, WritePlan};
 use crate::kernel::events::{Action, EventKind, EventReader, KernelEvent};
 use crate::kernel::scope::{
@@ -78,6 +79,9 @@ pub struct Session {
     env: CompileEnv,
     audit_only: bool,
     abandoned: Vec<AbandonedScope>,
+    /// The sandbox mode the command runs under, and where it was chosen, once
+    /// [`Session::report_sandbox`] asked for its refusals.
+    sandbox: Option<(SandboxPlan, String)>,
 }
 
 static SESSION_COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -150,6 +154,7 @@ impl Session {
             env,
             audit_only: options.audit_only,
             abandoned,
+            sandbox: None,
         })
     }
 
@@ -233,7 +238,7 @@ impl Session {
     pub fn write_confinement(
         &self,
         cwd: &Path,
-        sandbox: Option<&crate::confine::sandbox::SandboxPlan>,
+        sandbox: Option<&SandboxPlan>,
         keep_capabilities: bool,
     ) -> Result<(WritePlan, CommandConfinement)> {
         let plan = WritePlan::for_policy(&self.policy, cwd);
@@ -267,12 +272,32 @@ impl Session {
         command.spawn().context("starting the command")
     }
 
+    /// From now on the writes `plan` refuses are events too ([`Session::poll_events`]): the
+    /// kernel reports the scope's writes that failed with EACCES, and those outside the plan's
+    /// roots are kept (`from` says where the mode was chosen, for the fix the line names).
+    pub fn report_sandbox(&mut self, plan: SandboxPlan, from: &str) -> Result<()> {
+        self.enforcer.report_sandbox_refusals()?;
+        self.sandbox = Some((plan, from.to_string()));
+        Ok(())
+    }
+
     /// Events that arrived, waiting up to `timeout` for the first. What guard's resolver
     /// answered meanwhile is put in force here (it waits for that before it answers), and what
     /// it refused is kept for [`Session::take_dns_notes`].
     pub fn poll_events(&mut self, timeout: Duration) -> Vec<KernelEvent> {
         let wake = self.resolver.as_ref().map(ResolverThread::wake_fd);
-        let events = self.events.poll_or_wake(timeout, wake);
+        let mut events = self.events.poll_or_wake(timeout, wake);
+        // An EACCES the sandbox did not cause (a file's own permissions) is not a refusal.
+        events.retain_mut(|event| {
+            if event.sandbox.is_none() {
+                return true;
+            }
+            let Some((plan, from)) = self.sandbox.as_ref() else {
+                return false;
+            };
+            plan.resolve_paths(event);
+            plan.refusal(event, from).is_some()
+        });
         if let Err(err) = self.serve_resolver() {
             self.dns_notes
                 .push(DnsNote::ApplyFailed(format!("{err:#}")));
@@ -448,6 +473,13 @@ impl Session {
 
     /// The one-line message for a refusal or an audit-only match.
     pub fn describe(&self, event: &KernelEvent) -> String {
+        if let Some(line) = self
+            .sandbox
+            .as_ref()
+            .and_then(|(plan, from)| plan.refusal(event, from))
+        {
+            return line;
+        }
         let hosts = event
             .destination
             .as_ref()

@@ -69,6 +69,17 @@ fn workspace_write_writes_below_the_workspace_and_tmp_and_refuses_the_rest() {
         )),
         "EACCES: {stderr}"
     );
+    assert!(
+        stderr.contains(&format!(
+            "guard: sandbox workspace-write refused a write of {} (openat by `touch`",
+            outside.display()
+        )) && stderr.contains("to allow it, add --writable /etc, or choose --sandbox"),
+        "the refused write is a line of the run, with its fix: {stderr}"
+    );
+    assert!(
+        !stderr.contains(&format!("refused a write of {}/a", dir.display())),
+        "a write the sandbox allowed is not reported: {stderr}"
+    );
     assert!(stdout.contains("rc3=1"), ".git stays read-only: {stdout}");
     assert!(!dir.join(".git/hook").exists());
     assert!(
@@ -102,6 +113,25 @@ fn read_only_refuses_every_write_but_dev_null() {
     assert!(
         stderr.contains("guard: sandbox read-only: no writes but to /dev/null and the terminal"),
         "{stderr}"
+    );
+    for refused in [format!("{}/a", dir.display()), in_tmp.clone()] {
+        assert!(
+            stderr.contains(&format!(
+                "guard: sandbox read-only refused a write of {refused} (openat by `touch`"
+            )),
+            "each refused write is a line: {stderr}"
+        );
+    }
+    assert!(
+        stderr.contains(&format!(
+            "run with --sandbox workspace-write --writable {}",
+            dir.display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("/dev/null ("),
+        "/dev/null is written: {stderr}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -222,6 +252,31 @@ fn the_daemons_sandbox_holds_for_every_guard_run_under_it() {
     assert!(
         stderr.contains("guard: sandbox read-only (the daemon's, guard.toml [sandbox])"),
         "{stderr}"
+    );
+    let made = format!("{}/made", dir.display());
+    assert!(
+        stderr.contains(&format!(
+            "guard: sandbox read-only refused a write of {made} (openat by `touch`"
+        )) && stderr.contains("to `writable` in the daemon's guard.toml [sandbox]"),
+        "the run's line, from the daemon: {stderr}"
+    );
+    // The daemon's audit log has the refusal, with the mode and the call.
+    let log = std::fs::read_to_string(&daemon.audit_log).unwrap_or_default();
+    let record = log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|r| r["file"] == made.as_str())
+        .unwrap_or_else(|| panic!("no audit record for {made}: {log}"));
+    assert_eq!(record["event"], "write", "{record}");
+    assert_eq!(record["action"], "eacces", "{record}");
+    assert_eq!(record["decision"], "forbidden", "{record}");
+    assert_eq!(record["sandbox_mode"], "read-only", "{record}");
+    assert_eq!(record["syscall"], "openat", "{record}");
+    assert!(
+        record["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("sandbox read-only refused a write of")),
+        "{record}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -297,6 +297,7 @@ mod tests {
             socket: None,
             destination: None,
             path: None,
+            sandbox: None,
         }
     }
 

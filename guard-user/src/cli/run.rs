@@ -280,18 +280,6 @@ pub fn run(args: &RunArgs) -> ExitCode {
     let confinement = match session.write_confinement(&cwd, restricted, args.keep_capabilities) {
         Ok((plan, confinement)) => {
             report_confinement(&plan, &confinement, args.verbose);
-            if let (Some(sandbox), Some((_, from))) = (restricted, &sandbox) {
-                let from = if from == "--sandbox" {
-                    String::new()
-                } else {
-                    format!(" (sandbox(...) at {from})")
-                };
-                eprintln!(
-                    "guard: sandbox {}{from}: {}",
-                    sandbox.mode.as_str(),
-                    sandbox.describe()
-                );
-            }
             confinement
         }
         Err(err) => {
@@ -299,6 +287,27 @@ pub fn run(args: &RunArgs) -> ExitCode {
             return ExitCode::from(125);
         }
     };
+    // Each write the sandbox refuses is a line (and a --json-events record) of this run.
+    let mut unreported = None;
+    if let (Some(plan), Some((_, from))) = (restricted, &sandbox) {
+        let shown = if from == "--sandbox" {
+            String::new()
+        } else {
+            format!(" (sandbox(...) at {from})")
+        };
+        eprintln!(
+            "guard: sandbox {}{shown}: {}",
+            plan.mode.as_str(),
+            plan.describe()
+        );
+        if let Err(err) = session.report_sandbox(plan.clone(), from) {
+            eprintln!(
+                "guard: note: the writes the sandbox refuses cannot be reported here ({err:#}); \
+                 they still fail with EACCES"
+            );
+            unreported = Some(plan);
+        }
+    }
     let mut command = Command::new(&args.command[0]);
     command.args(&args.command[1..]);
     super::inherited_fds::pass_only_std_fds(&mut command, args.preserve_fds);
@@ -352,8 +361,8 @@ pub fn run(args: &RunArgs) -> ExitCode {
         args.json_events,
         args.verbose,
     );
-    // Landlock refusals reach no event: say where they come from when the command failed.
-    if let Some(sandbox) = restricted.filter(|_| !status.success()) {
+    // Refusals that reach no event: say where they may come from when the command failed.
+    if let Some(sandbox) = unreported.filter(|_| !status.success()) {
         eprintln!(
             "guard: note: the command ran under sandbox {} ({}): a write it reported as \
              `Permission denied` elsewhere was refused by the sandbox; add --writable DIR, or \

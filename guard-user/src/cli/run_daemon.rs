@@ -38,8 +38,12 @@ pub fn run(
             return ExitCode::from(125);
         }
     };
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let tmpdir = std::env::var_os("TMPDIR").map(PathBuf::from);
     let started = match client.request(Request::Run {
         argv: argv.to_vec(),
+        workspace: Some(cwd.clone()),
+        tmpdir: tmpdir.clone(),
     }) {
         Ok(started) => started,
         Err(err) => {
@@ -59,7 +63,6 @@ pub fn run(
             WriteRules::fixed(&[socket.to_path_buf()])
         }
     };
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let plan = WritePlan::new(&rules, &cwd);
     // The daemon's sandbox (its `[sandbox]`, or its rules' `sandbox(...)`), with this run's
     // current folder as the workspace.
@@ -67,7 +70,6 @@ pub fn run(
         .ok()
         .flatten()
         .map(|setting| {
-            let tmpdir = std::env::var_os("TMPDIR").map(PathBuf::from);
             let plan = SandboxPlan::new(setting.mode, &cwd, tmpdir.as_deref(), &setting.writable);
             (plan, setting.from)
         });

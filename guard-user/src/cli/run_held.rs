@@ -325,5 +325,6 @@ fn held_event(session: &Session, held: &HeldExec) -> KernelEvent {
         destination: None,
         path: None,
         socket: None,
+        sandbox: None,
     }
 }

@@ -6,7 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::policy::sandbox::{SandboxMode, WritableRoot, writable_roots};
+use crate::kernel::events::KernelEvent;
+use crate::policy::sandbox::{SandboxMode, WritableRoot, is_writable, writable_roots};
 
 use super::{DeniedPath, Hold, WritePlan, WriteRule};
 
@@ -16,6 +17,9 @@ pub struct SandboxPlan {
     pub mode: SandboxMode,
     /// As given (normalised), for people.
     pub roots: Vec<WritableRoot>,
+    /// The command's working folder when it started: a relative path a refused write names
+    /// is below it, when the process's own folder could no longer be read.
+    pub workspace: PathBuf,
 }
 
 impl SandboxPlan {
@@ -30,6 +34,7 @@ impl SandboxPlan {
         SandboxPlan {
             mode,
             roots: writable_roots(mode, workspace, tmpdir, extra),
+            workspace: workspace.to_path_buf(),
         }
     }
 
@@ -102,6 +107,83 @@ impl SandboxPlan {
             "writes only below {}{inside}, and to {always}",
             roots.join(", ")
         )
+    }
+}
+
+/// Where the daemon's sandbox is set (a [`crate::policy::sandbox::SandboxSetting::from`]).
+pub const DAEMON_SANDBOX: &str = "guard.toml [sandbox]";
+
+impl SandboxPlan {
+    /// Whether the mode lets `path` (absolute) be written: below a root as written or as it
+    /// resolves (Landlock holds the resolved one), and not in a read-only folder.
+    pub fn may_write(&self, path: &Path) -> bool {
+        let root = Path::new("/");
+        if is_writable(self.mode, &self.roots, path, root) {
+            return true;
+        }
+        let read_only = self.existing_read_only();
+        self.mode == SandboxMode::WorkspaceWrite
+            && self.existing_roots().iter().any(|r| path.starts_with(r))
+            && !read_only.iter().any(|ro| path.starts_with(ro))
+    }
+
+    /// Makes the paths of a sandbox report absolute: a relative one the kernel's /proc could
+    /// no longer place (the process had exited) is below the command's starting folder.
+    pub fn resolve_paths(&self, event: &mut KernelEvent) {
+        let absolute = |path: &mut String| {
+            *path = crate::policy::sandbox::normalize(Path::new(path.as_str()), &self.workspace)
+                .display()
+                .to_string();
+        };
+        if let Some(second) = event.sandbox.as_mut().and_then(|w| w.second_path.as_mut()) {
+            absolute(second);
+        }
+        if let Some(path) = event.path.as_mut().filter(|_| event.sandbox.is_some()) {
+            absolute(path);
+        }
+    }
+
+    /// The line for a write this sandbox refused, `None` when `event` is not one: not a
+    /// sandbox report, or every path it names may be written here (an EACCES there is the
+    /// file's own permissions, not the sandbox's). `from` says where the mode was chosen
+    /// (`--sandbox`, `guard.toml [sandbox]`, `agent.rules:3`), so the fix names the right place.
+    pub fn refusal(&self, event: &KernelEvent, from: &str) -> Option<String> {
+        let write = event.sandbox.as_ref()?;
+        let root = Path::new("/");
+        let refused = std::iter::once(event.path.as_deref())
+            .chain(std::iter::once(write.second_path.as_deref()))
+            .flatten()
+            .map(|path| crate::policy::sandbox::normalize(Path::new(path), &self.workspace))
+            .find(|path| !self.may_write(path))?;
+        let refused = refused.as_path();
+        let folder = refused.parent().filter(|p| *p != root).unwrap_or(root);
+        let who = if event.comm.is_empty() {
+            format!("pid {}", event.pid)
+        } else {
+            format!("`{}`, pid {}", event.comm, event.pid)
+        };
+        let folder = folder.display();
+        let fix = match (self.mode, from) {
+            (SandboxMode::ReadOnly, "--sandbox") => {
+                format!("run with --sandbox workspace-write --writable {folder}")
+            }
+            (_, "--sandbox") => format!("add --writable {folder}"),
+            (_, DAEMON_SANDBOX) => {
+                format!("add \"{folder}\" to `writable` in the daemon's {DAEMON_SANDBOX}")
+            }
+            (_, from) => format!(
+                "add \"{folder}\" to sandbox(writable=[...]) ({from}) or --writable {folder} to \
+                 the run"
+            ),
+        };
+        Some(format!(
+            "guard: sandbox {} refused a write of {} ({} by {who}, EACCES): {}; to allow it, \
+             {fix}, or choose --sandbox danger-full-access",
+            self.mode.as_str(),
+            refused.display(),
+            write.syscall,
+            self.describe()
+        ))
     }
 }
 

@@ -222,7 +222,7 @@ impl SandboxSection {
         Ok(Some(crate::policy::sandbox::SandboxSetting {
             mode,
             writable: self.writable.clone(),
-            from: "guard.toml [sandbox]".to_string(),
+            from: crate::confine::sandbox::DAEMON_SANDBOX.to_string(),
         }))
     }
 }

@@ -54,7 +54,15 @@ pub enum Request {
     /// Re-reads the policy; a policy that fails to load keeps the old one.
     Reload,
     /// Moves the requesting process into a fresh scope; then streams `blocked` events for it.
-    Run { argv: Vec<String> },
+    /// `workspace` and `tmpdir` are the client's current folder and `$TMPDIR`: the writable
+    /// roots of the daemon's sandbox for this run, so that its refusals can be told apart.
+    Run {
+        argv: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workspace: Option<std::path::PathBuf>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tmpdir: Option<std::path::PathBuf>,
+    },
     /// Streams the audit records the caller may read that match `filter`, oldest first (only
     /// the newest `limit`, if given): `record` events, then `history_end`; with `follow`, then
     /// each new record as it is made (`missed` says how many a slow client lost).

@@ -76,6 +76,9 @@ pub struct Scope {
     pub id: u64,
     /// Where a run's blocked-request messages go while its client is connected.
     pub listener: Option<RunStream>,
+    /// A run's sandbox mode with its client's roots, and where the mode was set: the writes
+    /// it refuses are reported.
+    pub sandbox: Option<(crate::confine::sandbox::SandboxPlan, String)>,
 }
 
 impl Scope {
@@ -148,6 +151,7 @@ impl Scopes {
                 path,
                 id,
                 listener: None,
+                sandbox: None,
             },
         );
         Ok(id)

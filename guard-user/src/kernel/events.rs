@@ -115,6 +115,82 @@ pub struct KernelEvent {
     pub path: Option<String>,
     /// A socket event's socket.
     pub socket: Option<EventSocket>,
+    /// A write a sandbox mode refused (seen on the syscall's way out; guard's programs did not
+    /// decide it): [`KernelEvent::path`] is its first path, made absolute.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxWrite>,
+}
+
+/// What a write that failed with EACCES under a sandbox mode named.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SandboxWrite {
+    /// `openat`, `mkdir`, `renameat2`, ...
+    pub syscall: &'static str,
+    /// The second path of a rename or link (its new name), made absolute.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub second_path: Option<String>,
+}
+
+/// The write-like syscalls `tp_btf/sys_exit` reports, by their x86_64 numbers.
+fn syscall_name(nr: u64) -> &'static str {
+    match nr {
+        2 => "open",
+        76 => "truncate",
+        82 => "rename",
+        83 => "mkdir",
+        84 => "rmdir",
+        85 => "creat",
+        86 => "link",
+        87 => "unlink",
+        88 => "symlink",
+        133 => "mknod",
+        257 => "openat",
+        258 => "mkdirat",
+        259 => "mknodat",
+        263 => "unlinkat",
+        264 => "renameat",
+        265 => "linkat",
+        266 => "symlinkat",
+        316 => "renameat2",
+        437 => "openat2",
+        _ => "a write",
+    }
+}
+
+/// `path` as the process `pid` named it relative to `dirfd`, made absolute through /proc while
+/// the process lives (it just returned from the call); as given when it cannot be.
+fn absolute_path(pid: u32, dirfd: i32, path: &str) -> String {
+    if path.starts_with('/') || path.is_empty() {
+        return path.to_string();
+    }
+    let base = if dirfd == guard_common::event::sandbox::AT_FDCWD {
+        format!("/proc/{pid}/cwd")
+    } else {
+        format!("/proc/{pid}/fd/{dirfd}")
+    };
+    match std::fs::read_link(&base) {
+        Ok(dir) => crate::policy::sandbox::normalize(std::path::Path::new(path), &dir)
+            .display()
+            .to_string(),
+        Err(_) => path.to_string(),
+    }
+}
+
+/// The sandbox part of a [`flag::SANDBOX`] event, and its first path (see
+/// [`guard_common::event::sandbox`] for the layout).
+fn sandbox_write(e: &Event) -> (String, SandboxWrite) {
+    use guard_common::event::sandbox::PATH_HALF;
+    let (first, second) = e.argv.split_at(PATH_HALF);
+    let second_dirfd = i32::from_ne_bytes([e.addr[0], e.addr[1], e.addr[2], e.addr[3]]);
+    let second = cstr(second);
+    let write = SandboxWrite {
+        syscall: syscall_name(e.ino),
+        second_path: (!second.is_empty()).then(|| absolute_path(e.pid, second_dirfd, &second)),
+    };
+    (
+        absolute_path(e.pid, e.dev as i64 as i32, &cstr(first)),
+        write,
+    )
 }
 
 mod time_serde {
@@ -193,6 +269,12 @@ impl KernelEvent {
                 },
             }
         });
+        let (path, sandbox) = if e.flags & flag::SANDBOX != 0 && kind == EventKind::Write {
+            let (path, write) = sandbox_write(&e);
+            (Some(path), Some(write))
+        } else {
+            (path, None)
+        };
         let socket = (kind == EventKind::Socket).then(|| EventSocket {
             kind: guard_common::sockets::kind::name(e.ino as u8),
             family: e.family,
@@ -228,6 +310,7 @@ impl KernelEvent {
             destination,
             path,
             socket,
+            sandbox,
         })
     }
 }

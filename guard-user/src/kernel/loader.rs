@@ -86,6 +86,18 @@ fn load_object(btf: &Btf) -> Result<Ebpf> {
         .context("loading guard's BPF object")
 }
 
+/// How many instructions the verifier walked for a program (`GUARD_LOG=debug`): the measure
+/// of how close it is to the kernel's limit of 1,000,000.
+fn log_verified(name: &str, info: Result<aya::programs::ProgramInfo, aya::programs::ProgramError>) {
+    if let Some(count) = info.ok().and_then(|info| info.verified_instruction_count()) {
+        tracing::debug!(
+            program = name,
+            verified_instructions = count,
+            "program loaded"
+        );
+    }
+}
+
 fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T>
 where
     &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
@@ -111,7 +123,8 @@ pub struct Enforcer {
 
 /// A link attached by this Enforcer and still owned by its program (not pinned).
 enum HeldLink {
-    Exec(BtfTracePointLinkId),
+    /// A `tp_btf` program: the exec tracepoint, or [`SANDBOX_REFUSALS`].
+    Trace(&'static str, BtfTracePointLinkId),
     Lsm(&'static str, LsmLinkId),
     /// Program name, the cgroup it is attached to (to attach it again if pinning fails).
     Cgroup(&'static str, PathBuf, CgroupSockAddrLinkId),
@@ -122,8 +135,9 @@ enum HeldLink {
 impl HeldLink {
     fn program(&self) -> &'static str {
         match self {
-            HeldLink::Exec(_) => "sched_process_exec",
-            HeldLink::Lsm(name, _) | HeldLink::Cgroup(name, _, _) => name,
+            HeldLink::Trace(name, _) | HeldLink::Lsm(name, _) | HeldLink::Cgroup(name, _, _) => {
+                name
+            }
             HeldLink::SockCreate(_, _) => SOCK_CREATE,
         }
     }
@@ -136,6 +150,8 @@ struct Pins {
     next: usize,
     /// The pinned links' descriptors (closing them leaves the links attached: they are pinned).
     pinned: Vec<PinnedLink>,
+    /// [`SANDBOX_REFUSALS`] is among them.
+    sandbox_refusals: bool,
 }
 
 // `path_mknod` would decide a file's creation before it happens, but the kernel refuses
@@ -159,6 +175,9 @@ const RECVMSG_HOOKS: [&str; 2] = ["recvmsg4", "recvmsg6"];
 /// Attached per scope on both backends: the one hook that sees raw, ping, UDP-Lite and SCTP
 /// sockets (no LSM hook is needed for it, and the cgroup program works where LSM does not).
 const SOCK_CREATE: &str = "sock_create";
+const EXEC: &str = "sched_process_exec";
+/// `tp_btf/sys_exit`: reports the writes a sandbox mode refused (Landlock tells nobody).
+const SANDBOX_REFUSALS: &str = "sandbox_refusal";
 
 impl Enforcer {
     /// Loads the object and attaches the programs that are not tied to a cgroup: the exec
@@ -169,13 +188,14 @@ impl Enforcer {
         let mut ebpf = load_object(btf)?;
         let mut links = Vec::new();
         {
-            let exec: &mut BtfTracePoint = program(&mut ebpf, "sched_process_exec")?;
-            exec.load("sched_process_exec", btf)
+            let exec: &mut BtfTracePoint = program(&mut ebpf, EXEC)?;
+            exec.load(EXEC, btf)
                 .context("loading tp_btf/sched_process_exec")?;
+            log_verified(EXEC, exec.info());
             let id = exec
                 .attach()
                 .context("attaching tp_btf/sched_process_exec")?;
-            links.push(HeldLink::Exec(id));
+            links.push(HeldLink::Trace(EXEC, id));
         }
         if backend == Backend::Lsm {
             // The program names are the hook names.
@@ -183,6 +203,7 @@ impl Enforcer {
                 let lsm: &mut Lsm = program(&mut ebpf, hook)?;
                 lsm.load(hook, btf)
                     .with_context(|| format!("loading lsm/{hook}"))?;
+                log_verified(hook, lsm.info());
                 let id = lsm
                     .attach()
                     .with_context(|| format!("attaching lsm/{hook}"))?;
@@ -223,6 +244,31 @@ impl Enforcer {
             self.hold(HeldLink::Cgroup(name, cgroup.to_path_buf(), id))?;
         }
         Ok(())
+    }
+
+    /// Attaches [`SANDBOX_REFUSALS`], which reports each write of a process in scope that
+    /// failed with EACCES (as events of kind write with [`guard_common::event::flag::SANDBOX`]):
+    /// for a scope whose writes a sandbox mode confines. Once is enough; a second call does
+    /// nothing. Its syscall numbers are x86_64's, so elsewhere it is not attached (an error).
+    pub fn report_sandbox_refusals(&mut self) -> Result<()> {
+        if !cfg!(target_arch = "x86_64") {
+            bail!("reporting sandbox refusals is built for x86_64's syscalls only");
+        }
+        if self
+            .links
+            .iter()
+            .any(|link| link.program() == SANDBOX_REFUSALS)
+            || self.pins.as_ref().is_some_and(|pins| pins.sandbox_refusals)
+        {
+            return Ok(());
+        }
+        let btf = aya_kernel_btf()?;
+        let trace: &mut BtfTracePoint = program(&mut self.ebpf, SANDBOX_REFUSALS)?;
+        trace
+            .load("sys_exit", btf)
+            .context("loading tp_btf/sys_exit")?;
+        let id = trace.attach().context("attaching tp_btf/sys_exit")?;
+        self.hold(HeldLink::Trace(SANDBOX_REFUSALS, id))
     }
 
     /// Keeps a new link: pinned when this Enforcer pins its links, else owned.
@@ -295,6 +341,7 @@ impl Enforcer {
                     dir: dir.to_path_buf(),
                     next: 0,
                     pinned: Vec::new(),
+                    sandbox_refusals: false,
                 });
             }
         }
@@ -333,9 +380,10 @@ impl Enforcer {
             bail!("{} exists already: pin into a fresh folder", path.display());
         }
         let (fd_link, cgroup): (FdLink, Option<PathBuf>) = match link {
-            HeldLink::Exec(id) => {
-                let exec: &mut BtfTracePoint = program(&mut self.ebpf, program_name)?;
-                (exec.take_link(id)?.into(), None)
+            HeldLink::Trace(name, id) => {
+                let trace: &mut BtfTracePoint = program(&mut self.ebpf, name)?;
+                pins.sandbox_refusals |= name == SANDBOX_REFUSALS;
+                (trace.take_link(id)?.into(), None)
             }
             HeldLink::Lsm(name, id) => {
                 let lsm: &mut Lsm = program(&mut self.ebpf, name)?;
@@ -390,9 +438,9 @@ impl Enforcer {
                 cgroup.to_path_buf(),
                 self.attach_cgroup_hook(name, cgroup)?,
             ),
-            None if name == "sched_process_exec" => {
-                let exec: &mut BtfTracePoint = program(&mut self.ebpf, name)?;
-                HeldLink::Exec(exec.attach()?)
+            None if name == EXEC || name == SANDBOX_REFUSALS => {
+                let trace: &mut BtfTracePoint = program(&mut self.ebpf, name)?;
+                HeldLink::Trace(name, trace.attach()?)
             }
             None => {
                 let lsm: &mut Lsm = program(&mut self.ebpf, name)?;

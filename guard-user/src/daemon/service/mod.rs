@@ -27,6 +27,7 @@ use crate::authz::{Attributes, AuthzPolicy, REFUSED_IN_SCOPE, Request as AuthzRe
 use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
 use crate::compile::image::EnforcementImage;
 use crate::compile::{CompileEnv, compile, host_names};
+use crate::confine::sandbox::SandboxPlan;
 use crate::kernel::events::{EventReader, KernelEvent};
 use crate::kernel::scope::{cgroup_id, cgroup2_root};
 use crate::kernel::{Backend, Enforcer, pins};
@@ -546,12 +547,37 @@ impl Daemon {
     /// is made only for them.
     pub fn on_events(&mut self, events: Vec<KernelEvent>) {
         let now = Instant::now();
-        for event in events {
+        for mut event in events {
+            // A write that failed with EACCES is the sandbox's only outside the run's roots.
+            let sandbox_line = match &event.sandbox {
+                Some(_) => {
+                    let sandbox = self
+                        .scopes
+                        .by_id
+                        .get(&event.cgroup_id)
+                        .and_then(|s| s.sandbox.as_ref());
+                    let Some((plan, from)) = sandbox else {
+                        continue;
+                    };
+                    plan.resolve_paths(&mut event);
+                    match plan.refusal(&event, from) {
+                        Some(line) => Some(line),
+                        None => continue,
+                    }
+                }
+                None => None,
+            };
             let answered = self.answered_names(&event);
             let Described {
                 mut message,
                 target,
-            } = describe(&self.image, &event, &answered);
+            } = match &sandbox_line {
+                Some(line) => Described {
+                    message: line.clone(),
+                    target: None,
+                },
+                None => describe(&self.image, &event, &answered),
+            };
             // Under `never` (or a granular category that is off) a prompt is refused, not asked.
             let rejected = target
                 .as_ref()
@@ -593,7 +619,9 @@ impl Daemon {
                 listener.blocked(
                     repeat_key(&event),
                     || {
-                        let line = describe_event(image, &event, &answered);
+                        let line = sandbox_line
+                            .clone()
+                            .unwrap_or_else(|| describe_event(image, &event, &answered));
                         match rejected {
                             Some(reason) => format!("{line}; {reason}"),
                             None => line,
@@ -615,10 +643,28 @@ impl Daemon {
                 .by_id
                 .get(&event.cgroup_id)
                 .map(|s| s.path.as_path());
+            // A sandbox refusal says which mode and roots refused it, and through which call.
+            let sandbox_details = sandbox_line.as_ref().and_then(|_| {
+                let (plan, _) = self.scopes.by_id.get(&event.cgroup_id)?.sandbox.as_ref()?;
+                let roots: Vec<String> = plan
+                    .roots
+                    .iter()
+                    .map(|r| r.root.display().to_string())
+                    .collect();
+                let write = event.sandbox.as_ref()?;
+                Some([
+                    ("sandbox_mode", Value::from(plan.mode.as_str())),
+                    ("writable_roots", Value::from(roots)),
+                    ("syscall", Value::from(write.syscall)),
+                ])
+            });
             let mut record = self
                 .audit
                 .kernel_record(&self.image, event, message, scope, answered);
             record.ask = ask_id;
+            for (key, value) in sandbox_details.into_iter().flatten() {
+                record.details.insert(key.into(), value);
+            }
             if let Some(id) = new_ask {
                 let mut ask_record = record.clone();
                 ask_record.kind = RecordType::Ask;
@@ -730,7 +776,11 @@ impl Daemon {
                 .reload(&by.name)
                 .await
                 .map_err(|m| (ErrorCode::Failed, m)),
-            Request::Run { argv } => self.run(peer, argv, stream),
+            Request::Run {
+                argv,
+                workspace,
+                tmpdir,
+            } => self.run(peer, argv, (workspace, tmpdir), stream),
             // Served by `audit_read` (the server sends it there).
             Request::Audit { .. } => Err((
                 ErrorCode::BadRequest,
@@ -747,6 +797,7 @@ impl Daemon {
         &mut self,
         peer: PeerCredentials,
         argv: Vec<String>,
+        (workspace, tmpdir): (Option<PathBuf>, Option<PathBuf>),
         stream: Option<UnboundedSender<String>>,
     ) -> Result<Value, (ErrorCode, String)> {
         let pid = peer.pid.ok_or((
@@ -777,6 +828,28 @@ impl Daemon {
             .ok()
             .flatten()
             .or_else(|| self.loaded.policy.sandbox().cloned());
+        // Its refusals are reported when the client said where its roots are.
+        if let (Some(setting), Some(workspace)) = (&sandbox, &workspace)
+            && setting.mode.is_restricted()
+        {
+            let plan = SandboxPlan::new(
+                setting.mode,
+                workspace,
+                tmpdir.as_deref(),
+                &setting.writable,
+            );
+            match self.enforcer.report_sandbox_refusals() {
+                Ok(()) => {
+                    if let Some(scope) = self.scopes.by_id.get_mut(&id) {
+                        scope.sandbox = Some((plan, setting.from.clone()));
+                    }
+                }
+                Err(err) => tracing::warn!(
+                    "the writes the sandbox refuses cannot be reported: {err:#}; they still \
+                     fail with EACCES"
+                ),
+            }
+        }
         Ok(json!({"scope": path, "cgroup_id": id, "writes": writes, "sandbox": sandbox}))
     }
 

@@ -158,6 +158,78 @@ fn an_ask_read_rule_refuses_the_read_until_approved_on_lsm() {
     );
 }
 
+/// A denied read is the kernel's file hook, beside the sandbox's write confinement: it stays
+/// denied under every mode, and for a command whose exec was approved.
+#[test]
+fn a_denied_read_stays_denied_in_every_sandbox_mode_and_after_an_approval_on_lsm() {
+    use guard::asks::{Approval, ApprovalMode, ApprovalTarget};
+    use guard::confine::sandbox::SandboxPlan;
+    use guard::policy::sandbox::SandboxMode;
+
+    let rules =
+        "rule_set(deny=[\"read(*.env)\"])\nprefix_rule(pattern=[\"cat\"], decision=\"prompt\")\n";
+    let dir = tempfile::tempdir().expect("making a temporary folder");
+    let Some(mut session) =
+        session_from_files_or_skip(dir, &[("test.rules", rules)], SessionOptions::default())
+    else {
+        return;
+    };
+    if session.backend() != Backend::Lsm {
+        assert!(!session.not_enforced().is_empty());
+        return;
+    }
+    let work = session.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("keys.env"), "TOKEN=1\n").unwrap();
+    let cat = |session: &TestSession, mode: SandboxMode| -> Result<Output, String> {
+        let plan = SandboxPlan::new(mode, &work, None, &[]);
+        let restricted = Some(&plan).filter(|p| p.is_restricted());
+        let (_, confinement) = session
+            .write_confinement(&work, restricted, false)
+            .expect("the sandbox's ruleset");
+        let mut command = Command::new("cat");
+        command
+            .arg("keys.env")
+            .current_dir(&work)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let child = session
+            .spawn_confined(&mut command, &confinement, None)
+            .map_err(|err| format!("{err:#}"))?;
+        Ok(guard_tests::kernel::wait_output(child, RUN_TIMEOUT))
+    };
+    // Unapproved, the prompt rule stops cat itself (EPERM from its exec on this backend).
+    let refused = cat(&session, SandboxMode::DangerFullAccess);
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|err| err.contains("Operation not permitted")),
+        "{refused:?}"
+    );
+    session
+        .hold_approval(Approval {
+            ask: 1,
+            mode: ApprovalMode::Session,
+            by: "test".into(),
+            target: ApprovalTarget::Exec {
+                tokens: vec!["cat".into(), "keys.env".into()],
+            },
+            scope: None,
+            until: None,
+        })
+        .expect("holding the approval");
+    for mode in SandboxMode::RUNNABLE {
+        let out = cat(&session, mode).expect("the approved cat starts");
+        assert_refused(&out, &format!("cat keys.env under {}", mode.as_str()));
+        assert!(
+            out.stdout.is_empty(),
+            "nothing was read under {}",
+            mode.as_str()
+        );
+    }
+}
+
 #[test]
 fn a_guarded_process_cannot_write_the_rules_file_that_guards_it_on_lsm() {
     let Some((session, work)) = started() else {

@@ -267,6 +267,7 @@ impl Enforcer {
         trace
             .load("sys_exit", btf)
             .context("loading tp_btf/sys_exit")?;
+        log_verified(SANDBOX_REFUSALS, trace.info());
         let id = trace.attach().context("attaching tp_btf/sys_exit")?;
         self.hold(HeldLink::Trace(SANDBOX_REFUSALS, id))
     }

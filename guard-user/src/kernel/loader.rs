@@ -119,6 +119,8 @@ pub struct Enforcer {
     pins: Option<Pins>,
     /// The port of guard's resolver, once [`Enforcer::redirect_dns`] sent DNS there.
     dns_port: Option<u16>,
+    /// [`Enforcer::report_sandbox_refusals`] attached its program (owned or pinned).
+    sandbox_refusals: bool,
 }
 
 /// A link attached by this Enforcer and still owned by its program (not pinned).
@@ -150,8 +152,6 @@ struct Pins {
     next: usize,
     /// The pinned links' descriptors (closing them leaves the links attached: they are pinned).
     pinned: Vec<PinnedLink>,
-    /// [`SANDBOX_REFUSALS`] is among them.
-    sandbox_refusals: bool,
 }
 
 // `path_mknod` would decide a file's creation before it happens, but the kernel refuses
@@ -218,6 +218,7 @@ impl Enforcer {
             links,
             pins: None,
             dns_port: None,
+            sandbox_refusals: false,
         })
     }
 
@@ -254,12 +255,7 @@ impl Enforcer {
         if !cfg!(target_arch = "x86_64") {
             bail!("reporting sandbox refusals is built for x86_64's syscalls only");
         }
-        if self
-            .links
-            .iter()
-            .any(|link| link.program() == SANDBOX_REFUSALS)
-            || self.pins.as_ref().is_some_and(|pins| pins.sandbox_refusals)
-        {
+        if self.sandbox_refusals {
             return Ok(());
         }
         let btf = aya_kernel_btf()?;
@@ -269,6 +265,8 @@ impl Enforcer {
             .context("loading tp_btf/sys_exit")?;
         log_verified(SANDBOX_REFUSALS, trace.info());
         let id = trace.attach().context("attaching tp_btf/sys_exit")?;
+        // Loaded once only: a link whose pin failed is kept (or detached) by `hold`, not retried.
+        self.sandbox_refusals = true;
         self.hold(HeldLink::Trace(SANDBOX_REFUSALS, id))
     }
 
@@ -342,7 +340,6 @@ impl Enforcer {
                     dir: dir.to_path_buf(),
                     next: 0,
                     pinned: Vec::new(),
-                    sandbox_refusals: false,
                 });
             }
         }
@@ -383,7 +380,6 @@ impl Enforcer {
         let (fd_link, cgroup): (FdLink, Option<PathBuf>) = match link {
             HeldLink::Trace(name, id) => {
                 let trace: &mut BtfTracePoint = program(&mut self.ebpf, name)?;
-                pins.sandbox_refusals |= name == SANDBOX_REFUSALS;
                 (trace.take_link(id)?.into(), None)
             }
             HeldLink::Lsm(name, id) => {

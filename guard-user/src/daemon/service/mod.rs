@@ -549,7 +549,7 @@ impl Daemon {
         let now = Instant::now();
         for mut event in events {
             // A write that failed with EACCES is the sandbox's only outside the run's roots.
-            let sandbox_line = match &event.sandbox {
+            let sandbox = match &event.sandbox {
                 Some(_) => {
                     let sandbox = self
                         .scopes
@@ -560,13 +560,26 @@ impl Daemon {
                         continue;
                     };
                     plan.resolve_paths(&mut event);
-                    match plan.refusal(&event, from) {
-                        Some(line) => Some(line),
-                        None => continue,
-                    }
+                    let Some(line) = plan.refusal(&event, from) else {
+                        continue;
+                    };
+                    // The record says which mode and roots refused it, and through which call.
+                    let roots: Vec<String> = plan
+                        .roots
+                        .iter()
+                        .map(|r| r.root.display().to_string())
+                        .collect();
+                    let syscall = event.sandbox.as_ref().map_or("", |w| w.syscall);
+                    let details = [
+                        ("sandbox_mode", Value::from(plan.mode.as_str())),
+                        ("writable_roots", Value::from(roots)),
+                        ("syscall", Value::from(syscall)),
+                    ];
+                    Some((line, details))
                 }
                 None => None,
             };
+            let (sandbox_line, sandbox_details) = sandbox.unzip();
             let answered = self.answered_names(&event);
             let Described {
                 mut message,
@@ -643,21 +656,6 @@ impl Daemon {
                 .by_id
                 .get(&event.cgroup_id)
                 .map(|s| s.path.as_path());
-            // A sandbox refusal says which mode and roots refused it, and through which call.
-            let sandbox_details = sandbox_line.as_ref().and_then(|_| {
-                let (plan, _) = self.scopes.by_id.get(&event.cgroup_id)?.sandbox.as_ref()?;
-                let roots: Vec<String> = plan
-                    .roots
-                    .iter()
-                    .map(|r| r.root.display().to_string())
-                    .collect();
-                let write = event.sandbox.as_ref()?;
-                Some([
-                    ("sandbox_mode", Value::from(plan.mode.as_str())),
-                    ("writable_roots", Value::from(roots)),
-                    ("syscall", Value::from(write.syscall)),
-                ])
-            });
             let mut record = self
                 .audit
                 .kernel_record(&self.image, event, message, scope, answered);

@@ -1,8 +1,8 @@
 //! What the hold of prompted execs (`guard run` on a terminal, see `guard::hold`) costs the
 //! calls that are not prompted: a worker process makes fork+exec of `/bin/true`, `getppid` and
 //! loopback TCP connects, once plain and once under the hold's seccomp filter with guard's
-//! supervisor deciding every exec (a policy with a prompt rule for another program, so each
-//! exec is read and decided and continues). Rounds alternate plain and held; the figures are
+//! supervisor deciding every exec and connect (a policy with a prompt rule for another program
+//! and another address, so each exec and connect is read and decided and continues). Rounds alternate plain and held; the figures are
 //! medians, and the ratios held ÷ plain of the same run. No BPF program is loaded: this is the
 //! hold's cost alone. Writes target/bench/hold.json.
 //!
@@ -15,11 +15,14 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use guard::hold::Hold;
+use guard::compile::{CompileEnv, DestinationTwin, ExecTwin, NoResolver, compile};
+use guard::hold::{Hold, Twins};
 use guard::policy::PolicyParser;
 
-const POLICY: &str =
-    "prefix_rule(pattern=[\"git\", \"push\"], decision=\"prompt\", justification=\"asks\")\n";
+/// Prompts for an exec and a destination the worker never makes: every exec and connect is
+/// read and decided, and continues.
+const POLICY: &str = "prefix_rule(pattern=[\"git\", \"push\"], decision=\"prompt\", justification=\"asks\")\n\
+     address_rule(addresses=[\"10.9.9.9\"], decision=\"prompt\")\n";
 
 struct Options {
     rounds: usize,
@@ -117,7 +120,12 @@ fn run_worker(options: &Options, port: u16, held: bool) -> Result<[f64; 3]> {
         parser
             .parse("bench.rules", POLICY)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        Some(Hold::start(parser.build())?)
+        let policy = parser.build();
+        let image = compile(&policy, &NoResolver, &CompileEnv::default());
+        Some(Hold::start(Twins {
+            exec: Some(ExecTwin::new(policy)),
+            destinations: Some(DestinationTwin::new(&image, false)),
+        })?)
     } else {
         None
     };
@@ -137,7 +145,7 @@ fn run_worker(options: &Options, port: u16, held: bool) -> Result<[f64; 3]> {
     if let Some(hold) = &hold
         && !hold.take_held().is_empty()
     {
-        bail!("an exec that is not prompted was held");
+        bail!("a call that is not prompted was held");
     }
     let values: Vec<f64> = line
         .split_whitespace()

@@ -268,9 +268,15 @@ impl TestDaemon {
         )
     }
 
+    /// `guard ARGS...` under this daemon. A `guard run` refuses a prompt at once
+    /// (GUARD_NO_HOLD=1), as the tests of asks and retries expect; the tests of held calls
+    /// remove it.
     pub fn guard_command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(guard_bin());
-        command.args(args).env("GUARD_SOCKET", &self.socket);
+        command
+            .args(args)
+            .env("GUARD_SOCKET", &self.socket)
+            .env("GUARD_NO_HOLD", "1");
         command
     }
 
@@ -293,6 +299,7 @@ impl TestDaemon {
         command
             .args(args)
             .env("GUARD_SOCKET", &self.socket)
+            .env("GUARD_NO_HOLD", "1")
             .current_dir(self.dir.path());
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {

@@ -186,3 +186,65 @@ fn an_exec_approved_always_writes_its_rule_and_is_not_held_again() {
         "{written}"
     );
 }
+
+/// An HTTP server on a loopback port that answers `held-ok` to at most `count` requests.
+fn http_server(count: usize) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(count) {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = [0u8; 1024];
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\nheld-ok");
+        }
+    });
+    port
+}
+
+fn connect_rules(port: u16) -> String {
+    format!(
+        "address_rule(addresses=[\"127.0.0.1\"], ports=[{port}], decision=\"prompt\", \
+         justification=\"ask before the test server\")\n"
+    )
+}
+
+#[test]
+fn a_connect_approved_once_on_the_terminal_completes_with_no_re_run() {
+    if !root_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = http_server(1);
+    let script = format!("curl -sS --max-time 30 http://127.0.0.1:{port}/; echo rc=$?");
+    let shown = run_on_terminal_with(dir.path(), &connect_rules(port), &script, b'o');
+    assert!(
+        shown.contains(&format!("connect to 127.0.0.1:{port}/tcp"))
+            && shown.contains("ask before the test server"),
+        "the question names the destination and the justification: {shown}"
+    );
+    assert!(shown.contains("guard: ask 1 approved once"), "{shown}");
+    assert!(
+        shown.contains("held-okrc=0"),
+        "the held connect went on: {shown}"
+    );
+}
+
+#[test]
+fn a_connect_denied_on_the_terminal_fails_with_eperm_and_the_message() {
+    if !root_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = http_server(0);
+    let script = format!("curl -sS --max-time 30 http://127.0.0.1:{port}/; echo rc=$?");
+    let shown = run_on_terminal_with(dir.path(), &connect_rules(port), &script, b'd');
+    assert!(shown.contains("guard: ask 1 denied"), "{shown}");
+    assert!(shown.contains("rc=7"), "curl could not connect: {shown}");
+    assert!(
+        shown.contains(&format!("refused connect to 127.0.0.1:{port}/tcp"))
+            && shown.contains("ask 1 was denied"),
+        "the program's stderr has the blocked request: {shown}"
+    );
+}

@@ -9,10 +9,11 @@ use clap::Args;
 use super::RulesArgs;
 use super::run_asks::RunAsks;
 use super::run_held::{HeldCalls, Terminal};
+use crate::compile::{DestinationTwin, ExecTwin};
 use crate::confine::landlock::Confinement;
 use crate::confine::sandbox::SandboxPlan;
 use crate::confine::{CommandConfinement, Holding, WritePlan, capabilities};
-use crate::hold::Hold;
+use crate::hold::{Hold, Twins};
 use crate::kernel::Backend;
 use crate::policy::Decision;
 use crate::policy::approval::{ApprovalPolicy, prompt_rejection};
@@ -114,6 +115,12 @@ pub struct RunArgs {
     /// dropped from all its sets).
     #[arg(long)]
     pub keep_capabilities: bool,
+    /// Refuse a prompted exec or connect at once (answer its ask, then retry) instead of
+    /// holding the call until the ask is answered. Stand-alone, calls are held only on a
+    /// terminal (guard asks there); under the daemon, always (anyone allowed to answer may, with
+    /// `guard approve`). Also set by GUARD_NO_HOLD=1.
+    #[arg(long, env = "GUARD_NO_HOLD")]
+    pub no_hold: bool,
     /// Pass N descriptors beyond stdin, stdout and stderr to the command (3..3+N); every other
     /// inherited descriptor is closed at its exec.
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -187,6 +194,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
             args.verbose,
             args.keep_capabilities,
             args.preserve_fds,
+            !args.no_hold,
         );
     }
     let loaded = match args.rules.load() {
@@ -311,7 +319,12 @@ pub fn run(args: &RunArgs) -> ExitCode {
     let mut command = Command::new(&args.command[0]);
     command.args(&args.command[1..]);
     super::inherited_fds::pass_only_std_fds(&mut command, args.preserve_fds);
-    let mut held = start_hold(&session, asks.is_some(), approval, args.verbose);
+    let mut held = start_hold(
+        &session,
+        asks.is_some() && !args.no_hold,
+        approval,
+        args.verbose,
+    );
     let child_end = held.as_ref().and_then(|h| h.hold().child_end());
     let spawned = session.spawn_confined(&mut command, &confinement, child_end);
     if let Some(held) = held.as_mut() {
@@ -339,9 +352,16 @@ pub fn run(args: &RunArgs) -> ExitCode {
         if session
             .next_dns_refresh()
             .is_some_and(|due| due <= Instant::now())
-            && let Err(err) = session.refresh_dns()
         {
-            eprintln!("guard: DNS refresh failed: {err:#}");
+            match session.refresh_dns() {
+                Ok(true) => {
+                    if let Some(held) = held.as_ref() {
+                        held.destinations_changed(&session);
+                    }
+                }
+                Ok(false) => {}
+                Err(err) => eprintln!("guard: DNS refresh failed: {err:#}"),
+            }
         }
         match child.try_wait() {
             Ok(Some(status)) => break status,
@@ -405,19 +425,25 @@ pub fn run(args: &RunArgs) -> ExitCode {
     super::output::exit_code_of(status)
 }
 
-/// The hold of prompted execs, when this run can ask about them: asks are on, a prompt is not
-/// refused at once (`--approval never`), the policy asks about some exec, and the run is on a
-/// terminal (its stdin or stderr is one) to ask on.
+/// The hold of prompted execs and connects, when this run can ask about them: asks are on, a
+/// prompt is not refused at once (`--approval never`), the policy asks about some exec or
+/// destination, and the run is on a terminal (its stdin or stderr is one) to ask on.
 fn start_hold(
     session: &Session,
     asking: bool,
     approval: ApprovalPolicy,
     verbose: bool,
 ) -> Option<HeldCalls> {
-    if !asking
-        || approval == ApprovalPolicy::Never
-        || !crate::hold::policy_prompts_execs(session.policy())
-    {
+    if !asking || approval == ApprovalPolicy::Never {
+        return None;
+    }
+    let policy = session.policy();
+    let twins = Twins {
+        exec: crate::hold::policy_prompts_execs(policy).then(|| ExecTwin::new(policy.clone())),
+        destinations: crate::hold::policy_prompts_destinations(policy)
+            .then(|| DestinationTwin::new(session.image(), session.resolver_port().is_some())),
+    };
+    if twins.exec.is_none() && twins.destinations.is_none() {
         return None;
     }
     // SAFETY: isatty only reads the descriptor's kind.
@@ -425,18 +451,18 @@ fn start_hold(
     let Some(terminal) = on_terminal.then(Terminal::open).flatten() else {
         if verbose {
             eprintln!(
-                "guard: note: no terminal to ask on: a prompted exec is refused at once (answer \
-                 its ask, then retry)"
+                "guard: note: no terminal to ask on: a prompted exec or connect is refused at \
+                 once (answer its ask, then retry)"
             );
         }
         return None;
     };
-    match Hold::start(session.policy().clone()) {
+    match Hold::start(twins) {
         Ok(hold) => Some(HeldCalls::new(hold, terminal)),
         Err(err) => {
             eprintln!(
-                "guard: warning: prompted execs cannot wait for an answer ({err}); they are \
-                 refused at once"
+                "guard: warning: prompted execs and connects cannot wait for an answer ({err}); \
+                 they are refused at once"
             );
             None
         }

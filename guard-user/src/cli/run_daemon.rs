@@ -3,11 +3,15 @@
 //! process starts CMD, which inherits the scope, and prints the daemon's messages about it.
 //! CMD's writes are confined with Landlock by this process (see `confine`), from the write
 //! rules the daemon answers with: its protected paths and its rule sets' `write(...)` denials.
+//! When the daemon would ask about some exec or destination, CMD's execs and connects are held
+//! (see `crate::hold`): this process installs the seccomp filter on CMD and hands its listener
+//! to the daemon (`hold`), which keeps each prompted call waiting until its ask is answered.
 
 use std::io::BufRead;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use anstream::eprintln;
@@ -18,6 +22,7 @@ use crate::confine::sandbox::SandboxPlan;
 use crate::confine::{CommandConfinement, WritePlan, WriteRules};
 use crate::daemon::client::Client;
 use crate::daemon::protocol::{FLUSH_LINE, Request};
+use crate::hold::{ChildEnd, HeldSyscalls, filter};
 use crate::policy::sandbox::SandboxSetting;
 
 /// How long to wait for the daemon to pass on the last events after CMD ended.
@@ -30,6 +35,7 @@ pub fn run(
     verbose: bool,
     keep_capabilities: bool,
     preserve_fds: u32,
+    hold: bool,
 ) -> ExitCode {
     let mut client = match Client::connect(socket) {
         Ok(client) => client,
@@ -102,6 +108,10 @@ pub fn run(
     };
     let (flushed_tx, flushed_rx) = mpsc::channel::<()>();
     let reader = client.into_reader();
+    // This process's copy of the listener the daemon holds calls on: once the daemon is gone,
+    // this process lets them through (the kernel decides them), so none waits for good.
+    let handed_over: Arc<Mutex<Option<OwnedFd>>> = Arc::default();
+    let takeover = handed_over.clone();
     std::thread::spawn(move || {
         for line in reader.lines() {
             let Ok(line) = line else { break };
@@ -112,7 +122,19 @@ pub fn run(
                 Some("blocked") if json => eprintln!("{line}"),
                 Some("blocked") => {
                     eprintln!("{}", event["line"].as_str().unwrap_or(""));
-                    if let Some(id) = event["ask"].as_u64() {
+                    let answers = event["answers"]
+                        .as_str()
+                        .unwrap_or("[--once|--session|--always]");
+                    if let Some(id) = event["ask"].as_u64()
+                        && event["held"].as_bool() == Some(true)
+                    {
+                        eprintln!(
+                            "guard: ask {id}: the command waits for the answer: `sudo guard \
+                             approve {id} {answers}` or `sudo guard deny {id}` from another \
+                             terminal (it expires in {}s)",
+                            event["expires_in"].as_u64().unwrap_or(0)
+                        );
+                    } else if let Some(id) = event["ask"].as_u64() {
                         eprintln!(
                             "guard: ask {id}: {} (approve: guard approve {id} {})",
                             event["message"].as_str().unwrap_or(""),
@@ -126,6 +148,10 @@ pub fn run(
                     "guard: ... and {} more like it",
                     event["count"].as_u64().unwrap_or(0)
                 ),
+                Some("message") if json => eprintln!("{line}"),
+                Some("message") if event["on_stderr"].as_bool() != Some(true) => {
+                    eprintln!("{}", event["line"].as_str().unwrap_or(""))
+                }
                 Some("flushed") => {
                     let _ = flushed_tx.send(());
                 }
@@ -136,18 +162,41 @@ pub fn run(
             "guard: the daemon closed the connection; enforcement goes on (the programs are pinned), \
              only its messages stop"
         );
+        let listener = takeover.lock().ok().and_then(|mut slot| slot.take());
+        if let Some(listener) = listener {
+            crate::hold::pass_through(listener);
+        }
     });
     let mut command = Command::new(&argv[0]);
     command.args(&argv[1..]);
     super::inherited_fds::pass_only_std_fds(&mut command, preserve_fds);
-    let steps = confinement.steps();
+    let mut steps = confinement.steps();
+    let holds = held_syscalls(&started["holds"], verbose).filter(|_| hold);
+    let child_socket = match holds.map(|held| hand_over_hold(socket, held, handed_over)) {
+        Some(Ok((end, socket))) => {
+            steps.hold = Some(end);
+            Some(socket)
+        }
+        Some(Err(err)) => {
+            eprintln!(
+                "guard: warning: prompted execs and connects cannot wait for an answer ({err}); \
+                 they are refused at once"
+            );
+            None
+        }
+        None => None,
+    };
     {
         use std::os::unix::process::CommandExt;
         // SAFETY: the closure makes only the raw syscalls of `PreExecSteps::apply`. The daemon
         // has already moved this process into the scope, so there is no cgroup to join.
         unsafe { command.pre_exec(move || steps.apply()) };
     }
-    let status = match command.status() {
+    let spawned = command.spawn();
+    // The command started (or failed to): a child that never sent its listener ends the
+    // hand-over.
+    drop(child_socket);
+    let status = match spawned.and_then(|mut child| child.wait()) {
         Ok(status) => status,
         Err(err) => {
             eprintln!("guard: cannot run `{}`: {err}", argv[0]);
@@ -165,4 +214,70 @@ pub fn run(
     }
     drop(confinement);
     super::output::exit_code_of(status)
+}
+
+/// The calls the daemon offers to hold (`holds` in its `run` answer), when this process can
+/// install the filter: with CAP_SYS_ADMIN (root), so the command needs no no-new-privileges.
+fn held_syscalls(offer: &Value, verbose: bool) -> Option<HeldSyscalls> {
+    let held = HeldSyscalls {
+        exec: offer["exec"].as_bool() == Some(true),
+        network: offer["network"].as_bool() == Some(true),
+    };
+    if !held.exec && !held.network {
+        return None;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        if verbose {
+            eprintln!(
+                "guard: note: not root: prompted execs and connects are refused at once, not \
+                 held (answer the ask, then retry)"
+            );
+        }
+        return None;
+    }
+    Some(held)
+}
+
+/// Prepares the hold: the filter for the command's `pre_exec`, and a thread that receives its
+/// listener and hands it to the daemon (`hold`), keeping a copy in `handed_over`. Returns the
+/// child's end of the socket pair, to close once the command has started. If the daemon does
+/// not take the listener, the thread lets every call through (the kernel decides them).
+fn hand_over_hold(
+    socket: &Path,
+    held: HeldSyscalls,
+    handed_over: Arc<Mutex<Option<OwnedFd>>>,
+) -> std::io::Result<(ChildEnd, OwnedFd)> {
+    let (guard_end, child_socket) = filter::socket_pair()?;
+    let end = ChildEnd::new(&child_socket, held);
+    let socket = socket.to_path_buf();
+    std::thread::Builder::new()
+        .name("guard-hold-handover".into())
+        .spawn(move || {
+            let Ok(Some(listener)) = guard_end.receive() else {
+                return;
+            };
+            let request = Request::Hold {
+                fd: listener.as_raw_fd(),
+                first_exec: held.exec,
+            };
+            let adopted = Client::connect(&socket)
+                .map_err(|e| e.to_string())
+                .and_then(|mut client| client.request(request).map_err(|e| e.to_string()));
+            match adopted {
+                Ok(_) => {
+                    if let Ok(mut slot) = handed_over.lock() {
+                        *slot = Some(listener);
+                    }
+                }
+                Err(err) => {
+                    eprintln!(
+                        "guard: warning: the daemon does not hold this run's prompted calls \
+                         ({err}); they are refused at once"
+                    );
+                    crate::hold::pass_through(listener);
+                }
+            }
+        })?;
+    Ok((end, child_socket))
 }

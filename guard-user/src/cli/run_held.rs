@@ -1,21 +1,21 @@
-//! Prompted execs of a stand-alone `guard run` that wait for the answer (see [`crate::hold`]):
-//! each becomes an ask of this run and is put to the person at the terminal (`/dev/tty`), as
-//! sudo does, with once / session / always / deny keys; `guard approve` from another terminal
-//! answers it too. Approved, the exec continues (the approval is in the kernel maps first);
-//! denied or expired (`[asks] timeout_secs`), it fails with EACCES and the program's stderr gets
-//! the blocked-request message. Without a terminal nothing is held: a prompt is refused at once.
+//! Prompted execs and connects of a stand-alone `guard run` that wait for the answer (see
+//! [`crate::hold`]): each becomes an ask of this run and is put to the person at the terminal
+//! (`/dev/tty`), as sudo does, with once / session / always / deny keys; `guard approve` from
+//! another terminal answers it too. Approved, the call continues (the approval is in the kernel
+//! maps first); denied or expired (`[asks] timeout_secs`), it fails as the kernel's refusal
+//! would (EACCES for an exec, EPERM for a connect) and the program's stderr gets the
+//! blocked-request message. Without a terminal nothing is held: a prompt is refused at once.
 
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
-use std::time::SystemTime;
 
 use nix::sys::termios::{self, LocalFlags, SetArg, SpecialCharacterIndices, Termios};
 
-use crate::asks::{Answerer, ApprovalMode, ApprovalTarget, AskState};
-use crate::hold::{HeldExec, Hold, Reply};
-use crate::kernel::events::{Action, EventKind, KernelEvent};
-use crate::policy::Decision;
+use crate::asks::{Answerer, ApprovalMode, AskState};
+use crate::compile::DestinationTwin;
+use crate::hold::event::held_event;
+use crate::hold::{HeldCall, Hold, Reply};
 use crate::policy::approval::{ApprovalPolicy, prompt_rejection};
 use crate::session::Session;
 
@@ -104,11 +104,11 @@ impl Drop for Terminal {
 
 struct Waiting {
     ask: u64,
-    held: HeldExec,
+    held: HeldCall,
     answers_always: bool,
 }
 
-/// The held execs of a run, and the terminal they are asked on.
+/// The held calls of a run, and the terminal they are asked on.
 pub struct HeldCalls {
     hold: Hold,
     terminal: Terminal,
@@ -135,8 +135,8 @@ impl HeldCalls {
         &mut self.hold
     }
 
-    /// Takes the execs held since the last call, reads the terminal, and lets each waiting exec
-    /// go on or fail as its ask was answered.
+    /// Takes the calls held since the last call, reads the terminal, and lets each waiting
+    /// call go on or fail as its ask was answered.
     pub fn step(&mut self, session: &mut Session, asks: &mut RunAsks, approval: ApprovalPolicy) {
         for held in self.hold.take_held() {
             self.take(session, asks, approval, held);
@@ -162,11 +162,12 @@ impl HeldCalls {
             }
         }
         self.settle(session, asks);
-        // An `--always` answer (here or on the socket) wrote a rule: later execs are decided by
-        // the new policy, so the exec it allows is not held again.
+        // An `--always` answer (here or on the socket) wrote a rule: later calls are decided by
+        // the new policy, so the call it allows is not held again.
         if asks.policies_applied() != self.policies_seen {
             self.policies_seen = asks.policies_applied();
             self.hold.set_policy(session.policy().clone());
+            self.destinations_changed(session);
         }
         if self.terminal.question.is_none()
             && let Some(next) = self
@@ -184,18 +185,19 @@ impl HeldCalls {
         session: &mut Session,
         asks: &mut RunAsks,
         approval: ApprovalPolicy,
-        held: HeldExec,
+        held: HeldCall,
     ) {
-        let event = held_event(session, &held);
+        let event = held_event(session.image(), session.scope().id(), &held);
         let message = session.describe(&event);
-        if let Some(reason) = prompt_rejection(approval, held.decision.rule.is_some()) {
+        if let Some(reason) = prompt_rejection(approval, held.by_rule()) {
             self.fail(&held, &format!("{message}; {reason}"));
             return;
         }
-        let tokens = tokens_of(&held);
-        let approved = session.approvals().list().iter().any(|a| {
-            matches!(&a.target, ApprovalTarget::Exec { tokens: approved } if *approved == tokens)
-        });
+        let approved = session
+            .approvals()
+            .list()
+            .iter()
+            .any(|a| held.approved_by(&a.target));
         if approved {
             let _ = self.hold.reply(held.id, Reply::Continue);
             return;
@@ -242,7 +244,7 @@ impl HeldCalls {
                         Some(AskState::Expired) => "expired unanswered",
                         _ => "was denied",
                     };
-                    let event = held_event(session, &waiting.held);
+                    let event = held_event(session.image(), session.scope().id(), &waiting.held);
                     let message =
                         format!("{}; ask {} {how}", session.describe(&event), waiting.ask);
                     self.fail(&waiting.held, &message);
@@ -252,79 +254,20 @@ impl HeldCalls {
         self.waiting = still;
     }
 
-    /// Fails a held exec with EACCES, and says why on the program's stderr and guard's.
-    fn fail(&self, held: &HeldExec, message: &str) {
-        let _ = self.hold.reply(held.id, Reply::Fail(libc::EACCES));
-        eprintln!("{message}");
-        if let Ok(mut stderr) = File::options()
-            .append(true)
-            .open(format!("/proc/{}/fd/2", held.pid))
-        {
-            let _ = writeln!(stderr, "{message}");
-        }
+    /// The destination tables changed (a policy, DNS answers): later connects are decided by
+    /// them.
+    pub fn destinations_changed(&self, session: &Session) {
+        let redirected = session.resolver_port().is_some();
+        self.hold
+            .set_destinations(DestinationTwin::new(session.image(), redirected));
     }
-}
 
-/// What an approval of `held` holds: the executed file's name, then `argv[1..]`.
-fn tokens_of(held: &HeldExec) -> Vec<String> {
-    let name = held
-        .call
-        .file
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    std::iter::once(name)
-        .chain(held.call.argv.iter().skip(1).cloned())
-        .collect()
-}
-
-/// The kernel event the exec would have made, had it not been held: the ask, its message and
-/// its record are made from it as from any other.
-fn held_event(session: &Session, held: &HeldExec) -> KernelEvent {
-    let proc = format!("/proc/{}", held.pid);
-    let comm = std::fs::read_to_string(format!("{proc}/comm")).unwrap_or_default();
-    let ppid = std::fs::read_to_string(format!("{proc}/stat"))
-        .ok()
-        .and_then(|stat| {
-            // After the `(comm)` field, which may hold spaces: state, then ppid.
-            let rest = &stat[stat.rfind(')')? + 1..];
-            rest.split_whitespace().nth(1)?.parse().ok()
-        })
-        .unwrap_or(0);
-    let (uid, gid) = std::fs::metadata(&proc)
-        .map(|m| {
-            use std::os::unix::fs::MetadataExt;
-            (m.uid(), m.gid())
-        })
-        .unwrap_or((0, 0));
-    let rule = held.decision.rule.as_ref().and_then(|text| {
-        let rules = &session.image().rules;
-        rules.iter().position(|r| &r.text == text).map(|i| i as u32)
-    });
-    KernelEvent {
-        time: SystemTime::now(),
-        kind: EventKind::Exec,
-        decision: Decision::Prompt,
-        action: Action::Eacces,
-        audit_only: false,
-        unmatched: held.decision.rule.is_none(),
-        rule,
-        pid: held.pid,
-        tgid: held.pid,
-        ppid,
-        uid,
-        gid,
-        cgroup_id: session.scope().id(),
-        comm: comm.trim_end().to_string(),
-        exe: held.call.file.to_string_lossy().into_owned(),
-        argv: held.call.argv.clone(),
-        argv_truncated: false,
-        anonymous: false,
-        dev: 0,
-        ino: 0,
-        destination: None,
-        path: None,
-        socket: None,
-        sandbox: None,
+    /// Fails a held call as the kernel's refusal would, and says why on the program's stderr,
+    /// or on guard's when the program's cannot be written.
+    fn fail(&self, held: &HeldCall, message: &str) {
+        if !crate::hold::tell_stderr(held.pid, message) {
+            eprintln!("{message}");
+        }
+        let _ = self.hold.reply(held.id, Reply::Fail(held.refusal_errno()));
     }
 }

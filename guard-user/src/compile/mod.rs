@@ -15,6 +15,7 @@
 //! - a legacy policy's `forbid_program_regex` and `forbid_substrings`, and a rule set's
 //!   `exec(...)` patterns, become pattern tables ([`patterns`]), walked by the kernel.
 pub mod coverage;
+mod destination_twin;
 pub mod dfa;
 pub mod dns;
 mod exec;
@@ -29,6 +30,7 @@ pub use network::host_names;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
+pub use destination_twin::{DestinationTwin, KernelDestinationDecision};
 pub use exec::kernel_dev;
 pub use exec_twin::{ExecTwin, KernelExecDecision, kernel_exec_decision};
 pub use image::{

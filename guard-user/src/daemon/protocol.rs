@@ -63,6 +63,15 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tmpdir: Option<std::path::PathBuf>,
     },
+    /// A `guard run` client hands over the seccomp listener of the command it started in its
+    /// scope (its descriptor `fd`, which the daemon copies with `pidfd_getfd`): the daemon holds
+    /// the command's prompted execs and connects until their asks are answered. `first_exec`:
+    /// the command's own exec is still to come (it continues undecided by the hold).
+    Hold {
+        fd: i32,
+        #[serde(default)]
+        first_exec: bool,
+    },
     /// Streams the audit records the caller may read that match `filter`, oldest first (only
     /// the newest `limit`, if given): `record` events, then `history_end`; with `follow`, then
     /// each new record as it is made (`missed` says how many a slow client lost).
@@ -86,7 +95,7 @@ impl Request {
             Request::Deny { .. } => "deny",
             Request::Amend { .. } => "amend",
             Request::Reload => "reload",
-            Request::Run { .. } => "run",
+            Request::Run { .. } | Request::Hold { .. } => "run",
             Request::Audit { .. } => "audit",
         }
     }
@@ -98,7 +107,10 @@ impl Request {
             Request::Prompts | Request::Watch | Request::Approve { .. } | Request::Deny { .. } => {
                 "prompt"
             }
-            Request::Amend { .. } | Request::Reload | Request::Run { .. } => "policy",
+            Request::Amend { .. }
+            | Request::Reload
+            | Request::Run { .. }
+            | Request::Hold { .. } => "policy",
             Request::Audit { .. } => "audit",
         }
     }

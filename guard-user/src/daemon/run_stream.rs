@@ -75,6 +75,18 @@ impl RunStream {
         self.last = Some((key, now));
     }
 
+    /// A line about the run that is not a kernel refusal (a held call that failed), sent as
+    /// it is; `on_stderr` says the program's stderr has it already, so the client need not
+    /// print it again.
+    pub fn message(&mut self, line: &str, on_stderr: bool) {
+        self.send_repeats();
+        let _ = self.out.send(event_line(
+            "message",
+            json!({"line": line, "on_stderr": on_stderr}),
+        ));
+        self.last = None;
+    }
+
     /// The count of repeats not yet told, if the window is over (or `force`).
     pub fn settle(&mut self, now: Instant, force: bool) {
         let over = self

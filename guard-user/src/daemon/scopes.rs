@@ -79,6 +79,10 @@ pub struct Scope {
     /// A run's sandbox mode with its client's roots, and where the mode was set: the writes
     /// it refuses are reported.
     pub sandbox: Option<(crate::confine::sandbox::SandboxPlan, String)>,
+    /// A run's hold of its command's prompted calls (from its client's `hold`).
+    pub hold: Option<crate::hold::Hold>,
+    /// Its held calls waiting for their asks' answers.
+    pub waiting: Vec<super::service::WaitingCall>,
 }
 
 impl Scope {
@@ -152,6 +156,8 @@ impl Scopes {
                 id,
                 listener: None,
                 sandbox: None,
+                hold: None,
+                waiting: Vec::new(),
             },
         );
         Ok(id)

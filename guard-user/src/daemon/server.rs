@@ -63,6 +63,14 @@ async fn next_resolver_event(
     }
 }
 
+/// The next run scope with a newly held call; never, when none can come.
+async fn next_held_scope(scopes: &mut Option<mpsc::UnboundedReceiver<u64>>) -> Option<u64> {
+    match scopes {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn serve(config: Config) -> Result<()> {
     // Before anything else: a second daemon must not take over the first one's pins.
@@ -95,6 +103,7 @@ pub async fn serve(config: Config) -> Result<()> {
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut tick = tokio::time::interval(TICK);
     let mut resolver_events = daemon.resolver_events.take();
+    let mut held_calls = daemon.held_calls.take();
 
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     tracing::info!(
@@ -130,6 +139,8 @@ pub async fn serve(config: Config) -> Result<()> {
                 }
                 daemon.on_resolver_events(events);
             }
+            // A held call waits in its syscall: before kernel events, after requests.
+            Some(scope) = next_held_scope(&mut held_calls) => daemon.on_held(scope),
             ready = ring.readable() => {
                 // A bounded batch, so requests get their turn under a flood of events; the
                 // readiness is cleared only when the buffer is empty.

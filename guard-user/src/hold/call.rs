@@ -25,6 +25,20 @@ pub struct ExecCall {
     pub argv: Vec<String>,
 }
 
+impl ExecCall {
+    /// What an approval of it holds: the executed file's name, then `argv[1..]`.
+    pub fn tokens(&self) -> Vec<String> {
+        let name = self
+            .file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        std::iter::once(name)
+            .chain(self.argv.iter().skip(1).cloned())
+            .collect()
+    }
+}
+
 /// Reads the exec of `call`; `Ok(None)` for a call that cannot be held (too large, a file that
 /// does not exist, which the exec will fail on anyway).
 pub fn read_exec(call: &Notification) -> io::Result<Option<ExecCall>> {
@@ -140,7 +154,7 @@ fn read_string(
 }
 
 /// `process_vm_readv` of `buffer.len()` bytes; `false` for memory the caller does not have.
-fn read_memory(pid: u32, address: u64, buffer: &mut [u8]) -> io::Result<bool> {
+pub(super) fn read_memory(pid: u32, address: u64, buffer: &mut [u8]) -> io::Result<bool> {
     let local = libc::iovec {
         iov_base: buffer.as_mut_ptr().cast(),
         iov_len: buffer.len(),

@@ -1,9 +1,10 @@
-//! The seccomp filter that hands the command's `execve`/`execveat` calls to guard before the
-//! kernel runs them (`SECCOMP_RET_USER_NOTIF`), installed between fork and exec, and the
+//! The seccomp filter that hands the command's `execve`/`execveat` calls, and the calls that
+//! name a destination (`connect`, `sendmsg`, `sendmmsg`, `sendto` with an address), to guard
+//! before the kernel runs them (`SECCOMP_RET_USER_NOTIF`), installed between fork and exec, and the
 //! listener it makes, sent back to guard over a socket pair.
 //!
 //! The filter is a handful of classic-BPF instructions written here: seccompiler has no
-//! user-notification action, and libseccomp would be a C library for seven instructions. It
+//! user-notification action, and libseccomp would be a C library for a dozen instructions. It
 //! is not what enforces the policy (the BPF programs are): a call it does not hold (another
 //! architecture's ABI, x32) simply runs and the kernel decides it as ever.
 
@@ -15,49 +16,122 @@ const AUDIT_ARCH: u32 = 0xC000_003E;
 #[cfg(target_arch = "aarch64")]
 const AUDIT_ARCH: u32 = 0xC000_00B7;
 
-/// `offsetof(struct seccomp_data, nr)` and `arch`.
+/// `offsetof(struct seccomp_data, nr)`, `arch` and `args`.
 const DATA_NR: u32 = 0;
 const DATA_ARCH: u32 = 4;
+const DATA_ARGS: u32 = 16;
 
-/// The syscalls held: the two that start a program.
-pub const HELD_SYSCALLS: [libc::c_long; 2] = [libc::SYS_execve, libc::SYS_execveat];
+/// The two calls that start a program.
+pub const EXEC_SYSCALLS: [libc::c_long; 2] = [libc::SYS_execve, libc::SYS_execveat];
+/// The calls that name a destination on every call: a `connect`, a `sendmsg`/`sendmmsg`
+/// (whose message may carry one; the supervisor looks). `sendto` is held only when its
+/// address argument is set, so the sends of a connected socket (`send` is `sendto` with no
+/// address) never wait.
+pub const NETWORK_SYSCALLS: [libc::c_long; 3] =
+    [libc::SYS_connect, libc::SYS_sendmsg, libc::SYS_sendmmsg];
 
-fn statement(code: u32, k: u32) -> libc::sock_filter {
-    libc::sock_filter {
-        code: code as u16,
-        jt: 0,
-        jf: 0,
-        k,
+/// Which calls a filter holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeldSyscalls {
+    pub exec: bool,
+    pub network: bool,
+}
+
+/// Where a jump goes: the next instruction, or one of the two returns at the end.
+#[derive(Clone, Copy)]
+enum Target {
+    Next,
+    Allow,
+    Notify,
+}
+
+struct Assembler {
+    code: Vec<(libc::sock_filter, Target, Target)>,
+}
+
+impl Assembler {
+    fn load(&mut self, offset: u32) {
+        let insn = libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: offset,
+        };
+        self.code.push((insn, Target::Next, Target::Next));
+    }
+
+    fn jump_eq(&mut self, k: u32, yes: Target, no: Target) {
+        let insn = libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k,
+        };
+        self.code.push((insn, yes, no));
+    }
+
+    /// The program, its jumps resolved, ending in `allow` then `notify`.
+    fn finish(self) -> Vec<libc::sock_filter> {
+        let allow = self.code.len();
+        let notify = allow + 1;
+        let offset = |at: usize, target: Target| -> u8 {
+            let to = match target {
+                Target::Next => at + 1,
+                Target::Allow => allow,
+                Target::Notify => notify,
+            };
+            (to - at - 1) as u8
+        };
+        let mut program: Vec<libc::sock_filter> = self
+            .code
+            .iter()
+            .enumerate()
+            .map(|(at, (insn, yes, no))| libc::sock_filter {
+                jt: offset(at, *yes),
+                jf: offset(at, *no),
+                ..*insn
+            })
+            .collect();
+        let ret = (libc::BPF_RET | libc::BPF_K) as u16;
+        for k in [libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_USER_NOTIF] {
+            program.push(libc::sock_filter {
+                code: ret,
+                jt: 0,
+                jf: 0,
+                k,
+            });
+        }
+        program
     }
 }
 
-fn jump(k: u32, jt: u8, jf: u8) -> libc::sock_filter {
-    libc::sock_filter {
-        code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
-        jt,
-        jf,
-        k,
+/// Notify for the held calls of this architecture, allow everything else.
+pub fn program(held: HeldSyscalls) -> Vec<libc::sock_filter> {
+    let mut asm = Assembler { code: Vec::new() };
+    asm.load(DATA_ARCH);
+    // Another architecture's call: allowed, past the number checks.
+    asm.jump_eq(AUDIT_ARCH, Target::Next, Target::Allow);
+    asm.load(DATA_NR);
+    let mut every_call: Vec<libc::c_long> = Vec::new();
+    if held.exec {
+        every_call.extend(EXEC_SYSCALLS);
     }
-}
-
-/// Notify for each of `syscalls` of this architecture, allow everything else.
-pub fn program(syscalls: &[libc::c_long]) -> Vec<libc::sock_filter> {
-    let n = syscalls.len() as u8;
-    let load = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
-    let ret = libc::BPF_RET | libc::BPF_K;
-    let mut program = vec![
-        statement(load, DATA_ARCH),
-        // Another architecture's call: to `allow`, past the number checks.
-        jump(AUDIT_ARCH, 0, n + 1),
-        statement(load, DATA_NR),
-    ];
-    for (i, nr) in syscalls.iter().enumerate() {
-        // A match jumps to `notify`, the instruction after `allow`.
-        program.push(jump(*nr as u32, n - i as u8, 0));
+    if held.network {
+        every_call.extend(NETWORK_SYSCALLS);
     }
-    program.push(statement(ret, libc::SECCOMP_RET_ALLOW));
-    program.push(statement(ret, libc::SECCOMP_RET_USER_NOTIF));
-    program
+    for nr in &every_call {
+        asm.jump_eq(*nr as u32, Target::Notify, Target::Next);
+    }
+    if held.network {
+        // sendto(fd, buf, len, flags, dest_addr, addrlen): held when dest_addr (argument 4,
+        // both 32-bit halves) is not NULL.
+        asm.jump_eq(libc::SYS_sendto as u32, Target::Next, Target::Allow);
+        asm.load(DATA_ARGS + 8 * 4);
+        asm.jump_eq(0, Target::Next, Target::Notify);
+        asm.load(DATA_ARGS + 8 * 4 + 4);
+        asm.jump_eq(0, Target::Allow, Target::Notify);
+    }
+    asm.finish()
 }
 
 /// What the child needs between fork and exec: the filter, and its end of the socket pair.
@@ -98,16 +172,21 @@ pub fn socket_pair() -> io::Result<(GuardEnd, OwnedFd)> {
 impl ChildEnd {
     /// The child end stays open in guard until the command has started (then drop it, so
     /// [`GuardEnd::receive`] sees the end if the child never sent a listener).
-    pub fn new(socket: &OwnedFd) -> ChildEnd {
+    pub fn new(socket: &OwnedFd, held: HeldSyscalls) -> ChildEnd {
         ChildEnd {
-            program: program(&HELD_SYSCALLS),
+            program: program(held),
             socket: socket.as_raw_fd(),
         }
     }
 
-    /// Installs the filter and sends its listener to guard. Fails closed: an error stops the
+    /// Installs the filter and lets guard copy its listener. Fails closed: an error stops the
     /// command from starting. Needs `CAP_SYS_ADMIN` (guard's root) or no-new-privileges, so it
     /// runs before the capabilities are dropped.
+    ///
+    /// The listener is not sent with SCM_RIGHTS: once the filter is in, this process's own
+    /// `sendmsg` would be held on a listener nobody reads yet. It writes its pid and the
+    /// listener's number instead (`write` and `read` are never held), guard takes a copy with
+    /// `pidfd_getfd`, and says so.
     pub fn install_from_pre_exec(&self) -> io::Result<()> {
         let fprog = libc::sock_fprog {
             len: self.program.len() as u16,
@@ -126,74 +205,77 @@ impl ChildEnd {
             return Err(io::Error::last_os_error());
         }
         let listener = listener as RawFd;
-        let sent = send_fd(self.socket, listener);
+        let copied = self.wait_for_copy(listener);
         // SAFETY: the listener is ours; guard has its own copy now (or never will).
         unsafe { libc::close(listener) };
-        sent
+        copied
     }
-}
 
-/// Room for one descriptor's control message, aligned as `cmsghdr` needs.
-#[repr(C, align(8))]
-struct FdMessage([u8; 64]);
-
-/// `sendmsg` of `fd` as SCM_RIGHTS, with one byte of data (a message must carry some).
-fn send_fd(socket: RawFd, fd: RawFd) -> io::Result<()> {
-    let mut byte = [1u8];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    let mut control = FdMessage([0; 64]);
-    // SAFETY: CMSG_SPACE of an int is well within the 64 bytes of `control`; the header is
-    // written through the kernel's own macros' layout.
-    unsafe {
-        let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.0.as_mut_ptr().cast();
-        msg.msg_controllen = space as _;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
-        if libc::sendmsg(socket, &msg, libc::MSG_NOSIGNAL) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-impl GuardEnd {
-    /// The listener the child sent; `None` when the child ended without sending one (it failed
-    /// before its exec, and said so there).
-    pub fn receive(&self) -> io::Result<Option<OwnedFd>> {
-        let mut byte = [0u8];
-        let mut iov = libc::iovec {
-            iov_base: byte.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        let mut control = FdMessage([0; 64]);
-        // SAFETY: as in `send_fd`; the kernel writes at most `msg_controllen` bytes.
+    fn wait_for_copy(&self, listener: RawFd) -> io::Result<()> {
+        // SAFETY: getpid has no preconditions; write and read get buffers of their length.
         unsafe {
-            let mut msg: libc::msghdr = std::mem::zeroed();
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = control.0.as_mut_ptr().cast();
-            msg.msg_controllen = control.0.len() as _;
-            let got = libc::recvmsg(self.0.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
+            let offer = ListenerOffer {
+                pid: libc::getpid(),
+                fd: listener,
+            };
+            let wrote = libc::write(
+                self.socket,
+                (&offer as *const ListenerOffer).cast(),
+                std::mem::size_of::<ListenerOffer>(),
+            );
+            if wrote < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let mut answer = 0u8;
+            let got = libc::read(self.socket, (&mut answer as *mut u8).cast(), 1);
             if got < 0 {
                 return Err(io::Error::last_os_error());
             }
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            if got == 0 || cmsg.is_null() || (*cmsg).cmsg_type != libc::SCM_RIGHTS {
-                return Ok(None);
+            if got == 0 || answer != COPIED {
+                // Nobody would answer the held calls: the command must not start.
+                return Err(io::Error::other("guard could not take the hold's listener"));
             }
-            let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
-            Ok(Some(OwnedFd::from_raw_fd(fd)))
         }
+        Ok(())
+    }
+}
+
+/// What the child writes to guard: where to copy the listener from.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ListenerOffer {
+    pid: libc::pid_t,
+    fd: RawFd,
+}
+
+/// guard's answer once it holds its copy of the listener (anything else: it does not).
+const COPIED: u8 = 1;
+
+impl GuardEnd {
+    /// A copy of the child's listener; `None` when the child ended without offering one (it
+    /// failed before its exec, and said so there). Blocks until the child offers it.
+    pub fn receive(&self) -> io::Result<Option<OwnedFd>> {
+        let mut offer = ListenerOffer { pid: 0, fd: -1 };
+        // SAFETY: read gets a buffer of its length; write gets one byte.
+        let got = unsafe {
+            libc::read(
+                self.0.as_raw_fd(),
+                (&mut offer as *mut ListenerOffer).cast(),
+                std::mem::size_of::<ListenerOffer>(),
+            )
+        };
+        if got < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if got as usize != std::mem::size_of::<ListenerOffer>() {
+            return Ok(None);
+        }
+        let copy = super::copy_fd(offer.pid as u32, offer.fd);
+        let answer = if copy.is_ok() { COPIED } else { 0 };
+        // SAFETY: as above. A failed write leaves the child's read at end of file: it fails
+        // closed.
+        unsafe { libc::write(self.0.as_raw_fd(), (&answer as *const u8).cast(), 1) };
+        copy.map(Some)
     }
 }
 
@@ -201,18 +283,74 @@ impl GuardEnd {
 mod tests {
     use super::*;
 
-    #[test]
-    fn every_jump_lands_on_allow_or_notify() {
-        let program = program(&HELD_SYSCALLS);
-        let allow = program.len() - 2;
-        let notify = program.len() - 1;
-        // The architecture check skips to allow.
-        assert_eq!(1 + 1 + program[1].jf as usize, allow);
-        for (i, insn) in program.iter().enumerate().skip(3).take(HELD_SYSCALLS.len()) {
-            assert_eq!(i + 1 + insn.jt as usize, notify, "instruction {i}");
-            assert_eq!(insn.k as libc::c_long, HELD_SYSCALLS[i - 3]);
+    /// Runs the program on one call as the kernel would: the return it reaches.
+    fn verdict(program: &[libc::sock_filter], nr: libc::c_long, args: [u64; 6]) -> u32 {
+        let mut data = [0u8; 64];
+        data[0..4].copy_from_slice(&(nr as u32).to_ne_bytes());
+        data[4..8].copy_from_slice(&AUDIT_ARCH.to_ne_bytes());
+        for (i, arg) in args.iter().enumerate() {
+            let at = DATA_ARGS as usize + 8 * i;
+            data[at..at + 8].copy_from_slice(&arg.to_ne_bytes());
         }
-        assert_eq!(program[allow].k, libc::SECCOMP_RET_ALLOW);
-        assert_eq!(program[notify].k, libc::SECCOMP_RET_USER_NOTIF);
+        let mut accumulator = 0u32;
+        let mut pc = 0;
+        for _ in 0..program.len() {
+            let insn = program[pc];
+            match insn.code as u32 {
+                c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => {
+                    let at = insn.k as usize;
+                    accumulator = u32::from_ne_bytes(data[at..at + 4].try_into().unwrap());
+                    pc += 1;
+                }
+                c if c == libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K => {
+                    let skip = if accumulator == insn.k {
+                        insn.jt
+                    } else {
+                        insn.jf
+                    };
+                    pc += 1 + skip as usize;
+                }
+                c if c == libc::BPF_RET | libc::BPF_K => return insn.k,
+                other => panic!("unexpected instruction {other:#x}"),
+            }
+        }
+        panic!("the program ran off its end");
+    }
+
+    #[test]
+    fn exec_only_holds_the_two_execs() {
+        let program = program(HeldSyscalls {
+            exec: true,
+            network: false,
+        });
+        for nr in EXEC_SYSCALLS {
+            assert_eq!(verdict(&program, nr, [0; 6]), libc::SECCOMP_RET_USER_NOTIF);
+        }
+        for nr in [libc::SYS_connect, libc::SYS_sendto, libc::SYS_getppid] {
+            assert_eq!(verdict(&program, nr, [1; 6]), libc::SECCOMP_RET_ALLOW);
+        }
+    }
+
+    #[test]
+    fn network_holds_connects_messages_and_only_addressed_sendto() {
+        let program = program(HeldSyscalls {
+            exec: false,
+            network: true,
+        });
+        for nr in NETWORK_SYSCALLS {
+            assert_eq!(verdict(&program, nr, [0; 6]), libc::SECCOMP_RET_USER_NOTIF);
+        }
+        let sendto = |address: u64| verdict(&program, libc::SYS_sendto, [3, 0, 0, 0, address, 16]);
+        assert_eq!(
+            sendto(0),
+            libc::SECCOMP_RET_ALLOW,
+            "a send on a connected socket"
+        );
+        assert_eq!(sendto(0x7fff_0000_1000), libc::SECCOMP_RET_USER_NOTIF);
+        assert_eq!(sendto(0x1000), libc::SECCOMP_RET_USER_NOTIF);
+        assert_eq!(sendto(0x7fff_0000_0000), libc::SECCOMP_RET_USER_NOTIF);
+        for nr in [libc::SYS_execve, libc::SYS_write, libc::SYS_getppid] {
+            assert_eq!(verdict(&program, nr, [1; 6]), libc::SECCOMP_RET_ALLOW);
+        }
     }
 }

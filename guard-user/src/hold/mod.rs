@@ -1,19 +1,22 @@
-//! Holding a prompted exec until someone answers, instead of killing it.
+//! Holding a prompted exec or connect until someone answers, instead of refusing it.
 //!
-//! A seccomp filter ([`filter`]) hands each `execve`/`execveat` of the command to a supervisor
-//! thread before the kernel runs it. The thread reads the call ([`call`]) and asks the
-//! userspace twin of the kernel's exec decision ([`ExecTwin`]): a call that is not a `prompt`
-//! continues at once; a prompted one is passed to the run ([`Hold::take_held`]), which raises an
-//! ask and answers the call when the ask is answered ([`Hold::reply`]). An approval is put in
-//! the kernel maps before the call continues, so the BPF programs still decide what really
-//! runs, from the kernel's own copy of the arguments (a call changed after it was read is
-//! decided on what it became).
+//! A seccomp filter ([`filter`]) hands each `execve`/`execveat`, and each call that names a
+//! destination (`connect`, `sendmsg`, `sendmmsg`, an addressed `sendto`), of the command to a
+//! supervisor thread before the kernel runs it. The thread reads the call ([`call`],
+//! [`connect`]) and asks the userspace twin of the kernel's decision ([`Twins`]): a call that
+//! is not a `prompt` continues at once; a prompted one is passed on ([`Hold::take_held`]) to
+//! the run (stand-alone) or the daemon, which raises an ask and answers the call when the ask
+//! is answered ([`Hold::reply`]). An approval is put in the kernel maps before the call
+//! continues, so the BPF programs still decide what really runs or connects, from the kernel's
+//! own copy of the arguments (a call changed after it was read is decided on what it became).
 //!
 //! Fails open to the kernel: a call the thread cannot read, or one it finds not prompted,
 //! continues and the BPF programs decide it as they always do (a prompt the twin missed is
 //! refused there, as without the hold).
 
 pub mod call;
+pub mod connect;
+pub mod event;
 pub mod filter;
 pub mod listener;
 
@@ -24,43 +27,197 @@ use std::sync::{Arc, OnceLock, RwLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crate::compile::{ExecTwin, KernelExecDecision};
+use crate::asks::ApprovalTarget;
+use crate::compile::{DestinationTwin, ExecTwin, KernelDestinationDecision, KernelExecDecision};
 use crate::policy::rule_set::Tool;
 use crate::policy::{Decision, Policy};
 
 pub use call::ExecCall;
-pub use filter::ChildEnd;
+pub use connect::ConnectCall;
+pub use filter::{ChildEnd, HeldSyscalls};
 pub use listener::Reply;
 use listener::{Listener, Notification};
 
-/// A prompted exec, waiting in its syscall for an answer.
+/// What a held call asks for, and the twin's decision on it (a `prompt`).
 #[derive(Clone, Debug)]
-pub struct HeldExec {
+pub enum HeldRequest {
+    Exec {
+        call: ExecCall,
+        /// The rule that made it (`None`: the unmatched default).
+        decision: KernelExecDecision,
+    },
+    Connect {
+        call: ConnectCall,
+        decision: KernelDestinationDecision,
+    },
+}
+
+/// A prompted call, waiting in its syscall for an answer.
+#[derive(Clone, Debug)]
+pub struct HeldCall {
     /// The seccomp notification id (what [`Hold::reply`] answers).
     pub id: u64,
     pub pid: u32,
-    pub call: ExecCall,
-    /// The twin's decision: a `prompt`, and the rule that made it (`None`: the unmatched
-    /// default).
-    pub decision: KernelExecDecision,
+    pub request: HeldRequest,
     pub since: Instant,
 }
 
-/// The run's side of the hold.
+impl HeldCall {
+    /// What the call fails with when its ask is denied or expires: what the kernel's refusal
+    /// of the same call gives (EACCES for an exec, EPERM for a connect or send).
+    pub fn refusal_errno(&self) -> i32 {
+        match self.request {
+            HeldRequest::Exec { .. } => libc::EACCES,
+            HeldRequest::Connect { .. } => libc::EPERM,
+        }
+    }
+
+    /// Whether an approval already allows this call (an exec approved with the same tokens, a
+    /// destination approved exactly): the kernel lets it through, so it is not asked.
+    pub fn approved_by(&self, target: &ApprovalTarget) -> bool {
+        match (target, &self.request) {
+            (ApprovalTarget::Exec { tokens }, HeldRequest::Exec { call, .. }) => {
+                *tokens == call.tokens()
+            }
+            (
+                ApprovalTarget::Network {
+                    address,
+                    port,
+                    transport,
+                    ..
+                },
+                HeldRequest::Connect { call, .. },
+            ) => {
+                *address == crate::policy::rule::canonical_ip(call.address)
+                    && *port == call.port
+                    && transport.covers(call.transport)
+            }
+            _ => false,
+        }
+    }
+
+    /// A prompt rule decided (not the unmatched default).
+    pub fn by_rule(&self) -> bool {
+        match &self.request {
+            HeldRequest::Exec { decision, .. } => decision.rule.is_some(),
+            HeldRequest::Connect { decision, .. } => decision.rule.is_some(),
+        }
+    }
+}
+
+/// The userspace twins of the kernel's decisions the supervisor asks; `None`: calls of that
+/// kind are not held (the filter does not catch them).
+#[derive(Default)]
+pub struct Twins {
+    pub exec: Option<ExecTwin>,
+    pub destinations: Option<DestinationTwin>,
+}
+
+impl Twins {
+    /// The calls a filter for these twins holds.
+    pub fn held_syscalls(&self) -> HeldSyscalls {
+        HeldSyscalls {
+            exec: self.exec.is_some(),
+            network: self.destinations.is_some(),
+        }
+    }
+
+    /// The prompted request `notification` makes, if it is one.
+    fn prompted(&self, notification: &Notification) -> Option<HeldRequest> {
+        let nr = notification.nr as libc::c_long;
+        if filter::EXEC_SYSCALLS.contains(&nr) {
+            let twin = self.exec.as_ref()?;
+            let call = call::read_exec(notification).ok()??;
+            let decision = twin.decide(&call.file, &call.argv);
+            (decision.decision == Decision::Prompt).then_some(HeldRequest::Exec { call, decision })
+        } else {
+            let twin = self.destinations.as_ref()?;
+            let call = connect::read_connect(notification).ok()??;
+            let decision = twin.decide(call.address, call.port, call.transport);
+            (decision.decision == Decision::Prompt && !decision.audit_only)
+                .then_some(HeldRequest::Connect { call, decision })
+        }
+    }
+}
+
+/// Whether holding execs is worth a filter: the policy asks about some exec (a `prompt` rule
+/// or the unmatched default).
+pub fn policy_prompts_execs(policy: &Policy) -> bool {
+    policy.enforcement().unmatched_exec == Decision::Prompt
+        || policy
+            .prefix_rules()
+            .iter()
+            .any(|rule| rule.decision == Decision::Prompt)
+        || policy.rule_sets().iter().any(|set| {
+            set.tiers().iter().any(|(decision, patterns)| {
+                *decision == Decision::Prompt && patterns.iter().any(|p| p.covers_tool(Tool::Exec))
+            })
+        })
+}
+
+/// Whether holding connects is worth a filter: the policy asks about some destination (a
+/// network or address rule, or the unmatched default).
+pub fn policy_prompts_destinations(policy: &Policy) -> bool {
+    policy.enforcement().unmatched_network == Decision::Prompt
+        || policy
+            .network_rules()
+            .iter()
+            .any(|rule| rule.decision == Decision::Prompt)
+        || policy
+            .address_rules()
+            .iter()
+            .any(|rule| rule.decision == Decision::Prompt)
+}
+
+/// The run's (or the daemon's) side of the hold.
 pub struct Hold {
     listener: Arc<OnceLock<Listener>>,
-    twin: Arc<RwLock<ExecTwin>>,
-    held: Receiver<HeldExec>,
+    twins: Arc<RwLock<Twins>>,
+    held: Receiver<HeldCall>,
     stop: OwnedFd,
     thread: Option<JoinHandle<()>>,
     child_socket: Option<OwnedFd>,
+    syscalls: HeldSyscalls,
+}
+
+/// Where the supervisor gets its listener.
+enum Source {
+    /// From the child, over the socket pair; its first exec is the command's own.
+    Child(filter::GuardEnd),
+    /// Handed over (the daemon took it from its `guard run` client); `first_exec` says whether
+    /// the command's own exec is still to come.
+    Adopted { listener: OwnedFd, first_exec: bool },
 }
 
 impl Hold {
-    /// Starts the supervisor; give [`Hold::child_end`] to the command's `pre_exec`, and call
-    /// [`Hold::started`] once it runs.
-    pub fn start(policy: Policy) -> io::Result<Hold> {
+    /// Starts the supervisor of a command guard starts: give [`Hold::child_end`] to its
+    /// `pre_exec`, and call [`Hold::started`] once it runs.
+    pub fn start(twins: Twins) -> io::Result<Hold> {
         let (guard_end, child_socket) = filter::socket_pair()?;
+        let mut hold = Hold::spawn(twins, Source::Child(guard_end), Box::new(|| {}))?;
+        hold.child_socket = Some(child_socket);
+        Ok(hold)
+    }
+
+    /// Supervises a listener another process installed (a `guard run` client of the daemon);
+    /// `wake` is called after each held call is queued.
+    pub fn adopt(
+        listener: OwnedFd,
+        first_exec: bool,
+        twins: Twins,
+        wake: Box<dyn Fn() + Send>,
+    ) -> io::Result<Hold> {
+        Hold::spawn(
+            twins,
+            Source::Adopted {
+                listener,
+                first_exec,
+            },
+            wake,
+        )
+    }
+
+    fn spawn(twins: Twins, source: Source, wake: Box<dyn Fn() + Send>) -> io::Result<Hold> {
         // SAFETY: a new eventfd, owned here alone.
         let stop = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if stop < 0 {
@@ -68,31 +225,36 @@ impl Hold {
         }
         // SAFETY: just made.
         let stop = unsafe { OwnedFd::from_raw_fd(stop) };
+        let syscalls = twins.held_syscalls();
         let listener = Arc::new(OnceLock::new());
-        let twin = Arc::new(RwLock::new(ExecTwin::new(policy)));
+        let twins = Arc::new(RwLock::new(twins));
         let (sender, held) = channel();
         let supervisor = Supervisor {
             listener: listener.clone(),
-            twin: twin.clone(),
+            twins: twins.clone(),
             held: sender,
+            wake,
             stop: stop.as_raw_fd(),
         };
         let thread = std::thread::Builder::new()
             .name("guard-hold".into())
-            .spawn(move || supervisor.run(guard_end))?;
+            .spawn(move || supervisor.run(source))?;
         Ok(Hold {
             listener,
-            twin,
+            twins,
             held,
             stop,
             thread: Some(thread),
-            child_socket: Some(child_socket),
+            child_socket: None,
+            syscalls,
         })
     }
 
     /// What the command's `pre_exec` runs (see [`ChildEnd::install_from_pre_exec`]).
     pub fn child_end(&self) -> Option<ChildEnd> {
-        self.child_socket.as_ref().map(ChildEnd::new)
+        self.child_socket
+            .as_ref()
+            .map(|socket| ChildEnd::new(socket, self.syscalls))
     }
 
     /// The command started (or failed to): guard's copy of the child's end closes, so a child
@@ -101,12 +263,12 @@ impl Hold {
         self.child_socket = None;
     }
 
-    /// The prompted execs that arrived since the last call.
-    pub fn take_held(&self) -> Vec<HeldExec> {
+    /// The prompted calls that arrived since the last call.
+    pub fn take_held(&self) -> Vec<HeldCall> {
         self.held.try_iter().collect()
     }
 
-    /// Answers a held exec.
+    /// Answers a held call.
     pub fn reply(&self, id: u64, reply: Reply) -> io::Result<()> {
         match self.listener.get() {
             Some(listener) => listener.reply(id, reply),
@@ -116,9 +278,19 @@ impl Hold {
 
     /// The policy changed (an amendment): later execs are decided by it.
     pub fn set_policy(&self, policy: Policy) {
-        let twin = ExecTwin::new(policy);
-        if let Ok(mut slot) = self.twin.write() {
-            *slot = twin;
+        if let Ok(mut twins) = self.twins.write()
+            && twins.exec.is_some()
+        {
+            twins.exec = Some(ExecTwin::new(policy));
+        }
+    }
+
+    /// The kernel's destination tables changed (a policy, DNS answers, an approval).
+    pub fn set_destinations(&self, destinations: DestinationTwin) {
+        if let Ok(mut twins) = self.twins.write()
+            && twins.destinations.is_some()
+        {
+            twins.destinations = Some(destinations);
         }
     }
 }
@@ -135,39 +307,80 @@ impl Drop for Hold {
     }
 }
 
-/// Whether holding is worth a filter: the policy asks about some exec (a `prompt` rule or
-/// the unmatched default).
-pub fn policy_prompts_execs(policy: &Policy) -> bool {
-    policy.enforcement().unmatched_exec == Decision::Prompt
-        || policy
-            .prefix_rules()
-            .iter()
-            .any(|rule| rule.decision == Decision::Prompt)
-        || policy.rule_sets().iter().any(|set| {
-            set.tiers().iter().any(|(decision, patterns)| {
-                *decision == Decision::Prompt && patterns.iter().any(|p| p.covers_tool(Tool::Exec))
-            })
-        })
+/// A copy of descriptor `fd` of process `pid` (`pidfd_getfd`: the descriptor the process has
+/// now, which a pid reused meanwhile could not pass off as its own).
+pub fn copy_fd(pid: u32, fd: i32) -> io::Result<OwnedFd> {
+    // SAFETY: raw syscalls that return new descriptors (or -1), owned at once.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if pidfd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: just made.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    // SAFETY: as above.
+    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if copy < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: just made.
+    Ok(unsafe { OwnedFd::from_raw_fd(copy as i32) })
+}
+
+/// Writes `message` on the stderr of process `pid` (a held program), through its own open
+/// file: a copy of the descriptor, not a reopening of `/proc/PID/fd/2`, which would write
+/// with guard's rights to whatever file the program put there (read-only `/etc/passwd`, say).
+/// Whether it was written.
+pub fn tell_stderr(pid: u32, message: &str) -> bool {
+    use std::io::Write;
+    let Ok(stderr) = copy_fd(pid, libc::STDERR_FILENO) else {
+        return false;
+    };
+    writeln!(std::fs::File::from(stderr), "{message}").is_ok()
+}
+
+/// Lets every call on `listener` continue, until no process is left under its filter: what a
+/// `guard run` client does with the calls the daemon held for it once the daemon is gone (the
+/// kernel still decides them; a prompt is refused at once, as without the hold).
+pub fn pass_through(listener: OwnedFd) {
+    let (held, _) = channel();
+    let supervisor = Supervisor {
+        listener: Arc::new(OnceLock::new()),
+        twins: Arc::new(RwLock::new(Twins::default())),
+        held,
+        wake: Box::new(|| {}),
+        stop: -1,
+    };
+    supervisor.run(Source::Adopted {
+        listener,
+        first_exec: false,
+    });
 }
 
 struct Supervisor {
     listener: Arc<OnceLock<Listener>>,
-    twin: Arc<RwLock<ExecTwin>>,
-    held: Sender<HeldExec>,
+    twins: Arc<RwLock<Twins>>,
+    held: Sender<HeldCall>,
+    wake: Box<dyn Fn() + Send>,
+    /// An eventfd that ends the loop (-1: none, poll ignores it).
     stop: i32,
 }
 
 impl Supervisor {
-    fn run(self, end: filter::GuardEnd) {
-        let listener = match end.receive() {
-            Ok(Some(fd)) => Listener::new(fd),
-            // The child failed before its exec (and said why) or guard's end went.
-            Ok(None) | Err(_) => return,
+    fn run(self, source: Source) {
+        let (listener, mut first_exec) = match source {
+            Source::Child(end) => match end.receive() {
+                Ok(Some(fd)) => (Listener::new(fd), true),
+                // The child failed before its exec (and said why) or guard's end went.
+                Ok(None) | Err(_) => return,
+            },
+            Source::Adopted {
+                listener,
+                first_exec,
+            } => (Listener::new(listener), first_exec),
         };
         let listener = self.listener.get_or_init(|| listener);
-        // The first held call is the command's own exec, made while guard waits in its spawn
-        // and cannot ask: it continues, and the kernel decides it as without the hold.
-        let mut first = true;
+        // Bounded by the command's life: the listener hangs up when no process is left under
+        // the filter, and the run's end writes `stop`.
         loop {
             let mut fds = [
                 libc::pollfd {
@@ -181,7 +394,7 @@ impl Supervisor {
                     revents: 0,
                 },
             ];
-            // SAFETY: two valid pollfds.
+            // SAFETY: two valid pollfds (a negative fd is skipped).
             let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
             if ready < 0 {
                 if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
@@ -197,43 +410,46 @@ impl Supervisor {
                 return;
             }
             match listener.receive() {
-                Ok(Some(notification)) if first => {
-                    first = false;
-                    let _ = listener.reply(notification.id, Reply::Continue);
+                Ok(Some(notification)) => {
+                    let exec = filter::EXEC_SYSCALLS.contains(&(notification.nr as libc::c_long));
+                    if exec && first_exec {
+                        // The command's own exec, made while guard waits in its spawn and
+                        // cannot ask: it continues, and the kernel decides it as ever.
+                        first_exec = false;
+                        let _ = listener.reply(notification.id, Reply::Continue);
+                    } else {
+                        self.decide(listener, notification);
+                    }
                 }
-                Ok(Some(notification)) => self.decide(listener, notification),
                 Ok(None) => {}
                 Err(_) => return,
             }
         }
     }
 
-    /// Continues a call that is not prompted; passes a prompted one to the run.
+    /// Continues a call that is not prompted; passes a prompted one on.
     fn decide(&self, listener: &Listener, notification: Notification) {
-        let exec = call::read_exec(&notification).ok().flatten();
+        let request = self
+            .twins
+            .read()
+            .ok()
+            .and_then(|twins| twins.prompted(&notification));
         // Read from a process that is gone: its pid may name another one now.
-        if !listener.still_waiting(notification.id) {
-            return;
-        }
-        let decision = exec.as_ref().and_then(|exec| {
-            let twin = self.twin.read().ok()?;
-            let decision = twin.decide(&exec.file, &exec.argv);
-            (decision.decision == Decision::Prompt).then_some(decision)
-        });
-        let (Some(exec), Some(decision)) = (exec, decision) else {
+        let Some(request) = request.filter(|_| listener.still_waiting(notification.id)) else {
             let _ = listener.reply(notification.id, Reply::Continue);
             return;
         };
-        let held = HeldExec {
+        let held = HeldCall {
             id: notification.id,
             pid: notification.pid,
-            call: exec,
-            decision,
+            request,
             since: Instant::now(),
         };
         if self.held.send(held).is_err() {
             // The run is ending: the kernel decides (and refuses the prompt) as without a hold.
             let _ = listener.reply(notification.id, Reply::Continue);
+            return;
         }
+        (self.wake)();
     }
 }

@@ -121,6 +121,7 @@ impl Daemon {
             .map_err(|e| (ErrorCode::Failed, format!("{e:#}")))?;
         self.image = image;
         self.approvals = trial;
+        self.refresh_holds();
         Ok(())
     }
 

@@ -38,7 +38,10 @@ use crate::resolve::{NameDecision, NamePolicy, Resolver, ResolverConfig, Resolve
 use crate::session::describe_event;
 
 mod answers;
+mod held;
 mod status;
+
+pub use held::WaitingCall;
 
 pub struct Daemon {
     pub config: Config,
@@ -68,6 +71,29 @@ pub struct Daemon {
     last_reload_error: Option<String>,
     /// Notes worth saying once at start (e.g. an audit log that cannot be opened).
     pub notes: Vec<String>,
+    /// Each run hold says here which scope has a newly held call.
+    held_wake: UnboundedSender<u64>,
+    /// Taken by the server loop, which hands each to [`Daemon::on_held`].
+    pub held_calls: Option<UnboundedReceiver<u64>>,
+}
+
+/// What the daemon made of one event (see [`Daemon::take_event`]).
+struct TakenEvent {
+    message: String,
+    ask: Option<u64>,
+    /// Why a prompt was refused at once instead of asked (`never`, a granular category off).
+    rejected: Option<&'static str>,
+}
+
+impl TakenEvent {
+    /// An event the daemon kept nothing of (a permission error that is not the sandbox's).
+    fn none() -> TakenEvent {
+        TakenEvent {
+            message: String::new(),
+            ask: None,
+            rejected: None,
+        }
+    }
 }
 
 /// Loads the rules, the amendments file, then the overlays; the daemon's own files (state
@@ -181,7 +207,10 @@ impl Daemon {
         if let Some(forwarder) = config.audit.syslog_forwarder()? {
             audit.forward_to_syslog(forwarder);
         }
+        let (held_wake, held_calls) = tokio::sync::mpsc::unbounded_channel();
         let mut daemon = Daemon {
+            held_wake,
+            held_calls: Some(held_calls),
             authz,
             authz_source,
             env,
@@ -282,6 +311,7 @@ impl Daemon {
         }
         self.enforcer.apply(&image)?;
         self.image = image;
+        self.refresh_holds();
         Ok(())
     }
 
@@ -547,7 +577,15 @@ impl Daemon {
     /// is made only for them.
     pub fn on_events(&mut self, events: Vec<KernelEvent>) {
         let now = Instant::now();
-        for mut event in events {
+        for event in events {
+            self.take_event(event, now, false);
+        }
+    }
+
+    /// One event: its ask, its message to the run, its audit record. `held`: the call waits
+    /// for the answer in its syscall (see `held.rs`), the run is told so.
+    fn take_event(&mut self, mut event: KernelEvent, now: Instant, held: bool) -> TakenEvent {
+        {
             // A write that failed with EACCES is the sandbox's only outside the run's roots.
             let sandbox = match &event.sandbox {
                 Some(_) => {
@@ -557,11 +595,11 @@ impl Daemon {
                         .get(&event.cgroup_id)
                         .and_then(|s| s.sandbox.as_ref());
                     let Some((plan, from)) = sandbox else {
-                        continue;
+                        return TakenEvent::none();
                     };
                     plan.resolve_paths(&mut event);
                     let Some(line) = plan.refusal(&event, from) else {
-                        continue;
+                        return TakenEvent::none();
                     };
                     // The record says which mode and roots refused it, and through which call.
                     let roots: Vec<String> = plan
@@ -607,6 +645,7 @@ impl Daemon {
                 .is_some_and(|s| s.is_run());
             let mut new_ask = None;
             let mut ask_id = None;
+            let timeout_secs = self.config.asks.timeout().as_secs();
             if let Some(target) = target
                 && !event.audit_only
             {
@@ -635,9 +674,14 @@ impl Daemon {
                         let line = sandbox_line
                             .clone()
                             .unwrap_or_else(|| describe_event(image, &event, &answered));
-                        match rejected {
+                        let line = match rejected {
                             Some(reason) => format!("{line}; {reason}"),
                             None => line,
+                        };
+                        if held && rejected.is_none() {
+                            line.replacen("guard: refused ", "guard: holding ", 1)
+                        } else {
+                            line
                         }
                     },
                     || {
@@ -645,6 +689,8 @@ impl Daemon {
                             "message": message,
                             "ask": ask_id,
                             "answers": answers,
+                            "held": held && rejected.is_none(),
+                            "expires_in": timeout_secs,
                             "request": blocked_request(image, &event, &answered),
                         })
                     },
@@ -656,10 +702,13 @@ impl Daemon {
                 .by_id
                 .get(&event.cgroup_id)
                 .map(|s| s.path.as_path());
-            let mut record = self
-                .audit
-                .kernel_record(&self.image, event, message, scope, answered);
+            let mut record =
+                self.audit
+                    .kernel_record(&self.image, event, message.clone(), scope, answered);
             record.ask = ask_id;
+            if held {
+                record.details.insert("held".into(), Value::Bool(true));
+            }
             for (key, value) in sandbox_details.into_iter().flatten() {
                 record.details.insert(key.into(), value);
             }
@@ -673,6 +722,11 @@ impl Daemon {
                 }
             }
             self.audit.emit(record);
+            TakenEvent {
+                message,
+                ask: ask_id,
+                rejected,
+            }
         }
     }
 
@@ -779,6 +833,7 @@ impl Daemon {
                 workspace,
                 tmpdir,
             } => self.run(peer, argv, (workspace, tmpdir), stream),
+            Request::Hold { fd, first_exec } => self.adopt_hold(peer, fd, first_exec),
             // Served by `audit_read` (the server sends it there).
             Request::Audit { .. } => Err((
                 ErrorCode::BadRequest,
@@ -848,7 +903,11 @@ impl Daemon {
                 ),
             }
         }
-        Ok(json!({"scope": path, "cgroup_id": id, "writes": writes, "sandbox": sandbox}))
+        let holds = held::hold_offer(self);
+        Ok(
+            json!({"scope": path, "cgroup_id": id, "writes": writes, "sandbox": sandbox,
+                  "holds": holds}),
+        )
     }
 
     /// Drains the kernel's events now, then says so on `stream` (after any `blocked` lines the
@@ -877,12 +936,14 @@ impl Daemon {
 
     /// After each turn of the loop: the turn's audit records go to the writer as one batch.
     pub fn end_turn(&mut self) {
+        self.settle_held();
         self.audit.send_pending();
     }
 
     /// The last words before a clean stop: the programs stay pinned (enforcement goes on until
     /// the next daemon takes over, or `guard release`).
     pub fn stop(&mut self) {
+        self.release_held();
         let events = self.events.drain();
         self.on_events(events);
         self.audit.record(

@@ -1,0 +1,223 @@
+//! Held calls under the daemon: a `guard run` client installs the seccomp filter on the
+//! command it starts in its run scope and hands the listener over (`hold`); the daemon's hold
+//! thread passes each prompted exec or connect here, where it becomes an ask like a kernel
+//! refusal (message to the run, `guard prompts --watch`, the audit log), except that the call
+//! waits. An approval is in the maps before the call continues; a denial or the ask's expiry
+//! fails it as the kernel would (EACCES / EPERM) with the message on the program's stderr.
+
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use super::Daemon;
+use crate::asks::AskState;
+use crate::compile::{DestinationTwin, ExecTwin};
+use crate::daemon::peer::PeerCredentials;
+use crate::daemon::protocol::ErrorCode;
+use crate::hold::event::held_event;
+use crate::hold::{HeldCall, Hold, Reply, Twins};
+use crate::policy::approval::ApprovalPolicy;
+
+/// A held call waiting for its ask's answer.
+pub struct WaitingCall {
+    pub ask: u64,
+    pub held: HeldCall,
+}
+
+/// Which calls the daemon would hold for a run: what its policy asks about, unless prompts are
+/// refused at once (`[asks] approval = "never"`). Sent in the `run` response.
+pub fn hold_offer(daemon: &Daemon) -> Value {
+    let policy = &daemon.loaded.policy;
+    let asking = daemon.config.asks.approval() != ApprovalPolicy::Never;
+    json!({
+        "exec": asking && crate::hold::policy_prompts_execs(policy),
+        "network": asking && crate::hold::policy_prompts_destinations(policy),
+    })
+}
+
+impl Daemon {
+    /// The twins a hold decides with, for the calls `offer` holds.
+    fn hold_twins(&self, exec: bool, network: bool) -> Twins {
+        Twins {
+            exec: exec.then(|| ExecTwin::new(self.loaded.policy.clone())),
+            destinations: network
+                .then(|| DestinationTwin::new(&self.image, self.name_server.is_some())),
+        }
+    }
+
+    /// `hold`: takes over the listener of the peer's command. The peer must be a `guard run`
+    /// client in one of the daemon's run scopes (its own, found by its cgroup).
+    pub(super) fn adopt_hold(
+        &mut self,
+        peer: PeerCredentials,
+        fd: i32,
+        first_exec: bool,
+    ) -> Result<Value, (ErrorCode, String)> {
+        let failed = |message: String| (ErrorCode::Failed, message);
+        let pid = peer
+            .pid
+            .ok_or_else(|| failed("the kernel gave no pid for this connection".into()))?;
+        let cgroup = crate::kernel::scope::cgroup_of_pid(pid)
+            .map_err(|e| failed(format!("reading pid {pid}'s cgroup: {e:#}")))?;
+        let scope_id = self
+            .scopes
+            .by_id
+            .values()
+            .find(|s| s.is_run() && s.path == cgroup)
+            .map(|s| s.id)
+            .ok_or_else(|| {
+                failed(format!(
+                    "pid {pid} is in no run scope of this daemon ({}): send `run` first",
+                    cgroup.display()
+                ))
+            })?;
+        let listener = crate::hold::copy_fd(pid, fd).map_err(|e| {
+            failed(format!(
+                "copying descriptor {fd} of pid {pid} (pidfd_getfd): {e}"
+            ))
+        })?;
+        let offer = hold_offer(self);
+        let twins = self.hold_twins(
+            offer["exec"].as_bool().unwrap_or(false),
+            offer["network"].as_bool().unwrap_or(false),
+        );
+        let wake = self.held_wake.clone();
+        let hold = Hold::adopt(
+            listener,
+            first_exec,
+            twins,
+            Box::new(move || {
+                let _ = wake.send(scope_id);
+            }),
+        )
+        .map_err(|e| failed(format!("starting the hold: {e}")))?;
+        if let Some(scope) = self.scopes.by_id.get_mut(&scope_id) {
+            scope.hold = Some(hold);
+        }
+        Ok(json!({"cgroup_id": scope_id, "holds": offer}))
+    }
+
+    /// The calls the hold of run scope `scope_id` passed on: each is asked about (or refused
+    /// at once, or let through when nothing can answer it).
+    pub fn on_held(&mut self, scope_id: u64) {
+        let now = Instant::now();
+        let held = match self
+            .scopes
+            .by_id
+            .get(&scope_id)
+            .and_then(|s| s.hold.as_ref())
+        {
+            Some(hold) => hold.take_held(),
+            None => return,
+        };
+        for held in held {
+            if self
+                .approvals
+                .list()
+                .iter()
+                .any(|a| held.approved_by(&a.target))
+            {
+                self.reply_held(scope_id, &held, Reply::Continue);
+                continue;
+            }
+            let event = held_event(&self.image, scope_id, &held);
+            let taken = self.take_event(event, now, true);
+            match (taken.rejected, taken.ask) {
+                (Some(_), _) => {
+                    self.fail_held(scope_id, &held, &taken.message);
+                }
+                // Nothing can answer it: the kernel decides (and refuses) as without the hold.
+                (None, None) => self.reply_held(scope_id, &held, Reply::Continue),
+                (None, Some(ask)) => {
+                    if let Some(scope) = self.scopes.by_id.get_mut(&scope_id) {
+                        scope.waiting.push(WaitingCall { ask, held });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Lets each held call whose ask was answered go on, or fail.
+    pub(super) fn settle_held(&mut self) {
+        let mut done = Vec::new();
+        for scope in self.scopes.by_id.values_mut() {
+            let waiting = std::mem::take(&mut scope.waiting);
+            for call in waiting {
+                match self.asks.state(call.ask) {
+                    Some(AskState::Pending) => scope.waiting.push(call),
+                    state => done.push((scope.id, call, state.cloned())),
+                }
+            }
+        }
+        for (scope_id, call, state) in done {
+            match state {
+                // The approval is in the kernel maps already: the BPF programs allow it.
+                Some(AskState::Approved { .. }) => {
+                    self.reply_held(scope_id, &call.held, Reply::Continue)
+                }
+                state => {
+                    let how = match state {
+                        Some(AskState::Expired) => "expired unanswered",
+                        _ => "was denied",
+                    };
+                    let event = held_event(&self.image, scope_id, &call.held);
+                    let message = format!(
+                        "{}; ask {} {how}",
+                        crate::session::describe_event(&self.image, &event, &[]),
+                        call.ask
+                    );
+                    self.fail_held(scope_id, &call.held, &message);
+                }
+            }
+        }
+    }
+
+    /// The policy or the destination tables changed: the holds decide later calls by them.
+    pub(super) fn refresh_holds(&self) {
+        let redirected = self.name_server.is_some();
+        for hold in self.scopes.by_id.values().filter_map(|s| s.hold.as_ref()) {
+            hold.set_policy(self.loaded.policy.clone());
+            hold.set_destinations(DestinationTwin::new(&self.image, redirected));
+        }
+    }
+
+    /// The daemon stops: every waiting call continues, and the kernel decides it (a prompt is
+    /// refused there), so none waits for an answer that can no longer come.
+    pub(super) fn release_held(&mut self) {
+        for scope in self.scopes.by_id.values_mut() {
+            for call in std::mem::take(&mut scope.waiting) {
+                if let Some(hold) = scope.hold.as_ref() {
+                    let _ = hold.reply(call.held.id, Reply::Continue);
+                }
+            }
+            scope.hold = None;
+        }
+    }
+
+    fn reply_held(&self, scope_id: u64, held: &HeldCall, reply: Reply) {
+        if let Some(hold) = self
+            .scopes
+            .by_id
+            .get(&scope_id)
+            .and_then(|s| s.hold.as_ref())
+        {
+            let _ = hold.reply(held.id, reply);
+        }
+    }
+
+    /// Fails a held call as the kernel's refusal would, and says why on the program's stderr
+    /// (before its call returns, so the line comes before the program's own) and to its
+    /// `guard run` client, which prints it when the program has no stderr to write to.
+    fn fail_held(&mut self, scope_id: u64, held: &HeldCall, message: &str) {
+        let on_stderr = crate::hold::tell_stderr(held.pid, message);
+        self.reply_held(scope_id, held, Reply::Fail(held.refusal_errno()));
+        if let Some(listener) = self
+            .scopes
+            .by_id
+            .get_mut(&scope_id)
+            .and_then(|s| s.listener.as_mut())
+        {
+            listener.message(message, on_stderr);
+        }
+    }
+}

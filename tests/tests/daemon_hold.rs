@@ -1,0 +1,192 @@
+//! Held calls under the daemon: `guard run` installs the hold's filter on its command and
+//! hands the listener to the daemon, so a prompted connect (or exec) waits in its syscall
+//! while the ask is out, and goes on the moment `guard approve` answers it from another
+//! terminal, or fails with the blocked-request message after `guard deny` or the ask's
+//! timeout. Needs root; without it each test prints `skipped: ...` (a failure when CI=true).
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, text};
+use guard_tests::kernel::{touch_program, wait_status};
+use serde_json::Value;
+
+const ANSWER_WAIT: Duration = Duration::from_secs(30);
+
+/// An HTTP server on a loopback port that answers `held-ok` to at most `count` requests.
+fn http_server(count: usize) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(count) {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = [0u8; 1024];
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\nheld-ok");
+        }
+    });
+    port
+}
+
+fn daemon_asking_about(ports: &[u16], extra_config: &str) -> TestDaemon {
+    let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+    let ports = ports.join(", ");
+    TestDaemon::start(&DaemonSetup {
+        rules: format!(
+            "address_rule(addresses=[\"127.0.0.1\"], ports=[{ports}], decision=\"prompt\", \
+             justification=\"ask before the test server\")\n\
+             prefix_rule(pattern=[\"touch\"], decision=\"prompt\", justification=\"asks first\")\n"
+        ),
+        extra_config: extra_config.to_string(),
+        ..Default::default()
+    })
+}
+
+/// `guard run -- ARGS...` under the daemon, holding (GUARD_NO_HOLD removed), started.
+fn held_run(daemon: &TestDaemon, args: &[&str]) -> Child {
+    let mut all = vec!["run", "--"];
+    all.extend_from_slice(args);
+    daemon
+        .guard_command(&all)
+        .env_remove("GUARD_NO_HOLD")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting guard run")
+}
+
+/// The one pending ask, once it is there (bounded).
+fn pending_ask(daemon: &TestDaemon, run: &mut Child) -> Value {
+    let deadline = Instant::now() + ANSWER_WAIT;
+    loop {
+        if let Some(ask) = daemon.prompts().into_iter().next() {
+            return ask;
+        }
+        if let Ok(Some(status)) = run.try_wait() {
+            let mut stderr = String::new();
+            let _ = run.stderr.take().unwrap().read_to_string(&mut stderr);
+            panic!("the run ended ({status}) without an ask: {stderr}");
+        }
+        if Instant::now() >= deadline {
+            // The run's output stays unread: its held command keeps the pipes open.
+            let _ = run.kill();
+            panic!(
+                "no ask within {ANSWER_WAIT:?}; daemon log:\n{}",
+                daemon.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits for the run: (exit code, stdout, stderr).
+fn finish(mut run: Child) -> (i32, String, String) {
+    finish_child(&mut run)
+}
+
+fn finish_child(run: &mut Child) -> (i32, String, String) {
+    let status = wait_status(run, ANSWER_WAIT);
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    let _ = run.stdout.take().unwrap().read_to_string(&mut stdout);
+    let _ = run.stderr.take().unwrap().read_to_string(&mut stderr);
+    (status.code().unwrap_or(-1), stdout, stderr)
+}
+
+fn curl_args(port: u16) -> Vec<String> {
+    ["curl", "-sS", "--max-time", "60"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([format!("http://127.0.0.1:{port}/")])
+        .collect()
+}
+
+#[test]
+fn a_held_curl_completes_after_guard_approve_from_another_terminal() {
+    if !can_run() {
+        return;
+    }
+    let port = http_server(2);
+    let daemon = daemon_asking_about(&[port], "");
+    let args = curl_args(port);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut run = held_run(&daemon, &args);
+    let ask = pending_ask(&daemon, &mut run);
+    assert_eq!(ask["record"]["port"], port, "{ask}");
+    assert!(
+        run.try_wait().unwrap().is_none(),
+        "curl waits for the answer"
+    );
+    let id = ask["id"].as_u64().unwrap().to_string();
+    let out = daemon.guard(&["approve", &id, "--once"]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    let (code, stdout, stderr) = finish(run);
+    assert_eq!(code, 0, "the held connect went on: {stdout}{stderr}");
+    assert_eq!(stdout, "held-ok", "{stderr}");
+    assert!(
+        stderr.contains("guard: holding") && stderr.contains(&format!("guard: ask {id}:")),
+        "the run said it holds the connect and how to answer: {stderr}"
+    );
+}
+
+#[test]
+fn a_held_curl_fails_with_the_message_after_guard_deny_or_the_timeout() {
+    if !can_run() {
+        return;
+    }
+    // A denied ask stays denied for its request, so the timeout is shown on a second port.
+    let (port, unanswered_port) = (http_server(0), http_server(0));
+    let daemon = daemon_asking_about(&[port, unanswered_port], "[asks]\ntimeout_secs = 2\n");
+    let args = curl_args(port);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+
+    let mut run = held_run(&daemon, &args);
+    let id = pending_ask(&daemon, &mut run)["id"].as_u64().unwrap();
+    let out = daemon.guard(&["deny", &id.to_string()]);
+    assert!(out.status.success(), "deny: {}", text(&out.stderr));
+    let (code, _, stderr) = finish(run);
+    assert_eq!(code, 7, "curl: could not connect: {stderr}");
+    assert!(
+        stderr.contains(&format!("ask {id} was denied")) && stderr.contains("127.0.0.1"),
+        "the blocked-request message with the ask: {stderr}"
+    );
+
+    // Unanswered: it expires after two seconds and fails the same way.
+    let args = curl_args(unanswered_port);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    let run = held_run(&daemon, &args);
+    let (code, _, stderr) = finish(run);
+    assert_eq!(code, 7, "{stderr}");
+    assert!(stderr.contains("expired unanswered"), "{stderr}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "it waited for the timeout"
+    );
+}
+
+#[test]
+fn a_held_exec_runs_after_guard_approve_and_only_prompted_calls_wait() {
+    if !can_run() {
+        return;
+    }
+    let daemon = daemon_asking_about(&[9], "");
+    let made = daemon.dir.path().join("made");
+    let script = format!(
+        "true; {} {}; echo rc=$?",
+        touch_program().display(),
+        made.display()
+    );
+    let mut run = held_run(&daemon, &["sh", "-c", &script]);
+    let ask = pending_ask(&daemon, &mut run);
+    assert_eq!(daemon.prompts().len(), 1, "`true` and `sh` were not held");
+    let id = ask["id"].as_u64().unwrap().to_string();
+    assert!(!made.exists(), "touch waits");
+    let out = daemon.guard(&["approve", &id, "--once"]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    let (code, stdout, stderr) = finish(run);
+    assert_eq!((code, stdout.trim()), (0, "rc=0"), "{stderr}");
+    assert!(made.exists(), "touch ran, with no re-run");
+}

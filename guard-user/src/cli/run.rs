@@ -118,8 +118,13 @@ pub struct RunArgs {
     /// Refuse a prompted exec or connect at once (answer its ask, then retry) instead of
     /// holding the call until the ask is answered. Stand-alone, calls are held only on a
     /// terminal (guard asks there); under the daemon, always (anyone allowed to answer may, with
-    /// `guard approve`). Also set by GUARD_NO_HOLD=1.
-    #[arg(long, env = "GUARD_NO_HOLD")]
+    /// `guard approve`). Also set by GUARD_NO_HOLD=1 (or true, yes, on).
+    #[arg(
+        long,
+        env = "GUARD_NO_HOLD",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
     pub no_hold: bool,
     /// Pass N descriptors beyond stdin, stdout and stderr to the command (3..3+N); every other
     /// inherited descriptor is closed at its exec.

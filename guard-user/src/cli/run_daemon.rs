@@ -221,9 +221,10 @@ pub fn run(
 fn held_syscalls(offer: &Value, verbose: bool) -> Option<HeldSyscalls> {
     let held = HeldSyscalls {
         exec: offer["exec"].as_bool() == Some(true),
-        network: offer["network"].as_bool() == Some(true),
+        connect: offer["network"].as_bool() == Some(true),
+        messages: offer["messages"].as_bool() == Some(true),
     };
-    if !held.exec && !held.network {
+    if !held.any() {
         return None;
     }
     // SAFETY: geteuid has no preconditions.

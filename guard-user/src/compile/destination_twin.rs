@@ -46,6 +46,14 @@ impl DestinationTwin {
     /// The decision for a call to `address`, `port` over `transport`. An unspecified address
     /// (the kernel decides it as the address it reaches) and redirected DNS are `allow` here:
     /// not asked about, decided by the kernel.
+    /// Whether some UDP datagram could be prompted: only then are the message calls held.
+    pub fn prompts_udp(&self) -> bool {
+        self.unmatched == Decision::Prompt
+            || self.destinations.iter().any(|entry| {
+                entry.verdict.decision == Decision::Prompt && entry.transport != Transport::Tcp
+            })
+    }
+
     pub fn decide(
         &self,
         address: IpAddr,
@@ -113,10 +121,22 @@ mod tests {
     }
 
     #[test]
+    fn only_a_prompt_for_udp_needs_the_message_calls_held() {
+        let (_, tcp_only) = twin(
+            "address_rule(addresses=[\"127.0.0.1\"], transport=\"tcp\", decision=\"prompt\")\n",
+        );
+        assert!(!tcp_only.prompts_udp(), "no message call needs holding");
+    }
+
+    #[test]
     fn decides_as_the_tables_and_approvals_say() {
         let (mut image, twin) = twin(
             "address_rule(addresses=[\"127.0.0.0/8\"], ports=[9], decision=\"prompt\")\n\
              address_rule(addresses=[\"127.0.0.7\"], decision=\"deny\")\n",
+        );
+        assert!(
+            twin.prompts_udp(),
+            "a rule of any transport prompts datagrams too"
         );
         let loopback = |last: u8| IpAddr::from([127, 0, 0, last]);
         let asked = twin.decide(loopback(2), 9, Transport::Tcp);

@@ -22,9 +22,33 @@ pub struct ConnectCall {
     pub syscall: &'static str,
 }
 
+/// A held call's destination before its socket's transport is known: reading the transport
+/// costs two descriptor copies, which a destination that is prompted for neither TCP nor UDP
+/// does not need.
+#[derive(Clone, Copy, Debug)]
+pub struct Destination {
+    pub address: IpAddr,
+    pub port: u16,
+    syscall: &'static str,
+    pid: u32,
+    fd: i32,
+}
+
+impl Destination {
+    /// The call, with its socket's transport; `None` for a socket that is neither TCP nor UDP.
+    pub fn with_transport(self) -> Option<ConnectCall> {
+        Some(ConnectCall {
+            address: self.address,
+            port: self.port,
+            transport: socket_transport(self.pid, self.fd)?,
+            syscall: self.syscall,
+        })
+    }
+}
+
 /// Reads the destination of `call`; `Ok(None)` for a call that names none guard decides (no
-/// address, not IPv4/IPv6, not TCP/UDP, memory the caller does not have).
-pub fn read_connect(call: &Notification) -> io::Result<Option<ConnectCall>> {
+/// address, not IPv4/IPv6, memory the caller does not have).
+pub fn read_destination(call: &Notification) -> io::Result<Option<Destination>> {
     let nr = call.nr as libc::c_long;
     let fd = call.args[0] as i32;
     let (syscall, address, length) = if nr == libc::SYS_connect {
@@ -55,14 +79,12 @@ pub fn read_connect(call: &Notification) -> io::Result<Option<ConnectCall>> {
     let Some((address, port)) = read_sockaddr(call.pid, address, length)? else {
         return Ok(None);
     };
-    let Some(transport) = socket_transport(call.pid, fd) else {
-        return Ok(None);
-    };
-    Ok(Some(ConnectCall {
+    Ok(Some(Destination {
         address,
         port,
-        transport,
         syscall,
+        pid: call.pid,
+        fd,
     }))
 }
 

@@ -30,7 +30,7 @@ use std::time::Instant;
 use crate::asks::ApprovalTarget;
 use crate::compile::{DestinationTwin, ExecTwin, KernelDestinationDecision, KernelExecDecision};
 use crate::policy::rule_set::Tool;
-use crate::policy::{Decision, Policy};
+use crate::policy::{Decision, Policy, Transport};
 
 pub use call::ExecCall;
 pub use connect::ConnectCall;
@@ -118,7 +118,11 @@ impl Twins {
     pub fn held_syscalls(&self) -> HeldSyscalls {
         HeldSyscalls {
             exec: self.exec.is_some(),
-            network: self.destinations.is_some(),
+            connect: self.destinations.is_some(),
+            messages: self
+                .destinations
+                .as_ref()
+                .is_some_and(DestinationTwin::prompts_udp),
         }
     }
 
@@ -132,10 +136,16 @@ impl Twins {
             (decision.decision == Decision::Prompt).then_some(HeldRequest::Exec { call, decision })
         } else {
             let twin = self.destinations.as_ref()?;
-            let call = connect::read_connect(notification).ok()??;
-            let decision = twin.decide(call.address, call.port, call.transport);
-            (decision.decision == Decision::Prompt && !decision.audit_only)
-                .then_some(HeldRequest::Connect { call, decision })
+            let destination = connect::read_destination(notification).ok()??;
+            let prompts = |transport| {
+                let decision = twin.decide(destination.address, destination.port, transport);
+                (decision.decision == Decision::Prompt && !decision.audit_only).then_some(decision)
+            };
+            // Most calls are prompted for neither transport: no need to read the socket's.
+            prompts(Transport::Tcp).or_else(|| prompts(Transport::Udp))?;
+            let call = destination.with_transport()?;
+            let decision = prompts(call.transport)?;
+            Some(HeldRequest::Connect { call, decision })
         }
     }
 }

@@ -29,9 +29,12 @@ pub struct WaitingCall {
 pub fn hold_offer(daemon: &Daemon) -> Value {
     let policy = &daemon.loaded.policy;
     let asking = daemon.config.asks.approval() != ApprovalPolicy::Never;
+    let network = asking && crate::hold::policy_prompts_destinations(policy);
+    let redirected = daemon.name_server.is_some();
     json!({
         "exec": asking && crate::hold::policy_prompts_execs(policy),
-        "network": asking && crate::hold::policy_prompts_destinations(policy),
+        "network": network,
+        "messages": network && DestinationTwin::new(&daemon.image, redirected).prompts_udp(),
     })
 }
 

@@ -481,3 +481,21 @@ impl Drop for TestBpffs {
         }
     }
 }
+
+/// An HTTP server on a loopback port that answers `held-ok` to at most `count` requests (the
+/// held-connect tests; 0 accepts nothing, for a connect that must never get through).
+pub fn http_server(count: usize) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(count) {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = [0u8; 1024];
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\nheld-ok");
+        }
+    });
+    port
+}

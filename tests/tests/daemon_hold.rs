@@ -4,32 +4,15 @@
 //! terminal, or fails with the blocked-request message after `guard deny` or the ask's
 //! timeout. Needs root; without it each test prints `skipped: ...` (a failure when CI=true).
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::io::Read;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, text};
-use guard_tests::kernel::{touch_program, wait_status};
+use guard_tests::kernel::{http_server, touch_program, wait_status};
 use serde_json::Value;
 
 const ANSWER_WAIT: Duration = Duration::from_secs(30);
-
-/// An HTTP server on a loopback port that answers `held-ok` to at most `count` requests.
-fn http_server(count: usize) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().take(count) {
-            let Ok(mut stream) = stream else { continue };
-            let mut request = [0u8; 1024];
-            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-            let _ = stream.read(&mut request);
-            let _ = stream.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\nheld-ok");
-        }
-    });
-    port
-}
 
 fn daemon_asking_about(ports: &[u16], extra_config: &str) -> TestDaemon {
     let ports: Vec<String> = ports.iter().map(u16::to_string).collect();

@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use guard_tests::daemon::guard_bin;
-use guard_tests::kernel::{root_or_skip, shell_program, wait_status};
+use guard_tests::kernel::{http_server, root_or_skip, shell_program, wait_status};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -185,22 +185,6 @@ fn an_exec_approved_always_writes_its_rule_and_is_not_held_again() {
         written.contains("prefix_rule(pattern=[\"touch\", \"made\"], decision=\"allow\""),
         "{written}"
     );
-}
-
-/// An HTTP server on a loopback port that answers `held-ok` to at most `count` requests.
-fn http_server(count: usize) -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().take(count) {
-            let Ok(mut stream) = stream else { continue };
-            let mut request = [0u8; 1024];
-            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-            let _ = stream.read(&mut request);
-            let _ = stream.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\nheld-ok");
-        }
-    });
-    port
 }
 
 fn connect_rules(port: u16) -> String {

@@ -585,148 +585,146 @@ impl Daemon {
     /// One event: its ask, its message to the run, its audit record. `held`: the call waits
     /// for the answer in its syscall (see `held.rs`), the run is told so.
     fn take_event(&mut self, mut event: KernelEvent, now: Instant, held: bool) -> TakenEvent {
+        // A write that failed with EACCES is the sandbox's only outside the run's roots.
+        let sandbox = match &event.sandbox {
+            Some(_) => {
+                let sandbox = self
+                    .scopes
+                    .by_id
+                    .get(&event.cgroup_id)
+                    .and_then(|s| s.sandbox.as_ref());
+                let Some((plan, from)) = sandbox else {
+                    return TakenEvent::none();
+                };
+                plan.resolve_paths(&mut event);
+                let Some(line) = plan.refusal(&event, from) else {
+                    return TakenEvent::none();
+                };
+                // The record says which mode and roots refused it, and through which call.
+                let roots: Vec<String> = plan
+                    .roots
+                    .iter()
+                    .map(|r| r.root.display().to_string())
+                    .collect();
+                let syscall = event.sandbox.as_ref().map_or("", |w| w.syscall);
+                let details = [
+                    ("sandbox_mode", Value::from(plan.mode.as_str())),
+                    ("writable_roots", Value::from(roots)),
+                    ("syscall", Value::from(syscall)),
+                ];
+                Some((line, details))
+            }
+            None => None,
+        };
+        let (sandbox_line, sandbox_details) = sandbox.unzip();
+        let answered = self.answered_names(&event);
+        let Described {
+            mut message,
+            target,
+        } = match &sandbox_line {
+            Some(line) => Described {
+                message: line.clone(),
+                target: None,
+            },
+            None => describe(&self.image, &event, &answered),
+        };
+        // Under `never` (or a granular category that is off) a prompt is refused, not asked.
+        let rejected = target
+            .as_ref()
+            .and_then(|t| prompt_rejection(self.config.asks.approval(), t.by_rule()));
+        if let Some(reason) = rejected {
+            message.push_str(&format!(" ({reason})"));
+        }
+        let target = target.filter(|_| rejected.is_none());
+        let answers = target.as_ref().map(AskTarget::answers);
+        let from_run = self
+            .scopes
+            .by_id
+            .get(&event.cgroup_id)
+            .is_some_and(|s| s.is_run());
+        let mut new_ask = None;
+        let mut ask_id = None;
+        let timeout_secs = self.config.asks.timeout().as_secs();
+        if let Some(target) = target
+            && !event.audit_only
         {
-            // A write that failed with EACCES is the sandbox's only outside the run's roots.
-            let sandbox = match &event.sandbox {
-                Some(_) => {
-                    let sandbox = self
-                        .scopes
-                        .by_id
-                        .get(&event.cgroup_id)
-                        .and_then(|s| s.sandbox.as_ref());
-                    let Some((plan, from)) = sandbox else {
-                        return TakenEvent::none();
-                    };
-                    plan.resolve_paths(&mut event);
-                    let Some(line) = plan.refusal(&event, from) else {
-                        return TakenEvent::none();
-                    };
-                    // The record says which mode and roots refused it, and through which call.
-                    let roots: Vec<String> = plan
-                        .roots
-                        .iter()
-                        .map(|r| r.root.display().to_string())
-                        .collect();
-                    let syscall = event.sandbox.as_ref().map_or("", |w| w.syscall);
-                    let details = [
-                        ("sandbox_mode", Value::from(plan.mode.as_str())),
-                        ("writable_roots", Value::from(roots)),
-                        ("syscall", Value::from(syscall)),
-                    ];
-                    Some((line, details))
-                }
-                None => None,
-            };
-            let (sandbox_line, sandbox_details) = sandbox.unzip();
-            let answered = self.answered_names(&event);
-            let Described {
-                mut message,
+            let recorded = self.asks.record(
                 target,
-            } = match &sandbox_line {
-                Some(line) => Described {
-                    message: line.clone(),
-                    target: None,
+                blocked_request(&self.image, &event, &answered),
+                message.clone(),
+                (event.cgroup_id, from_run),
+                now,
+            );
+            ask_id = Some(recorded.id());
+            if let Recorded::New(id) = recorded {
+                new_ask = Some(id);
+            }
+        }
+        if let Some(listener) = self
+            .scopes
+            .by_id
+            .get_mut(&event.cgroup_id)
+            .and_then(|s| s.listener.as_mut())
+        {
+            let image = &self.image;
+            listener.blocked(
+                repeat_key(&event),
+                || {
+                    let line = sandbox_line
+                        .clone()
+                        .unwrap_or_else(|| describe_event(image, &event, &answered));
+                    let line = match rejected {
+                        Some(reason) => format!("{line}; {reason}"),
+                        None => line,
+                    };
+                    if held && rejected.is_none() {
+                        line.replacen("guard: refused ", "guard: holding ", 1)
+                    } else {
+                        line
+                    }
                 },
-                None => describe(&self.image, &event, &answered),
-            };
-            // Under `never` (or a granular category that is off) a prompt is refused, not asked.
-            let rejected = target
-                .as_ref()
-                .and_then(|t| prompt_rejection(self.config.asks.approval(), t.by_rule()));
-            if let Some(reason) = rejected {
-                message.push_str(&format!(" ({reason})"));
+                || {
+                    json!({
+                        "message": message,
+                        "ask": ask_id,
+                        "answers": answers,
+                        "held": held && rejected.is_none(),
+                        "expires_in": timeout_secs,
+                        "request": blocked_request(image, &event, &answered),
+                    })
+                },
+                now,
+            );
+        }
+        let scope = self
+            .scopes
+            .by_id
+            .get(&event.cgroup_id)
+            .map(|s| s.path.as_path());
+        let mut record =
+            self.audit
+                .kernel_record(&self.image, event, message.clone(), scope, answered);
+        record.ask = ask_id;
+        if held {
+            record.details.insert("held".into(), Value::Bool(true));
+        }
+        for (key, value) in sandbox_details.into_iter().flatten() {
+            record.details.insert(key.into(), value);
+        }
+        if let Some(id) = new_ask {
+            let mut ask_record = record.clone();
+            ask_record.kind = RecordType::Ask;
+            self.asks.set_origin(id, ask_record.clone());
+            self.audit.emit(ask_record);
+            if let Some(ask) = self.asks.get(id, now) {
+                self.notify_watchers("ask", json!({"ask": ask}));
             }
-            let target = target.filter(|_| rejected.is_none());
-            let answers = target.as_ref().map(AskTarget::answers);
-            let from_run = self
-                .scopes
-                .by_id
-                .get(&event.cgroup_id)
-                .is_some_and(|s| s.is_run());
-            let mut new_ask = None;
-            let mut ask_id = None;
-            let timeout_secs = self.config.asks.timeout().as_secs();
-            if let Some(target) = target
-                && !event.audit_only
-            {
-                let recorded = self.asks.record(
-                    target,
-                    blocked_request(&self.image, &event, &answered),
-                    message.clone(),
-                    (event.cgroup_id, from_run),
-                    now,
-                );
-                ask_id = Some(recorded.id());
-                if let Recorded::New(id) = recorded {
-                    new_ask = Some(id);
-                }
-            }
-            if let Some(listener) = self
-                .scopes
-                .by_id
-                .get_mut(&event.cgroup_id)
-                .and_then(|s| s.listener.as_mut())
-            {
-                let image = &self.image;
-                listener.blocked(
-                    repeat_key(&event),
-                    || {
-                        let line = sandbox_line
-                            .clone()
-                            .unwrap_or_else(|| describe_event(image, &event, &answered));
-                        let line = match rejected {
-                            Some(reason) => format!("{line}; {reason}"),
-                            None => line,
-                        };
-                        if held && rejected.is_none() {
-                            line.replacen("guard: refused ", "guard: holding ", 1)
-                        } else {
-                            line
-                        }
-                    },
-                    || {
-                        json!({
-                            "message": message,
-                            "ask": ask_id,
-                            "answers": answers,
-                            "held": held && rejected.is_none(),
-                            "expires_in": timeout_secs,
-                            "request": blocked_request(image, &event, &answered),
-                        })
-                    },
-                    now,
-                );
-            }
-            let scope = self
-                .scopes
-                .by_id
-                .get(&event.cgroup_id)
-                .map(|s| s.path.as_path());
-            let mut record =
-                self.audit
-                    .kernel_record(&self.image, event, message.clone(), scope, answered);
-            record.ask = ask_id;
-            if held {
-                record.details.insert("held".into(), Value::Bool(true));
-            }
-            for (key, value) in sandbox_details.into_iter().flatten() {
-                record.details.insert(key.into(), value);
-            }
-            if let Some(id) = new_ask {
-                let mut ask_record = record.clone();
-                ask_record.kind = RecordType::Ask;
-                self.asks.set_origin(id, ask_record.clone());
-                self.audit.emit(ask_record);
-                if let Some(ask) = self.asks.get(id, now) {
-                    self.notify_watchers("ask", json!({"ask": ask}));
-                }
-            }
-            self.audit.emit(record);
-            TakenEvent {
-                message,
-                ask: ask_id,
-                rejected,
-            }
+        }
+        self.audit.emit(record);
+        TakenEvent {
+            message,
+            ask: ask_id,
+            rejected,
         }
     }
 

@@ -256,11 +256,13 @@ impl TestDaemon {
         self.guard_command(args).output().expect("running guard")
     }
 
-    /// `guard run -- PROGRAM ARGS...` under this daemon: (exit code, stdout, stderr).
+    /// `guard run -- PROGRAM ARGS...` under this daemon: (exit code, stdout, stderr). Run
+    /// again while the program's exec is "text file busy" (a copy another test thread is
+    /// writing; see [`crate::kernel::retry_while_busy`]).
     pub fn run_in_scope(&self, program: &Path, args: &[&str]) -> (i32, String, String) {
         let mut all = vec!["run", "--", program.to_str().expect("a UTF-8 path")];
         all.extend_from_slice(args);
-        let out = self.guard(&all);
+        let out = crate::kernel::retry_while_busy(|| Ok(self.guard(&all))).expect("running guard");
         (
             out.status.code().unwrap_or(-1),
             text(&out.stdout),

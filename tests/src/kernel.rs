@@ -92,23 +92,24 @@ impl TestSession {
             .unwrap_or_else(|| panic!("no line of the rules contains {needle:?}"))
     }
 
-    /// Runs `command` inside the scope, waiting at most `timeout`; the spawn error when the exec
+    /// Runs `command` inside the scope, waiting at most `timeout`, retrying (bounded) while the
+    /// exec fails with "text file busy" (see [`retry_while_busy`]); the spawn error when the exec
     /// failed (e.g. `PermissionDenied`: refused on the `lsm` backend).
     pub fn run(&self, command: &mut Command, timeout: Duration) -> io::Result<Output> {
         command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let child = match self.session.spawn(command) {
-            Ok(child) => child,
-            Err(err) => {
-                return Err(match err.downcast::<io::Error>() {
-                    Ok(io) => io,
-                    Err(other) => io::Error::other(format!("{other:#}")),
-                });
-            }
-        };
-        Ok(wait_output(child, timeout))
+        retry_while_busy(|| {
+            let child =
+                self.session
+                    .spawn(command)
+                    .map_err(|err| match err.downcast::<io::Error>() {
+                        Ok(io) => io,
+                        Err(other) => io::Error::other(format!("{other:#}")),
+                    })?;
+            Ok(wait_output(child, timeout))
+        })
     }
 
     /// Polls events until one satisfies `wanted` or `timeout` passes; every event seen, in
@@ -391,9 +392,8 @@ pub fn spawn_in(cgroup: &ScopeCgroup, command: &mut Command) -> io::Result<Child
     command.spawn()
 }
 
-/// Runs `command` in `cgroup`, waiting at most `timeout`, retrying (bounded, 5 s) while the exec
-/// fails with "text file busy" (another test thread forked while a program copy was open for
-/// writing; not a decision of guard's). The spawn error when the exec failed.
+/// Runs `command` in `cgroup`, waiting at most `timeout`, retrying (bounded) while the exec
+/// fails with "text file busy" (see [`retry_while_busy`]). The spawn error when the exec failed.
 pub fn run_in(
     cgroup: &ScopeCgroup,
     command: &mut Command,
@@ -403,9 +403,17 @@ pub fn run_in(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    retry_while_busy(|| spawn_in(cgroup, command).map(|child| wait_output(child, timeout)))
+}
+
+/// Runs `run` again (for at most 5 s) while its exec failed with ETXTBSY, in the spawn or in a
+/// shell the command started. Not a decision of guard's: a test thread copying a program holds
+/// it open for writing, and a child another test thread forks meanwhile inherits that
+/// descriptor until its own exec closes it; an exec of the copy in that window is "busy".
+pub fn retry_while_busy(mut run: impl FnMut() -> io::Result<Output>) -> io::Result<Output> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let result = spawn_in(cgroup, command).map(|child| wait_output(child, timeout));
+        let result = run();
         let busy = match &result {
             Err(err) => err.kind() == io::ErrorKind::ExecutableFileBusy,
             Ok(output) => String::from_utf8_lossy(&output.stderr).contains("Text file busy"),

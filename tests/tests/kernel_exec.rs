@@ -40,22 +40,8 @@ fn programs_dir() -> (tempfile::TempDir, SessionOptions) {
     (dir, options)
 }
 
-/// Runs `command` in the scope, retrying (bounded) while the exec fails with "text file busy":
-/// another test thread may have forked while one of our programs was being copied, and its child
-/// holds the copy's write descriptor until it execs. That is not a decision of guard's.
 fn run(session: &TestSession, command: &mut Command) -> io::Result<Output> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let result = session.run(command, RUN_TIMEOUT);
-        let busy = match &result {
-            Err(err) => err.kind() == io::ErrorKind::ExecutableFileBusy,
-            Ok(output) => String::from_utf8_lossy(&output.stderr).contains("Text file busy"),
-        };
-        if !busy || Instant::now() > deadline {
-            return result;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    session.run(command, RUN_TIMEOUT)
 }
 
 /// The command ran and succeeded.
@@ -740,21 +726,10 @@ fn processes_outside_the_scope_are_untouched() {
     assert_absent(&inside, "the session enforces in its scope");
 
     // This test process is not in the scope: the same program runs, while the session holds.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let status = loop {
-        match Command::new(&forbidden).arg(&outside).status() {
-            Err(err)
-                if err.kind() == io::ErrorKind::ExecutableFileBusy && Instant::now() < deadline =>
-            {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            other => {
-                break other.unwrap_or_else(|err| {
-                    panic!("gt-forbidden outside the scope did not start: {err}")
-                });
-            }
-        }
-    };
+    let output =
+        guard_tests::kernel::retry_while_busy(|| Command::new(&forbidden).arg(&outside).output())
+            .unwrap_or_else(|err| panic!("gt-forbidden outside the scope did not start: {err}"));
+    let status = output.status;
     assert!(status.success(), "gt-forbidden outside the scope: {status}");
     assert_exists(&outside, "a process outside the scope is not guard's");
     drop(session);

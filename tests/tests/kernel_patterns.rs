@@ -8,7 +8,6 @@
 //! stopped is a file that does not appear. Needs root; otherwise (or where the kernel cannot
 //! run the programs) each test prints `skipped: ...`, and fails when CI=true.
 
-use std::io;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -44,25 +43,13 @@ fn work_dir(session: &TestSession) -> PathBuf {
     work
 }
 
-/// Runs `program args...` (argv[0] = `arg0`) in the scope from `work`; retries while the copy
-/// is still busy being written by another test thread's fork (not a decision of guard's).
+/// Runs `program args...` (argv[0] = `arg0`) in the scope from `work`.
 fn run(session: &TestSession, program: &Path, arg0: &str, args: &[&str], work: &Path) -> Output {
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let mut command = Command::new(program);
-        command.arg0(arg0).args(args).current_dir(work);
-        let result = session.run(&mut command, RUN_TIMEOUT);
-        match result {
-            Err(err)
-                if err.kind() == io::ErrorKind::ExecutableFileBusy
-                    && std::time::Instant::now() < deadline =>
-            {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(err) => panic!("{arg0} {args:?}: the exec failed: {err}"),
-            Ok(output) => return output,
-        }
-    }
+    let mut command = Command::new(program);
+    command.arg0(arg0).args(args).current_dir(work);
+    session
+        .run(&mut command, RUN_TIMEOUT)
+        .unwrap_or_else(|err| panic!("{arg0} {args:?}: the exec failed: {err}"))
 }
 
 fn assert_stopped(output: &Output, what: &str, work: &Path, files: &[&str]) {

@@ -12,6 +12,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::kernel::{in_ci, skip};
+use crate::unit::UnitConfinement;
 
 /// A program's output as text.
 pub fn text(bytes: &[u8]) -> String {
@@ -91,6 +92,10 @@ pub struct DaemonSetup {
     pub daemon_cgroup: Option<PathBuf>,
     /// A legacy policy's text, written to `team.policy` and loaded after the rules.
     pub legacy_policy: Option<String>,
+    /// Start the daemon the way `packaging/guard.service` does ([`UnitConfinement`]): its
+    /// capabilities, no_new_privs, its read-only folders and /proc. GUARD_TEST_AS_UNIT=1 does
+    /// so for every test's daemon.
+    pub as_unit: bool,
 }
 
 pub struct TestDaemon {
@@ -104,6 +109,7 @@ pub struct TestDaemon {
     pub pin_dir: PathBuf,
     pub run_cgroup: String,
     daemon_cgroup: Option<PathBuf>,
+    as_unit: bool,
     env: Vec<(String, String)>,
     child: Option<Child>,
     /// The daemon's stderr, line by line, as it arrives.
@@ -139,6 +145,8 @@ impl TestDaemon {
             rules_file,
             run_cgroup,
             daemon_cgroup: setup.daemon_cgroup.clone(),
+            as_unit: setup.as_unit
+                || std::env::var_os("GUARD_TEST_AS_UNIT").is_some_and(|v| v == "1"),
             env: env
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -191,6 +199,9 @@ impl TestDaemon {
             let procs = procs_path(cgroup);
             // SAFETY: join_from_pre_exec makes only async-signal-safe calls.
             unsafe { command.pre_exec(move || guard::kernel::scope::join_from_pre_exec(&procs)) };
+        }
+        if self.as_unit {
+            UnitConfinement::of_unit().install(&mut command);
         }
         let mut child = command.spawn().expect("starting guard daemon");
         let stderr = child.stderr.take().unwrap();

@@ -3,3 +3,4 @@ pub mod daemon;
 pub mod dns;
 pub mod kernel;
 pub mod rsyslog;
+pub mod unit;

@@ -126,6 +126,14 @@ pub const ITEMS: &[Item] = &[
         },
     },
     Item {
+        // tests/tests/daemon_unit.rs rates packaging/guard.service's hardening offline
+        // (`systemd-analyze security --offline=true`); systemd need not be running.
+        name: "systemd-analyze (systemd, to rate the unit's hardening)",
+        need: Need::Test,
+        present: || find_on_path("systemd-analyze").is_some(),
+        fix: Fix::AptNoRecommends(&["systemd"]),
+    },
+    Item {
         // The VM's kernel is a Debian package, downloaded (never installed) and unpacked.
         name: "Debian package tools (apt-cache, apt-get, dpkg-deb)",
         need: Need::VmTest,

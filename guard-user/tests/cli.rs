@@ -2392,3 +2392,67 @@ fn version_names_the_commit_and_completions_and_man_pages_come_from_the_help() {
         missing.stderr
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Errors under --json
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn json_errors_are_one_object_on_stdout_with_the_file_line_and_exit_code() {
+    let sandbox = Sandbox::new();
+    sandbox.write(
+        "bad.rules",
+        "\nprefix_rule(pattern=[\"git\"], decision=\"maybe\")\n",
+    );
+    let out = sandbox.check(&["--json", "--rules", "bad.rules"], &["git", "status"]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert_eq!(out.stderr, "", "nothing for people on stderr under --json");
+    let error = &error_of(&out);
+    assert_eq!(error["kind"], "policy", "{error}");
+    assert_eq!(error["line"], 2, "{error}");
+    assert!(
+        error["file"].as_str().unwrap().ends_with("bad.rules"),
+        "{error}"
+    );
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("invalid decision: maybe"),
+        "{error}"
+    );
+    assert_eq!(error["exit_code"], 2, "{error}");
+
+    // A file that is not there: the message says which, with no line to point at.
+    let out = sandbox.run(["policy", "show", "--json", "--rules", "missing.rules"]);
+    let error = &error_of(&out);
+    assert_eq!(
+        (out.code, &error["kind"]),
+        (Some(2), &json!("policy")),
+        "{out:?}"
+    );
+    assert!(error.get("line").is_none(), "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("missing.rules"),
+        "{error}"
+    );
+
+    // No daemon at the socket: exit 4, as without --json.
+    let socket = sandbox.path().join("no-daemon.sock");
+    let out = sandbox.run(["status", "--json", "--socket", &display(&socket)]);
+    assert_eq!(out.code, Some(4), "{out:?}");
+    assert_eq!(error_of(&out)["kind"], "unreachable", "{out:?}");
+
+    // Without --json, and with `--json` only after `--` (the checked command's), people's text.
+    let out = sandbox.check(&["--rules", "bad.rules"], &["git", "--json"]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert_eq!(out.stdout, "", "{out:?}");
+    assert!(out.stderr.contains("bad.rules:2:"), "{}", out.stderr);
+}
+
+/// The `error` object a failed command printed on stdout under `--json`.
+fn error_of(out: &Run) -> Value {
+    let value: Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|err| panic!("stdout is not one JSON value ({err}): {out:?}"));
+    value["error"].clone()
+}

@@ -109,9 +109,12 @@ fn pending_asks(socket: &Path) -> Result<Vec<Value>, ClientError> {
 
 /// Prints a client error and gives its exit status (3 not authorized, 4 no daemon, 1 other).
 pub fn client_error(err: &ClientError) -> ExitCode {
-    let style = red();
-    eprintln!("{style}error:{style:#} {err}");
-    ExitCode::from(err.exit_code())
+    let kind = match err.exit_code() {
+        3 => "unauthorized",
+        4 => "unreachable",
+        _ => "refused",
+    };
+    super::output::error(kind, &err.to_string(), err.exit_code())
 }
 
 /// One request, its result or the error.

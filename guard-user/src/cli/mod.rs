@@ -188,6 +188,7 @@ impl RulesArgs {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     logging::init(cli.verbose, cli.quiet);
+    output::choose_error_format(&std::env::args().collect::<Vec<_>>());
     match cli.command {
         Command::Check(args) => check::run(&args),
         Command::Policy(command) => policy::run(command),

@@ -1,7 +1,9 @@
-//! How the CLI talks: JSON on stdout for machines, styled text for people, errors on stderr.
+//! How the CLI talks: JSON on stdout for machines, styled text for people, errors on stderr
+//! (or, under `--json`, as one JSON object on stdout: [`JsonError`]).
 
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anstream::{eprintln, println};
 use anstyle::{AnsiColor, Style};
@@ -35,9 +37,83 @@ pub fn print_json(value: &serde_json::Value) {
     let _ = writeln!(stdout);
 }
 
+/// Whether errors are printed as [`JsonError`]s: set once, from the command line, before
+/// the command runs.
+static JSON_ERRORS: AtomicBool = AtomicBool::new(false);
+
+/// Errors are printed as [`JsonError`]s from now on when `args` (the process's arguments)
+/// ask for `--json` before any `--` (what follows `--` is the command being checked).
+pub fn choose_error_format<S: AsRef<str>>(args: &[S]) {
+    let json = args
+        .iter()
+        .map(AsRef::as_ref)
+        .take_while(|arg| *arg != "--")
+        .any(|arg| arg == "--json");
+    JSON_ERRORS.store(json, Ordering::Relaxed);
+}
+
+fn json_errors() -> bool {
+    JSON_ERRORS.load(Ordering::Relaxed)
+}
+
+/// An error as a program reads it under `--json`: one line on stdout,
+/// `{"error":{"kind":"policy","message":"...","file":"a.rules","line":3,"exit_code":2}}`.
+#[derive(serde::Serialize, Debug, PartialEq, Eq)]
+pub struct JsonError<'a> {
+    /// `policy` (a rules file did not load), `usage` (the command line), `unreachable` (no
+    /// daemon at the socket), `unauthorized` or `refused` (the daemon said no).
+    pub kind: &'a str,
+    /// The one line a person would read.
+    pub message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    /// The process's exit status, which follows.
+    pub exit_code: u8,
+}
+
+impl JsonError<'_> {
+    /// Prints it on stdout and gives its exit status.
+    pub fn print(&self) -> ExitCode {
+        print_json(&serde_json::json!({ "error": self }));
+        ExitCode::from(self.exit_code)
+    }
+}
+
+/// Prints an error (a [`JsonError`] under `--json`, else `error: MESSAGE` in red on stderr)
+/// and gives `exit_code`.
+pub fn error(kind: &str, message: &str, exit_code: u8) -> ExitCode {
+    if json_errors() {
+        return JsonError {
+            kind,
+            message,
+            file: None,
+            line: None,
+            exit_code,
+        }
+        .print();
+    }
+    let style = Style::new().fg_color(Some(AnsiColor::Red.into())).bold();
+    eprintln!("{style}error:{style:#} {message}");
+    ExitCode::from(exit_code)
+}
+
 /// Shows a policy that failed to load: `PATH:LINE: MESSAGE` first, then the full diagnostic
-/// and what to do. Exit 2.
+/// and what to do (under `--json`, a [`JsonError`] of kind `policy` with the file and line).
+/// Exit 2.
 pub fn policy_error(err: &LoadError) -> ExitCode {
+    if json_errors() {
+        let (location, message) = err.located();
+        return JsonError {
+            kind: "policy",
+            message: &message,
+            file: location.as_ref().map(|(file, _)| file.as_str()),
+            line: location.as_ref().map(|(_, line)| *line),
+            exit_code: EXIT_POLICY_ERROR,
+        }
+        .print();
+    }
     eprintln!("{}", err.display_line());
     if let LoadError::Parse { source, .. } = err {
         let full = source.to_string();
@@ -57,9 +133,7 @@ pub fn policy_error(err: &LoadError) -> ExitCode {
 
 /// A one-line error with a hint; exit 2.
 pub fn usage_error(message: &str) -> ExitCode {
-    let style = Style::new().fg_color(Some(AnsiColor::Red.into())).bold();
-    eprintln!("{style}error:{style:#} {message}");
-    ExitCode::from(EXIT_POLICY_ERROR)
+    error("usage", message, EXIT_POLICY_ERROR)
 }
 
 pub fn say(line: &str) {

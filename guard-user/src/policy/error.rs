@@ -103,8 +103,23 @@ impl LoadError {
     /// for parse errors (the reference's `format_exec_policy_error_with_source`), the plain message
     /// otherwise.
     pub fn display_line(&self) -> String {
-        let LoadError::Parse { path, source } = self else {
-            return self.to_string();
+        match self.located() {
+            (Some((file, line)), message) => {
+                format!("{file}:{line}: {message} (problem is on or around line {line})")
+            }
+            (None, message) => match self {
+                LoadError::Parse { path, .. } => format!("{path}: {message}"),
+                _ => message,
+            },
+        }
+    }
+
+    /// Where the error points (file and 1-based line), when it points somewhere, and the one
+    /// line that says what is wrong: what [`LoadError::display_line`] and the CLI's JSON
+    /// errors are made of.
+    pub fn located(&self) -> (Option<(String, usize)>, String) {
+        let LoadError::Parse { source, .. } = self else {
+            return (None, self.to_string());
         };
         let rendered = source.to_string();
         let structured = source.location().map(|loc| (loc.path, loc.start.line));
@@ -115,13 +130,7 @@ impl LoadError {
             (Some(structured), _) => Some(structured),
             (None, parsed) => parsed,
         };
-        let message = message_for_display(&rendered);
-        match location {
-            Some((file, line)) => {
-                format!("{file}:{line}: {message} (problem is on or around line {line})")
-            }
-            None => format!("{path}: {message}"),
-        }
+        (location, message_for_display(&rendered))
     }
 }
 

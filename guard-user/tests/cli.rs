@@ -99,7 +99,7 @@ impl Run {
     #[track_caller]
     fn assert_policy_error(&self, first_line: &str) {
         self.assert_code(2);
-        assert_eq!(self.stdout, "", "nothing on stdout on a policy error");
+        assert_json_error_or_nothing(self);
         assert_eq!(
             self.first_stderr_line(),
             first_line,
@@ -847,7 +847,7 @@ fn check_policy_error_failed_match_example_points_at_the_call() {
     );
     let out = sandbox.check(&["--json", "--rules", &display(&rules)], &["ls"]);
     out.assert_code(2);
-    assert_eq!(out.stdout, "");
+    assert_json_error_or_nothing(&out);
     let expected = format!(
         "{}:3: expected every example to match at least one rule.",
         display(&rules)
@@ -915,7 +915,7 @@ fn check_missing_rules_file_is_an_error() {
     let missing = sandbox.file("missing.rules");
     let out = sandbox.check(&["--json", "--rules", &display(&missing)], &["ls"]);
     out.assert_code(2);
-    assert_eq!(out.stdout, "");
+    assert_json_error_or_nothing(&out);
     assert!(
         out.first_stderr_line()
             .starts_with(&format!("failed to read rules file {}", display(&missing))),
@@ -2406,7 +2406,11 @@ fn json_errors_are_one_object_on_stdout_with_the_file_line_and_exit_code() {
     );
     let out = sandbox.check(&["--json", "--rules", "bad.rules"], &["git", "status"]);
     assert_eq!(out.code, Some(2), "{out:?}");
-    assert_eq!(out.stderr, "", "nothing for people on stderr under --json");
+    assert!(
+        out.stderr.starts_with("bad.rules:2: "),
+        "people's line stays on stderr: {}",
+        out.stderr
+    );
     let error = &error_of(&out);
     assert_eq!(error["kind"], "policy", "{error}");
     assert_eq!(error["line"], 2, "{error}");
@@ -2448,6 +2452,13 @@ fn json_errors_are_one_object_on_stdout_with_the_file_line_and_exit_code() {
     assert_eq!(out.code, Some(2), "{out:?}");
     assert_eq!(out.stdout, "", "{out:?}");
     assert!(out.stderr.contains("bad.rules:2:"), "{}", out.stderr);
+}
+
+/// A failed command's stdout: nothing, or under `--json` one `{"error": {...}}` object.
+fn assert_json_error_or_nothing(out: &Run) {
+    if !out.stdout.is_empty() {
+        assert_eq!(error_of(out)["exit_code"], 2, "{out:?}");
+    }
 }
 
 /// The `error` object a failed command printed on stdout under `--json`.

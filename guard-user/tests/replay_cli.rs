@@ -426,7 +426,13 @@ fn a_draft_that_does_not_load_names_its_file_and_line_and_exits_2() {
     );
     let run = sandbox.replay("broken.rules", &["--json"]);
     run.assert_code(2);
-    assert_eq!(run.stdout, "");
+    // Under --json the error is also one object on stdout, for programs.
+    let printed: Value = serde_json::from_str(&run.stdout).expect("one JSON error");
+    assert_eq!(
+        (&printed["error"]["file"], &printed["error"]["line"]),
+        (&json!("broken.rules"), &json!(2)),
+        "{printed}"
+    );
     assert!(
         run.first_stderr_line().starts_with("broken.rules:2: "),
         "{}",

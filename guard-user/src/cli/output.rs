@@ -1,5 +1,5 @@
 //! How the CLI talks: JSON on stdout for machines, styled text for people, errors on stderr
-//! (or, under `--json`, as one JSON object on stdout: [`JsonError`]).
+//! (and, under `--json`, also as one JSON object on stdout: [`JsonError`]).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -81,11 +81,11 @@ impl JsonError<'_> {
     }
 }
 
-/// Prints an error (a [`JsonError`] under `--json`, else `error: MESSAGE` in red on stderr)
-/// and gives `exit_code`.
+/// Prints an error, `error: MESSAGE` in red on stderr (and a [`JsonError`] on stdout under
+/// `--json`), and gives `exit_code`.
 pub fn error(kind: &str, message: &str, exit_code: u8) -> ExitCode {
     if json_errors() {
-        return JsonError {
+        JsonError {
             kind,
             message,
             file: None,
@@ -99,13 +99,13 @@ pub fn error(kind: &str, message: &str, exit_code: u8) -> ExitCode {
     ExitCode::from(exit_code)
 }
 
-/// Shows a policy that failed to load: `PATH:LINE: MESSAGE` first, then the full diagnostic
-/// and what to do (under `--json`, a [`JsonError`] of kind `policy` with the file and line).
-/// Exit 2.
+/// Shows a policy that failed to load: `PATH:LINE: MESSAGE` first on stderr (the reference's
+/// startup error line, which tools match), then the full diagnostic and what to do; under
+/// `--json` also a [`JsonError`] of kind `policy` with the file and line on stdout. Exit 2.
 pub fn policy_error(err: &LoadError) -> ExitCode {
     if json_errors() {
         let (location, message) = err.located();
-        return JsonError {
+        JsonError {
             kind: "policy",
             message: &message,
             file: location.as_ref().map(|(file, _)| file.as_str()),

@@ -37,6 +37,17 @@ impl Decision {
         }
     }
 
+    /// The decision a kernel map or event stores as `code` (its discriminant); `None` for any
+    /// other byte, such as `DECISION_NONE`.
+    pub const fn from_code(code: u8) -> Option<Self> {
+        match code {
+            0 => Some(Decision::Allow),
+            1 => Some(Decision::Prompt),
+            2 => Some(Decision::Forbidden),
+            _ => None,
+        }
+    }
+
     /// The stronger of two decisions.
     pub fn strongest(self, other: Self) -> Self {
         if other > self { other } else { self }
@@ -59,6 +70,15 @@ mod tests {
             Decision::Prompt.strongest(Decision::Allow),
             Decision::Prompt
         );
+    }
+
+    #[test]
+    fn codes_are_the_discriminants_and_nothing_else() {
+        for decision in [Decision::Allow, Decision::Prompt, Decision::Forbidden] {
+            assert_eq!(Decision::from_code(decision as u8), Some(decision));
+        }
+        assert_eq!(Decision::from_code(3), None);
+        assert_eq!(Decision::from_code(crate::maps::DECISION_NONE), None);
     }
 
     #[test]

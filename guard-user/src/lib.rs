@@ -6,6 +6,7 @@ pub mod cli;
 pub mod compile;
 pub mod confine;
 pub mod daemon;
+pub mod doctor;
 pub mod hold;
 pub mod kernel;
 pub mod legacy;

@@ -111,7 +111,7 @@ impl Session {
         if options.audit_only {
             image.settings.audit_only = true;
         }
-        crate::compile::coverage::refuse_unheld_denials(&image)?;
+        crate::kernel::coverage::refuse_unheld_denials(&image)?;
         let mut enforcer = Enforcer::load(backend)?;
         let events = enforcer.events()?;
         enforcer.apply(&image)?;
@@ -183,8 +183,8 @@ impl Session {
     }
 
     /// The rules of this session's policy the running backend does not enforce.
-    pub fn not_enforced(&self) -> Vec<crate::compile::coverage::NotEnforced> {
-        crate::compile::coverage::not_enforced(&self.image, self.backend())
+    pub fn not_enforced(&self) -> Vec<crate::kernel::coverage::NotEnforced> {
+        crate::kernel::coverage::not_enforced(&self.image, self.backend())
     }
 
     pub fn scope(&self) -> &ScopeCgroup {
@@ -416,7 +416,7 @@ impl Session {
         if let Some(error) = approvals.add_to_image(&mut image).into_iter().next() {
             return Err(anyhow!(error));
         }
-        crate::compile::coverage::refuse_unheld_denials(&image)?;
+        crate::kernel::coverage::refuse_unheld_denials(&image)?;
         Ok(image)
     }
 

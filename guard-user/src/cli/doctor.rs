@@ -6,7 +6,7 @@ use anstream::println;
 use clap::Args;
 
 use super::output;
-use crate::kernel::doctor;
+use crate::doctor;
 
 #[derive(Args, Debug)]
 #[command(

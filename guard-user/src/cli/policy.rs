@@ -9,9 +9,9 @@ use serde_json::{Value, json};
 
 use super::RulesArgs;
 use super::output::{decision_style, dim, print_json};
-use crate::compile::coverage::{NotEnforced, not_enforced};
 use crate::compile::{CompileEnv, NoResolver, compile};
 use crate::kernel::Backend;
+use crate::kernel::coverage::{NotEnforced, not_enforced};
 use crate::policy::heuristics::{is_dangerous_command, is_known_safe_command};
 use crate::policy::load::{LoadedPolicy, RulesSource};
 use crate::policy::rule_set::{RuleSet, RuleSetPattern};

@@ -231,7 +231,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
     for warning in session.image().warnings.iter().filter(|_| args.verbose) {
         eprintln!("guard: note: {warning}");
     }
-    for warning in crate::compile::coverage::unheld_allowances(session.image()) {
+    for warning in crate::kernel::coverage::unheld_allowances(session.image()) {
         eprintln!("guard: warning: {warning}");
     }
     // Writes are the confinement report's (below); reads have nothing on this backend.

@@ -14,7 +14,6 @@
 //! - an `address_rule` becomes one entry per address (or resolved name) and port;
 //! - a legacy policy's `forbid_program_regex` and `forbid_substrings`, and a rule set's
 //!   `exec(...)` patterns, become pattern tables ([`patterns`]), walked by the kernel.
-pub mod coverage;
 mod destination_twin;
 pub mod dfa;
 pub mod dns;
@@ -27,9 +26,9 @@ pub mod patterns;
 
 pub use network::host_names;
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 
+pub use crate::policy::destination::{HostResolver, NoResolver};
 pub use destination_twin::{DestinationTwin, KernelDestinationDecision};
 pub use exec::kernel_dev;
 pub use exec_twin::{ExecTwin, KernelExecDecision, kernel_exec_decision};
@@ -43,23 +42,6 @@ use crate::policy::render::{
     address_rule_summary, address_rule_text, network_rule_summary, network_rule_text,
     prefix_rule_summary, prefix_rule_text,
 };
-
-/// Addresses known for a host name at compile time. The DNS module implements it over its
-/// cache; tests use a fixed table.
-pub trait HostResolver {
-    /// The addresses `host` (a normalised host name, never an IP literal) resolves to now;
-    /// empty when unknown.
-    fn lookup(&self, host: &str) -> Vec<IpAddr>;
-}
-
-/// A resolver that knows nothing: every name is unresolved.
-pub struct NoResolver;
-
-impl HostResolver for NoResolver {
-    fn lookup(&self, _host: &str) -> Vec<IpAddr> {
-        Vec::new()
-    }
-}
 
 /// What compiling reads from the machine: where bare program names are looked up, and where
 /// the dynamic loaders are.

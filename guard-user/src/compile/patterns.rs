@@ -92,7 +92,7 @@ impl PatternTables {
                     .strongest(walked(self.command_line.as_ref(), &input))
             },
         );
-        let decision = crate::kernel::maps::decision_from_code(verdict.decision)?;
+        let decision = Decision::from_code(verdict.decision)?;
         Some((decision, verdict.rule))
     }
 
@@ -116,7 +116,7 @@ impl PatternTables {
             _ => None,
         }?;
         let verdict = dfa::walk_kernel(table, path.as_bytes()).verdict(&table.header);
-        let decision = crate::kernel::maps::decision_from_code(verdict.decision)?;
+        let decision = Decision::from_code(verdict.decision)?;
         Some((decision, verdict.rule))
     }
 }
@@ -493,8 +493,7 @@ fn build_table(kind: InputKind, patterns: &[DfaPattern]) -> Built {
 fn left_out(pattern: &DfaPattern, why: &DfaError) -> LeftOut {
     LeftOut {
         rule: pattern.verdict.rule,
-        decision: crate::kernel::maps::decision_from_code(pattern.verdict.decision)
-            .unwrap_or(Decision::Forbidden),
+        decision: Decision::from_code(pattern.verdict.decision).unwrap_or(Decision::Forbidden),
         why: not_held(why),
     }
 }

@@ -12,8 +12,6 @@ use guard_common::limits::NO_RULE;
 use guard_common::maps::{TRANSPORT_TCP, TRANSPORT_UDP};
 use serde::Serialize;
 
-use super::maps::decision_from_code;
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EventKind {
@@ -284,7 +282,7 @@ impl KernelEvent {
         Some(KernelEvent {
             time,
             kind,
-            decision: decision_from_code(e.decision).unwrap_or(Decision::Forbidden),
+            decision: Decision::from_code(e.decision).unwrap_or(Decision::Forbidden),
             action: match e.action {
                 action::EPERM => Action::Eperm,
                 action::EACCES => Action::Eacces,

@@ -17,7 +17,6 @@ use anyhow::{Context, Result, anyhow, bail};
 use aya::Ebpf;
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
-use guard_common::Decision;
 use guard_common::dfa::{DfaHeader, DfaRow, header_index, row_index, table};
 use guard_common::limits::{MAX_LONG_TOKENS, TOKEN_LEN};
 use guard_common::maps::{
@@ -678,21 +677,12 @@ pub fn failed_open(counters: &[(&'static str, u64)]) -> Vec<(&'static str, u64)>
         .collect()
 }
 
-/// Names of decisions in counters and events.
-pub fn decision_from_code(code: u8) -> Option<Decision> {
-    match code {
-        0 => Some(Decision::Allow),
-        1 => Some(Decision::Prompt),
-        2 => Some(Decision::Forbidden),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::compile::{CompileEnv, NoResolver, compile};
     use crate::policy::PolicyParser;
+    use guard_common::Decision;
 
     fn image(rules: &str) -> EnforcementImage {
         let mut parser = PolicyParser::new();

@@ -1,7 +1,7 @@
 //! Into the kernel: pick a backend, load and attach the programs, keep the maps in step with the
 //! [`EnforcementImage`](crate::compile::image::EnforcementImage), read the events back.
 pub mod btf;
-pub mod doctor;
+pub mod coverage;
 pub mod events;
 pub mod loader;
 pub mod maps;

@@ -16,11 +16,26 @@
 
 use std::net::IpAddr;
 
-use crate::compile::HostResolver;
-
 use super::model::Policy;
 use super::render::{address_rule_text, network_rule_text};
 use super::rule::{AddressTarget, Decision, RuleKind, RuleOrigin, Transport, canonical_ip};
+
+/// Addresses known for a host name when a destination is decided or a policy compiled. The
+/// DNS module implements it over its cache; tests use a fixed table.
+pub trait HostResolver {
+    /// The addresses `host` (a normalised host name, never an IP literal) resolves to now;
+    /// empty when unknown.
+    fn lookup(&self, host: &str) -> Vec<IpAddr>;
+}
+
+/// A resolver that knows nothing: every name is unresolved.
+pub struct NoResolver;
+
+impl HostResolver for NoResolver {
+    fn lookup(&self, _host: &str) -> Vec<IpAddr> {
+        Vec::new()
+    }
+}
 
 /// The decision for one destination and every rule that went into it.
 #[derive(Clone, Debug, PartialEq, Eq)]

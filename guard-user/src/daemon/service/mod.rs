@@ -168,7 +168,7 @@ impl Daemon {
         let mut image = compile(&loaded.policy, &known, &env);
         image.settings.audit_only |= config.audit_only;
         image.record_allowed = config.audit.record_allowed;
-        crate::compile::coverage::refuse_unheld_denials(&image)?;
+        crate::kernel::coverage::refuse_unheld_denials(&image)?;
         log_unheld_allowances(&image);
         enforcer.apply(&image)?;
         // Before the scopes are attached: on the lsm backend only cgroups attached after the
@@ -326,7 +326,7 @@ impl Daemon {
         if let Some(error) = approvals.add_to_image(&mut image).into_iter().next() {
             return Err(anyhow!(error));
         }
-        crate::compile::coverage::refuse_unheld_denials(&image)?;
+        crate::kernel::coverage::refuse_unheld_denials(&image)?;
         Ok(image)
     }
 
@@ -387,8 +387,8 @@ impl Daemon {
 
     /// The rules of the policy in force that the running backend does not enforce (audited at
     /// start and at every reload, so the log says what was not held).
-    fn not_enforced(&self) -> Vec<crate::compile::coverage::NotEnforced> {
-        crate::compile::coverage::not_enforced(&self.image, self.enforcer.backend())
+    fn not_enforced(&self) -> Vec<crate::kernel::coverage::NotEnforced> {
+        crate::kernel::coverage::not_enforced(&self.image, self.enforcer.backend())
     }
 
     /// A reload that keeps the old policy: recorded, kept for `guard status`, and the message.
@@ -971,7 +971,7 @@ impl Daemon {
 
 /// The allow and ask patterns the kernel does not hold, in the daemon's log.
 fn log_unheld_allowances(image: &EnforcementImage) {
-    for warning in crate::compile::coverage::unheld_allowances(image) {
+    for warning in crate::kernel::coverage::unheld_allowances(image) {
         tracing::warn!("{warning}");
     }
 }

@@ -6,8 +6,8 @@
 
 use serde::Serialize;
 
-use super::image::EnforcementImage;
-use crate::kernel::Backend;
+use super::Backend;
+use crate::compile::image::EnforcementImage;
 use crate::policy::Decision;
 
 /// One rule the backend does not enforce, and why.

@@ -2,9 +2,9 @@
 
 use serde::Serialize;
 
-use super::btf::kernel_offsets;
-use super::loader::{Backend, try_load_lsm};
-use super::scope::{ScopeCgroup, cgroup2_root};
+use crate::kernel::btf::kernel_offsets;
+use crate::kernel::loader::{Backend, try_load_lsm};
+use crate::kernel::scope::{ScopeCgroup, cgroup2_root};
 
 #[derive(Debug, Serialize)]
 pub struct Check {
@@ -108,9 +108,9 @@ pub struct BlindSpot {
     pub how: &'static str,
 }
 
-/// The rows of [`crate::compile::coverage::ENFORCES`] for `backend`.
+/// The rows of [`crate::kernel::coverage::ENFORCES`] for `backend`.
 pub fn enforcing(backend: Backend) -> Vec<Enforcing> {
-    crate::compile::coverage::ENFORCES
+    crate::kernel::coverage::ENFORCES
         .iter()
         .map(|row| Enforcing {
             rules: row.rules,
@@ -225,7 +225,7 @@ pub fn run() -> Report {
 
 /// Loads the exec tracepoint and attaches the connect hooks to a throw-away cgroup.
 fn try_cgroup_backend() -> anyhow::Result<String> {
-    let mut enforcer = super::Enforcer::load(Backend::Cgroup)?;
+    let mut enforcer = crate::kernel::Enforcer::load(Backend::Cgroup)?;
     let scope = ScopeCgroup::create(&format!("doctor-{}", std::process::id()))?;
     enforcer.attach_cgroup(scope.path())?;
     drop(enforcer);

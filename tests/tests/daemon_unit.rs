@@ -84,8 +84,7 @@ fn the_daemon_does_its_job_with_only_the_units_capabilities() {
     let options_of = |point: &str| {
         mounts
             .lines()
-            .filter(|line| line.split(' ').nth(4) == Some(point))
-            .last()
+            .rfind(|line| line.split(' ').nth(4) == Some(point))
             .map(|line| line.to_string())
             .unwrap_or_else(|| panic!("no mount at {point} in the daemon's namespace:\n{mounts}"))
     };

@@ -848,6 +848,45 @@ fn nothing_stays_loaded_or_attached_after_a_session() {
     }
 }
 
+/// The verifier walks at most 1,000,000 instructions per program. The exec program once grew
+/// past that on a new kernel build and every kernel test failed at load (verified counts move
+/// with the kernel and the compiler): this fails first, at 0.8 of the limit, naming the count.
+const VERIFIER_LIMIT: u32 = 1_000_000;
+const VERIFIER_BUDGET: u32 = VERIFIER_LIMIT / 10 * 8;
+
+#[test]
+fn every_program_stays_within_0_8_of_the_verifiers_instruction_limit() {
+    let (dir, options) = programs_dir();
+    let Some(mut session) = session_in_or_skip(dir, forbidden_rules(), options) else {
+        return;
+    };
+    let ours = session.program_ids();
+    let mut counts = Vec::new();
+    for info in aya::programs::loaded_programs().filter_map(Result::ok) {
+        let Some((name, _)) = ours.iter().find(|(_, id)| *id == info.id()) else {
+            continue;
+        };
+        let count = info.verified_instruction_count().unwrap_or_else(|| {
+            panic!("the kernel reports no verified instruction count for {name}")
+        });
+        counts.push((name.clone(), count));
+    }
+    assert_eq!(
+        counts.len(),
+        ours.len(),
+        "every program was found: {ours:?}"
+    );
+    println!("verified instructions: {counts:?}");
+    for (name, count) in &counts {
+        assert!(
+            *count <= VERIFIER_BUDGET,
+            "{name}: the verifier walked {count} instructions, {:.2} of its limit of \
+             {VERIFIER_LIMIT}: split or simplify it before a kernel or compiler change refuses it",
+            f64::from(*count) / f64::from(VERIFIER_LIMIT)
+        );
+    }
+}
+
 #[test]
 fn audit_only_mode_records_without_refusing() {
     let (dir, mut options) = programs_dir();

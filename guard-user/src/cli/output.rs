@@ -37,12 +37,12 @@ pub fn print_json(value: &serde_json::Value) {
     let _ = writeln!(stdout);
 }
 
-/// Whether errors are printed as [`JsonError`]s: set once, from the command line, before
+/// Whether errors are also printed as [`JsonError`]s: set once, from the command line, before
 /// the command runs.
 static JSON_ERRORS: AtomicBool = AtomicBool::new(false);
 
-/// Errors are printed as [`JsonError`]s from now on when `args` (the process's arguments)
-/// ask for `--json` before any `--` (what follows `--` is the command being checked).
+/// Errors are also printed as [`JsonError`]s from now on when `args` (the process's
+/// arguments) ask for `--json` before any `--` (what follows `--` is the command checked).
 pub fn choose_error_format<S: AsRef<str>>(args: &[S]) {
     let json = args
         .iter()

@@ -292,7 +292,9 @@ fn an_unknown_tool_is_a_usage_error_naming_the_tools() {
     let rules = sandbox.rules("rule_set(deny=[\"*\"])\n");
     let run = sandbox.evaluate_run(&rules, "shell", Some("ls"), true);
     run.assert_code(2);
-    assert!(run.stdout.is_empty());
+    // Under --json the error is also one object on stdout.
+    let printed: Value = serde_json::from_str(&run.stdout).expect("one JSON error on stdout");
+    assert_eq!(printed["error"]["kind"], "usage", "{printed}");
     assert!(
         run.stderr.contains(
             "unknown tool `shell`: the tools are exec (also called bash), connect, read, write"

@@ -1,5 +1,6 @@
 //! The end of `cargo xtask run`: the same embedded default policy held by a `guard daemon`, a
-//! command that asks, the ask listed and approved once, and the retry running. Everything lives
+//! command whose prompted exec is held while it asks, the ask listed and approved once, and the
+//! held command going on. Everything lives
 //! in a temporary folder (state, socket, pins on a private bpffs, a cgroup of its own), and is
 //! stopped, released and removed at the end whatever happened.
 
@@ -68,6 +69,42 @@ impl Drop for Demo {
     }
 }
 
+/// The id of the first ask the daemon lists, once there is one (at most 30 s); an error when
+/// `run` ends first or none comes.
+fn first_ask(demo: &Demo, run: &mut Child) -> Result<u64> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let asks: serde_json::Value =
+            serde_json::from_str(&demo.stdout(&["prompts", "--json"])?).unwrap_or_default();
+        if let Some(id) = asks.get(0).and_then(|a| a["id"].as_u64()) {
+            return Ok(id);
+        }
+        if let Some(status) = run.try_wait()? {
+            bail!("the run ended ({status}) and the daemon listed no ask for `git push`");
+        }
+        if Instant::now() > deadline {
+            bail!("the daemon listed no ask for `git push` within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits for `child` at most `limit`; killed (and an error) past it.
+fn wait_bounded(child: &mut Child, limit: Duration) -> Result<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("the held run did not end within {limit:?} of the approval");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn cgroup2_root() -> Option<PathBuf> {
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     mounts.lines().find_map(|line| {
@@ -132,15 +169,31 @@ pub fn run(guard: &Path) -> Result<i32> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    demo.guard(&["run", "--", "sh", "-c", PUSH])?;
-    demo.guard(&["prompts"])?;
-    let asks: serde_json::Value = serde_json::from_str(&demo.stdout(&["prompts", "--json"])?)?;
-    let Some(id) = asks.get(0).and_then(|a| a["id"].as_u64()) else {
-        bail!("the daemon listed no ask for `git push`");
+    // The push is held in its exec while the daemon asks: the run waits in the background.
+    println!();
+    println!(
+        "=== guard run -- sh -c '{PUSH}'   (in the background: its push waits for the answer)"
+    );
+    let mut held = Command::new(&demo.guard)
+        .args(["run", "--", "sh", "-c", PUSH])
+        .env("GUARD_SOCKET", &demo.socket)
+        .stdin(Stdio::null())
+        .spawn()
+        .context("starting guard run")?;
+    let asked = first_ask(&demo, &mut held);
+    let id = match asked {
+        Ok(id) => id,
+        Err(err) => {
+            let _ = held.kill();
+            let _ = held.wait();
+            return Err(err);
+        }
     };
+    demo.guard(&["prompts"])?;
     demo.guard(&["approve", &id.to_string(), "--once"])?;
-    // Approved once: the same push runs now (and fails on its own: the remote does not exist).
-    demo.guard(&["run", "--", "sh", "-c", PUSH])?;
+    // Approved once: the held push goes on (and fails on its own: the remote does not exist).
+    let status = wait_bounded(&mut held, Duration::from_secs(60))?;
+    println!("=== the held run ended: {status}");
     demo.guard(&["status"])?;
     // What the audit log holds of it: the refusal, the ask and its approval, each with the
     // rule's file and line.

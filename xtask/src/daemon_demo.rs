@@ -195,7 +195,7 @@ pub fn run(guard: &Path) -> Result<i32> {
     let status = wait_bounded(&mut held, Duration::from_secs(60))?;
     println!("=== the held run ended: {status}");
     demo.guard(&["status"])?;
-    // What the audit log holds of it: the refusal, the ask and its approval, each with the
+    // What the audit log holds of it: the decision, the ask and its approval, each with the
     // rule's file and line.
     demo.guard(&[
         "audit", "--type", "decision", "--type", "ask", "--type", "approval",

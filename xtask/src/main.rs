@@ -368,7 +368,7 @@ fn demo() -> Result<i32> {
             code = cmd::exit_code(status);
         }
     }
-    // The same policy under the daemon: the push held while it asks, its approval, the push going on.
+    // The same policy under the daemon: the push held while it asks, approved, going on.
     let release = vm::target_directory()?.join("release").join("guard");
     let daemon = daemon_demo::run(&release)?;
     Ok(if code == 0 { daemon } else { code })

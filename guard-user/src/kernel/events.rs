@@ -191,12 +191,12 @@ fn sandbox_write(e: &Event) -> (String, SandboxWrite) {
     )
 }
 
+/// Event times as the audit log and asks write them: RFC 3339 with nanoseconds, UTC.
 mod time_serde {
-    use std::time::{SystemTime, UNIX_EPOCH};
+    use std::time::SystemTime;
 
     pub fn serialize<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-        let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-        s.serialize_f64(d.as_secs_f64())
+        s.collect_str(&humantime::format_rfc3339_nanos(*t))
     }
 }
 
@@ -383,5 +383,25 @@ impl EventReader {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    #[derive(serde::Serialize)]
+    struct Timed {
+        #[serde(with = "super::time_serde")]
+        time: SystemTime,
+    }
+
+    #[test]
+    fn event_times_are_rfc3339_like_the_audit_log() {
+        let time = UNIX_EPOCH + Duration::new(1_796_479_443, 223_000_001);
+        assert_eq!(
+            serde_json::to_string(&Timed { time }).unwrap(),
+            r#"{"time":"2026-12-05T14:04:03.223000001Z"}"#
+        );
     }
 }

@@ -1,8 +1,9 @@
 //! `packaging/guard.service` as systemd starts the daemon: its hardening rated offline by
-//! `systemd-analyze security`, and the daemon doing its whole job with only the unit's
-//! `CapabilityBoundingSet=` and `NoNewPrivileges=` (a held connect answered from another
-//! terminal, a forbidden exec killed, its status answered), so a capability the unit drops but
-//! the daemon needs fails here, not on a user's host. Needs root; without it each test prints
+//! `systemd-analyze security`, and the daemon doing its whole job confined as the unit confines
+//! it ([`guard_tests::unit::UnitConfinement`]: the unit's capabilities, no_new_privs, read-only
+//! folders and /proc): a forbidden exec killed, a held connect answered from another terminal,
+//! its status answered. So a capability or a path the unit takes away but the daemon needs fails
+//! here, not on a user's host. Needs root; without it each test prints
 //! `skipped: ...` (a failure when CI=true).
 
 use std::io::Read;
@@ -49,7 +50,7 @@ fn the_units_hardening_rates_at_most_its_recorded_exposure() {
 }
 
 #[test]
-fn the_daemon_does_its_job_with_only_the_units_capabilities() {
+fn the_daemon_does_its_job_confined_as_the_unit_confines_it() {
     if !can_run() {
         return;
     }
@@ -65,8 +66,7 @@ fn the_daemon_does_its_job_with_only_the_units_capabilities() {
         ..Default::default()
     });
 
-    // The confinement took: the daemon holds the unit's capabilities and no others, and sees
-    // no process but its own kind (the unit's /proc shows only what it may trace).
+    // The confinement took: the daemon holds the unit's capabilities and no others.
     let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).unwrap();
     let effective = status
         .lines()

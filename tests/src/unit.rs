@@ -58,8 +58,8 @@ pub struct UnitConfinement {
 }
 
 impl UnitConfinement {
-    /// Read from the unit. Panics on a setting this emulation does not know, so a new
-    /// hardening line is either emulated here or said to be out of its reach.
+    /// Read from the unit. Panics on a value of these settings that it does not emulate, so
+    /// a change to them is emulated here too.
     pub fn of_unit() -> UnitConfinement {
         assert_eq!(
             unit_value("NoNewPrivileges").as_deref(),

@@ -2,7 +2,9 @@
 //! without systemd: the unit's `CapabilityBoundingSet=` and `NoNewPrivileges=`, and the mount
 //! side of its `PrivateMounts=`, `ProtectSystem=`, `ProtectHome=`, `ProtectKernelTunables=`
 //! with its `ReadWritePaths=`, `ProtectProc=` and `ProcSubset=` (a mount namespace of its own,
-//! read-only folders, a /proc that shows only processes). Its `SystemCallFilter=` is not emulated: systemd compiles it with libseccomp.
+//! read-only folders, a /proc that shows only processes). Not emulated: `SystemCallFilter=`
+//! (systemd compiles it with libseccomp), `PrivateDevices=`, `RestrictAddressFamilies=`,
+//! `RestrictNamespaces=` and the other seccomp-based settings.
 
 use std::ffi::CString;
 use std::io;

@@ -80,6 +80,20 @@ pub fn can_run() -> bool {
     true
 }
 
+/// How long a held run may wait for its ask, and then for its end.
+pub const HELD_WAIT: Duration = Duration::from_secs(30);
+
+/// Waits (at most [`HELD_WAIT`]) for a run from [`TestDaemon::held_run`]: (exit code, stdout,
+/// stderr).
+pub fn finish_held(mut run: Child) -> (i32, String, String) {
+    use std::io::Read;
+    let status = crate::kernel::wait_status(&mut run, HELD_WAIT);
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    let _ = run.stdout.take().unwrap().read_to_string(&mut stdout);
+    let _ = run.stderr.take().unwrap().read_to_string(&mut stderr);
+    (status.code().unwrap_or(-1), stdout, stderr)
+}
+
 /// What a test changes in the daemon's config before it starts.
 #[derive(Clone, Debug, Default)]
 pub struct DaemonSetup {
@@ -279,6 +293,41 @@ impl TestDaemon {
             text(&out.stdout),
             text(&out.stderr),
         )
+    }
+
+    /// `guard run -- ARGS...` under this daemon, holding its prompted calls (GUARD_NO_HOLD
+    /// removed), started with its output piped.
+    pub fn held_run(&self, args: &[&str]) -> Child {
+        let mut all = vec!["run", "--"];
+        all.extend_from_slice(args);
+        self.guard_command(&all)
+            .env_remove("GUARD_NO_HOLD")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting guard run")
+    }
+
+    /// The one pending ask, once it is there (at most [`HELD_WAIT`]); panics with the run's
+    /// stderr when `run` ends first, or with the daemon's log when none comes.
+    pub fn pending_ask(&self, run: &mut Child) -> serde_json::Value {
+        let deadline = Instant::now() + HELD_WAIT;
+        loop {
+            if let Some(ask) = self.prompts().into_iter().next() {
+                return ask;
+            }
+            if let Ok(Some(status)) = run.try_wait() {
+                let mut stderr = String::new();
+                let _ = std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut stderr);
+                panic!("the run ended ({status}) without an ask: {stderr}");
+            }
+            if Instant::now() >= deadline {
+                // The run's output stays unread: its held command keeps the pipes open.
+                let _ = run.kill();
+                panic!("no ask within {HELD_WAIT:?}; daemon log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// `guard ARGS...` under this daemon. A `guard run` refuses a prompt at once

@@ -4,16 +4,10 @@
 //! terminal, or fails with the blocked-request message after `guard deny` or the ask's
 //! timeout. Needs root; without it each test prints `skipped: ...` (a failure when CI=true).
 
-use std::io::Read;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, text};
-use guard_tests::kernel::{http_server, touch_program, wait_status};
-use serde_json::Value;
-
-const ANSWER_WAIT: Duration = Duration::from_secs(30);
-
+use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, finish_held, text};
+use guard_tests::kernel::{http_server, touch_program};
 fn daemon_asking_about(ports: &[u16], extra_config: &str) -> TestDaemon {
     let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
     let ports = ports.join(", ");
@@ -26,56 +20,6 @@ fn daemon_asking_about(ports: &[u16], extra_config: &str) -> TestDaemon {
         extra_config: extra_config.to_string(),
         ..Default::default()
     })
-}
-
-/// `guard run -- ARGS...` under the daemon, holding (GUARD_NO_HOLD removed), started.
-fn held_run(daemon: &TestDaemon, args: &[&str]) -> Child {
-    let mut all = vec!["run", "--"];
-    all.extend_from_slice(args);
-    daemon
-        .guard_command(&all)
-        .env_remove("GUARD_NO_HOLD")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting guard run")
-}
-
-/// The one pending ask, once it is there (bounded).
-fn pending_ask(daemon: &TestDaemon, run: &mut Child) -> Value {
-    let deadline = Instant::now() + ANSWER_WAIT;
-    loop {
-        if let Some(ask) = daemon.prompts().into_iter().next() {
-            return ask;
-        }
-        if let Ok(Some(status)) = run.try_wait() {
-            let mut stderr = String::new();
-            let _ = run.stderr.take().unwrap().read_to_string(&mut stderr);
-            panic!("the run ended ({status}) without an ask: {stderr}");
-        }
-        if Instant::now() >= deadline {
-            // The run's output stays unread: its held command keeps the pipes open.
-            let _ = run.kill();
-            panic!(
-                "no ask within {ANSWER_WAIT:?}; daemon log:\n{}",
-                daemon.log()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Waits for the run: (exit code, stdout, stderr).
-fn finish(mut run: Child) -> (i32, String, String) {
-    finish_child(&mut run)
-}
-
-fn finish_child(run: &mut Child) -> (i32, String, String) {
-    let status = wait_status(run, ANSWER_WAIT);
-    let (mut stdout, mut stderr) = (String::new(), String::new());
-    let _ = run.stdout.take().unwrap().read_to_string(&mut stdout);
-    let _ = run.stderr.take().unwrap().read_to_string(&mut stderr);
-    (status.code().unwrap_or(-1), stdout, stderr)
 }
 
 fn curl_args(port: u16) -> Vec<String> {
@@ -95,8 +39,8 @@ fn a_held_curl_completes_after_guard_approve_from_another_terminal() {
     let daemon = daemon_asking_about(&[port], "");
     let args = curl_args(port);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut run = held_run(&daemon, &args);
-    let ask = pending_ask(&daemon, &mut run);
+    let mut run = daemon.held_run(&args);
+    let ask = daemon.pending_ask(&mut run);
     assert_eq!(ask["record"]["port"], port, "{ask}");
     assert!(
         run.try_wait().unwrap().is_none(),
@@ -105,7 +49,7 @@ fn a_held_curl_completes_after_guard_approve_from_another_terminal() {
     let id = ask["id"].as_u64().unwrap().to_string();
     let out = daemon.guard(&["approve", &id, "--once"]);
     assert!(out.status.success(), "approve: {}", text(&out.stderr));
-    let (code, stdout, stderr) = finish(run);
+    let (code, stdout, stderr) = finish_held(run);
     assert_eq!(code, 0, "the held connect went on: {stdout}{stderr}");
     assert_eq!(stdout, "held-ok", "{stderr}");
     assert!(
@@ -125,11 +69,11 @@ fn a_held_curl_fails_with_the_message_after_guard_deny_or_the_timeout() {
     let args = curl_args(port);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
 
-    let mut run = held_run(&daemon, &args);
-    let id = pending_ask(&daemon, &mut run)["id"].as_u64().unwrap();
+    let mut run = daemon.held_run(&args);
+    let id = daemon.pending_ask(&mut run)["id"].as_u64().unwrap();
     let out = daemon.guard(&["deny", &id.to_string()]);
     assert!(out.status.success(), "deny: {}", text(&out.stderr));
-    let (code, _, stderr) = finish(run);
+    let (code, _, stderr) = finish_held(run);
     assert_eq!(code, 7, "curl: could not connect: {stderr}");
     assert!(
         stderr.contains(&format!("ask {id} was denied")) && stderr.contains("127.0.0.1"),
@@ -140,8 +84,8 @@ fn a_held_curl_fails_with_the_message_after_guard_deny_or_the_timeout() {
     let args = curl_args(unanswered_port);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let started = Instant::now();
-    let run = held_run(&daemon, &args);
-    let (code, _, stderr) = finish(run);
+    let run = daemon.held_run(&args);
+    let (code, _, stderr) = finish_held(run);
     assert_eq!(code, 7, "{stderr}");
     assert!(stderr.contains("expired unanswered"), "{stderr}");
     assert!(
@@ -162,14 +106,14 @@ fn a_held_exec_runs_after_guard_approve_and_only_prompted_calls_wait() {
         touch_program().display(),
         made.display()
     );
-    let mut run = held_run(&daemon, &["sh", "-c", &script]);
-    let ask = pending_ask(&daemon, &mut run);
+    let mut run = daemon.held_run(&["sh", "-c", &script]);
+    let ask = daemon.pending_ask(&mut run);
     assert_eq!(daemon.prompts().len(), 1, "`true` and `sh` were not held");
     let id = ask["id"].as_u64().unwrap().to_string();
     assert!(!made.exists(), "touch waits");
     let out = daemon.guard(&["approve", &id, "--once"]);
     assert!(out.status.success(), "approve: {}", text(&out.stderr));
-    let (code, stdout, stderr) = finish(run);
+    let (code, stdout, stderr) = finish_held(run);
     assert_eq!((code, stdout.trim()), (0, "rc=0"), "{stderr}");
     assert!(made.exists(), "touch ran, with no re-run");
 }

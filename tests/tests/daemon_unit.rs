@@ -6,12 +6,10 @@
 //! here, not on a user's host. Needs root; without it each test prints
 //! `skipped: ...` (a failure when CI=true).
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, text};
-use guard_tests::kernel::{http_server, skip, touch_program, wait_status};
+use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, finish_held, text};
+use guard_tests::kernel::{http_server, skip, touch_program};
 use guard_tests::unit::{unit_capabilities, unit_path};
 
 /// The exposure `systemd-analyze security` may give the unit (0 safest, 10 least safe). It
@@ -108,34 +106,17 @@ fn the_daemon_does_its_job_confined_as_the_unit_confines_it() {
 
     // A prompted connect is held, and goes on once `guard approve` answers it.
     let url = format!("http://127.0.0.1:{port}/");
-    let mut run = daemon
-        .guard_command(&["run", "--", "curl", "-sS", "--max-time", "60", &url])
-        .env_remove("GUARD_NO_HOLD")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting guard run");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let ask = loop {
-        if let Some(ask) = daemon.prompts().into_iter().next() {
-            break ask;
-        }
-        if Instant::now() >= deadline || run.try_wait().unwrap().is_some() {
-            let _ = run.kill();
-            panic!("no ask for the held curl; daemon log:\n{}", daemon.log());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let id = ask["id"].as_u64().expect("the ask's id").to_string();
+    let mut run = daemon.held_run(&["curl", "-sS", "--max-time", "60", &url]);
+    let id = daemon.pending_ask(&mut run)["id"]
+        .as_u64()
+        .expect("the ask's id")
+        .to_string();
     let out = daemon.guard(&["approve", &id, "--once"]);
     assert!(out.status.success(), "approve: {}", text(&out.stderr));
-    let status = wait_status(&mut run, Duration::from_secs(30));
-    let (mut stdout, mut stderr) = (String::new(), String::new());
-    let _ = run.stdout.take().unwrap().read_to_string(&mut stdout);
-    let _ = run.stderr.take().unwrap().read_to_string(&mut stderr);
+    let (code, stdout, stderr) = finish_held(run);
     assert_eq!(
-        (status.code(), stdout.as_str()),
-        (Some(0), "held-ok"),
+        (code, stdout.as_str()),
+        (0, "held-ok"),
         "the held curl went on after the approval: {stderr}\n{}",
         daemon.log()
     );

@@ -7,6 +7,7 @@
 
 pub mod decision;
 pub mod dfa;
+pub mod engine;
 pub mod event;
 pub mod limits;
 pub mod maps;

@@ -1,64 +1,31 @@
-//! The argv trie walk, under every reading of token 0 a program could act on.
-//!
-//! A multi-call program chooses what to do from `argv[0]` (`exec -a git-push git origin main`
-//! pushes), a hard link under another name is the same program, and git-style dispatchers read
-//! `NAME-SUB` as `NAME SUB`. So token 0 is read up to five ways, each a start node in the trie:
-//!
-//! 0. the executed file's name;
-//! 1. the executed file's identity (`ARGV_ROOTS`: the program whose files it is, however named);
-//! 2. `argv[0]`'s last path component, when the caller chose another name;
-//! 3. and 4. `NAME SUB` for readings 0 and 2 spelled `NAME-SUB` (the first `-` splits).
-//!
-//! argv[1..] is then read once, token by token (`bpf_loop`, so the verifier checks one step),
-//! and every reading still in the trie steps with it. The exec is decided by the strongest
-//! reading; an approval holds only if every reading that prompts ended exactly at it.
-//!
-//! Where a walk cannot go on (argv unreadable, a token too long to step over, more tokens than
-//! the bound) each reading still in the trie takes the strongest rule below it: the safe answer.
+//! The argv trie walk in the kernel: `guard_common::engine::argv` holds the walk's state and
+//! every step of it (the readings of token 0, the token steps, the safe answer); this file reads
+//! argv from the new image and drives those steps from `bpf_loop` callbacks over per-CPU map
+//! memory, so the verifier checks each part once.
 
 use core::ffi::c_void;
 
 use aya_ebpf::helpers::bpf_probe_read_user_str_bytes;
 use aya_ebpf::helpers::generated::bpf_loop;
-use guard_common::Decision;
-use guard_common::limits::{
-    MAX_ARGV_TOKENS, NAME_LEN, TOKEN_BY_ID, TOKEN_LEN, TOKEN_MAX_LEN, TOKEN_SCAN_LEN,
-    TOKEN_TOO_LONG,
+use guard_common::engine::argv::{
+    ArgvOutcome, BY_ARGV0, BY_IDENTITY, BY_NAME, NO_DASH, NO_LONG_TOKEN, Readings, SPLIT_ARGV0,
+    SPLIT_NAME, WordMarks, mark_byte, set_long, set_token, short_word, str_len,
 };
-use guard_common::maps::{ArgvEdge, ArgvNode, ExecIdentity, LongToken, Verdict, counter};
+use guard_common::limits::{MAX_ARGV_TOKENS, NAME_LEN, TOKEN_LEN, TOKEN_MAX_LEN, TOKEN_SCAN_LEN};
+use guard_common::maps::{ArgvEdge, ExecIdentity, LongToken, counter};
 
 use crate::maps::{ARGV_ROOTS, ARGV_TRIE, EXEC_SCRATCH, LONG_TOKEN_IDS, count};
-
-/// Readings of token 0 (see the module docs).
-pub const READINGS: usize = 5;
-const BY_NAME: usize = 0;
-const BY_IDENTITY: usize = 1;
-const BY_ARGV0: usize = 2;
-const SPLIT_NAME: usize = 3;
-const SPLIT_ARGV0: usize = 4;
-
-/// [`ArgvWalk::state`]: not a reading of this exec (no start node, or the same as another's).
-const UNUSED: u8 = 0;
-/// Still in the trie: steps with the next token.
-const FOLLOWING: u8 = 1;
-/// Left the trie, or cut short: its verdict is final.
-const ENDED: u8 = 2;
 
 /// The walk's state, in the exec's per-CPU scratch: the `bpf_loop` callback steps it, and the
 /// program reads it back after the loop (map memory, so every way out of the loop is one state
 /// to the verifier).
 #[repr(C)]
 pub struct ArgvWalk {
-    pub node: [ArgvNode; READINGS],
-    pub verdict: [Verdict; READINGS],
-    pub state: [u8; READINGS],
-    /// 1 once argv ended with the readings still following at its last token (every token
-    /// compared, so an approval there is exact).
-    pub finished: u8,
+    pub readings: Readings,
     /// 1 when argv[0] could not be read or stepped over: the readings took the rules below
     /// them, and nothing after it is compared.
     pub argv0_unread: u8,
-    pub _pad: [u8; 1],
+    pub _pad: [u8; 3],
     /// The executed file, for the identity reading.
     pub identity: ExecIdentity,
     /// Where argv starts, where the next token starts, where it ends.
@@ -88,16 +55,6 @@ fn opaque(slot: &mut u64, value: usize) -> usize {
     }
 }
 
-/// What the walk decided: the strongest reading, and whether a `prompt` there is an approved
-/// retry of exactly this argv.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ArgvOutcome {
-    pub verdict: Verdict,
-    /// 1: approved (plain integer: stored in map memory).
-    pub approved: u32,
-}
-
 /// Walks argv (`arg_start..arg_end` of the new image) for an exec of the file `identity`, whose
 /// name is the scratch's `name`.
 ///
@@ -107,10 +64,7 @@ pub struct ArgvOutcome {
 /// million instructions).
 #[inline(always)]
 pub fn walk_argv(identity: &ExecIdentity, arg_start: u64, arg_end: u64) -> ArgvOutcome {
-    let unknown = ArgvOutcome {
-        verdict: Verdict::NONE,
-        approved: 0,
-    };
+    let unknown = ArgvOutcome::UNKNOWN;
     // No scratch: nothing can be compared (fails open for argv; identity, name and the
     // unmatched default still decide).
     let Some(scratch) = EXEC_SCRATCH.get_ptr_mut(0) else {
@@ -145,7 +99,7 @@ pub fn walk_argv(identity: &ExecIdentity, arg_start: u64, arg_end: u64) -> ArgvO
         ) < 0
         {
             // Nothing after argv[0] compared: the safe answer (fails closed).
-            walk.finished = 0;
+            walk.readings.finished = 0;
             walk.pos = 0;
         }
         bpf_loop(1, finish_walk as *mut c_void, core::ptr::null_mut(), 0);
@@ -163,8 +117,7 @@ extern "C" fn start_name_readings(_index: u64, _ctx: *mut c_void) -> i64 {
     // SAFETY: our per-CPU scratch, only this program on this CPU.
     let scratch = unsafe { &mut *scratch };
     let walk = &mut scratch.argv;
-    walk.state = [UNUSED; READINGS];
-    walk.finished = 0;
+    walk.readings.reset();
     walk.argv0_unread = 0;
 
     walk.edge.parent = 0;
@@ -180,9 +133,9 @@ extern "C" fn start_name_readings(_index: u64, _ctx: *mut c_void) -> i64 {
     }
     // SAFETY (every lookup): plain keys.
     let by_name = unsafe { ARGV_TRIE.get(&walk.edge) }.copied();
-    start(walk, BY_NAME, by_name);
+    walk.readings.start(BY_NAME, by_name);
     let by_identity = unsafe { ARGV_ROOTS.get(&walk.identity) }.copied();
-    start(walk, BY_IDENTITY, by_identity);
+    walk.readings.start(BY_IDENTITY, by_identity);
     1
 }
 
@@ -229,7 +182,7 @@ extern "C" fn start_argv0_reading(_index: u64, _ctx: *mut c_void) -> i64 {
         // argv unreadable, or argv[0] too long to step over: fails closed (each reading takes
         // the strongest rule below it; no approval).
         count(counter::ARGV_UNREADABLE);
-        take_below(walk);
+        walk.readings.take_below();
         walk.argv0_unread = 1;
         return 1;
     }
@@ -242,7 +195,7 @@ extern "C" fn start_argv0_reading(_index: u64, _ctx: *mut c_void) -> i64 {
     // SAFETY: lookup with a plain key.
     let by_argv0 = unsafe { ARGV_TRIE.get(&walk.edge) }.copied();
     let by_argv0 = short_word(by_argv0, base_len);
-    start(walk, BY_ARGV0, by_argv0);
+    walk.readings.start(BY_ARGV0, by_argv0);
     1
 }
 
@@ -274,7 +227,7 @@ extern "C" fn split_argv0_reading(_index: u64, _ctx: *mut c_void) -> i64 {
         return 1;
     }
     split_reading(walk, SPLIT_ARGV0, &scratch.scan, marks, argv0_len);
-    drop_repeats(walk);
+    walk.readings.drop_repeats();
     walk.pos = walk.start + argv0_len as u64 + 1;
     1
 }
@@ -290,21 +243,8 @@ extern "C" fn finish_walk(_index: u64, _ctx: *mut c_void) -> i64 {
     let walk = unsafe { &mut (*scratch).argv };
     // More tokens than the kernel compares (or the loop did not run): the rules below count
     // as matched.
-    if walk.finished == 0 && walk.pos < walk.end {
-        take_below(walk);
-    }
-    walk.outcome = outcome(walk);
+    walk.outcome = walk.readings.finish(walk.pos, walk.end);
     1
-}
-
-/// Starts reading `r` at `node`, if there is one.
-#[inline(always)]
-fn start(walk: &mut ArgvWalk, r: usize, node: Option<ArgvNode>) {
-    if let Some(node) = node {
-        walk.node[r] = node;
-        walk.verdict[r] = node.here;
-        walk.state[r] = FOLLOWING;
-    }
 }
 
 /// Reading `r`: the word (`NAME-SUB`, at `marks`) as the two tokens `NAME SUB`.
@@ -317,105 +257,20 @@ fn split_reading<const N: usize>(
     len: usize,
 ) {
     // No `-` after a non-empty NAME: no such reading (not a failure).
-    if marks.dash == NO_DASH || marks.dash <= marks.base || marks.dash + 1 >= len {
+    let Some(((name_at, name_len), (sub_at, sub_len))) = marks.split(len) else {
         return;
-    }
+    };
     walk.edge.parent = 0;
-    set_token(&mut walk.edge, bytes, marks.base, marks.dash - marks.base);
+    set_token(&mut walk.edge, bytes, name_at, name_len);
     // SAFETY (both lookups): plain keys.
     let root = unsafe { ARGV_TRIE.get(&walk.edge) }.copied();
-    let Some(root) = short_word(root, marks.dash - marks.base) else {
+    let Some(root) = short_word(root, name_len) else {
         return;
     };
     walk.edge.parent = root.id;
-    let sub_len = len - marks.dash - 1;
-    set_token(&mut walk.edge, bytes, marks.dash + 1, sub_len);
+    set_token(&mut walk.edge, bytes, sub_at, sub_len);
     let sub = unsafe { ARGV_TRIE.get(&walk.edge) }.copied();
-    match short_word(sub, sub_len) {
-        Some(sub) => {
-            walk.node[r] = sub;
-            walk.verdict[r] = root.here.strongest(sub.here);
-            walk.state[r] = FOLLOWING;
-        }
-        // `NAME` has rules, none for `SUB`: only NAME's own (the reading ends there).
-        None => {
-            walk.node[r] = root;
-            walk.verdict[r] = root.here;
-            walk.state[r] = ENDED;
-        }
-    }
-}
-
-/// A reading that starts where an earlier one does adds nothing (and would be walked twice).
-#[inline(always)]
-fn drop_repeats(walk: &mut ArgvWalk) {
-    let mut r = 1;
-    while r < READINGS {
-        let mut earlier = 0;
-        while earlier < r {
-            if walk.state[r] == FOLLOWING
-                && walk.state[earlier] == FOLLOWING
-                && walk.node[r].id == walk.node[earlier].id
-            {
-                walk.state[r] = UNUSED;
-            }
-            earlier += 1;
-        }
-        r += 1;
-    }
-}
-
-#[inline(always)]
-fn any_following(walk: &ArgvWalk) -> bool {
-    walk.state.iter().any(|&s| s == FOLLOWING)
-}
-
-/// Cut short: every reading still in the trie takes the strongest rule below it.
-#[inline(always)]
-fn take_below(walk: &mut ArgvWalk) {
-    let mut r = 0;
-    while r < READINGS {
-        if walk.state[r] == FOLLOWING {
-            walk.verdict[r] = walk.verdict[r].strongest(walk.node[r].below);
-            walk.state[r] = ENDED;
-        }
-        r += 1;
-    }
-}
-
-#[inline(always)]
-fn outcome(walk: &ArgvWalk) -> ArgvOutcome {
-    let mut verdict = Verdict::NONE;
-    let mut r = 0;
-    while r < READINGS {
-        if walk.state[r] != UNUSED {
-            verdict = verdict.strongest(walk.verdict[r]);
-        }
-        r += 1;
-    }
-    // An approval is exact: some reading followed every token to an approved node, and each
-    // reading that prompts did. Anything cut short, or a reading that prompts elsewhere, is not
-    // approved (fails closed). The prompt it approves may come from the walk, a name or
-    // identity rule, or the unmatched default: the caller checks the final decision.
-    let mut any_exact = false;
-    let mut all_prompts_exact = true;
-    let mut r = 0;
-    while r < READINGS {
-        if walk.state[r] != UNUSED {
-            let exact =
-                walk.finished != 0 && walk.state[r] == FOLLOWING && walk.node[r].here.approved();
-            any_exact |= exact;
-            if walk.verdict[r].decision == Decision::Prompt as u8 && !exact {
-                all_prompts_exact = false;
-            }
-        }
-        r += 1;
-    }
-    let approved = any_exact && all_prompts_exact;
-    ArgvOutcome {
-        verdict,
-        approved: u32::from(approved),
-    }
+    walk.readings.start_split(r, root, short_word(sub, sub_len));
 }
 
 /// One token of argv[1..] (`bpf_loop` callback): 0 to go on, 1 when the walk is over.
@@ -428,13 +283,9 @@ extern "C" fn walk_token(_index: u64, _ctx: *mut c_void) -> i64 {
     // SAFETY: our per-CPU scratch, only this program on this CPU.
     let scratch = unsafe { &mut *scratch };
     let walk = &mut scratch.argv;
-    if walk.pos >= walk.end {
-        // argv ends: every token compared (not a failure).
-        walk.finished = 1;
-        return 1;
-    }
-    // Every reading has left the trie (or none started): nothing more to compare.
-    if !any_following(walk) {
+    // argv ends (every token compared), or every reading has left the trie (or none started):
+    // nothing more to compare (not a failure).
+    if !walk.readings.wants_token(walk.pos, walk.end) {
         return 1;
     }
     // SAFETY: user memory of the new image into our scratch buffer.
@@ -444,7 +295,7 @@ extern "C" fn walk_token(_index: u64, _ctx: *mut c_void) -> i64 {
             Err(_) => {
                 // Fails closed: the strongest rule below counts as matched.
                 count(counter::ARGV_UNREADABLE);
-                take_below(walk);
+                walk.readings.take_below();
                 return 1;
             }
         };
@@ -461,44 +312,18 @@ extern "C" fn walk_token(_index: u64, _ctx: *mut c_void) -> i64 {
         let id = long_token_id(walk);
         set_long(&mut walk.edge, id);
     }
-    let mut r = 0;
-    while r < READINGS {
-        if walk.state[r] == FOLLOWING {
-            walk.edge.parent = walk.node[r].id;
-            // SAFETY: lookup with a plain key.
-            match unsafe { ARGV_TRIE.get(&walk.edge) }.copied() {
-                Some(next) => {
-                    walk.node[r] = next;
-                    walk.verdict[r] = walk.verdict[r].strongest(next.here);
-                }
-                // No rule continues with this token: the rules passed decide (not a failure).
-                None => walk.state[r] = ENDED,
-            }
-        }
-        r += 1;
+    let edge = &mut walk.edge;
+    walk.readings.step(|parent| {
+        edge.parent = parent;
+        // SAFETY: lookup with a plain key.
+        unsafe { ARGV_TRIE.get(&*edge) }.copied()
+    });
+    // A token too long to step over fails closed inside (the rules below count).
+    if walk.readings.advance(&mut walk.pos, len, walk.end) {
+        0
+    } else {
+        1
     }
-    if len >= TOKEN_SCAN_LEN - 1 {
-        // Too long to find where the next token starts: fails closed (below counts).
-        take_below(walk);
-        return 1;
-    }
-    walk.pos += len as u64 + 1;
-    if !any_following(walk) {
-        return 1;
-    }
-    if walk.pos >= walk.end {
-        walk.finished = 1;
-        return 1;
-    }
-    0
-}
-
-/// `node` for a reading that starts at a word of `argv[0]` (its name, or a `NAME-SUB` part):
-/// such a word longer than a trie key holds is not read (no reading from it, which adds no
-/// allow; the file's own name and identity still read exactly).
-#[inline(always)]
-fn short_word(node: Option<ArgvNode>, len: usize) -> Option<ArgvNode> {
-    if len > TOKEN_LEN { None } else { node }
 }
 
 /// The id `LONG_TOKEN_IDS` gives the token now in `walk.long_key` ([`NO_LONG_TOKEN`] when no
@@ -510,9 +335,6 @@ fn long_token_id(walk: &ArgvWalk) -> u32 {
         .copied()
         .unwrap_or(NO_LONG_TOKEN)
 }
-
-/// No rule's long token.
-const NO_LONG_TOKEN: u32 = u32::MAX;
 
 /// Zeroes the long-token key (volatile stores, so no `memset` the BPF target lacks).
 #[inline(always)]
@@ -526,26 +348,6 @@ fn clear_long_key(walk: &mut ArgvWalk) {
     }
 }
 
-/// Keys `edge` by a long token's id.
-#[inline(always)]
-fn set_long(edge: &mut ArgvEdge, id: u32) {
-    let bytes = id.to_le_bytes();
-    let mut i = 0;
-    while i < TOKEN_LEN {
-        edge.token[i] = if i < 4 { bytes[i] } else { 0 };
-        i += 1;
-    }
-    edge.len = TOKEN_BY_ID;
-}
-
-/// Where a word's last path component starts, and its first `-` after that.
-#[derive(Clone, Copy)]
-struct WordMarks {
-    base: usize,
-    dash: usize,
-}
-
-const NO_DASH: usize = usize::MAX;
 /// The word is the scratch's `name` (the executed file's name).
 const WORD_NAME: u32 = 0;
 /// The word is the scratch's `scan` (argv[0]).
@@ -580,7 +382,7 @@ fn word_marks(word: u32, len: usize) -> WordMarks {
     let ran = unsafe {
         bpf_loop(
             steps as u32,
-            mark_byte as *mut c_void,
+            mark_word_byte as *mut c_void,
             (&mut state as *mut MarksState).cast(),
             0,
         )
@@ -603,7 +405,7 @@ fn word_marks(word: u32, len: usize) -> WordMarks {
 }
 
 #[inline(never)]
-extern "C" fn mark_byte(index: u64, ctx: *mut c_void) -> i64 {
+extern "C" fn mark_word_byte(index: u64, ctx: *mut c_void) -> i64 {
     // SAFETY: `word_marks` passes its `MarksState`, alive for the whole loop.
     let state = unsafe { &mut *ctx.cast::<MarksState>() };
     let Some(scratch) = EXEC_SCRATCH.get(0) else {
@@ -615,48 +417,8 @@ extern "C" fn mark_byte(index: u64, ctx: *mut c_void) -> i64 {
         scratch.scan.get(index as usize).copied()
     };
     match byte {
-        Some(b'/') => {
-            state.base = index as u32 + 1;
-            state.dash = NO_DASH_U32;
-        }
-        Some(b'-') if state.dash == NO_DASH_U32 => state.dash = index as u32,
-        Some(_) => {}
+        Some(byte) => mark_byte(&mut state.base, &mut state.dash, index as u32, byte),
         None => return 1,
     }
     0
-}
-
-#[inline(always)]
-pub fn str_len(bytes: &[u8; NAME_LEN]) -> usize {
-    let mut i = 0;
-    while i < NAME_LEN {
-        if bytes[i] == 0 {
-            return i;
-        }
-        i += 1;
-    }
-    NAME_LEN
-}
-
-/// Puts the `len`-byte token at `bytes[from..]` in the edge key: its first `TOKEN_LEN` bytes,
-/// zero-padded, and its length (or `TOKEN_TOO_LONG`); [`tail_matches`] compares the rest.
-///
-/// Branch-free over `len` (a byte is kept by an arithmetic mask, not an `if`): a branch per
-/// byte would give the verifier one state per token length, and everything after it would be
-/// verified that many times. Callers keep `from + len` within the word, so the index mask (`N`
-/// is a power of two) changes nothing; it is there for the verifier.
-#[inline(always)]
-fn set_token<const N: usize>(edge: &mut ArgvEdge, bytes: &[u8; N], from: usize, len: usize) {
-    let mut i = 0;
-    while i < TOKEN_LEN {
-        // All ones while i < len, else zero: the sign of i - len.
-        let keep = ((i as i64).wrapping_sub(len as i64) >> 63) as u8;
-        edge.token[i] = bytes[(from + i) & (N - 1)] & keep;
-        i += 1;
-    }
-    edge.len = if len > TOKEN_MAX_LEN {
-        TOKEN_TOO_LONG
-    } else {
-        len as u8
-    };
 }

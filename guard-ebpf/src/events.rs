@@ -6,9 +6,10 @@ use aya_ebpf::helpers::{
     bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_uid_gid,
     bpf_probe_read_kernel_buf,
 };
-use guard_common::event::{Event, TaskInfo};
+use guard_common::engine::outcome::{Counters, Outcome};
+use guard_common::event::{Event, TaskInfo, action, flag};
 use guard_common::limits::{ARGV_LEN, FILE_PATH_BUF};
-use guard_common::maps::{Verdict, counter};
+use guard_common::maps::{Settings, Verdict, counter};
 
 use crate::maps::{EVENTS, TASKS, count};
 
@@ -28,6 +29,34 @@ pub struct Subject<'a> {
     pub port: u16,
     pub transport: u8,
     pub addr: [u8; 16],
+}
+
+/// The tail every decision shares (`guard_common::engine::outcome`): counts the decision, and
+/// for one that is recorded returns the action the event names (`refusal`, the hook's way of
+/// refusing, when it is enforced; the caller enforces it) and adds the audit-only flag.
+/// `None`: an allow nobody records (no event).
+#[inline(always)]
+pub fn conclude(
+    settings: &Settings,
+    verdict: Verdict,
+    counters: Counters,
+    flags: &mut u8,
+    refusal: u8,
+) -> Option<u8> {
+    count(counters.slot(verdict));
+    let outcome = Outcome::of(settings, verdict);
+    if outcome == Outcome::Passed {
+        return None;
+    }
+    if outcome == Outcome::AuditOnly {
+        *flags |= flag::AUDIT_ONLY;
+        count(counter::AUDIT_ONLY);
+    }
+    Some(if outcome == Outcome::Refused {
+        refusal
+    } else {
+        action::NONE
+    })
 }
 
 #[inline(always)]

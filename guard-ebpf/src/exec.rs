@@ -12,13 +12,16 @@ use aya_ebpf::helpers::generated::{bpf_get_current_task, bpf_send_signal};
 use aya_ebpf::helpers::{bpf_probe_read_kernel_str_bytes, bpf_probe_read_user_buf};
 use aya_ebpf::macros::{btf_tracepoint, lsm};
 use aya_ebpf::programs::{BtfTracePointContext, LsmContext};
-use guard_common::Decision;
+use guard_common::engine::Decided;
+use guard_common::engine::argv::str_len;
+use guard_common::engine::exec::{ExecFindings, decide_exec, refuse_before_argv};
+use guard_common::engine::outcome::Counters;
 use guard_common::event::{TaskInfo, action, flag, kind};
-use guard_common::limits::{ARGV_LEN, NO_RULE, PATH_LEN, PATTERN_ARGV_LEN};
+use guard_common::limits::{ARGV_LEN, PATH_LEN, PATTERN_ARGV_LEN};
 use guard_common::maps::{ExecIdentity, ExecName, Settings, Verdict, counter};
 
 use crate::argv::walk_argv;
-use crate::events::{Subject, emit};
+use crate::events::{Subject, conclude, emit};
 use crate::kernel::{file_identity, file_is_anonymous, lsm_return, offsets, read_at};
 use crate::maps::{EXEC_IDENTITIES, EXEC_NAMES, EXEC_SCRATCH, LSM_SCRATCH, TASKS, count, settings};
 use crate::patterns::{PatternInput, exec_tables_loaded, pattern_verdict};
@@ -87,7 +90,7 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
         let total = arg_end.saturating_sub(arg_start);
         let read = read_pattern_argv(arg_start, total, &mut scratch.pattern_argv);
         let input = PatternInput::new(
-            crate::argv::str_len(&scratch.name.name),
+            str_len(&scratch.name.name),
             &scratch.pattern_argv,
             read,
             total,
@@ -100,52 +103,35 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
     };
     unsafe { core::ptr::write_volatile(&mut scratch.pattern_verdict, by_pattern) };
 
+    // Strongest wins; a file no path names adds its default; nothing matched takes the
+    // unmatched default; an approval of exactly this argv lets a `prompt` run (see
+    // `guard_common::engine::exec`).
     let by_argv = walk_argv(&identity, arg_start, arg_end);
-    let mut verdict = unsafe { core::ptr::read_volatile(&scratch.identity_verdict) };
-    let anonymous = unsafe { core::ptr::read_volatile(&scratch.anonymous) } != 0;
-    verdict = verdict.strongest(by_argv.verdict);
-    verdict = verdict.strongest(unsafe { core::ptr::read_volatile(&scratch.pattern_verdict) });
-
-    let mut flags = 0;
-    if anonymous {
-        // A file no path names (a memfd, a deleted or O_TMPFILE file): no rule can name it,
-        // so the policy's default for such files decides with the rules that matched.
-        verdict = verdict.strongest(anonymous_verdict(&settings));
-        flags |= flag::ANONYMOUS;
-    }
-    if verdict.is_none() {
-        verdict = Verdict {
-            decision: settings.unmatched_exec,
-            flags: 0,
-            _pad: 0,
-            rule: NO_RULE,
-        };
-        flags |= flag::UNMATCHED;
-    }
-    // A person approved exactly this argv (a retry of an ask): a `prompt`, whether from a rule
-    // or the unmatched default, becomes an allow (counted as one, no event). `forbidden` is
-    // never approved away, and `approved` is false for anything the walk could not compare to
-    // its end (fails closed: decided as without the approval).
-    if verdict.decision == Decision::Prompt as u8 && by_argv.approved != 0 {
-        verdict.decision = Decision::Allow as u8;
-    }
+    let found = unsafe {
+        ExecFindings {
+            by_file: core::ptr::read_volatile(&scratch.identity_verdict),
+            by_argv,
+            by_pattern: core::ptr::read_volatile(&scratch.pattern_verdict),
+            anonymous: core::ptr::read_volatile(&scratch.anonymous) != 0,
+        }
+    };
+    let Decided { verdict, mut flags } = decide_exec(&settings, &found);
     let tgid = (aya_ebpf::helpers::bpf_get_current_pid_tgid() >> 32) as u32;
     let _ = TASKS.insert(&tgid, &scratch.task, 0);
     if scratch.task.argv_len as u64 != arg_end.saturating_sub(arg_start) {
         flags |= flag::ARGV_TRUNCATED;
     }
-    decide(
+    if decide(
         &settings,
         verdict,
         flags,
         &identity,
         Some(&scratch.task),
-        || {
-            // SAFETY: signals the current task, the one exec'ing; it dies before the new image runs.
-            unsafe { bpf_send_signal(SIGKILL) };
-            action::SIGKILL
-        },
-    );
+        action::SIGKILL,
+    ) {
+        // SAFETY: signals the current task, the one exec'ing; it dies before the new image runs.
+        unsafe { bpf_send_signal(SIGKILL) };
+    }
     Ok(())
 }
 
@@ -185,30 +171,17 @@ unsafe fn try_bprm_check_security(ctx: &LsmContext) -> Result<i32, i32> {
     let identity = unsafe { file_identity(file, &mut scratch.name)? };
     // Only matched identity and name rules (and the default for a file no path names) decide
     // here: the unmatched default needs argv, which sched_process_exec has.
-    let mut verdict = identity_verdict(&identity, &scratch.name);
-    let mut flags = flag::LSM;
+    let by_file = identity_verdict(&identity, &scratch.name);
     // Unreadable: sched_process_exec decides it again (fails open here only).
-    if unsafe { file_is_anonymous(file) }.unwrap_or(false) {
-        verdict = verdict.strongest(anonymous_verdict(&settings));
-        flags |= flag::ANONYMOUS;
-    }
-    // Nothing to refuse by identity or name (not a failure; sched_process_exec still decides
-    // argv and the unmatched default).
-    if verdict.is_none() || verdict.decision == Decision::Allow as u8 {
+    let anonymous = unsafe { file_is_anonymous(file) }.unwrap_or(false);
+    // Nothing this hook may refuse (an allow, no rule, a prompt an approval of the new argv
+    // may lift, audit-only): a decision, not a failure; sched_process_exec decides everything
+    // again after the image is installed, and kills what it refuses (so while approvals exist
+    // a `prompt` is refused there, with SIGKILL instead of EPERM).
+    let Some(Decided { verdict, flags }) = refuse_before_argv(&settings, by_file, anonymous) else {
         return Ok(0);
-    }
-    // With approvals in the maps a `prompt` may be an approved retry, which only argv can tell,
-    // and argv is not the new image's yet: let it through (fails open here) to
-    // sched_process_exec, which decides identity, name and argv again and kills what is not
-    // approved (so the refusal becomes SIGKILL instead of EPERM while approvals exist).
-    if verdict.decision == Decision::Prompt as u8 && settings.exec_approvals != 0 {
-        return Ok(0);
-    }
-    // Audit-only: nothing to refuse here (by design, not a failure); sched_process_exec records
-    // it once, with argv.
-    if settings.audit_only != 0 || verdict.audit_only() {
-        return Ok(0);
-    }
+    };
+    let flags = flags | flag::LSM;
     // The event describes this exec, not what TASKS remembers of the caller's last one (nothing,
     // for a process that has not exec'd in scope yet; the wrong program, for one that has).
     // SAFETY: the current task, as the helper returns it.
@@ -217,32 +190,15 @@ unsafe fn try_bprm_check_security(ctx: &LsmContext) -> Result<i32, i32> {
     info.ppid = parent_tgid(task);
     info.exe_len = exec_path(bprm, &mut info.exe);
     info.argv_len = 0;
-    let mut refused = false;
-    let refuse = || {
-        refused = true;
-        action::EPERM
-    };
-    decide(
+    let refused = decide(
         &settings,
         verdict,
         flags,
         &identity,
         Some(&scratch.task),
-        refuse,
+        action::EPERM,
     );
     Ok(if refused { -EPERM } else { 0 })
-}
-
-/// The policy's decision for an exec of a file no path names
-/// (`enforcement(anonymous_exec=...)`), which no rule can name.
-#[inline(always)]
-fn anonymous_verdict(settings: &Settings) -> Verdict {
-    Verdict {
-        decision: settings.anonymous_exec,
-        flags: 0,
-        _pad: 0,
-        rule: NO_RULE,
-    }
 }
 
 #[inline(always)]
@@ -258,8 +214,8 @@ fn identity_verdict(identity: &ExecIdentity, name: &ExecName) -> Verdict {
     verdict
 }
 
-/// Counts the decision, and for a refusal or an audit-only match emits the event; `enforce`
-/// applies a refusal and returns the action code it took.
+/// Counts the decision, and for a refusal or a recorded match emits the event naming
+/// `refusal` (the hook's way of refusing) when it is enforced; whether the caller must refuse.
 #[inline(always)]
 fn decide(
     settings: &Settings,
@@ -267,11 +223,11 @@ fn decide(
     mut flags: u8,
     identity: &ExecIdentity,
     task: Option<&TaskInfo>,
-    enforce: impl FnOnce() -> u8,
-) {
-    // An allow: counted, no event (a decision, not a failure).
-    let Some(act) = enforcement(settings, verdict, &mut flags, enforce) else {
-        return;
+    refusal: u8,
+) -> bool {
+    // An allow nobody records: counted, no event (a decision, not a failure).
+    let Some(act) = conclude(settings, verdict, Counters::EXEC, &mut flags, refusal) else {
+        return false;
     };
     emit(&Subject {
         kind: kind::EXEC,
@@ -287,33 +243,7 @@ fn decide(
         transport: 0,
         addr: [0; 16],
     });
-}
-
-/// The shared tail of every exec decision: count it; `None` for an allow that is not recorded
-/// (no event), else the action taken (none when audit-only or an allow).
-#[inline(always)]
-fn enforcement(
-    settings: &Settings,
-    verdict: Verdict,
-    flags: &mut u8,
-    enforce: impl FnOnce() -> u8,
-) -> Option<u8> {
-    count(match verdict.decision {
-        0 => counter::EXEC_ALLOW,
-        1 => counter::EXEC_PROMPT,
-        _ => counter::EXEC_FORBIDDEN,
-    });
-    // Decisions, not failures: an allow lets it run (recorded only when the settings ask for
-    // allowed decisions); audit-only records and lets it run.
-    if verdict.decision == Decision::Allow as u8 {
-        return (settings.record_allowed != 0).then_some(action::NONE);
-    }
-    if settings.audit_only != 0 || verdict.audit_only() {
-        *flags |= flag::AUDIT_ONLY;
-        count(counter::AUDIT_ONLY);
-        return Some(action::NONE);
-    }
-    Some(enforce())
+    act == refusal
 }
 
 /// Fills the per-CPU TaskInfo: parent, the path given to exec, and argv (bounded).

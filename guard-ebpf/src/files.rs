@@ -15,15 +15,15 @@ use aya_ebpf::helpers::bpf_probe_read_kernel_str_bytes;
 use aya_ebpf::helpers::generated::bpf_d_path;
 use aya_ebpf::macros::lsm;
 use aya_ebpf::programs::LsmContext;
-use guard_common::Decision;
 use guard_common::dfa::table;
+use guard_common::engine::outcome::{Counters, Outcome};
 use guard_common::event::{action, flag, kind};
 use guard_common::limits::{FILE_NAME_LEN, FILE_PATH_BUF, FILE_PATH_LEN};
 use guard_common::maps::{Settings, Verdict, counter};
 
-use crate::events::{Subject, emit};
+use crate::events::{Subject, conclude, emit};
 use crate::kernel::{lsm_return, offsets, read_at};
-use crate::maps::{FILE_SCRATCH, count, or_failed_open, settings};
+use crate::maps::{FILE_SCRATCH, or_failed_open, settings};
 use crate::patterns::{PatternInput, table_verdict};
 use crate::scope::current_in_scope;
 
@@ -180,13 +180,10 @@ fn file_path_input(at: *mut path, entry: Option<*const u8>) -> Result<PatternInp
 }
 
 /// Whether `verdict` refuses the call (a prompt refuses too: a file operation cannot wait for
-/// an approval).
+/// an answer).
 #[inline(always)]
 fn refuses(settings: &Settings, verdict: Verdict) -> bool {
-    !verdict.is_none()
-        && verdict.decision != Decision::Allow as u8
-        && settings.audit_only == 0
-        && !verdict.audit_only()
+    !verdict.is_none() && Outcome::of(settings, verdict) == Outcome::Refused
 }
 
 /// Counts and records the decision; the hook's return value (0, or -EACCES for a refusal).
@@ -196,24 +193,18 @@ fn decide(settings: &Settings, verdict: Verdict, event_kind: u8, path_len: u32) 
     if verdict.is_none() {
         return 0;
     }
-    let refused = refuses(settings, verdict);
     let mut flags = flag::LSM;
-    let act = if verdict.decision == Decision::Allow as u8 {
-        count(counter::FILE_ALLOW);
-        // Allowed: recorded only when the settings ask for allowed decisions.
-        if settings.record_allowed == 0 {
-            return 0;
-        }
-        action::NONE
-    } else if refused {
-        count(counter::FILE_REFUSED);
-        action::EACCES
-    } else {
-        // Audit-only: recorded, let through.
-        flags |= flag::AUDIT_ONLY;
-        count(counter::AUDIT_ONLY);
-        action::NONE
+    // An allow nobody records: counted, no event (a decision, not a failure).
+    let Some(act) = conclude(
+        settings,
+        verdict,
+        Counters::FILE,
+        &mut flags,
+        action::EACCES,
+    ) else {
+        return 0;
     };
+    let refused = act == action::EACCES;
     let Some(scratch) = FILE_SCRATCH.get(0) else {
         return if refused { -EACCES } else { 0 };
     };

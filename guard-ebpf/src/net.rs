@@ -8,16 +8,18 @@ use aya_ebpf::macros::{cgroup_sock_addr, lsm};
 use aya_ebpf::maps::lpm_trie::Key;
 use aya_ebpf::programs::{LsmContext, SockAddrContext};
 use guard_common::Decision;
+use guard_common::engine::Decided;
+use guard_common::engine::destination::{decide_destination, is_v4_mapped, lookup};
+use guard_common::engine::outcome::Counters;
 use guard_common::event::{action, flag, kind};
 use guard_common::limits::NO_RULE;
 use guard_common::maps::{
-    DEST_HEAD_BITS, DestV4, DestV6, TRANSPORT_ANY, TRANSPORT_TCP, TRANSPORT_UDP, Verdict, counter,
-    dest_key,
+    DEST_HEAD_BITS, DestV4, DestV6, TRANSPORT_TCP, TRANSPORT_UDP, Verdict, counter, dest_key,
 };
 
-use crate::events::{Subject, emit};
+use crate::events::{Subject, conclude, emit};
 use crate::kernel::{lsm_return, offsets, read_at};
-use crate::maps::{DEST_V4, DEST_V6, count, dns_redirect, or_failed_open, settings};
+use crate::maps::{DEST_V4, DEST_V6, dns_redirect, or_failed_open, settings};
 use crate::scope::current_in_scope;
 
 const AF_INET: u16 = 2;
@@ -206,58 +208,48 @@ fn refuse(
     if !current_in_scope() {
         return false;
     }
-    let (mut verdict, approved) =
-        if destination.family == AF_INET6 && is_v4_mapped(&destination.addr) {
-            let mut v4 = [0u8; 16];
-            v4[..4].copy_from_slice(&destination.addr[12..16]);
-            destination.addr = v4;
-            destination.family = AF_INET;
-            lookup_v4(&destination)
-        } else if destination.family == AF_INET6 {
-            lookup_v6(&destination)
-        } else {
-            lookup_v4(&destination)
-        };
-    verdict = verdict.strongest(floor);
-    let mut flags = extra_flags;
-    if verdict.is_none() {
-        verdict = Verdict {
-            decision: settings.unmatched_network,
-            flags: 0,
-            _pad: 0,
-            rule: NO_RULE,
-        };
-        flags |= flag::UNMATCHED;
+    // An IPv4-mapped IPv6 address is decided as the IPv4 address it stands for.
+    if destination.family == AF_INET6 && is_v4_mapped(&destination.addr) {
+        let mut v4 = [0u8; 16];
+        v4[..4].copy_from_slice(&destination.addr[12..16]);
+        destination.addr = v4;
+        destination.family = AF_INET;
     }
-    // A person approved exactly this destination: a `prompt` goes through (never a
-    // `forbidden`).
-    if approved && verdict.decision == Decision::Prompt as u8 {
-        verdict.decision = Decision::Allow as u8;
-    }
-    count(match verdict.decision {
-        0 => counter::NET_ALLOW,
-        1 => counter::NET_PROMPT,
-        _ => counter::NET_FORBIDDEN,
-    });
-    // An allow (a decision, not a failure): recorded only when the settings ask for allowed
-    // decisions.
-    let allow = verdict.decision == Decision::Allow as u8;
-    if allow && settings.record_allowed == 0 {
+    let (found, approved) = if destination.family == AF_INET6 {
+        lookup(
+            destination.transport,
+            destination.port,
+            |transport, port| {
+                let key: Key<DestV6> = Key::new(
+                    DEST_HEAD_BITS + 128,
+                    dest_key::<19>(transport, port, &destination.addr),
+                );
+                DEST_V6.get(&key).copied()
+            },
+        )
+    } else {
+        lookup(
+            destination.transport,
+            destination.port,
+            |transport, port| {
+                let key: Key<DestV4> = Key::new(
+                    DEST_HEAD_BITS + 32,
+                    dest_key::<7>(transport, port, &destination.addr[..4]),
+                );
+                DEST_V4.get(&key).copied()
+            },
+        )
+    };
+    let Decided { verdict, mut flags } = decide_destination(&settings, found, approved, floor);
+    flags |= extra_flags;
+    // An allow nobody records: counted, no event (a decision, not a failure).
+    let Some(action) = conclude(&settings, verdict, Counters::NET, &mut flags, act) else {
         return false;
-    }
-    let audit_only = !allow && (settings.audit_only != 0 || verdict.audit_only());
-    if audit_only {
-        flags |= flag::AUDIT_ONLY;
-        count(counter::AUDIT_ONLY);
-    }
+    };
     emit(&Subject {
         kind: call,
         verdict,
-        action: if audit_only || allow {
-            action::NONE
-        } else {
-            act
-        },
+        action,
         flags,
         task: None,
         path: None,
@@ -268,67 +260,7 @@ fn refuse(
         transport: destination.transport,
         addr: destination.addr,
     });
-    !audit_only && !allow
-}
-
-#[inline(always)]
-fn is_v4_mapped(addr: &[u8; 16]) -> bool {
-    let mut i = 0;
-    while i < 10 {
-        if addr[i] != 0 {
-            return false;
-        }
-        i += 1;
-    }
-    addr[10] == 0xff && addr[11] == 0xff
-}
-
-/// The strongest verdict of the four classes, and whether the longest match carried an
-/// approval of exactly this destination (only exact-class, full-length entries carry one).
-#[inline(always)]
-fn lookup_v4(d: &Destination) -> (Verdict, bool) {
-    let mut verdict = Verdict::NONE;
-    let mut approved = false;
-    for (transport, port) in classes(d) {
-        let key = Key::new(
-            DEST_HEAD_BITS + 32,
-            dest_key::<7>(transport, port, &d.addr[..4]),
-        );
-        let key: Key<DestV4> = key;
-        if let Some(v) = DEST_V4.get(&key) {
-            approved |= v.approved();
-            verdict = verdict.strongest(*v);
-        }
-    }
-    (verdict, approved)
-}
-
-#[inline(always)]
-fn lookup_v6(d: &Destination) -> (Verdict, bool) {
-    let mut verdict = Verdict::NONE;
-    let mut approved = false;
-    for (transport, port) in classes(d) {
-        let key: Key<DestV6> = Key::new(
-            DEST_HEAD_BITS + 128,
-            dest_key::<19>(transport, port, &d.addr),
-        );
-        if let Some(v) = DEST_V6.get(&key) {
-            approved |= v.approved();
-            verdict = verdict.strongest(*v);
-        }
-    }
-    (verdict, approved)
-}
-
-/// The (transport, port) classes a destination belongs to: exact and any, for each.
-#[inline(always)]
-fn classes(d: &Destination) -> [(u8, u16); 4] {
-    [
-        (d.transport, d.port),
-        (d.transport, 0),
-        (TRANSPORT_ANY, d.port),
-        (TRANSPORT_ANY, 0),
-    ]
+    action != action::NONE
 }
 
 // lsm backend: socket_connect(sock, address, addrlen) and socket_sendmsg(sock, msg, size); the

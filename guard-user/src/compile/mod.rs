@@ -17,9 +17,11 @@
 mod destination_twin;
 pub mod dfa;
 pub mod dns;
+pub mod encode;
 mod exec;
 mod exec_twin;
 pub mod image;
+pub mod kernel_engine;
 pub mod loader;
 mod network;
 pub mod patterns;

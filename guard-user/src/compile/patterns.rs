@@ -70,14 +70,22 @@ impl PatternTables {
     /// over every reading of the program token the kernel walks (the name; argv[0]'s last path
     /// component when it is another name; `NAME SUB` for either spelled `NAME-SUB`).
     pub fn decide_exec(&self, name: &str, argv0: &str, args: &[&str]) -> Option<(Decision, u32)> {
+        let verdict = self.exec_verdict(name, argv0, args);
+        let decision = Decision::from_code(verdict.decision)?;
+        Some((decision, verdict.rule))
+    }
+
+    /// [`PatternTables::decide_exec`] as the kernel stores it: the verdict with its flags
+    /// ([`KernelVerdict::NONE`] when no pattern matched).
+    pub fn exec_verdict(&self, name: &str, argv0: &str, args: &[&str]) -> KernelVerdict {
         let walked = |table: Option<&DfaTable>, bytes: &[u8]| {
             table.map_or(KernelVerdict::NONE, |t| {
                 dfa::walk_kernel(t, bytes).verdict(&t.header)
             })
         };
-        let verdict = program_readings(name, argv0).iter().fold(
-            KernelVerdict::NONE,
-            |kept, (program, split)| {
+        program_readings(name, argv0)
+            .iter()
+            .fold(KernelVerdict::NONE, |kept, (program, split)| {
                 let mut input = program.as_bytes().to_vec();
                 if let Some(at) = split {
                     input[*at] = 0;
@@ -90,10 +98,7 @@ impl PatternTables {
                 kept.strongest(walked(self.program_name.as_ref(), program_alone))
                     .strongest(walked(self.argv.as_ref(), &input))
                     .strongest(walked(self.command_line.as_ref(), &input))
-            },
-        );
-        let decision = Decision::from_code(verdict.decision)?;
-        Some((decision, verdict.rule))
+            })
     }
 
     /// The tables by `guard_common::dfa::table` index.

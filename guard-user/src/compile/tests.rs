@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
 
+use super::kernel_engine::KernelEngine;
 use super::*;
 use crate::policy::{Decision, PolicyParser, Transport};
 
@@ -687,54 +688,14 @@ fn compile_env_keeps_absolute_path_folders_in_order() {
 
 // --- parity ----------------------------------------------------------------------------------
 
-/// What the kernel decides for a connection, computed from the image alone: the strongest
-/// verdict among the entries that contain the address and cover port and transport, else the
-/// unmatched-network setting.
-fn image_destination_decision(
-    image: &EnforcementImage,
-    ip: IpAddr,
-    port: u16,
-    transport: Transport,
-) -> Decision {
-    let ip = crate::policy::rule::canonical_ip(ip);
-    image
-        .destinations
-        .iter()
-        .filter(|entry| {
-            entry.network.contains(ip)
-                && entry.port.is_none_or(|p| p == port)
-                && (entry.transport == Transport::Any || entry.transport == transport)
-        })
-        .map(|entry| entry.verdict.decision)
-        .max()
-        .unwrap_or(image.settings.unmatched_network)
+/// What the kernel decides, worked out by the engine the BPF programs run over the entries the
+/// encoder makes for them (no kernel needed).
+fn kernel_engine(image: &EnforcementImage) -> KernelEngine {
+    KernelEngine::new(image.clone()).expect("the image encodes")
 }
 
-/// What the kernel decides for an exec, from the image alone (`cmd[0]` is the file name):
-/// name entries and argv rules for it, strongest wins, else the unmatched-exec setting.
-fn image_exec_decision(image: &EnforcementImage, cmd: &[String]) -> Decision {
-    let names = image
-        .names
-        .iter()
-        .filter(|entry| entry.name == cmd[0])
-        .map(|entry| entry.verdict.decision);
-    let argv = image
-        .argv_rules
-        .iter()
-        .filter(|rule| {
-            rule.program == cmd[0]
-                && cmd.len() > rule.rest.len()
-                && rule
-                    .rest
-                    .iter()
-                    .zip(&cmd[1..])
-                    .all(|(alts, token)| alts.contains(token))
-        })
-        .map(|rule| rule.verdict.decision);
-    names
-        .chain(argv)
-        .max()
-        .unwrap_or(image.settings.unmatched_exec)
+fn engine_decision(decided: guard_common::engine::Decided) -> Decision {
+    Decision::from_code(decided.verdict.decision).expect("the engine always decides")
 }
 
 fn decision_word() -> impl Strategy<Value = &'static str> {
@@ -776,8 +737,8 @@ fn destination_rule() -> impl Strategy<Value = String> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
-    /// The evaluator and the image agree on every destination: this is what pins the kernel
-    /// (built from the image) to `guard check --dest`.
+    /// The evaluator and the kernel's engine, over the encoded image, agree on every
+    /// destination: this pins what the kernel runs to `guard check --dest`.
     #[test]
     fn destination_evaluator_agrees_with_the_image(
         rules in prop::collection::vec(destination_rule(), 0..7),
@@ -792,7 +753,7 @@ proptest! {
             src.push_str(&format!("\nenforcement(unmatched_network=\"{unmatched}\")"));
         }
         let policy = parse(&src);
-        let image = compile_plain(&policy);
+        let engine = kernel_engine(&compile_plain(&policy));
         for (last, port, udp, mapped) in queries {
             let ip: IpAddr = if mapped {
                 format!("::ffff:127.0.0.{last}").parse().unwrap()
@@ -801,7 +762,7 @@ proptest! {
             };
             let transport = if udp { Transport::Udp } else { Transport::Tcp };
             let evaluated = policy.check_destination(ip, port, transport, &NoResolver);
-            let from_image = image_destination_decision(&image, ip, port, transport);
+            let from_image = engine_decision(engine.destination(ip, port, transport));
             prop_assert_eq!(
                 evaluated.decision, from_image,
                 "{}:{}/{} under\n{}", ip, port, transport, src
@@ -810,7 +771,8 @@ proptest! {
         }
     }
 
-    /// `kernel_exec_decision` agrees with the image's name entries and argv rules.
+    /// `kernel_exec_decision` agrees with the kernel's engine walking the encoded argv trie
+    /// and name entries.
     #[test]
     fn kernel_exec_decision_agrees_with_the_image(
         rules in prop::collection::vec(
@@ -823,7 +785,7 @@ proptest! {
         ),
         unmatched in prop::option::of(decision_word()),
         commands in prop::collection::vec(
-            (prop::sample::select(vec!["a", "b", "c"]), prop::collection::vec(prop::sample::select(vec!["x", "y", "z"]), 0..4)),
+            (prop::sample::select(vec!["a", "b", "c", "a-x", "b-y-z"]), prop::collection::vec(prop::sample::select(vec!["x", "y", "z"]), 0..4)),
             1..8,
         ),
     ) {
@@ -842,7 +804,8 @@ proptest! {
         }
         let src = src.join("\n");
         let policy = parse(&src);
-        let image = compile_plain(&policy);
+        let engine = kernel_engine(&compile_plain(&policy));
+        let no_file = guard_common::maps::ExecIdentity { dev: 0, ino: 0 };
         for (program, args) in commands {
             let cmd: Vec<String> = std::iter::once(program)
                 .chain(args)
@@ -850,7 +813,7 @@ proptest! {
                 .collect();
             prop_assert_eq!(
                 policy.kernel_exec_decision(&cmd),
-                image_exec_decision(&image, &cmd),
+                engine_decision(engine.exec(no_file, &cmd[0], &cmd)),
                 "{:?} under\n{}", cmd, src
             );
         }

@@ -1,33 +1,25 @@
-//! Keeps the BPF maps equal to an [`EnforcementImage`], one writer (this process).
+//! Keeps the BPF maps equal to an [`EnforcementImage`], one writer (this process): the entries
+//! are [`MapEncoder`]'s, and this module writes what changed.
 //!
 //! An update never has a moment where neither the old nor the new rule holds: new and changed
 //! entries are written first (argv trie children before their parents, so a parent never
-//! points at a half-built subtree), and stale entries are removed last. Trie node ids are keyed
-//! by the token path, so a path keeps its id across updates and changes in place.
-//!
-//! Exec approvals live in the argv trie: the node their token path ends at carries
-//! [`VERDICT_APPROVAL`] in its `here` (added to the rule that ends there, or alone, with no
-//! decision, where none does). The flag is never part of any `below`, so reading less argv
-//! than an approval covers never weakens a decision.
+//! points at a half-built subtree), and stale entries are removed last.
 
-use std::collections::{BTreeMap, HashMap};
-use std::net::IpAddr;
+use std::collections::HashMap;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow};
 use aya::Ebpf;
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
 use guard_common::dfa::{DfaHeader, DfaRow, header_index, row_index, table};
-use guard_common::limits::{MAX_LONG_TOKENS, TOKEN_LEN};
 use guard_common::maps::{
-    ArgvEdge, ArgvNode, DEST_HEAD_BITS, DestV4, DestV6, ExecIdentity, ExecName, LongToken,
-    Settings, TRANSPORT_ANY, TRANSPORT_TCP, TRANSPORT_UDP, VERDICT_APPROVAL, Verdict, counter,
-    dest_key,
+    ArgvEdge, ArgvNode, DestV4, DestV6, ExecIdentity, ExecName, LongToken, Settings, Verdict,
+    counter,
 };
 
 use crate::compile::dfa::DfaTable;
-use crate::compile::image::{EnforcementImage, Verdict as ImageVerdict, validate_exec_approval};
-use crate::policy::rule::Transport;
+use crate::compile::encode::{MapEncoder, MapEntries, destination_entries};
+use crate::compile::image::EnforcementImage;
 
 /// What one [`MapSync::apply`] wrote.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -47,97 +39,54 @@ pub struct SyncStats {
 /// The last state written, to compute what to add and remove next time.
 #[derive(Default)]
 pub struct MapSync {
-    identities: HashMap<ExecIdentity, Verdict>,
-    names: HashMap<ExecName, Verdict>,
-    edges: HashMap<ArgvEdge, ArgvNode>,
-    roots: HashMap<ExecIdentity, ArgvNode>,
-    long: HashMap<LongToken, u32>,
-    long_ids: HashMap<String, u32>,
-    next_long_id: u32,
-    node_ids: HashMap<Vec<ArgvToken>, u32>,
-    next_node: u32,
-    v4: HashMap<(u32, DestV4), Verdict>,
-    v6: HashMap<(u32, DestV6), Verdict>,
+    encoder: MapEncoder,
+    last: MapEntries,
     /// Each pattern table as last written, and the slot it is in.
     tables: [Option<DfaTable>; table::COUNT as usize],
     slots: [u32; table::COUNT as usize],
 }
 
-/// The argv trie as [`MapSync::build_trie`] makes it.
-struct ArgvTrie {
-    edges: HashMap<ArgvEdge, ArgvNode>,
-    /// Edges parents-first.
-    order: Vec<ArgvEdge>,
-    /// Each long token's whole text → its id (`LONG_TOKEN_IDS`).
-    long: HashMap<LongToken, u32>,
-}
-
-/// A token of an argv trie path, whole (a long one's edge key holds only its first bytes).
-type ArgvToken = String;
-
-fn kernel_verdict(v: &ImageVerdict) -> Verdict {
-    Verdict::new(v.decision, v.rule, v.audit_only)
-}
-
 impl MapSync {
     pub fn new() -> Self {
-        MapSync {
-            next_node: 1,
-            ..MapSync::default()
-        }
+        MapSync::default()
     }
 
     pub fn apply(&mut self, ebpf: &mut Ebpf, image: &EnforcementImage) -> Result<SyncStats> {
-        let mut stats = SyncStats::default();
-        // Before anything is written: an approval the kernel cannot match exactly would
-        // approve more than what was approved (`add_exec_approval` refuses those already).
-        for approval in &image.exec_approvals {
-            validate_exec_approval(&approval.tokens)
-                .with_context(|| format!("exec approval {:?}", approval.tokens))?;
-        }
-
-        let identities = merge(image.identities.iter().map(|e| {
-            (
-                ExecIdentity {
-                    dev: e.dev,
-                    ino: e.ino,
-                },
-                kernel_verdict(&e.verdict),
-            )
-        }));
-        let names = merge(image.names.iter().filter_map(|e| {
-            ExecName::new(e.name.as_bytes()).map(|name| (name, kernel_verdict(&e.verdict)))
-        }));
-        let ArgvTrie { edges, order, long } = self.build_trie(image)?;
-        let roots = argv_roots(image, &edges, &self.long_ids);
-        let (v4, v6) = destination_entries(image);
-        stats.identities = identities.len();
-        stats.names = names.len();
-        stats.argv_edges = edges.len();
-        stats.destinations_v4 = v4.len();
-        stats.destinations_v6 = v6.len();
-        stats.approvals = edges.values().filter(|n| n.here.approved()).count();
+        // Everything is encoded before anything is written: a refused image changes nothing.
+        let new = self.encoder.encode(image)?;
+        let last = &self.last;
+        let mut stats = SyncStats {
+            identities: new.identities.len(),
+            names: new.names.len(),
+            argv_edges: new.edges.len(),
+            destinations_v4: new.v4.len(),
+            destinations_v6: new.v6.len(),
+            approvals: new.edges.values().filter(|n| n.here.approved()).count(),
+            ..SyncStats::default()
+        };
 
         // 1. Write what is new or changed.
         {
             let mut map: BpfHashMap<_, ExecIdentity, Verdict> = hash_map(ebpf, "EXEC_IDENTITIES")?;
-            write_changed(&identities, &self.identities, |k, v| map.insert(k, v, 0))?;
+            write_changed(&new.identities, &last.identities, |k, v| {
+                map.insert(k, v, 0)
+            })?;
         }
         {
             let mut map: BpfHashMap<_, ExecName, Verdict> = hash_map(ebpf, "EXEC_NAMES")?;
-            write_changed(&names, &self.names, |k, v| map.insert(k, v, 0))?;
+            write_changed(&new.names, &last.names, |k, v| map.insert(k, v, 0))?;
         }
         {
             // Before the edges keyed by them: a long token's id is known before it leads on.
             let mut map: BpfHashMap<_, LongToken, u32> = hash_map(ebpf, "LONG_TOKEN_IDS")?;
-            write_changed(&long, &self.long, |k, v| map.insert(k, v, 0))?;
+            write_changed(&new.long, &last.long, |k, v| map.insert(k, v, 0))?;
         }
         {
             let mut map: BpfHashMap<_, ArgvEdge, ArgvNode> = hash_map(ebpf, "ARGV_TRIE")?;
             // Deepest first: a parent edge is written only after its subtree.
-            for edge in order.iter().rev() {
-                let node = edges[edge];
-                if self.edges.get(edge) != Some(&node) {
+            for edge in new.edge_order.iter().rev() {
+                let node = new.edges[edge];
+                if last.edges.get(edge) != Some(&node) {
                     map.insert(edge, node, 0).context("writing ARGV_TRIE")?;
                 }
             }
@@ -145,60 +94,42 @@ impl MapSync {
         {
             // After the trie: a root points at a node that is already there.
             let mut map: BpfHashMap<_, ExecIdentity, ArgvNode> = hash_map(ebpf, "ARGV_ROOTS")?;
-            write_changed(&roots, &self.roots, |k, v| map.insert(k, v, 0))?;
+            write_changed(&new.roots, &last.roots, |k, v| map.insert(k, v, 0))?;
         }
-        self.write_destinations(ebpf, &v4, &v6)?;
+        self.write_destinations(ebpf, &new.v4, &new.v6)?;
         for (index, table) in image.patterns.by_index().into_iter().enumerate() {
             stats.pattern_rows += table.map_or(0, |t| t.rows.len());
             self.write_pattern_table(ebpf, index as u32, table)?;
         }
         // 2. Settings, which also marks the maps ready on the first apply.
-        {
-            let mut map: Array<_, Settings> = Array::try_from(
-                ebpf.map_mut("SETTINGS")
-                    .ok_or_else(|| anyhow!("no SETTINGS map"))?,
-            )?;
-            let settings = Settings {
-                unmatched_exec: image.settings.unmatched_exec as u8,
-                unmatched_network: image.settings.unmatched_network as u8,
-                audit_only: image.settings.audit_only as u8,
-                ready: 1,
-                exec_approvals: u8::from(stats.approvals > 0),
-                record_allowed: u8::from(image.record_allowed),
-                anonymous_exec: image.settings.anonymous_exec as u8,
-                socket_kinds: image.settings.socket_kinds.bits(),
-            };
+        if let Some(settings) = new.settings {
+            let mut map: Array<_, Settings> = array(ebpf, "SETTINGS")?;
             map.set(0, settings, 0).context("writing SETTINGS")?;
         }
         // 3. Remove what is gone.
+        let last = &self.last;
         {
             let mut map: BpfHashMap<_, ExecIdentity, Verdict> = hash_map(ebpf, "EXEC_IDENTITIES")?;
-            stats.removed += remove_stale(&identities, &self.identities, |k| map.remove(k))?;
+            stats.removed += remove_stale(&new.identities, &last.identities, |k| map.remove(k))?;
         }
         {
             let mut map: BpfHashMap<_, ExecName, Verdict> = hash_map(ebpf, "EXEC_NAMES")?;
-            stats.removed += remove_stale(&names, &self.names, |k| map.remove(k))?;
+            stats.removed += remove_stale(&new.names, &last.names, |k| map.remove(k))?;
         }
         {
             let mut map: BpfHashMap<_, ExecIdentity, ArgvNode> = hash_map(ebpf, "ARGV_ROOTS")?;
-            stats.removed += remove_stale(&roots, &self.roots, |k| map.remove(k))?;
+            stats.removed += remove_stale(&new.roots, &last.roots, |k| map.remove(k))?;
         }
         {
             let mut map: BpfHashMap<_, ArgvEdge, ArgvNode> = hash_map(ebpf, "ARGV_TRIE")?;
-            stats.removed += remove_stale(&edges, &self.edges, |k| map.remove(k))?;
+            stats.removed += remove_stale(&new.edges, &last.edges, |k| map.remove(k))?;
         }
         {
             let mut map: BpfHashMap<_, LongToken, u32> = hash_map(ebpf, "LONG_TOKEN_IDS")?;
-            stats.removed += remove_stale(&long, &self.long, |k| map.remove(k))?;
+            stats.removed += remove_stale(&new.long, &last.long, |k| map.remove(k))?;
         }
-        stats.removed += self.remove_stale_destinations(ebpf, &v4, &v6)?;
-        self.identities = identities;
-        self.names = names;
-        self.edges = edges;
-        self.roots = roots;
-        self.long = long;
-        self.v4 = v4;
-        self.v6 = v6;
+        stats.removed += self.remove_stale_destinations(ebpf, &new.v4, &new.v6)?;
+        self.last = new;
         Ok(stats)
     }
 
@@ -218,8 +149,8 @@ impl MapSync {
         };
         self.write_destinations(ebpf, &v4, &v6)?;
         stats.removed += self.remove_stale_destinations(ebpf, &v4, &v6)?;
-        self.v4 = v4;
-        self.v6 = v6;
+        self.last.v4 = v4;
+        self.last.v6 = v6;
         Ok(stats)
     }
 
@@ -231,11 +162,11 @@ impl MapSync {
         v6: &HashMap<(u32, DestV6), Verdict>,
     ) -> Result<()> {
         let mut map: LpmTrie<_, DestV4, Verdict> = lpm(ebpf, "DEST_V4")?;
-        write_changed(v4, &self.v4, |(len, data), v| {
+        write_changed(v4, &self.last.v4, |(len, data), v| {
             map.insert(&Key::new(*len, *data), v, 0)
         })?;
         let mut map: LpmTrie<_, DestV6, Verdict> = lpm(ebpf, "DEST_V6")?;
-        write_changed(v6, &self.v6, |(len, data), v| {
+        write_changed(v6, &self.last.v6, |(len, data), v| {
             map.insert(&Key::new(*len, *data), v, 0)
         })?;
         Ok(())
@@ -249,11 +180,11 @@ impl MapSync {
         v6: &HashMap<(u32, DestV6), Verdict>,
     ) -> Result<usize> {
         let mut map: LpmTrie<_, DestV4, Verdict> = lpm(ebpf, "DEST_V4")?;
-        let mut removed = remove_stale(v4, &self.v4, |(len, data)| {
+        let mut removed = remove_stale(v4, &self.last.v4, |(len, data)| {
             map.remove(&Key::new(*len, *data))
         })?;
         let mut map: LpmTrie<_, DestV6, Verdict> = lpm(ebpf, "DEST_V6")?;
-        removed += remove_stale(v6, &self.v6, |(len, data)| {
+        removed += remove_stale(v6, &self.last.v6, |(len, data)| {
             map.remove(&Key::new(*len, *data))
         })?;
         Ok(removed)
@@ -294,132 +225,6 @@ impl MapSync {
         Ok(())
     }
 
-    /// The argv trie as edges, with `order` listing edges parents-first (so writing it reversed
-    /// puts children first). Alternatives at a position fan out from every node reached so far;
-    /// a shared prefix shares nodes.
-    fn build_trie(&mut self, image: &EnforcementImage) -> Result<ArgvTrie> {
-        // path -> (here, children paths)
-        let mut here: BTreeMap<Vec<ArgvToken>, Verdict> = BTreeMap::new();
-        for rule in &image.argv_rules {
-            // A program written as a path never equals a file name, so such a rule holds nothing
-            // in the kernel (compile warns about it), as `Policy::kernel_exec_decision` says.
-            let mut frontier: Vec<Vec<ArgvToken>> = vec![vec![token(&rule.program)]];
-            here.entry(frontier[0].clone()).or_insert(Verdict::NONE);
-            for alternatives in &rule.rest {
-                let mut next = Vec::new();
-                for path in &frontier {
-                    for alt in alternatives {
-                        let mut child = path.clone();
-                        child.push(token(alt));
-                        here.entry(child.clone()).or_insert(Verdict::NONE);
-                        next.push(child);
-                    }
-                }
-                frontier = next;
-            }
-            let verdict = kernel_verdict(&rule.verdict);
-            for path in frontier {
-                let slot = here.get_mut(&path).expect("inserted above");
-                *slot = slot.strongest(verdict);
-            }
-        }
-        // Approvals: their paths exist (intermediate nodes lead on, deciding nothing); the flag
-        // is added after `below` is computed, so it never reaches a `below`.
-        let mut approved: BTreeMap<Vec<ArgvToken>, u32> = BTreeMap::new();
-        for approval in &image.exec_approvals {
-            let path: Vec<ArgvToken> = approval.tokens.iter().map(|t| token(t)).collect();
-            for depth in 1..=path.len() {
-                here.entry(path[..depth].to_vec()).or_insert(Verdict::NONE);
-            }
-            // The first approval of a path names it.
-            approved.entry(path).or_insert(approval.rule);
-        }
-        // below(path) = strongest `here` of every strict descendant. BTreeMap order puts a path
-        // before its descendants, so walk it backwards.
-        let mut below: HashMap<Vec<ArgvToken>, Verdict> = HashMap::new();
-        for (path, verdict) in here.iter().rev() {
-            let mine = below.get(path).copied().unwrap_or(Verdict::NONE);
-            if path.len() > 1 {
-                let parent = path[..path.len() - 1].to_vec();
-                let slot = below.entry(parent).or_insert(Verdict::NONE);
-                *slot = slot.strongest(*verdict).strongest(mine);
-            }
-        }
-        for (path, rule) in &approved {
-            let slot = here.get_mut(path).expect("inserted above");
-            *slot = if slot.is_none() {
-                Verdict::approval(*rule)
-            } else {
-                Verdict {
-                    flags: slot.flags | VERDICT_APPROVAL,
-                    ..*slot
-                }
-            };
-        }
-        let mut edges = HashMap::new();
-        let mut order = Vec::new();
-        let mut ids = HashMap::new();
-        let mut long = HashMap::new();
-        for (path, verdict) in &here {
-            let id = match self.node_ids.get(path) {
-                Some(id) => *id,
-                None => {
-                    let id = self.next_node;
-                    self.next_node += 1;
-                    id
-                }
-            };
-            ids.insert(path.clone(), id);
-            let parent = if path.len() == 1 {
-                0
-            } else {
-                ids[&path[..path.len() - 1]]
-            };
-            let last = &path[path.len() - 1];
-            let edge = ArgvEdge::new(parent, last.as_bytes());
-            let edge = match LongToken::new(last.as_bytes()) {
-                Some(whole) => {
-                    let id = self.long_token_id(last);
-                    long.insert(whole, id);
-                    ArgvEdge::long(parent, id)
-                }
-                None => edge,
-            };
-            edges.insert(
-                edge,
-                ArgvNode {
-                    id,
-                    here: *verdict,
-                    below: below.get(path).copied().unwrap_or(Verdict::NONE),
-                },
-            );
-            order.push(edge);
-        }
-        self.node_ids = ids;
-        if long.len() > MAX_LONG_TOKENS as usize {
-            bail!(
-                "the rules and approvals hold {} distinct argv tokens longer than {TOKEN_LEN} \
-                 bytes, and the kernel holds at most {MAX_LONG_TOKENS}; shorten the rules \
-                 before their long tokens",
-                long.len()
-            );
-        }
-        // Ids of long tokens no longer held are not reused while this process runs (a walk in
-        // progress never meets an old id on a new token).
-        Ok(ArgvTrie { edges, order, long })
-    }
-
-    /// The id of a long token: the same for the same text across updates.
-    fn long_token_id(&mut self, text: &str) -> u32 {
-        if let Some(id) = self.long_ids.get(text) {
-            return *id;
-        }
-        let id = self.next_long_id;
-        self.next_long_id += 1;
-        self.long_ids.insert(text.to_string(), id);
-        id
-    }
-
     /// Lists `cgroup_id` as in scope: it and the cgroups below it are enforced on, unless a
     /// deeper listed cgroup says otherwise (the deepest listed cgroup decides).
     pub fn add_scope(&mut self, ebpf: &mut Ebpf, cgroup_id: u64) -> Result<()> {
@@ -442,45 +247,6 @@ impl MapSync {
         map.remove(&cgroup_id).context("removing the scope")?;
         Ok(())
     }
-}
-
-/// `ARGV_ROOTS`: each argv root file → the trie node of its program's first token.
-fn argv_roots(
-    image: &EnforcementImage,
-    edges: &HashMap<ArgvEdge, ArgvNode>,
-    long_ids: &HashMap<String, u32>,
-) -> HashMap<ExecIdentity, ArgvNode> {
-    image
-        .argv_roots
-        .iter()
-        .filter_map(|root| {
-            let edge = match long_ids.get(&root.program) {
-                Some(id) => ArgvEdge::long(0, *id),
-                None => ArgvEdge::new(0, root.program.as_bytes()),
-            };
-            let identity = ExecIdentity {
-                dev: root.dev,
-                ino: root.ino,
-            };
-            edges.get(&edge).map(|node| (identity, *node))
-        })
-        .collect()
-}
-
-fn token(text: &str) -> ArgvToken {
-    text.to_string()
-}
-
-/// One entry per key, strongest verdict kept.
-fn merge<K: std::hash::Hash + Eq>(
-    entries: impl Iterator<Item = (K, Verdict)>,
-) -> HashMap<K, Verdict> {
-    let mut out: HashMap<K, Verdict> = HashMap::new();
-    for (key, verdict) in entries {
-        let slot = out.entry(key).or_insert(Verdict::NONE);
-        *slot = slot.strongest(verdict);
-    }
-    out
 }
 
 fn write_changed<K: std::hash::Hash + Eq, V: PartialEq + Copy>(
@@ -533,120 +299,6 @@ fn lpm<'a, K: aya::Pod, V: aya::Pod>(
     LpmTrie::try_from(map).with_context(|| format!("map {name}"))
 }
 
-fn transport_code(t: Transport) -> u8 {
-    match t {
-        Transport::Tcp => TRANSPORT_TCP,
-        Transport::Udp => TRANSPORT_UDP,
-        Transport::Any => TRANSPORT_ANY,
-    }
-}
-
-/// Trie entries per family: `(prefix length incl. the transport/port head, key data)`. Each
-/// entry's verdict is combined with every entry of the same (transport, port) class whose
-/// prefix contains it, so the longest match the kernel finds carries the strongest covering
-/// verdict: strongest wins, as in `guard check`.
-#[allow(clippy::type_complexity)]
-fn destination_entries(
-    image: &EnforcementImage,
-) -> (
-    HashMap<(u32, DestV4), Verdict>,
-    HashMap<(u32, DestV6), Verdict>,
-) {
-    // (transport, port, is_v6) -> (prefix, masked address bytes) -> verdict
-    let mut classes: HashMap<(u8, u16, bool), HashMap<(u8, Vec<u8>), Verdict>> = HashMap::new();
-    for entry in &image.destinations {
-        let (bytes, prefix, v6) = match entry.network.ip() {
-            IpAddr::V4(a) => (a.octets().to_vec(), entry.network.prefix(), false),
-            IpAddr::V6(a) => match a.to_ipv4_mapped() {
-                Some(v4) => (
-                    v4.octets().to_vec(),
-                    entry.network.prefix().saturating_sub(96),
-                    false,
-                ),
-                None => (a.octets().to_vec(), entry.network.prefix(), true),
-            },
-        };
-        let class = (transport_code(entry.transport), entry.port.unwrap_or(0), v6);
-        let slot = classes
-            .entry(class)
-            .or_default()
-            .entry((prefix, mask(&bytes, prefix)))
-            .or_insert(Verdict::NONE);
-        *slot = slot.strongest(kernel_verdict(&entry.verdict));
-    }
-    // Approvals: a full-length entry in their exact (transport, port) class, marked. Where no
-    // rule covers the address in that class the entry decides nothing itself (the mark only),
-    // so the kernel still takes the other classes and the unmatched default, then lets a
-    // `prompt` through.
-    let mut approved: HashMap<(u8, u16, bool, Vec<u8>), u32> = HashMap::new();
-    for approval in &image.destination_approvals {
-        let (bytes, v6) = match approval.address {
-            IpAddr::V4(a) => (a.octets().to_vec(), false),
-            IpAddr::V6(a) => (a.octets().to_vec(), true),
-        };
-        let prefix = if v6 { 128 } else { 32 };
-        let class = (transport_code(approval.transport), approval.port, v6);
-        classes
-            .entry(class)
-            .or_default()
-            .entry((prefix, bytes.clone()))
-            .or_insert(Verdict::NONE);
-        approved
-            .entry((class.0, class.1, v6, bytes))
-            .or_insert(approval.rule);
-    }
-    let mut v4 = HashMap::new();
-    let mut v6 = HashMap::new();
-    for ((transport, port, is_v6), entries) in &classes {
-        for ((prefix, bytes), verdict) in entries {
-            let mut combined = *verdict;
-            for shorter in 0..*prefix {
-                if let Some(cover) = entries.get(&(shorter, mask(bytes, shorter))) {
-                    combined = combined.strongest(*cover);
-                }
-            }
-            let full = if *is_v6 { 128 } else { 32 };
-            if *prefix == full
-                && let Some(rule) = approved.get(&(*transport, *port, *is_v6, bytes.clone()))
-            {
-                combined = if combined.is_none() {
-                    Verdict::approval(*rule)
-                } else {
-                    Verdict {
-                        flags: combined.flags | guard_common::maps::VERDICT_APPROVAL,
-                        ..combined
-                    }
-                };
-            } else {
-                // A covering approval never lends its mark to another address.
-                combined.flags &= !guard_common::maps::VERDICT_APPROVAL;
-            }
-            let len = DEST_HEAD_BITS + *prefix as u32;
-            if *is_v6 {
-                v6.insert((len, dest_key::<19>(*transport, *port, bytes)), combined);
-            } else {
-                v4.insert((len, dest_key::<7>(*transport, *port, bytes)), combined);
-            }
-        }
-    }
-    (v4, v6)
-}
-
-fn mask(bytes: &[u8], prefix: u8) -> Vec<u8> {
-    bytes
-        .iter()
-        .enumerate()
-        .map(|(i, b)| {
-            let bits = (prefix as usize).saturating_sub(i * 8).min(8);
-            if bits == 0 {
-                0
-            } else {
-                b & (0xffu8 << (8 - bits))
-            }
-        })
-        .collect()
-}
-
 /// Sums the per-CPU counters.
 pub fn read_counters(ebpf: &Ebpf) -> Result<Vec<(&'static str, u64)>> {
     let map = ebpf
@@ -675,238 +327,4 @@ pub fn failed_open(counters: &[(&'static str, u64)]) -> Vec<(&'static str, u64)>
             (name.trim_end_matches("_failed_open"), n)
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::compile::{CompileEnv, NoResolver, compile};
-    use crate::policy::PolicyParser;
-    use guard_common::Decision;
-
-    fn image(rules: &str) -> EnforcementImage {
-        let mut parser = PolicyParser::new();
-        parser
-            .parse("t.rules", rules)
-            .unwrap_or_else(|err| panic!("{rules:?} was refused: {err}"));
-        compile(&parser.build(), &NoResolver, &CompileEnv::default())
-    }
-
-    fn tokens(text: &str) -> Vec<String> {
-        text.split_whitespace().map(str::to_string).collect()
-    }
-
-    fn approve(image: &mut EnforcementImage, text: &str) -> u32 {
-        image
-            .add_exec_approval(
-                &tokens(text),
-                format!("approved `{text}`"),
-                text.to_string(),
-            )
-            .unwrap()
-    }
-
-    /// The node at the end of `path` (space-separated tokens), if the trie has it.
-    fn node(edges: &HashMap<ArgvEdge, ArgvNode>, path: &str) -> Option<ArgvNode> {
-        let mut parent = 0;
-        let mut found = None;
-        for word in path.split_whitespace() {
-            let n = *edges.get(&ArgvEdge::new(parent, word.as_bytes()))?;
-            parent = n.id;
-            found = Some(n);
-        }
-        found
-    }
-
-    fn verdict(decision: Decision, rule: u32) -> Verdict {
-        Verdict::new(decision, rule, false)
-    }
-
-    #[test]
-    fn an_approval_below_a_prompt_rule_marks_only_its_own_node() {
-        let mut image = image("prefix_rule(pattern=[\"git\", \"push\"], decision=\"prompt\")\n");
-        let rule = approve(&mut image, "git push origin main");
-        assert_eq!(rule, 1, "after the policy's one rule");
-        let ArgvTrie { edges, order, .. } = MapSync::new().build_trie(&image).unwrap();
-        assert_eq!(edges.len(), 4, "git, push, origin, main: {edges:?}");
-
-        let push = node(&edges, "git push").unwrap();
-        assert_eq!(push.here, verdict(Decision::Prompt, 0));
-        assert_eq!(push.below, Verdict::NONE, "the approval is in no below");
-        let origin = node(&edges, "git push origin").unwrap();
-        assert_eq!(origin.here, Verdict::NONE, "a node that only leads on");
-        let main = node(&edges, "git push origin main").unwrap();
-        assert_eq!(main.here, Verdict::approval(rule));
-        assert!(main.here.is_none() && main.here.approved());
-        assert_eq!(
-            node(&edges, "git").unwrap().below,
-            verdict(Decision::Prompt, 0)
-        );
-        for n in edges.values() {
-            assert!(
-                !n.below.approved(),
-                "a below carries the approval flag: {n:?}"
-            );
-            assert!(n.here.approved() == (n.id == main.id), "{n:?}");
-        }
-        // Children are written first (the order is written reversed): `main` before `origin`.
-        let position = |path: &str| {
-            let id = node(&edges, path).unwrap().id;
-            order.iter().position(|e| edges[e].id == id).unwrap()
-        };
-        assert!(position("git push origin main") > position("git push origin"));
-        assert!(position("git push origin") > position("git push"));
-    }
-
-    #[test]
-    fn an_approval_where_a_rule_ends_keeps_the_rule_and_adds_the_flag() {
-        let mut image = image(
-            "prefix_rule(pattern=[\"git\", \"push\"], decision=\"prompt\")\n\
-             prefix_rule(pattern=[\"git\", \"push\", \"origin\"], decision=\"forbidden\")\n",
-        );
-        approve(&mut image, "git push");
-        approve(&mut image, "git push origin");
-        let edges = MapSync::new().build_trie(&image).unwrap().edges;
-        let push = node(&edges, "git push").unwrap();
-        assert_eq!(push.here.decision, Decision::Prompt as u8);
-        assert_eq!(push.here.rule, 0, "the rule's id, not the approval's");
-        assert!(push.here.approved());
-        assert_eq!(
-            push.below,
-            verdict(Decision::Forbidden, 1),
-            "without the flag"
-        );
-        let origin = node(&edges, "git push origin").unwrap();
-        assert_eq!(origin.here.decision, Decision::Forbidden as u8);
-        assert!(
-            origin.here.approved(),
-            "flagged, though the kernel never lets an approval override forbidden"
-        );
-        assert_eq!(
-            node(&edges, "git").unwrap().below,
-            verdict(Decision::Forbidden, 1)
-        );
-    }
-
-    #[test]
-    fn an_approval_of_a_program_alone_marks_its_root_node() {
-        let mut image = image("enforcement(unmatched_exec=\"prompt\")\n");
-        let rule = approve(&mut image, "gt-unmatched");
-        let edges = MapSync::new().build_trie(&image).unwrap().edges;
-        assert_eq!(edges.len(), 1);
-        assert_eq!(
-            node(&edges, "gt-unmatched").unwrap().here,
-            Verdict::approval(rule)
-        );
-    }
-
-    #[test]
-    fn removing_an_approval_unflags_in_place_and_drops_only_its_own_nodes() {
-        let base = image("prefix_rule(pattern=[\"git\", \"push\"], decision=\"prompt\")\n");
-        let mut approved = base.clone();
-        approve(&mut approved, "git push origin main");
-        approve(&mut approved, "git push");
-        let mut sync = MapSync::new();
-        let before = sync.build_trie(&approved).unwrap().edges;
-        sync.edges = before.clone();
-        let after = sync.build_trie(&base).unwrap().edges;
-        assert_eq!(after.len(), 2, "git and push remain: {after:?}");
-        for path in ["git", "git push"] {
-            let (old, new) = (node(&before, path).unwrap(), node(&after, path).unwrap());
-            assert_eq!(
-                old.id, new.id,
-                "{path} keeps its id, so its edge changes in place"
-            );
-        }
-        assert!(node(&before, "git push").unwrap().here.approved());
-        assert_eq!(
-            node(&after, "git push").unwrap().here,
-            verdict(Decision::Prompt, 0)
-        );
-        assert!(node(&after, "git push origin").is_none());
-    }
-
-    #[test]
-    fn masks_keep_the_prefix_bits_only() {
-        assert_eq!(mask(&[10, 1, 2, 3], 8), vec![10, 0, 0, 0]);
-        assert_eq!(mask(&[10, 255, 2, 3], 12), vec![10, 240, 0, 0]);
-        assert_eq!(mask(&[10, 1, 2, 3], 32), vec![10, 1, 2, 3]);
-        assert_eq!(mask(&[10, 1, 2, 3], 0), vec![0, 0, 0, 0]);
-    }
-
-    fn approve_destination(image: &mut EnforcementImage, ip: &str, port: u16) -> u32 {
-        image.add_destination_approval(
-            ip.parse().unwrap(),
-            port,
-            Transport::Udp,
-            "approval".into(),
-            "approved".into(),
-        )
-    }
-
-    /// The v4 entries in the exact (udp, port) class at `ip`/32.
-    fn v4_exact(
-        entries: &HashMap<(u32, DestV4), Verdict>,
-        ip: [u8; 4],
-        port: u16,
-    ) -> Option<Verdict> {
-        entries
-            .get(&(DEST_HEAD_BITS + 32, dest_key::<7>(TRANSPORT_UDP, port, &ip)))
-            .copied()
-    }
-
-    #[test]
-    fn a_destination_approval_marks_only_its_exact_entry_and_keeps_forbidden() {
-        let mut image = image(
-            "address_rule(addresses=[\"10.0.0.0/24\"], ports=[53], transport=\"udp\", decision=\"prompt\")\n\
-             address_rule(addresses=[\"10.0.1.0/24\"], ports=[53], transport=\"udp\", decision=\"forbidden\")\n",
-        );
-        let prompt_ok = approve_destination(&mut image, "10.0.0.5", 53);
-        approve_destination(&mut image, "10.0.1.5", 53);
-        let lone = approve_destination(&mut image, "10.0.2.5", 53);
-        let (v4, _) = destination_entries(&image);
-        // Under a prompt rule: the prompt, marked (the kernel lets it through).
-        let marked = v4_exact(&v4, [10, 0, 0, 5], 53).unwrap();
-        assert_eq!(marked.decision, Decision::Prompt as u8);
-        assert!(marked.approved());
-        assert_ne!(
-            marked.rule, prompt_ok,
-            "the rule that decides is still the prompt rule"
-        );
-        // Under a forbidden rule: forbidden, marked (the kernel never lets a forbidden through).
-        let forbidden = v4_exact(&v4, [10, 0, 1, 5], 53).unwrap();
-        assert_eq!(forbidden.decision, Decision::Forbidden as u8);
-        // Under no rule of this class: the mark only, no decision of its own (the kernel still
-        // combines the other classes and the unmatched default, then lets only a prompt through).
-        assert_eq!(
-            v4_exact(&v4, [10, 0, 2, 5], 53),
-            Some(Verdict::approval(lone))
-        );
-        // Nothing else carries a mark.
-        let marks = v4.values().filter(|v| v.approved()).count();
-        assert_eq!(marks, 3, "{v4:?}");
-    }
-
-    #[test]
-    fn a_long_token_is_keyed_by_its_id_and_keeps_the_id_across_updates() {
-        let long = "l".repeat(TOKEN_LEN + 8);
-        let base = image(&format!(
-            "prefix_rule(pattern=[\"tool\", \"{long}\"], decision=\"forbidden\")\n"
-        ));
-        let mut sync = MapSync::new();
-        let first = sync.build_trie(&base).unwrap();
-        let (whole, id) = first.long.iter().next().map(|(k, v)| (*k, *v)).unwrap();
-        assert_eq!(&whole.bytes[..long.len()], long.as_bytes());
-        let tool = first.edges[&ArgvEdge::new(0, b"tool")];
-        let node = first.edges[&ArgvEdge::long(tool.id, id)];
-        assert_eq!(node.here.decision, Decision::Forbidden as u8);
-        // A token alike in its first 32 bytes is another key, not this one.
-        assert!(
-            !first
-                .edges
-                .contains_key(&ArgvEdge::new(tool.id, long.as_bytes()))
-        );
-        let again = sync.build_trie(&base).unwrap();
-        assert_eq!(again.long, first.long, "the same text keeps its id");
-    }
 }

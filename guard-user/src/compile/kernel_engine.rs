@@ -1,0 +1,93 @@
+//! The kernel's decisions worked out on the host: `guard_common::engine`, the code the BPF
+//! programs run, over the map entries [`MapEncoder`] makes from an image. The exec and
+//! destination twins, `guard check --kernel` and the parity tests decide through it.
+
+use std::net::IpAddr;
+
+use guard_common::engine::Decided;
+use guard_common::engine::argv::walk;
+use guard_common::engine::destination::{decide_destination, is_v4_mapped, lookup};
+use guard_common::engine::exec::{ExecFindings, decide_exec};
+use guard_common::limits::NAME_LEN;
+use guard_common::maps::{ExecIdentity, ExecName, Settings, TRANSPORT_ANY, Verdict};
+
+use super::encode::{MapEncoder, MapEntries};
+use super::image::EnforcementImage;
+use crate::policy::rule::Transport;
+
+/// An image and its map entries, for deciding many calls.
+pub struct KernelEngine {
+    pub image: EnforcementImage,
+    entries: MapEntries,
+    settings: Settings,
+}
+
+impl KernelEngine {
+    /// `Err` for an image the kernel would refuse (see [`MapEncoder::encode`]).
+    pub fn new(image: EnforcementImage) -> anyhow::Result<KernelEngine> {
+        let entries = MapEncoder::new().encode(&image)?;
+        let settings = entries.settings.expect("the encoder always makes settings");
+        Ok(KernelEngine {
+            image,
+            entries,
+            settings,
+        })
+    }
+
+    /// The decision for an exec of the file `identity` named `name` with `argv` (`argv[0]` as
+    /// the caller gave it), as `sched_process_exec` makes it; the pattern tables are walked by
+    /// their own twin ([`super::patterns::PatternTables::decide_exec`]).
+    pub fn exec(&self, identity: ExecIdentity, name: &str, argv: &[String]) -> Decided {
+        let name = exec_name(name);
+        let mut region = Vec::new();
+        for token in argv {
+            region.extend_from_slice(token.as_bytes());
+            region.push(0);
+        }
+        let by_argv = walk(&self.entries, &identity, &name, &region);
+        let argv0 = argv.first().map_or("", String::as_str);
+        let args: Vec<&str> = argv.iter().skip(1).map(String::as_str).collect();
+        let file_name = String::from_utf8_lossy(&name.name[..name_len(&name)]).into_owned();
+        let by_pattern = self.image.patterns.exec_verdict(&file_name, argv0, &args);
+        let found = ExecFindings {
+            by_file: self.entries.file_verdict(&identity, &name),
+            by_argv,
+            by_pattern,
+            anonymous: false,
+        };
+        decide_exec(&self.settings, &found)
+    }
+
+    /// The decision for a connect or send to `address`, `port` over `transport`, as the
+    /// destination programs make it (an IPv4-mapped address is decided as IPv4).
+    pub fn destination(&self, address: IpAddr, port: u16, transport: Transport) -> Decided {
+        let address = match address {
+            IpAddr::V6(v6) if is_v4_mapped(&v6.octets()) => {
+                IpAddr::V4(v6.to_ipv4_mapped().expect("checked mapped"))
+            }
+            other => other,
+        };
+        let code = match transport {
+            Transport::Tcp => guard_common::maps::TRANSPORT_TCP,
+            Transport::Udp => guard_common::maps::TRANSPORT_UDP,
+            Transport::Any => TRANSPORT_ANY,
+        };
+        let (found, approved) = lookup(code, port, |transport, port| {
+            self.entries.longest_match(transport, port, address)
+        });
+        decide_destination(&self.settings, found, approved, Verdict::NONE)
+    }
+}
+
+/// The name as the exec hooks read it: the dentry name, at most `NAME_LEN - 1` bytes.
+fn exec_name(name: &str) -> ExecName {
+    let bytes = name.as_bytes();
+    let kept = &bytes[..bytes.len().min(NAME_LEN - 1)];
+    ExecName::new(kept).unwrap_or(ExecName {
+        name: [0; NAME_LEN],
+    })
+}
+
+fn name_len(name: &ExecName) -> usize {
+    guard_common::engine::argv::str_len(&name.name)
+}

@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use guard::compile::{CompileEnv, DestinationTwin, ExecTwin, NoResolver, compile};
+use guard::compile::{CompileEnv, NoResolver, compile};
 use guard::hold::{Hold, Twins};
 use guard::policy::PolicyParser;
 
@@ -133,10 +133,7 @@ fn run_worker(options: &Options, port: u16, held: bool) -> Result<[f64; 4]> {
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let policy = parser.build();
         let image = compile(&policy, &NoResolver, &CompileEnv::default());
-        Some(Hold::start(Twins {
-            exec: Some(ExecTwin::new(policy)),
-            destinations: Some(DestinationTwin::new(&image, false)),
-        })?)
+        Some(Hold::start(Twins::of_image(&image, true, true, false)?)?)
     } else {
         None
     };

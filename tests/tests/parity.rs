@@ -1,8 +1,9 @@
 //! Parity: for every generated (command, destination) case, the kernel decides what `guard
-//! check` decides (`Policy::kernel_exec_decision`, `Policy::check_destination`), over several
-//! policies. The kernel's decision is read from what happened (the exec ran or was killed, the
-//! connect worked or got EPERM) and, for refusals, from the event's decision (prompt or
-//! forbidden).
+//! check` decides (`Policy::kernel_exec_decision`, `Policy::check_destination`), and what the
+//! host's run of the kernel's decision engine over the same image decides (`ExecTwin`,
+//! `DestinationTwin`: `guard check --kernel` and the hold), over several policies. The
+//! kernel's decision is read from what happened (the exec ran or was killed, the connect
+//! worked or got EPERM) and, for refusals, from the event's decision (prompt or forbidden).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -11,7 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use guard::compile::NoResolver;
+use std::sync::Arc;
+
+use guard::compile::kernel_engine::KernelEngine;
+use guard::compile::{DestinationTwin, ExecTwin, NoResolver};
 use guard::kernel::events::{EventKind, KernelEvent};
 use guard::policy::load::load_policy;
 use guard::policy::{Decision, Policy, Transport};
@@ -165,6 +169,8 @@ fn kernel_exec_decisions_equal_guard_check() {
         };
         let mut session = Session::start(policy.clone(), &options)
             .unwrap_or_else(|err| panic!("the kernel refused guard's programs: {err:#}"));
+        let engine = Arc::new(KernelEngine::new(session.image().clone()).unwrap());
+        let twin = ExecTwin::new(engine);
         // (command, expected, pid, exit status says refused)
         let mut cases = Vec::new();
         for _ in 0..260 {
@@ -174,6 +180,11 @@ fn kernel_exec_decisions_equal_guard_check() {
                 cmd.push(TOKENS[rng.next(TOKENS.len())].to_string());
             }
             let expected = policy.kernel_exec_decision(&cmd);
+            let by_engine = twin.decide(&bin.join(program), &cmd).decision;
+            assert_eq!(
+                by_engine, expected,
+                "policy {index}: the host's engine and guard check differ on {cmd:?}"
+            );
             let mut command = Command::new(bin.join(program));
             command.args(&cmd[1..]).stdin(Stdio::null());
             let outcome = session.spawn(&mut command).map(|mut child| {
@@ -223,7 +234,10 @@ fn kernel_exec_decisions_equal_guard_check() {
     }
     assert!(total >= 1000, "only {total} exec cases");
     assert_every_decision_seen(&seen);
-    eprintln!("{total} exec cases ({seen:?}): the kernel agrees with guard check on every one");
+    eprintln!(
+        "{total} exec cases ({seen:?}): the kernel, the host's engine and guard check agree on \
+         every one"
+    );
 }
 
 #[test]
@@ -247,6 +261,8 @@ fn kernel_destination_decisions_equal_guard_check() {
         };
         let mut session = Session::start(policy.clone(), &options)
             .unwrap_or_else(|err| panic!("the kernel refused guard's programs: {err:#}"));
+        let engine = Arc::new(KernelEngine::new(session.image().clone()).unwrap());
+        let twin = DestinationTwin::new(engine, session.resolver_port().is_some());
         let mut cases = Vec::new();
         for _ in 0..260 {
             let ip = Ipv4Addr::new(127, 0, 0, 1 + rng.next(8) as u8);
@@ -265,6 +281,13 @@ fn kernel_destination_decisions_equal_guard_check() {
             let expected = policy
                 .check_destination(IpAddr::V4(ip), port, transport, &NoResolver)
                 .decision;
+            let by_engine = twin
+                .decide(shown.parse().unwrap(), port, transport)
+                .decision;
+            assert_eq!(
+                by_engine, expected,
+                "policy {index}: the host's engine and guard check differ on {shown}:{port}"
+            );
             let mut command = Command::new(&probe);
             command
                 .args([mode, &shown, &port.to_string()])
@@ -301,6 +324,7 @@ fn kernel_destination_decisions_equal_guard_check() {
     assert!(total >= 1000, "only {total} destination cases");
     assert_every_decision_seen(&seen);
     eprintln!(
-        "{total} destination cases ({seen:?}): the kernel agrees with guard check on every one"
+        "{total} destination cases ({seen:?}): the kernel, the host's engine and guard check \
+         agree on every one"
     );
 }

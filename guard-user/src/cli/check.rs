@@ -8,7 +8,9 @@ use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
 use super::RulesArgs;
-use super::output::{decision_name, decision_style, dim, print_json, usage_error};
+use super::output::{
+    EXIT_POLICY_ERROR, decision_name, decision_style, dim, error, print_json, usage_error,
+};
 use crate::compile::{KernelExecDecision, kernel_exec_decision};
 use crate::policy::heuristics::heuristics_decision;
 use crate::policy::load::{EMBEDDED_DEFAULT_NAME, SYSTEM_RULES_DIR};
@@ -150,9 +152,15 @@ pub fn run(args: &CheckArgs) -> ExitCode {
             .flat_map(|result| result.matches.iter().cloned())
             .collect(),
     );
-    let kernel = args
+    let kernel = match args
         .kernel
-        .then(|| kernel_exec_decision(&loaded.policy, &args.argv));
+        .then(|| kernel_exec_decision(&loaded.policy, &args.argv))
+        .transpose()
+    {
+        Ok(kernel) => kernel,
+        // The kernel would refuse this policy's tables too (`guard run` says so at start).
+        Err(err) => return error("policy", &format!("{err:#}"), EXIT_POLICY_ERROR),
+    };
     let approval = match approval::decide(&loaded.policy, &args.argv, &args.approval).transpose() {
         Ok(approval) => approval,
         Err(message) => return usage_error(&message),

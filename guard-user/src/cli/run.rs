@@ -9,7 +9,6 @@ use clap::Args;
 use super::RulesArgs;
 use super::run_asks::RunAsks;
 use super::run_held::{HeldCalls, Terminal};
-use crate::compile::{DestinationTwin, ExecTwin};
 use crate::confine::landlock::Confinement;
 use crate::confine::sandbox::SandboxPlan;
 use crate::confine::{CommandConfinement, Holding, WritePlan, capabilities};
@@ -361,7 +360,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
             match session.refresh_dns() {
                 Ok(true) => {
                     if let Some(held) = held.as_ref() {
-                        held.destinations_changed(&session);
+                        held.image_changed(&session);
                     }
                 }
                 Ok(false) => {}
@@ -443,10 +442,17 @@ fn start_hold(
         return None;
     }
     let policy = session.policy();
-    let twins = Twins {
-        exec: crate::hold::policy_prompts_execs(policy).then(|| ExecTwin::new(policy.clone())),
-        destinations: crate::hold::policy_prompts_destinations(policy)
-            .then(|| DestinationTwin::new(session.image(), session.resolver_port().is_some())),
+    let twins = match Twins::of_image(
+        session.image(),
+        crate::hold::policy_prompts_execs(policy),
+        crate::hold::policy_prompts_destinations(policy),
+        session.resolver_port().is_some(),
+    ) {
+        Ok(twins) => twins,
+        Err(err) => {
+            eprintln!("guard: note: prompted calls are refused at once, not held: {err:#}");
+            return None;
+        }
     };
     if twins.exec.is_none() && twins.destinations.is_none() {
         return None;

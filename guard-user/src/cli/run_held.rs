@@ -13,7 +13,6 @@ use std::os::fd::AsFd;
 use nix::sys::termios::{self, LocalFlags, SetArg, SpecialCharacterIndices, Termios};
 
 use crate::asks::{Answerer, ApprovalMode, AskState};
-use crate::compile::DestinationTwin;
 use crate::hold::event::held_event;
 use crate::hold::{HeldCall, Hold, Reply};
 use crate::policy::approval::{ApprovalPolicy, prompt_rejection};
@@ -166,8 +165,7 @@ impl HeldCalls {
         // the new policy, so the call it allows is not held again.
         if asks.policies_applied() != self.policies_seen {
             self.policies_seen = asks.policies_applied();
-            self.hold.set_policy(session.policy().clone());
-            self.destinations_changed(session);
+            self.image_changed(session);
         }
         if self.terminal.question.is_none()
             && let Some(next) = self
@@ -254,12 +252,12 @@ impl HeldCalls {
         self.waiting = still;
     }
 
-    /// The destination tables changed (a policy, DNS answers): later connects are decided by
-    /// them.
-    pub fn destinations_changed(&self, session: &Session) {
+    /// The kernel's image changed (a policy, DNS answers): later calls are decided by it.
+    pub fn image_changed(&self, session: &Session) {
         let redirected = session.resolver_port().is_some();
-        self.hold
-            .set_destinations(DestinationTwin::new(session.image(), redirected));
+        if let Err(err) = self.hold.set_image(session.image(), redirected) {
+            eprintln!("guard: note: held calls are still decided by the previous policy: {err:#}");
+        }
     }
 
     /// Fails a held call as the kernel's refusal would, and says why on the program's stderr,

@@ -1,12 +1,16 @@
-//! What the kernel decides for a destination, worked out in userspace from the image it
-//! holds: the strongest verdict of the destination entries that cover it, else the policy's
-//! `enforcement(unmatched_network=...)`, and a `prompt` an approval covers goes through (as
-//! `guard-ebpf`'s `net.rs` decides). The hold asks it about every call that names a
-//! destination, to choose whether to ask; the kernel still decides the call.
+//! What the kernel decides for a destination, worked out in userspace: the kernel's own
+//! decision code ([`KernelEngine`]) over the destination entries of an image. The hold asks it
+//! about every call that names a destination, to choose whether to ask; the kernel still
+//! decides the call.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
-use super::image::{DestinationApproval, DestinationEntry, EnforcementImage};
+use guard_common::engine::outcome::Outcome;
+use guard_common::event::flag;
+
+use super::image::EnforcementImage;
+use super::kernel_engine::KernelEngine;
 use crate::policy::rule::canonical_ip;
 use crate::policy::{Decision, Transport};
 
@@ -21,39 +25,39 @@ pub struct KernelDestinationDecision {
     pub audit_only: bool,
 }
 
-/// The destination tables of an image, for deciding many calls.
-#[derive(Clone, Debug)]
+/// An image's destination decisions, for deciding many calls.
+#[derive(Clone)]
 pub struct DestinationTwin {
-    destinations: Vec<DestinationEntry>,
-    approvals: Vec<DestinationApproval>,
-    unmatched: Decision,
-    audit_only: bool,
+    engine: Arc<KernelEngine>,
     /// DNS goes to guard's resolver, which decides by name: port 53 is not the tables'.
     dns_redirected: bool,
 }
 
+/// Whether some UDP datagram could be prompted under `image`: only then are the message calls
+/// held.
+pub fn prompts_udp(image: &EnforcementImage) -> bool {
+    image.settings.unmatched_network == Decision::Prompt
+        || image.destinations.iter().any(|entry| {
+            entry.verdict.decision == Decision::Prompt && entry.transport != Transport::Tcp
+        })
+}
+
 impl DestinationTwin {
-    pub fn new(image: &EnforcementImage, dns_redirected: bool) -> DestinationTwin {
+    pub fn new(engine: Arc<KernelEngine>, dns_redirected: bool) -> DestinationTwin {
         DestinationTwin {
-            destinations: image.destinations.clone(),
-            approvals: image.destination_approvals.clone(),
-            unmatched: image.settings.unmatched_network,
-            audit_only: image.settings.audit_only,
+            engine,
             dns_redirected,
         }
+    }
+
+    /// Whether some UDP datagram could be prompted: only then are the message calls held.
+    pub fn prompts_udp(&self) -> bool {
+        prompts_udp(&self.engine.image)
     }
 
     /// The decision for a call to `address`, `port` over `transport`. An unspecified address
     /// (the kernel decides it as the address it reaches) and redirected DNS are `allow` here:
     /// not asked about, decided by the kernel.
-    /// Whether some UDP datagram could be prompted: only then are the message calls held.
-    pub fn prompts_udp(&self) -> bool {
-        self.unmatched == Decision::Prompt
-            || self.destinations.iter().any(|entry| {
-                entry.verdict.decision == Decision::Prompt && entry.transport != Transport::Tcp
-            })
-    }
-
     pub fn decide(
         &self,
         address: IpAddr,
@@ -61,48 +65,32 @@ impl DestinationTwin {
         transport: Transport,
     ) -> KernelDestinationDecision {
         let address = canonical_ip(address);
-        let not_ours = KernelDestinationDecision {
-            decision: Decision::Allow,
-            rule: None,
-            host: None,
-            audit_only: false,
-        };
         if address.is_unspecified() || (self.dns_redirected && port == 53) {
-            return not_ours;
-        }
-        let deciding = self
-            .destinations
-            .iter()
-            .filter(|e| e.covers(address, port, transport))
-            .reduce(|kept, e| {
-                if e.verdict.beats(&kept.verdict) {
-                    e
-                } else {
-                    kept
-                }
-            });
-        let mut decision = match deciding {
-            Some(entry) => KernelDestinationDecision {
-                decision: entry.verdict.decision,
-                rule: Some(entry.verdict.rule),
-                host: entry.host.clone(),
-                audit_only: self.audit_only || entry.verdict.audit_only,
-            },
-            None => KernelDestinationDecision {
-                decision: self.unmatched,
+            return KernelDestinationDecision {
+                decision: Decision::Allow,
                 rule: None,
                 host: None,
-                audit_only: self.audit_only,
-            },
-        };
-        let approved = self
-            .approvals
-            .iter()
-            .any(|a| a.address == address && a.port == port && a.transport.covers(transport));
-        if approved && decision.decision == Decision::Prompt {
-            decision.decision = Decision::Allow;
+                audit_only: false,
+            };
         }
-        decision
+        let decided = self.engine.destination(address, port, transport);
+        let verdict = decided.verdict;
+        let rule = (decided.flags & flag::UNMATCHED == 0).then_some(verdict.rule);
+        let host = rule.and_then(|rule| {
+            self.engine
+                .image
+                .destinations
+                .iter()
+                .find(|e| e.verdict.rule == rule && e.covers(address, port, transport))
+                .and_then(|e| e.host.clone())
+        });
+        KernelDestinationDecision {
+            // Not a code the encoder writes: the strongest answer.
+            decision: Decision::from_code(verdict.decision).unwrap_or(Decision::Forbidden),
+            rule,
+            host,
+            audit_only: Outcome::of(self.engine.settings(), verdict) == Outcome::AuditOnly,
+        }
     }
 }
 
@@ -112,11 +100,15 @@ mod tests {
     use crate::compile::{CompileEnv, NoResolver, compile};
     use crate::policy::PolicyParser;
 
+    fn twin_of(image: &EnforcementImage) -> DestinationTwin {
+        DestinationTwin::new(Arc::new(KernelEngine::new(image.clone()).unwrap()), true)
+    }
+
     fn twin(rules: &str) -> (EnforcementImage, DestinationTwin) {
         let mut parser = PolicyParser::new();
         parser.parse("t.rules", rules).unwrap();
         let image = compile(&parser.build(), &NoResolver, &CompileEnv::default());
-        let twin = DestinationTwin::new(&image, true);
+        let twin = twin_of(&image);
         (image, twin)
     }
 
@@ -163,7 +155,7 @@ mod tests {
             Decision::Prompt
         );
         image.add_destination_approval(loopback(2), 9, Transport::Tcp, "a".into(), "a".into());
-        let approved = DestinationTwin::new(&image, true);
+        let approved = twin_of(&image);
         assert_eq!(
             approved.decide(loopback(2), 9, Transport::Tcp).decision,
             Decision::Allow

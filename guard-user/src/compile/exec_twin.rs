@@ -1,15 +1,19 @@
-//! What the kernel decides for an exec, worked out in userspace (`guard check --kernel`): the
-//! prefix rules as the exec programs match them (by the executed file, see
-//! [`Policy::kernel_exec_verdict`]) and the pattern tables (rule-set `exec(...)` globs, legacy
-//! regexes and forbidden substrings) through the userspace twin of the kernel's table walk, the
-//! strongest of both, else the policy's `enforcement(unmatched_exec=...)`.
+//! What the kernel decides for an exec, worked out in userspace (`guard check --kernel`, the
+//! hold): the kernel's own decision code ([`KernelEngine`]) over the entries of an image, with
+//! the executed file's identity read from the file, as the exec programs read it.
 
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use guard_common::event::flag;
+use guard_common::maps::ExecIdentity;
+
+use super::exec::kernel_dev;
+use super::kernel_engine::KernelEngine;
+use super::{CompileEnv, EnforcementImage, NoResolver, compile};
 use crate::policy::paths::executable_name;
 use crate::policy::{Decision, Policy};
-
-use super::patterns::{CompiledPatterns, compile_patterns};
 
 /// The kernel's decision for an exec and the rule that made it (as written), `None` when the
 /// unmatched default decided.
@@ -19,71 +23,69 @@ pub struct KernelExecDecision {
     pub rule: Option<String>,
 }
 
-/// The decision for an exec of the file named like `argv[0]` (its file name when it is a
-/// path) with `argv[1..]`.
-pub fn kernel_exec_decision(policy: &Policy, argv: &[String]) -> KernelExecDecision {
-    let Some(program) = argv.first() else {
-        return ExecTwin::new(policy.clone()).unmatched();
-    };
-    ExecTwin::new(policy.clone()).decide(Path::new(program), argv)
+/// The decision for running `argv` here: `argv[0]` found as a shell would (a path as given,
+/// a bare name on this process's `PATH`), with the policy compiled for this machine.
+pub fn kernel_exec_decision(
+    policy: &Policy,
+    argv: &[String],
+) -> anyhow::Result<KernelExecDecision> {
+    let env = CompileEnv::from_process();
+    let twin = ExecTwin::new(Arc::new(KernelEngine::new(compile(
+        policy,
+        &NoResolver,
+        &env,
+    ))?));
+    let program = argv.first().map_or("", String::as_str);
+    Ok(twin.decide(&executed_file(program, &env), argv))
 }
 
-/// A policy with its pattern tables compiled once, for deciding many execs (the hold asks it
-/// about every exec the command makes).
+/// The file an exec of `program` runs: a name with a `/` as it is, a bare name the first
+/// regular file of that name in `env`'s `PATH` folders (else the name itself).
+fn executed_file(program: &str, env: &CompileEnv) -> PathBuf {
+    if program.contains('/') {
+        return PathBuf::from(program);
+    }
+    env.path_dirs
+        .iter()
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| PathBuf::from(program))
+}
+
+/// An image's exec decisions, for deciding many execs (the hold asks it about every exec the
+/// command makes).
+#[derive(Clone)]
 pub struct ExecTwin {
-    policy: Policy,
-    patterns: CompiledPatterns,
+    engine: Arc<KernelEngine>,
 }
 
 impl ExecTwin {
-    pub fn new(policy: Policy) -> ExecTwin {
-        let patterns = compile_patterns(&policy, 0);
-        ExecTwin { policy, patterns }
+    pub fn new(engine: Arc<KernelEngine>) -> ExecTwin {
+        ExecTwin { engine }
     }
 
-    pub fn policy(&self) -> &Policy {
-        &self.policy
-    }
-
-    /// The decision for an exec of `file` (the file the kernel runs: its name is token 0) with
-    /// `argv` (`argv[0]` is read only by the pattern tables, as the kernel's readings do).
+    /// The decision for an exec of `file` (the file the kernel runs: its name is token 0, its
+    /// device and inode its identity; a file that cannot be read has none) with `argv`
+    /// (`argv[0]` as the caller gives it).
     pub fn decide(&self, file: &Path, argv: &[String]) -> KernelExecDecision {
-        let program = file.to_string_lossy().into_owned();
-        let mut cmd = vec![program.clone()];
-        cmd.extend(argv.iter().skip(1).cloned());
-        let by_prefix = self.policy.kernel_exec_verdict(&cmd);
-        let by_prefix = by_prefix.rule.as_ref().map(|rule| KernelExecDecision {
-            decision: by_prefix.decision,
-            rule: Some(crate::policy::render::prefix_rule_text(rule)),
-        });
+        let identity =
+            std::fs::metadata(file).map_or(ExecIdentity { dev: 0, ino: 0 }, |found| ExecIdentity {
+                dev: kernel_dev(found.dev()),
+                ino: found.ino(),
+            });
+        let program = file.to_string_lossy();
         let name = executable_name(file).unwrap_or(&program);
-        let argv0 = argv.first().map_or(program.as_str(), String::as_str);
-        let args: Vec<&str> = argv.iter().skip(1).map(String::as_str).collect();
-        let by_pattern =
-            self.patterns
-                .tables
-                .decide_exec(name, argv0, &args)
-                .map(|(decision, rule)| KernelExecDecision {
-                    decision,
-                    rule: self
-                        .patterns
-                        .rules
-                        .get(rule as usize)
-                        .map(|r| r.text.clone()),
-                });
-        match (by_prefix, by_pattern) {
-            // On a tie the prefix rule stands: the kernel meets it first.
-            (Some(prefix), Some(pattern)) if pattern.decision > prefix.decision => pattern,
-            (Some(prefix), _) => prefix,
-            (None, Some(pattern)) => pattern,
-            (None, None) => self.unmatched(),
+        let decided = self.engine.exec(identity, name, argv);
+        KernelExecDecision {
+            // Not a code the encoder writes: the strongest answer.
+            decision: Decision::from_code(decided.verdict.decision).unwrap_or(Decision::Forbidden),
+            rule: (decided.flags & flag::UNMATCHED == 0)
+                .then(|| self.engine.rule_text(decided.verdict.rule))
+                .flatten(),
         }
     }
 
-    fn unmatched(&self) -> KernelExecDecision {
-        KernelExecDecision {
-            decision: self.policy.enforcement().unmatched_exec,
-            rule: None,
-        }
+    pub fn image(&self) -> &EnforcementImage {
+        &self.engine.image
     }
 }

@@ -34,6 +34,15 @@ impl KernelEngine {
         })
     }
 
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The text of kernel rule `rule`, as written.
+    pub fn rule_text(&self, rule: u32) -> Option<String> {
+        self.image.rules.get(rule as usize).map(|r| r.text.clone())
+    }
+
     /// The decision for an exec of the file `identity` named `name` with `argv` (`argv[0]` as
     /// the caller gave it), as `sched_process_exec` makes it; the pattern tables are walked by
     /// their own twin ([`super::patterns::PatternTables::decide_exec`]).

@@ -31,7 +31,7 @@ pub use network::host_names;
 use std::path::PathBuf;
 
 pub use crate::policy::destination::{HostResolver, NoResolver};
-pub use destination_twin::{DestinationTwin, KernelDestinationDecision};
+pub use destination_twin::{DestinationTwin, KernelDestinationDecision, prompts_udp};
 pub use exec::kernel_dev;
 pub use exec_twin::{ExecTwin, KernelExecDecision, kernel_exec_decision};
 pub use image::{

@@ -28,7 +28,10 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crate::asks::ApprovalTarget;
-use crate::compile::{DestinationTwin, ExecTwin, KernelDestinationDecision, KernelExecDecision};
+use crate::compile::kernel_engine::KernelEngine;
+use crate::compile::{
+    DestinationTwin, EnforcementImage, ExecTwin, KernelDestinationDecision, KernelExecDecision,
+};
 use crate::policy::rule_set::Tool;
 use crate::policy::{Decision, Policy, Transport};
 
@@ -114,6 +117,24 @@ pub struct Twins {
 }
 
 impl Twins {
+    /// The twins of `image`, for execs (`exec`) and destinations (`network`); DNS is decided by
+    /// guard's resolver when `dns_redirected`. `Err` for an image the kernel would refuse.
+    pub fn of_image(
+        image: &EnforcementImage,
+        exec: bool,
+        network: bool,
+        dns_redirected: bool,
+    ) -> anyhow::Result<Twins> {
+        if !exec && !network {
+            return Ok(Twins::default());
+        }
+        let engine = Arc::new(KernelEngine::new(image.clone())?);
+        Ok(Twins {
+            exec: exec.then(|| ExecTwin::new(engine.clone())),
+            destinations: network.then(|| DestinationTwin::new(engine, dns_redirected)),
+        })
+    }
+
     /// The calls a filter for these twins holds.
     pub fn held_syscalls(&self) -> HeldSyscalls {
         HeldSyscalls {
@@ -286,22 +307,16 @@ impl Hold {
         }
     }
 
-    /// The policy changed (an amendment): later execs are decided by it.
-    pub fn set_policy(&self, policy: Policy) {
-        if let Ok(mut twins) = self.twins.write()
-            && twins.exec.is_some()
-        {
-            twins.exec = Some(ExecTwin::new(policy));
-        }
-    }
-
-    /// The kernel's destination tables changed (a policy, DNS answers, an approval).
-    pub fn set_destinations(&self, destinations: DestinationTwin) {
-        if let Ok(mut twins) = self.twins.write()
-            && twins.destinations.is_some()
-        {
-            twins.destinations = Some(destinations);
-        }
+    /// The kernel's image changed (a policy, an amendment, DNS answers, an approval): later
+    /// calls are decided by it, by the kinds of twins this hold has. An image the kernel
+    /// would refuse keeps the twins as they were (`Err`).
+    pub fn set_image(&self, image: &EnforcementImage, dns_redirected: bool) -> anyhow::Result<()> {
+        let Ok(mut twins) = self.twins.write() else {
+            return Ok(());
+        };
+        let (exec, network) = (twins.exec.is_some(), twins.destinations.is_some());
+        *twins = Twins::of_image(image, exec, network, dns_redirected)?;
+        Ok(())
     }
 }
 

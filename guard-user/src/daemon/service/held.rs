@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::Daemon;
 use crate::asks::AskState;
-use crate::compile::{DestinationTwin, ExecTwin};
+use crate::compile::prompts_udp;
 use crate::daemon::peer::PeerCredentials;
 use crate::daemon::protocol::ErrorCode;
 use crate::hold::event::held_event;
@@ -30,22 +30,17 @@ pub fn hold_offer(daemon: &Daemon) -> Value {
     let policy = &daemon.loaded.policy;
     let asking = daemon.config.asks.approval() != ApprovalPolicy::Never;
     let network = asking && crate::hold::policy_prompts_destinations(policy);
-    let redirected = daemon.name_server.is_some();
     json!({
         "exec": asking && crate::hold::policy_prompts_execs(policy),
         "network": network,
-        "messages": network && DestinationTwin::new(&daemon.image, redirected).prompts_udp(),
+        "messages": network && prompts_udp(&daemon.image),
     })
 }
 
 impl Daemon {
     /// The twins a hold decides with, for the calls `offer` holds.
-    fn hold_twins(&self, exec: bool, network: bool) -> Twins {
-        Twins {
-            exec: exec.then(|| ExecTwin::new(self.loaded.policy.clone())),
-            destinations: network
-                .then(|| DestinationTwin::new(&self.image, self.name_server.is_some())),
-        }
+    fn hold_twins(&self, exec: bool, network: bool) -> anyhow::Result<Twins> {
+        Twins::of_image(&self.image, exec, network, self.name_server.is_some())
     }
 
     /// `hold`: takes over the listener of the peer's command. The peer must be a `guard run`
@@ -80,10 +75,12 @@ impl Daemon {
             ))
         })?;
         let offer = hold_offer(self);
-        let twins = self.hold_twins(
-            offer["exec"].as_bool().unwrap_or(false),
-            offer["network"].as_bool().unwrap_or(false),
-        );
+        let twins = self
+            .hold_twins(
+                offer["exec"].as_bool().unwrap_or(false),
+                offer["network"].as_bool().unwrap_or(false),
+            )
+            .map_err(|e| failed(format!("deciding held calls: {e:#}")))?;
         let wake = self.held_wake.clone();
         let hold = Hold::adopt(
             listener,
@@ -179,8 +176,9 @@ impl Daemon {
     pub(super) fn refresh_holds(&self) {
         let redirected = self.name_server.is_some();
         for hold in self.scopes.by_id.values().filter_map(|s| s.hold.as_ref()) {
-            hold.set_policy(self.loaded.policy.clone());
-            hold.set_destinations(DestinationTwin::new(&self.image, redirected));
+            if let Err(err) = hold.set_image(&self.image, redirected) {
+                tracing::warn!("a hold keeps deciding by the previous image: {err:#}");
+            }
         }
     }
 

@@ -8,6 +8,7 @@ pub mod confine;
 pub mod daemon;
 pub mod doctor;
 pub mod hold;
+pub mod in_force;
 pub mod kernel;
 pub mod legacy;
 pub mod policy;

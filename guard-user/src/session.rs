@@ -7,14 +7,15 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result};
 
 use crate::asks::{Approval, Approvals};
 use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
 use crate::compile::image::EnforcementImage;
-use crate::compile::{CompileEnv, compile, host_names};
+use crate::compile::{CompileEnv, host_names};
 use crate::confine::sandbox::SandboxPlan;
 use crate::confine::{CommandConfinement, WritePlan};
+use crate::in_force::{InForce, Modes};
 use crate::kernel::events::{Action, EventKind, EventReader, KernelEvent};
 use crate::kernel::scope::{
     AbandonedScope, ScopeCgroup, join_from_pre_exec, remove_abandoned_scopes,
@@ -61,11 +62,10 @@ pub enum DnsNote {
 
 pub struct Session {
     policy: Policy,
-    image: EnforcementImage,
     // Dropped in field order: the scope's processes are killed and the cgroup removed before
     // the programs are detached.
     scope: ScopeCgroup,
-    enforcer: Enforcer,
+    in_force: InForce,
     events: EventReader,
     dns: Option<(tokio::runtime::Runtime, DnsResolver, DnsCache)>,
     nameserver: Option<SocketAddr>,
@@ -76,8 +76,6 @@ pub struct Session {
     resolver: Option<ResolverThread>,
     names: NamePolicy,
     dns_notes: Vec<DnsNote>,
-    env: CompileEnv,
-    audit_only: bool,
     abandoned: Vec<AbandonedScope>,
     /// The sandbox mode the command runs under, and where it was chosen, once
     /// [`Session::report_sandbox`] asked for its refusals.
@@ -107,14 +105,14 @@ impl Session {
             resolved: dns.as_ref().map(|(_, _, cache)| cache),
             answered: &answers,
         };
-        let mut image = compile(&policy, &known, &env);
-        if options.audit_only {
-            image.settings.audit_only = true;
-        }
-        crate::kernel::coverage::refuse_unheld_denials(&image)?;
         let mut enforcer = Enforcer::load(backend)?;
         let events = enforcer.events()?;
-        enforcer.apply(&image)?;
+        let modes = Modes {
+            audit_only: options.audit_only,
+            record_allowed: false,
+        };
+        let mut in_force = InForce::start(enforcer, &policy, &known, env, modes)?;
+        let enforcer = in_force.enforcer_mut();
         let names = NamePolicy::from_policy(&policy);
         let mut dns_notes = Vec::new();
         let resolver = match options.resolver {
@@ -140,9 +138,8 @@ impl Session {
         enforcer.add_scope(scope.id())?;
         Ok(Session {
             policy,
-            image,
             scope,
-            enforcer,
+            in_force,
             events,
             dns,
             nameserver: options.nameserver,
@@ -151,8 +148,6 @@ impl Session {
             resolver,
             names,
             dns_notes,
-            env,
-            audit_only: options.audit_only,
             abandoned,
             sandbox: None,
         })
@@ -165,7 +160,7 @@ impl Session {
     }
 
     pub fn image(&self) -> &EnforcementImage {
-        &self.image
+        self.in_force.image()
     }
 
     /// The policy this session enforces.
@@ -179,12 +174,12 @@ impl Session {
     }
 
     pub fn backend(&self) -> Backend {
-        self.enforcer.backend()
+        self.in_force.enforcer().backend()
     }
 
     /// The rules of this session's policy the running backend does not enforce.
     pub fn not_enforced(&self) -> Vec<crate::kernel::coverage::NotEnforced> {
-        crate::kernel::coverage::not_enforced(&self.image, self.backend())
+        crate::kernel::coverage::not_enforced(self.image(), self.backend())
     }
 
     pub fn scope(&self) -> &ScopeCgroup {
@@ -192,12 +187,12 @@ impl Session {
     }
 
     pub fn enforcer(&self) -> &Enforcer {
-        &self.enforcer
+        self.in_force.enforcer()
     }
 
     /// The Enforcer, e.g. to list more cgroups in or out of scope.
     pub fn enforcer_mut(&mut self) -> &mut Enforcer {
-        &mut self.enforcer
+        self.in_force.enforcer_mut()
     }
 
     /// Puts `image` in force (the maps are updated with no gap) and keeps it as this session's
@@ -207,15 +202,14 @@ impl Session {
         &mut self,
         image: EnforcementImage,
     ) -> Result<crate::kernel::maps::SyncStats> {
-        let stats = self.enforcer.apply(&image)?;
-        self.image = image;
-        Ok(stats)
+        self.in_force.apply(image)
     }
 
     /// `(name, kernel program id)` of each of this session's programs that is loaded, so a test
     /// can check that dropping the session unloads exactly these.
     pub fn program_ids(&mut self) -> Vec<(String, u32)> {
-        self.enforcer
+        self.in_force
+            .enforcer_mut()
             .ebpf_mut()
             .programs()
             .filter_map(|(name, program)| Some((name.to_string(), program.info().ok()?.id())))
@@ -276,7 +270,7 @@ impl Session {
     /// kernel reports the scope's writes that failed with EACCES, and those outside the plan's
     /// roots are kept (`from` says where the mode was chosen, for the fix the line names).
     pub fn report_sandbox(&mut self, plan: SandboxPlan, from: &str) -> Result<()> {
-        self.enforcer.report_sandbox_refusals()?;
+        self.in_force.enforcer_mut().report_sandbox_refusals()?;
         self.sandbox = Some((plan, from.to_string()));
         Ok(())
     }
@@ -368,17 +362,7 @@ impl Session {
             resolved: self.dns.as_ref().map(|(_, _, cache)| cache),
             answered: &self.answers,
         };
-        // Only the destinations change; on an error they go back to what the maps hold.
-        let before = (
-            self.image.destinations.clone(),
-            self.image.unresolved_hosts.clone(),
-        );
-        crate::compile::recompile_destinations(&mut self.image, &self.policy, &known);
-        if let Err(err) = self.enforcer.apply_destinations(&self.image) {
-            (self.image.destinations, self.image.unresolved_hosts) = before;
-            return Err(err);
-        }
-        Ok(())
+        self.in_force.recompile_destinations(&self.policy, &known)
     }
 
     /// When the next DNS refresh is due.
@@ -400,8 +384,7 @@ impl Session {
             return Ok(false);
         }
         let image = self.compiled(&self.approvals)?;
-        self.enforcer.apply(&image)?;
-        self.image = image;
+        self.in_force.apply(image)?;
         Ok(true)
     }
 
@@ -411,13 +394,7 @@ impl Session {
             resolved: self.dns.as_ref().map(|(_, _, cache)| cache),
             answered: &self.answers,
         };
-        let mut image = compile(&self.policy, &known, &self.env);
-        image.settings.audit_only |= self.audit_only;
-        if let Some(error) = approvals.add_to_image(&mut image).into_iter().next() {
-            return Err(anyhow!(error));
-        }
-        crate::kernel::coverage::refuse_unheld_denials(&image)?;
-        Ok(image)
+        self.in_force.compile(&self.policy, &known, approvals)
     }
 
     /// Holds `approval` in the kernel from now on (with the earlier ones); on an error nothing
@@ -426,8 +403,7 @@ impl Session {
         let mut approvals = self.approvals.clone();
         approvals.add(approval);
         let image = self.compiled(&approvals)?;
-        self.enforcer.apply(&image)?;
-        self.image = image;
+        self.in_force.apply(image)?;
         self.approvals = approvals;
         Ok(())
     }
@@ -439,8 +415,7 @@ impl Session {
             return Ok(());
         }
         let image = self.compiled(&approvals)?;
-        self.enforcer.apply(&image)?;
-        self.image = image;
+        self.in_force.apply(image)?;
         self.approvals = approvals;
         Ok(())
     }
@@ -454,10 +429,9 @@ impl Session {
         let old_policy = std::mem::replace(&mut self.policy, policy);
         let applied = self
             .compiled(&self.approvals)
-            .and_then(|image| self.enforcer.apply(&image).map(|_| image));
+            .and_then(|image| self.in_force.apply(image));
         match applied {
-            Ok(image) => {
-                self.image = image;
+            Ok(_) => {
                 self.names = NamePolicy::from_policy(&self.policy);
                 if let Some(resolver) = &self.resolver {
                     resolver.set_names(self.names.clone());
@@ -485,7 +459,7 @@ impl Session {
             .as_ref()
             .map(|d| self.answers.names_for(d.address))
             .unwrap_or_default();
-        describe_event(&self.image, event, &hosts)
+        describe_event(self.image(), event, &hosts)
     }
 }
 

@@ -18,7 +18,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("the kernel", &["kernel"]),
     (
         "enforcement for a scope",
-        &["confine", "hold", "resolve", "asks", "audit", "session"],
+        &[
+            "confine", "hold", "resolve", "asks", "audit", "in_force", "session",
+        ],
     ),
     ("the host service and its reports", &["daemon", "doctor"]),
     ("the command line", &["cli"]),

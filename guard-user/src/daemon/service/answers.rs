@@ -50,7 +50,7 @@ impl Daemon {
         let failed = |m: String| (ErrorCode::Failed, m);
         let mut result = json!({"ask": id, "mode": mode.as_str()});
         let proposed = prefix.map(|p| (&self.loaded.policy, p));
-        match plan_approval(&ask, mode, &self.image, proposed).map_err(failed)? {
+        match plan_approval(&ask, mode, self.in_force.image(), proposed).map_err(failed)? {
             ApprovalPlan::Append(line) => {
                 result["line"] = self.append_and_reload(&line, by).await?;
             }
@@ -116,10 +116,9 @@ impl Daemon {
                 format!("cannot approve ask {}: {e:#}", ask.id),
             )
         })?;
-        self.enforcer
-            .apply(&image)
+        self.in_force
+            .apply(image)
             .map_err(|e| (ErrorCode::Failed, format!("{e:#}")))?;
-        self.image = image;
         self.approvals = trial;
         self.refresh_holds();
         Ok(())

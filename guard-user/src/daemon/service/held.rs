@@ -33,14 +33,19 @@ pub fn hold_offer(daemon: &Daemon) -> Value {
     json!({
         "exec": asking && crate::hold::policy_prompts_execs(policy),
         "network": network,
-        "messages": network && prompts_udp(&daemon.image),
+        "messages": network && prompts_udp(daemon.in_force.image()),
     })
 }
 
 impl Daemon {
     /// The twins a hold decides with, for the calls `offer` holds.
     fn hold_twins(&self, exec: bool, network: bool) -> anyhow::Result<Twins> {
-        Twins::of_image(&self.image, exec, network, self.name_server.is_some())
+        Twins::of_image(
+            self.in_force.image(),
+            exec,
+            network,
+            self.name_server.is_some(),
+        )
     }
 
     /// `hold`: takes over the listener of the peer's command. The peer must be a `guard run`
@@ -120,7 +125,7 @@ impl Daemon {
                 self.reply_held(scope_id, &held, Reply::Continue);
                 continue;
             }
-            let event = held_event(&self.image, scope_id, &held);
+            let event = held_event(self.in_force.image(), scope_id, &held);
             let taken = self.take_event(event, now, true);
             match (taken.rejected, taken.ask) {
                 (Some(_), _) => {
@@ -160,10 +165,10 @@ impl Daemon {
                         Some(AskState::Expired) => "expired unanswered",
                         _ => "was denied",
                     };
-                    let event = held_event(&self.image, scope_id, &call.held);
+                    let event = held_event(self.in_force.image(), scope_id, &call.held);
                     let message = format!(
                         "{}; ask {} {how}",
-                        crate::session::describe_event(&self.image, &event, &[]),
+                        crate::session::describe_event(self.in_force.image(), &event, &[]),
                         call.ask
                     );
                     self.fail_held(scope_id, &call.held, &message);
@@ -176,7 +181,7 @@ impl Daemon {
     pub(super) fn refresh_holds(&self) {
         let redirected = self.name_server.is_some();
         for hold in self.scopes.by_id.values().filter_map(|s| s.hold.as_ref()) {
-            if let Err(err) = hold.set_image(&self.image, redirected) {
+            if let Err(err) = hold.set_image(self.in_force.image(), redirected) {
                 tracing::warn!("a hold keeps deciding by the previous image: {err:#}");
             }
         }

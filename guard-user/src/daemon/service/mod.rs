@@ -26,8 +26,9 @@ use crate::audit::filter::AuditFilter;
 use crate::authz::{Attributes, AuthzPolicy, REFUSED_IN_SCOPE, Request as AuthzRequest, Subject};
 use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
 use crate::compile::image::EnforcementImage;
-use crate::compile::{CompileEnv, compile, host_names};
+use crate::compile::{CompileEnv, host_names};
 use crate::confine::sandbox::SandboxPlan;
+use crate::in_force::{InForce, Modes};
 use crate::kernel::events::{EventReader, KernelEvent};
 use crate::kernel::scope::{cgroup_id, cgroup2_root};
 use crate::kernel::{Backend, Enforcer, pins};
@@ -48,7 +49,6 @@ pub struct Daemon {
     authz: Arc<AuthzPolicy>,
     authz_source: String,
     loaded: LoadedPolicy,
-    env: CompileEnv,
     resolver: DnsResolver,
     dns: DnsCache,
     /// What guard's resolver answered the scopes (`[resolver]`), and what it decides by name.
@@ -57,8 +57,7 @@ pub struct Daemon {
     name_server: Option<Resolver>,
     /// Taken by the server loop, which hands each event to [`Daemon::on_resolver_events`].
     pub resolver_events: Option<UnboundedReceiver<ResolverEvent>>,
-    image: EnforcementImage,
-    enforcer: Enforcer,
+    in_force: InForce,
     pub events: EventReader,
     scopes: Scopes,
     asks: AskBook,
@@ -165,12 +164,13 @@ impl Daemon {
             resolved: Some(&dns),
             answered: &answers,
         };
-        let mut image = compile(&loaded.policy, &known, &env);
-        image.settings.audit_only |= config.audit_only;
-        image.record_allowed = config.audit.record_allowed;
-        crate::kernel::coverage::refuse_unheld_denials(&image)?;
-        log_unheld_allowances(&image);
-        enforcer.apply(&image)?;
+        let modes = Modes {
+            audit_only: config.audit_only,
+            record_allowed: config.audit.record_allowed,
+        };
+        let mut in_force = InForce::start(enforcer, &loaded.policy, &known, env, modes)?;
+        log_unheld_allowances(in_force.image());
+        let enforcer = in_force.enforcer_mut();
         // Before the scopes are attached: on the lsm backend only cgroups attached after the
         // redirect get the redirecting hooks.
         let names = Arc::new(RwLock::new(NamePolicy::from_policy(&loaded.policy)));
@@ -213,8 +213,6 @@ impl Daemon {
             held_calls: Some(held_calls),
             authz,
             authz_source,
-            env,
-            image,
             resolver,
             dns,
             answers,
@@ -222,7 +220,7 @@ impl Daemon {
             name_server,
             resolver_events,
             loaded,
-            enforcer,
+            in_force,
             events,
             scopes: Scopes::new(&config.run_cgroup)?,
             asks: AskBook::new(config.asks.dedupe(), config.asks.timeout()),
@@ -237,7 +235,10 @@ impl Daemon {
         };
         daemon.enforce_scopes()?;
         daemon.generation = pins::next_generation(&daemon.config.pin_dir);
-        daemon.enforcer.pin_links(&daemon.generation)?;
+        daemon
+            .in_force
+            .enforcer_mut()
+            .pin_links(&daemon.generation)?;
         // Only now, with this daemon's programs attached and holding the policy, let the
         // earlier daemon's go.
         for old in earlier {
@@ -282,13 +283,13 @@ impl Daemon {
         }
         targets.push((ScopeKind::Runs, self.scopes.runs_parent().to_path_buf()));
         for (kind, path) in targets {
-            self.enforcer.attach_cgroup(&path)?;
+            self.in_force.enforcer_mut().attach_cgroup(&path)?;
             let id = self.scopes.insert(kind, path)?;
-            self.enforcer.add_scope(id)?;
+            self.in_force.enforcer_mut().add_scope(id)?;
         }
         if let Ok(own) = own_cgroup() {
             let id = cgroup_id(&own)?;
-            self.enforcer.exempt_scope(id)?;
+            self.in_force.enforcer_mut().exempt_scope(id)?;
         }
         for path in self.scopes.leftover_runs() {
             let _ = self.scopes.insert(
@@ -306,11 +307,10 @@ impl Daemon {
     /// Compiles the policy with the approvals on top and updates the maps.
     fn rebuild(&mut self) -> Result<()> {
         let image = self.compile_with(&self.approvals)?;
-        if image.patterns.left_out != self.image.patterns.left_out {
+        if image.patterns.left_out != self.in_force.image().patterns.left_out {
             log_unheld_allowances(&image);
         }
-        self.enforcer.apply(&image)?;
-        self.image = image;
+        self.in_force.apply(image)?;
         self.refresh_holds();
         Ok(())
     }
@@ -320,14 +320,8 @@ impl Daemon {
             resolved: Some(&self.dns),
             answered: &self.answers,
         };
-        let mut image = compile(&self.loaded.policy, &known, &self.env);
-        image.settings.audit_only |= self.config.audit_only;
-        image.record_allowed = self.config.audit.record_allowed;
-        if let Some(error) = approvals.add_to_image(&mut image).into_iter().next() {
-            return Err(anyhow!(error));
-        }
-        crate::kernel::coverage::refuse_unheld_denials(&image)?;
-        Ok(image)
+        self.in_force
+            .compile(&self.loaded.policy, &known, approvals)
     }
 
     /// Re-reads the rules and the authorization policy. A policy that fails to load keeps the old
@@ -375,7 +369,7 @@ impl Daemon {
             .chain(&self.loaded.overlay_sources)
             .map(|s| s.display_name())
             .collect();
-        let rules = self.image.rules.len();
+        let rules = self.in_force.image().rules.len();
         let gaps = self.not_enforced();
         self.audit.record(
             RecordType::Reload,
@@ -388,7 +382,10 @@ impl Daemon {
     /// The rules of the policy in force that the running backend does not enforce (audited at
     /// start and at every reload, so the log says what was not held).
     fn not_enforced(&self) -> Vec<crate::kernel::coverage::NotEnforced> {
-        crate::kernel::coverage::not_enforced(&self.image, self.enforcer.backend())
+        crate::kernel::coverage::not_enforced(
+            self.in_force.image(),
+            self.in_force.enforcer().backend(),
+        )
     }
 
     /// A reload that keeps the old policy: recorded, kept for `guard status`, and the message.
@@ -478,17 +475,8 @@ impl Daemon {
             resolved: Some(&self.dns),
             answered: &self.answers,
         };
-        // Only the destinations change; on an error they go back to what the maps hold.
-        let before = (
-            self.image.destinations.clone(),
-            self.image.unresolved_hosts.clone(),
-        );
-        crate::compile::recompile_destinations(&mut self.image, &self.loaded.policy, &known);
-        if let Err(err) = self.enforcer.apply_destinations(&self.image) {
-            (self.image.destinations, self.image.unresolved_hosts) = before;
-            return Err(err);
-        }
-        Ok(())
+        self.in_force
+            .recompile_destinations(&self.loaded.policy, &known)
     }
 
     /// `{"port": P, "names": N, "addresses": M}` of guard's resolver, or null when the scopes'
@@ -564,7 +552,8 @@ impl Daemon {
         }
         self.audit.prune();
         let ring_lost = self
-            .enforcer
+            .in_force
+            .enforcer()
             .counters()
             .ok()
             .and_then(|c| c.into_iter().find(|(name, _)| *name == "events_lost"))
@@ -626,7 +615,7 @@ impl Daemon {
                 message: line.clone(),
                 target: None,
             },
-            None => describe(&self.image, &event, &answered),
+            None => describe(self.in_force.image(), &event, &answered),
         };
         // Under `never` (or a granular category that is off) a prompt is refused, not asked.
         let rejected = target
@@ -650,7 +639,7 @@ impl Daemon {
         {
             let recorded = self.asks.record(
                 target,
-                blocked_request(&self.image, &event, &answered),
+                blocked_request(self.in_force.image(), &event, &answered),
                 message.clone(),
                 (event.cgroup_id, from_run),
                 now,
@@ -666,7 +655,7 @@ impl Daemon {
             .get_mut(&event.cgroup_id)
             .and_then(|s| s.listener.as_mut())
         {
-            let image = &self.image;
+            let image = self.in_force.image();
             listener.blocked(
                 repeat_key(&event),
                 || {
@@ -701,9 +690,13 @@ impl Daemon {
             .by_id
             .get(&event.cgroup_id)
             .map(|s| s.path.as_path());
-        let mut record =
-            self.audit
-                .kernel_record(&self.image, event, message.clone(), scope, answered);
+        let mut record = self.audit.kernel_record(
+            self.in_force.image(),
+            event,
+            message.clone(),
+            scope,
+            answered,
+        );
         record.ask = ask_id;
         if held {
             record.details.insert("held".into(), Value::Bool(true));
@@ -889,7 +882,7 @@ impl Daemon {
                 tmpdir.as_deref(),
                 &setting.writable,
             );
-            match self.enforcer.report_sandbox_refusals() {
+            match self.in_force.enforcer_mut().report_sandbox_refusals() {
                 Ok(()) => {
                     if let Some(scope) = self.scopes.by_id.get_mut(&id) {
                         scope.sandbox = Some((plan, setting.from.clone()));

@@ -9,7 +9,7 @@ use super::Daemon;
 impl Daemon {
     pub fn status(&self) -> Value {
         let mut per_file: std::collections::BTreeMap<String, usize> = Default::default();
-        for rule in &self.image.rules {
+        for rule in &self.in_force.image().rules {
             let file = rule
                 .origin
                 .as_ref()
@@ -43,7 +43,7 @@ impl Daemon {
                 })
             })
             .collect();
-        let summed = self.enforcer.counters().unwrap_or_default();
+        let summed = self.in_force.enforcer().counters().unwrap_or_default();
         let failed_open: serde_json::Map<String, Value> = crate::kernel::maps::failed_open(&summed)
             .into_iter()
             .map(|(hook, n)| (hook.to_string(), json!(n)))
@@ -55,12 +55,12 @@ impl Daemon {
         json!({
             "version": env!("CARGO_PKG_VERSION"),
             "pid": std::process::id(),
-            "backend": self.enforcer.backend().as_str(),
+            "backend": self.in_force.enforcer().backend().as_str(),
             "uptime_secs": self.started.elapsed().as_secs(),
-            "audit_only": self.image.settings.audit_only,
+            "audit_only": self.in_force.image().settings.audit_only,
             "scopes": scopes,
             "rules": per_file.into_iter().map(|(file, rules)| json!({"file": file, "rules": rules})).collect::<Vec<_>>(),
-            "unresolved_hosts": self.image.unresolved_hosts,
+            "unresolved_hosts": self.in_force.image().unresolved_hosts,
             "addresses": addresses,
             "resolver": self.resolver_status(),
             "asks_pending": self.asks.pending_count(),

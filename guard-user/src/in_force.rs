@@ -1,0 +1,128 @@
+//! What the kernel enforces and the one way it changes, for `guard run` and the daemon alike:
+//! the policy compiled with what is known of its names, the run's modes and the approvals on
+//! top, checked (a denial the kernel cannot hold refuses the whole image), then written to the
+//! maps and kept as the image in force. A change that fails leaves the maps and the image as
+//! they were.
+
+use anyhow::{Result, anyhow};
+
+use crate::asks::Approvals;
+use crate::compile::image::EnforcementImage;
+use crate::compile::{CompileEnv, compile, recompile_destinations};
+use crate::kernel::loader::Enforcer;
+use crate::kernel::maps::SyncStats;
+use crate::policy::Policy;
+use crate::resolve::answers::KnownAddresses;
+
+/// How the images of a run or a daemon are made, beyond the policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Modes {
+    /// Record every decision, enforce none.
+    pub audit_only: bool,
+    /// Record allowed decisions too (`[audit] record_allowed`).
+    pub record_allowed: bool,
+}
+
+/// The programs, and the image their maps hold.
+pub struct InForce {
+    enforcer: Enforcer,
+    image: EnforcementImage,
+    env: CompileEnv,
+    modes: Modes,
+}
+
+impl InForce {
+    /// Puts the first image of `policy` in force in `enforcer`'s maps.
+    pub fn start(
+        mut enforcer: Enforcer,
+        policy: &Policy,
+        known: &KnownAddresses,
+        env: CompileEnv,
+        modes: Modes,
+    ) -> Result<InForce> {
+        let image = image_of(policy, known, &env, modes, &Approvals::default())?;
+        enforcer.apply(&image)?;
+        Ok(InForce {
+            enforcer,
+            image,
+            env,
+            modes,
+        })
+    }
+
+    pub fn image(&self) -> &EnforcementImage {
+        &self.image
+    }
+
+    pub fn enforcer(&self) -> &Enforcer {
+        &self.enforcer
+    }
+
+    pub fn enforcer_mut(&mut self) -> &mut Enforcer {
+        &mut self.enforcer
+    }
+
+    /// The image of `policy` with `approvals` on top, not yet in force.
+    pub fn compile(
+        &self,
+        policy: &Policy,
+        known: &KnownAddresses,
+        approvals: &Approvals,
+    ) -> Result<EnforcementImage> {
+        image_of(policy, known, &self.env, self.modes, approvals)
+    }
+
+    /// Puts `image` in force.
+    pub fn apply(&mut self, image: EnforcementImage) -> Result<SyncStats> {
+        let stats = self.enforcer.apply(&image)?;
+        self.image = image;
+        Ok(stats)
+    }
+
+    /// Compiles `policy` with `approvals` on top and puts it in force.
+    pub fn rebuild(
+        &mut self,
+        policy: &Policy,
+        known: &KnownAddresses,
+        approvals: &Approvals,
+    ) -> Result<SyncStats> {
+        let image = self.compile(policy, known, approvals)?;
+        self.apply(image)
+    }
+
+    /// Compiles the destination entries again from what is known of every name now, the rest
+    /// of the image (approvals included) kept; on an error they go back to what the maps hold.
+    pub fn recompile_destinations(
+        &mut self,
+        policy: &Policy,
+        known: &KnownAddresses,
+    ) -> Result<()> {
+        let before = (
+            self.image.destinations.clone(),
+            self.image.unresolved_hosts.clone(),
+        );
+        recompile_destinations(&mut self.image, policy, known);
+        if let Err(err) = self.enforcer.apply_destinations(&self.image) {
+            (self.image.destinations, self.image.unresolved_hosts) = before;
+            return Err(err);
+        }
+        Ok(())
+    }
+}
+
+fn image_of(
+    policy: &Policy,
+    known: &KnownAddresses,
+    env: &CompileEnv,
+    modes: Modes,
+    approvals: &Approvals,
+) -> Result<EnforcementImage> {
+    let mut image = compile(policy, known, env);
+    image.settings.audit_only |= modes.audit_only;
+    image.record_allowed = modes.record_allowed;
+    if let Some(error) = approvals.add_to_image(&mut image).into_iter().next() {
+        return Err(anyhow!(error));
+    }
+    crate::kernel::coverage::refuse_unheld_denials(&image)?;
+    Ok(image)
+}

@@ -23,13 +23,15 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::record::{AuditRecord, RecordType, RuleRef, SCHEMA_VERSION};
-use crate::compile::HostResolver;
+use guard_common::engine::outcome::Outcome as KernelOutcome;
+use guard_common::event::flag;
+use guard_common::maps::ExecIdentity;
+
+use crate::compile::kernel_engine::KernelEngine;
+use crate::compile::{CompileEnv, HostResolver, KernelRule, compile};
 use crate::policy::host::{host_covers, is_host_pattern, normalize_network_host};
-use crate::policy::render::prefix_rule_text;
 use crate::policy::rule::canonical_ip;
-use crate::policy::{
-    Decision, DestinationMatch, Policy, PrefixRule, RuleKind, Transport, render_example,
-};
+use crate::policy::{Decision, Policy, RuleKind, Transport, render_example};
 
 /// One request the kernel decided, as the draft is asked about it again.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -172,23 +174,14 @@ impl DecidingRule {
         }
     }
 
-    fn prefix(rule: &PrefixRule) -> Self {
+    /// The kernel rule that decided, as the image holds it.
+    fn kernel(rule: &KernelRule) -> Self {
         DecidingRule {
-            kind: RuleKind::Prefix,
+            kind: rule.kind,
             file: rule.origin.as_ref().map(|origin| origin.file.to_string()),
             line: rule.origin.as_ref().map(|origin| origin.line),
-            text: prefix_rule_text(rule),
+            text: rule.text.clone(),
             justification: rule.justification.clone(),
-        }
-    }
-
-    fn destination(found: &DestinationMatch) -> Self {
-        DecidingRule {
-            kind: found.kind,
-            file: found.origin.as_ref().map(|origin| origin.file.to_string()),
-            line: found.origin.as_ref().map(|origin| origin.line),
-            text: found.text.clone(),
-            justification: found.justification.clone(),
         }
     }
 }
@@ -570,18 +563,22 @@ fn destination_request(record: &AuditRecord) -> Option<Request> {
     })
 }
 
-/// Decides every recorded request again with `draft`, as the kernel would.
-pub fn replay(draft: &Policy, recording: &Recording) -> ReplayReport {
+/// Decides every recorded request again with `draft`, as the kernel would: the kernel's own
+/// decision code ([`KernelEngine`]) over the draft's image, its names resolved to the
+/// recorded addresses. `Err` for a draft the kernel would refuse to hold.
+pub fn replay(draft: &Policy, recording: &Recording) -> anyhow::Result<ReplayReport> {
+    let image = compile(draft, &recording.addresses, &CompileEnv::default());
+    let engine = KernelEngine::new(image)?;
     let replayed: Vec<ReplayedRequest> = recording
         .groups
         .iter()
-        .map(|group| replay_group(draft, &recording.addresses, group))
+        .map(|group| replay_group(&engine, group))
         .collect();
-    build_report(draft, recording.totals, replayed)
+    Ok(build_report(draft, recording.totals, replayed))
 }
 
-fn replay_group(draft: &Policy, resolver: &RecordedAddresses, group: &Group) -> ReplayedRequest {
-    let verdict = draft_verdict(draft, resolver, &group.request);
+fn replay_group(engine: &KernelEngine, group: &Group) -> ReplayedRequest {
+    let verdict = draft_verdict(engine, &group.request);
     ReplayedRequest {
         class: Class::classify(group.recorded, verdict.outcome),
         text: group.request.render(),
@@ -597,35 +594,35 @@ fn replay_group(draft: &Policy, resolver: &RecordedAddresses, group: &Group) -> 
     }
 }
 
-/// The draft's decision through the engine's own kernel-side evaluation; the draft's
-/// audit-only mode or an audit-only deciding rule means it would not be enforced.
-fn draft_verdict(draft: &Policy, resolver: &RecordedAddresses, request: &Request) -> DraftVerdict {
-    let (decision, rule_audit_only, rule) = match request {
+/// The draft's decision as the kernel makes it; the draft's audit-only mode or an audit-only
+/// deciding rule means it would not be enforced.
+fn draft_verdict(engine: &KernelEngine, request: &Request) -> DraftVerdict {
+    let decided = match request {
         Request::Exec { command, .. } => {
-            let verdict = draft.kernel_exec_verdict(command);
-            let audit_only = verdict.audit_only();
-            let rule = verdict.rule.as_deref().map(DecidingRule::prefix);
-            (verdict.decision, audit_only, rule)
+            let exe = Path::new(&command[0]);
+            let name = exe
+                .file_name()
+                .map_or(command[0].clone(), |n| n.to_string_lossy().into_owned());
+            // Recorded elsewhere, maybe: the file is known by its name only.
+            engine.exec(ExecIdentity { dev: 0, ino: 0 }, &name, command)
         }
         Request::Destination {
             address,
             port,
             transport,
             ..
-        } => {
-            let evaluation = draft.check_destination(*address, *port, *transport, resolver);
-            let deciding = evaluation.deciding();
-            (
-                evaluation.decision,
-                deciding.is_some_and(|found| found.audit_only),
-                deciding.map(DecidingRule::destination),
-            )
-        }
+        } => engine.destination(*address, *port, *transport),
     };
+    let verdict = decided.verdict;
+    let rule = (decided.flags & flag::UNMATCHED == 0)
+        .then(|| engine.image.rules.get(verdict.rule as usize))
+        .flatten()
+        .map(DecidingRule::kernel);
     DraftVerdict {
         outcome: Outcome {
-            decision,
-            enforced: !(draft.enforcement().audit_only || rule_audit_only),
+            // Not a code the encoder writes: the strongest answer.
+            decision: Decision::from_code(verdict.decision).unwrap_or(Decision::Forbidden),
+            enforced: KernelOutcome::of(engine.settings(), verdict) != KernelOutcome::AuditOnly,
         },
         rule,
     }
@@ -869,7 +866,7 @@ mod tests {
                 false,
             ),
         ]);
-        let report = replay(&draft(""), &recording);
+        let report = replay(&draft(""), &recording).unwrap();
         assert_eq!(report.totals.requests, 3);
         let first = &report.newly_allowed[0];
         assert_eq!(first.text, "/usr/bin/git push");
@@ -896,7 +893,7 @@ address_rule(addresses=["*.cdn.test"], ports=[443], decision="allow")
         let mut answered = connect("t1", None, "192.0.2.7", 443, "prompt");
         answered.destination.as_mut().unwrap().hosts = vec!["img.cdn.test".into()];
         let unknown = connect("t2", None, "192.0.2.8", 443, "prompt");
-        let report = replay(&policy, &recording(&[answered, unknown]));
+        let report = replay(&policy, &recording(&[answered, unknown])).unwrap();
         let allowed: Vec<(String, Option<String>)> = report
             .newly_allowed
             .iter()
@@ -944,7 +941,7 @@ enforcement(unmatched_exec="prompt")
             exec("t4", "/usr/bin/rm", &["rm", "-rf", "b"], "allow", false),
             exec("t5", "/usr/bin/ls", &["ls"], "prompt", false),
         ]);
-        let report = replay(&policy, &recording);
+        let report = replay(&policy, &recording).unwrap();
         let summary = |list: &[ReplayedRequest]| -> Vec<(String, u64, Option<String>)> {
             list.iter()
                 .map(|r| {
@@ -1048,7 +1045,7 @@ address_rule(addresses=["198.51.100.0/24"], decision="deny", ports=[22])
             connect("t3", None, "192.0.2.1", 443, "allow"),
             connect("t4", None, "198.51.100.7", 22, "allow"),
         ]);
-        let report = replay(&policy, &recording);
+        let report = replay(&policy, &recording).unwrap();
         let texts =
             |list: &[ReplayedRequest]| list.iter().map(|r| r.text.clone()).collect::<Vec<_>>();
         assert_eq!(
@@ -1141,7 +1138,7 @@ address_rule(addresses=["198.51.100.0/24"], decision="deny", ports=[22])
                 allowed_records: 0,
             }
         );
-        let report = replay(&draft(""), &recording);
+        let report = replay(&draft(""), &recording).unwrap();
         assert_eq!(report.totals.requests, 1);
         assert_eq!(report.newly_allowed[0].count, 2);
         assert_eq!(report.newly_allowed[0].last_time, "t2");

@@ -9,7 +9,7 @@ use anstyle::Style;
 use clap::{Args, ValueEnum};
 
 use super::RulesArgs;
-use super::output::{decision_style, dim, print_json, usage_error};
+use super::output::{EXIT_POLICY_ERROR, decision_style, dim, error, print_json, usage_error};
 use crate::audit::replay::{
     Class, Outcome, Recording, ReplayReport, ReplayedRequest, RequestKind, RuleChanges, replay,
 };
@@ -76,7 +76,11 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
         Ok(recording) => recording,
         Err(err) => return usage_error(&err.to_string()),
     };
-    let report = replay(&loaded.policy, &recording);
+    let report = match replay(&loaded.policy, &recording) {
+        Ok(report) => report,
+        // The kernel could not hold this draft either; `guard run` would say the same.
+        Err(err) => return error("policy", &format!("{err:#}"), EXIT_POLICY_ERROR),
+    };
     if args.json {
         print_json(&serde_json::to_value(&report).expect("a report always serialises"));
     } else {

@@ -1767,13 +1767,13 @@ fn check_dest_json_reports_every_matching_rule_and_the_strongest_decision() {
             "decision": "forbidden",
             "unmatched": false,
             "resolved": false,
-            "resolveErrors": [],
-            "matchedRules": [
+            "resolve_errors": [],
+            "matched_rules": [
                 {
                     "kind": "address_rule",
                     "text": "address_rule(addresses=[\"10.0.0.0/8\"], decision=\"deny\", justification=\"internal\")",
                     "decision": "forbidden",
-                    "auditOnly": false,
+                    "audit_only": false,
                     "file": file,
                     "line": 2,
                     "justification": "internal",
@@ -1782,7 +1782,7 @@ fn check_dest_json_reports_every_matching_rule_and_the_strongest_decision() {
                     "kind": "address_rule",
                     "text": "address_rule(addresses=[\"10.0.0.5\", \"db.internal\"], decision=\"prompt\", ports=[5432], transport=\"tcp\", audit_only=True)",
                     "decision": "prompt",
-                    "auditOnly": true,
+                    "audit_only": true,
                     "file": file,
                     "line": 3,
                 },
@@ -1792,8 +1792,8 @@ fn check_dest_json_reports_every_matching_rule_and_the_strongest_decision() {
     // The port and the transport filter: only the CIDR rule matches UDP.
     let value = sandbox.check_dest_json(&file, "10.0.0.5:5432", &["--transport", "udp"]);
     assert_eq!(value["destination"]["transport"], "udp");
-    assert_eq!(value["matchedRules"].as_array().unwrap().len(), 1);
-    assert_eq!(value["matchedRules"][0]["line"], 2);
+    assert_eq!(value["matched_rules"].as_array().unwrap().len(), 1);
+    assert_eq!(value["matched_rules"][0]["line"], 2);
 }
 
 #[test]
@@ -1821,8 +1821,8 @@ fn check_dest_network_rules_use_their_hosts_last_allow_or_deny_and_protocol_port
     for port in ["80", "443"] {
         let value = sandbox.check_dest_json(&file, &format!("127.0.0.1:{port}"), &[]);
         assert_eq!(value["decision"], "allow", "port {port}");
-        assert_eq!(value["matchedRules"][0]["line"], 6, "port {port}");
-        assert_eq!(value["matchedRules"][0]["kind"], "network_rule");
+        assert_eq!(value["matched_rules"][0]["line"], 6, "port {port}");
+        assert_eq!(value["matched_rules"][0]["kind"], "network_rule");
     }
     // https also covers UDP 443 (HTTP/3); no protocol covers port 22.
     let value = sandbox.check_dest_json(&file, "127.0.0.1:443", &["--transport", "udp"]);
@@ -1842,12 +1842,12 @@ fn check_dest_host_names_match_rules_written_with_that_name() {
             "decision": "forbidden",
             "unmatched": false,
             "resolved": false,
-            "resolveErrors": [],
-            "matchedRules": [{
+            "resolve_errors": [],
+            "matched_rules": [{
                 "kind": "network_rule",
                 "text": "network_rule(host=\"example.com\", protocol=\"https\", decision=\"deny\", justification=\"no paste\")",
                 "decision": "forbidden",
-                "auditOnly": false,
+                "audit_only": false,
                 "file": file,
                 "line": 1,
                 "justification": "no paste",
@@ -1857,11 +1857,11 @@ fn check_dest_host_names_match_rules_written_with_that_name() {
     );
     let value = sandbox.check_dest_json(&file, "db.internal:5432", &[]);
     assert_eq!(value["decision"], "prompt");
-    assert_eq!(value["matchedRules"][0]["host"], "db.internal");
+    assert_eq!(value["matched_rules"][0]["host"], "db.internal");
     // A name is not resolved: the address rules for 10.0.0.0/8 do not match it.
     let value = sandbox.check_dest_json(&file, "example.com:80", &[]);
     assert_eq!(value["unmatched"], true);
-    assert_eq!(value["matchedRules"], json!([]));
+    assert_eq!(value["matched_rules"], json!([]));
 }
 
 #[test]
@@ -2015,18 +2015,18 @@ fn check_kernel_reports_what_the_kernel_decides_for_the_exec() {
     ));
     let value = sandbox.check_json(&["--rules", &file, "--kernel"], &["git", "push"]);
     assert_eq!(value["decision"], "prompt");
-    assert_eq!(value["kernelDecision"], "prompt");
+    assert_eq!(value["kernel_decision"], "prompt");
     // No rule: the check says none, the kernel applies unmatched_exec.
     let value = sandbox.check_json(&["--rules", &file, "--kernel"], &["ls"]);
     assert_eq!(value["decision"], "none");
-    assert_eq!(value["kernelDecision"], "prompt");
+    assert_eq!(value["kernel_decision"], "prompt");
     // The kernel matches the executed file's name: /usr/bin/git is `git` there.
     let value = sandbox.check_json(&["--rules", &file, "--kernel"], &["/usr/bin/git", "status"]);
     assert_eq!(value["decision"], "none");
-    assert_eq!(value["kernelDecision"], "allow");
+    assert_eq!(value["kernel_decision"], "allow");
     // Without --kernel the contract is unchanged.
     let value = sandbox.check_json(&["--rules", &file], &["git", "push"]);
-    assert!(value.get("kernelDecision").is_none(), "{value}");
+    assert!(value.get("kernel_decision").is_none(), "{value}");
     let out = sandbox.check(&["--rules", &file, "--kernel"], &["ls"]);
     out.assert_success();
     assert!(out.stdout.contains("kernel: prompt"), "{}", out.stdout);
@@ -2041,9 +2041,9 @@ fn check_kernel_includes_the_pattern_tables_of_rule_sets_and_legacy_policies() {
     ));
     // `guard run` kills this exec (the glob's table): the kernel answer says so, and names it.
     let value = sandbox.check_json(&["--rules", &rules, "--kernel"], &["git", "push", "origin"]);
-    assert_eq!(value["kernelDecision"], "forbidden", "{value}");
+    assert_eq!(value["kernel_decision"], "forbidden", "{value}");
     assert_eq!(
-        value["kernelRule"], "rule_set(deny=[\"exec(*push*)\"])",
+        value["kernel_rule"], "rule_set(deny=[\"exec(*push*)\"])",
         "{value}"
     );
     // Arguments with spaces are read as the shell-quoted join, as the rule set reads them.
@@ -2051,9 +2051,9 @@ fn check_kernel_includes_the_pattern_tables_of_rule_sets_and_legacy_policies() {
         &["--rules", &rules, "--kernel"],
         &["git", "commit", "-m", "hi there"],
     );
-    assert_eq!(value["kernelDecision"], "allow", "{value}");
+    assert_eq!(value["kernel_decision"], "allow", "{value}");
     assert_eq!(
-        value["kernelRule"], "prefix_rule(pattern=[\"git\"], decision=\"allow\")",
+        value["kernel_rule"], "prefix_rule(pattern=[\"git\"], decision=\"allow\")",
         "{value}"
     );
     let legacy = display(&sandbox.write("team.policy", "forbid_substrings([\"--force\"])\n"));
@@ -2061,7 +2061,7 @@ fn check_kernel_includes_the_pattern_tables_of_rule_sets_and_legacy_policies() {
         &["--rules", &rules, "--rules", &legacy, "--kernel"],
         &["git", "commit", "--force"],
     );
-    assert_eq!(value["kernelDecision"], "forbidden", "{value}");
+    assert_eq!(value["kernel_decision"], "forbidden", "{value}");
     let out = sandbox.check(&["--rules", &rules, "--kernel"], &["git", "push"]);
     assert!(
         out.stdout

@@ -412,7 +412,7 @@ rule_set(deny=["bash(rm -rf*)"], allow=["exec(git *)"])
         refused["matched_rules"],
         json!([
             {"matched_prefix": ["rm"], "decision": "allow", "rule_id": 0, "file": path, "line": 1},
-            {"ruleSet": {"pattern": "bash(rm -rf*)", "file": path, "line": 3}, "decision": "forbidden"},
+            {"rule_set": {"pattern": "bash(rm -rf*)", "file": path, "line": 3}, "decision": "forbidden"},
         ])
     );
     // A rule-set allow cannot lift a forbidden prefix rule either.
@@ -421,7 +421,7 @@ rule_set(deny=["bash(rm -rf*)"], allow=["exec(git *)"])
         .json();
     assert_eq!(push["decision"], "forbidden");
     assert_eq!(
-        push["matched_rules"][1]["ruleSet"]["pattern"],
+        push["matched_rules"][1]["rule_set"]["pattern"],
         "exec(git *)"
     );
     assert_eq!(push["matched_rules"][1]["decision"], "allow");

@@ -319,7 +319,7 @@ fn check_dest_gives_an_address_the_rules_of_the_hosts_it_resolves_for_as_the_ker
     let value = check_dest(&rules, "127.55.0.1:443", &["--nameserver", &server]);
     assert_eq!(value["decision"], "forbidden", "{value}");
     assert_eq!(value["resolved"], true, "{value}");
-    assert_eq!(value["matchedRules"][0]["line"], 1, "{value}");
+    assert_eq!(value["matched_rules"][0]["line"], 1, "{value}");
     // A name decides by its addresses too: another name for the same address.
     let value = check_dest(&rules, "alias.check.test:443", &["--nameserver", &server]);
     assert_eq!(value["decision"], "forbidden", "{value}");

@@ -42,7 +42,7 @@ pub struct CheckArgs {
     /// Print one JSON object instead of an explanation.
     #[arg(long)]
     json: bool,
-    /// Also say what the kernel decides for an exec of ARGV (`kernelDecision` and `kernelRule`
+    /// Also say what the kernel decides for an exec of ARGV (`kernel_decision` and `kernel_rule`
     /// in JSON): the strongest of the prefix rules matched by the executed file's name and the
     /// pattern tables (rule-set globs, legacy regexes and substrings), else the policy's
     /// unmatched_exec.
@@ -168,8 +168,8 @@ pub fn run(args: &CheckArgs) -> ExitCode {
     if args.json {
         let mut value = check_json(&results, &evaluation, used_complex_parsing);
         if let Some(kernel) = &kernel {
-            value["kernelDecision"] = json!(kernel.decision.as_str());
-            value["kernelRule"] = json!(kernel.rule);
+            value["kernel_decision"] = json!(kernel.decision.as_str());
+            value["kernel_rule"] = json!(kernel.rule);
         }
         if let Some(approval) = &approval {
             value["approval"] = approval.json();
@@ -239,7 +239,7 @@ pub fn match_json(found: &RuleMatch) -> Value {
                 rule["file"] = json!(&*origin.file);
                 rule["line"] = json!(origin.line);
             }
-            json!({"ruleSet": rule, "decision": decision.as_str()})
+            json!({"rule_set": rule, "decision": decision.as_str()})
         }
         RuleMatch::LegacyMatch {
             rule,

@@ -163,7 +163,7 @@ pub fn check(
     if as_json {
         let mut value = dest_json(dest, transport, &evaluation);
         value["resolved"] = json!(resolved.cache.is_some());
-        value["resolveErrors"] = json!(
+        value["resolve_errors"] = json!(
             resolved
                 .failures
                 .iter()
@@ -190,7 +190,7 @@ fn dest_json(dest: &Dest, transport: Transport, evaluation: &DestinationEvaluati
                 "kind": found.kind.as_str(),
                 "text": found.text,
                 "decision": found.decision.as_str(),
-                "auditOnly": found.audit_only,
+                "audit_only": found.audit_only,
             });
             if let Some(origin) = &found.origin {
                 object["file"] = json!(&*origin.file);
@@ -209,7 +209,7 @@ fn dest_json(dest: &Dest, transport: Transport, evaluation: &DestinationEvaluati
         "destination": destination,
         "decision": evaluation.decision.as_str(),
         "unmatched": evaluation.unmatched,
-        "matchedRules": matched,
+        "matched_rules": matched,
     })
 }
 

@@ -135,7 +135,10 @@ fn always_refused(ask: &Ask) -> Option<String> {
              rules combine by strongest decision), so there is no amendment to write. Approve it \
              --once or --session, or change that rule.",
             ask.id,
-            ask.record.rule.as_deref().unwrap_or("?")
+            ask.record
+                .rule
+                .as_ref()
+                .map_or("?".to_string(), ToString::to_string)
         )),
         _ => None,
     }

@@ -10,7 +10,7 @@
 
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use std::net::IpAddr;
 
@@ -25,7 +25,7 @@ pub struct Answerer {
     pub uid: u32,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum ApprovalTarget {
     Exec {
@@ -40,7 +40,7 @@ pub enum ApprovalTarget {
     },
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Approval {
     /// The ask it answered.
     pub ask: u64,

@@ -7,13 +7,13 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant, SystemTime};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::ApprovalMode;
 use crate::policy::NetworkProtocol;
 
 /// What was asked for, in the terms an approval needs.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum AskTarget {
     /// An exec: `tokens[0]` is the executed file's name (what the kernel compares), then argv.
@@ -54,7 +54,7 @@ impl AskTarget {
 }
 
 /// The blocked-request record (`docs/policy-language.md` §7, plus the process).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockedRequest {
     /// The host name, or the address when no name is known.
     pub host: String,
@@ -73,12 +73,25 @@ pub struct BlockedRequest {
     pub argv: Vec<String>,
     /// RFC 3339, nanoseconds.
     pub timestamp: String,
-    /// The deciding rule's `file:line`, when a rule decided.
-    pub rule: Option<String>,
+    /// Where the deciding rule is written, when a rule decided.
+    pub rule: Option<RulePlace>,
     pub justification: Option<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// Where a rule is written: a file and a line (schema v2 keeps them apart).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RulePlace {
+    pub file: String,
+    pub line: usize,
+}
+
+impl std::fmt::Display for RulePlace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "lowercase")]
 pub enum AskState {
     Pending,
@@ -94,7 +107,7 @@ pub enum AskState {
     Expired,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Ask {
     pub id: u64,
     pub target: AskTarget,
@@ -111,9 +124,9 @@ pub struct Ask {
     pub scope: u64,
     /// That scope was a `guard run` (a session approval ends with it).
     pub from_run: bool,
-    #[serde(skip)]
+    #[serde(skip, default = "Instant::now")]
     first_seen: Instant,
-    #[serde(skip)]
+    #[serde(skip, default = "Instant::now")]
     last_seen: Instant,
     #[serde(skip)]
     resolved_at: Option<Instant>,

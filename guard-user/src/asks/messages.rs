@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::book::{AskTarget, BlockedRequest, timestamp};
+use super::book::{AskTarget, BlockedRequest, RulePlace, timestamp};
 use crate::compile::image::EnforcementImage;
 use crate::kernel::events::{EventKind, KernelEvent};
 use crate::policy::{Decision, NetworkProtocol};
@@ -237,9 +237,10 @@ pub fn blocked_request(
         executable: event.exe.clone(),
         argv: event.argv.clone(),
         timestamp: timestamp(event.time),
-        rule: rule
-            .and_then(|r| r.origin.as_ref())
-            .map(|o| format!("{}:{}", o.file, o.line)),
+        rule: rule.and_then(|r| r.origin.as_ref()).map(|o| RulePlace {
+            file: o.file.to_string(),
+            line: o.line,
+        }),
         justification: rule.and_then(|r| r.justification.clone()),
     }
 }

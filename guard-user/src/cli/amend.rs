@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::output::{print_json, say, usage_error};
 use crate::daemon::protocol::{Amendment, Request};
+use crate::daemon::responses::AmendmentApplied;
 use crate::policy::amend::{
     AmendOutcome, append_line, network_amendment_line, prefix_amendment_line,
     prefix_amendment_refusal,
@@ -58,25 +59,27 @@ pub struct HostArgs {
 
 /// Sends the amendment to the daemon and reports what it wrote and applied.
 fn through_daemon(socket: &Path, amendment: Amendment, json: bool) -> ExitCode {
-    let value = match super::control::call(socket, Request::Amend { amendment }) {
-        Ok(value) => value,
-        Err(code) => return code,
-    };
+    let appended: AmendmentApplied =
+        match super::control::call(socket, Request::Amend { amendment }) {
+            Ok(appended) => appended,
+            Err(code) => return code,
+        };
     if json {
-        print_json(&value);
+        print_json(&serde_json::to_value(&appended).expect("a response always serialises"));
     } else {
-        let line = value["line"].as_str().unwrap_or("");
-        let file = value["file"].as_str().unwrap_or("?");
-        match value["outcome"].as_str() {
-            Some("already_present") => say(&format!("already in {file}, nothing written: {line}")),
-            _ => say(&format!("appended to {file}: {line}")),
+        let (file, line) = (&appended.file, &appended.line);
+        match appended.outcome {
+            AmendOutcome::AlreadyPresent => {
+                say(&format!("already in {file}, nothing written: {line}"))
+            }
+            AmendOutcome::Appended => say(&format!("appended to {file}: {line}")),
         }
-        if value["applied"] == true {
+        if appended.applied {
             say("applied: the daemon enforces it now");
         } else {
             eprintln!(
                 "guard: warning: written but not applied: {}",
-                value["error"].as_str().unwrap_or("the reload failed")
+                appended.error.as_deref().unwrap_or("the reload failed")
             );
         }
     }

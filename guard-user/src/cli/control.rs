@@ -9,12 +9,18 @@ use std::process::ExitCode;
 use anstream::{eprintln, println};
 use anstyle::{AnsiColor, Style};
 use clap::Args;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::output::{dim, print_json};
+use crate::asks::Ask;
 use crate::daemon::client::{Client, ClientError};
 use crate::daemon::config::DEFAULT_SOCKET;
 use crate::daemon::protocol::{ApprovalMode, Request};
+use crate::daemon::responses::{
+    AmendmentApplied, ApproveResponse, DenyResponse, ReloadResponse, StatusResponse,
+};
 
 #[derive(Args, Debug, Clone)]
 pub struct SocketArgs {
@@ -68,10 +74,7 @@ impl AskSocketArgs {
         }
         let holding: Vec<PathBuf> = candidates
             .iter()
-            .filter(|socket| {
-                pending_asks(socket)
-                    .is_ok_and(|asks| asks.iter().any(|a| a["id"].as_u64() == Some(id)))
-            })
+            .filter(|socket| pending_asks(socket).is_ok_and(|asks| asks.iter().any(|a| a.id == id)))
             .cloned()
             .collect();
         match holding.as_slice() {
@@ -101,10 +104,8 @@ fn red() -> Style {
 }
 
 /// The pending asks at `socket`.
-fn pending_asks(socket: &Path) -> Result<Vec<Value>, ClientError> {
-    Client::connect(socket)
-        .and_then(|mut client| client.request(Request::Prompts))
-        .map(|asks| asks.as_array().cloned().unwrap_or_default())
+fn pending_asks(socket: &Path) -> Result<Vec<Ask>, ClientError> {
+    Client::connect(socket).and_then(|mut client| client.call(Request::Prompts))
 }
 
 /// Prints a client error and gives its exit status (3 not authorized, 4 no daemon, 1 other).
@@ -118,10 +119,18 @@ pub fn client_error(err: &ClientError) -> ExitCode {
 }
 
 /// One request, its result or the error.
-pub fn call(socket: &Path, request: Request) -> Result<Value, ExitCode> {
+pub fn call<R: DeserializeOwned>(socket: &Path, request: Request) -> Result<R, ExitCode> {
     Client::connect(socket)
-        .and_then(|mut client| client.request(request))
+        .and_then(|mut client| client.call(request))
         .map_err(|err| client_error(&err))
+}
+
+/// Sends an answer (`approve` or `deny`) and gives the amendment line it wrote, if any.
+pub fn answer(socket: &Path, request: Request) -> Result<Option<AmendmentApplied>, ExitCode> {
+    match request {
+        Request::Approve { .. } => call::<ApproveResponse>(socket, request).map(|r| r.line),
+        _ => call::<DenyResponse>(socket, request).map(|r| r.line),
+    }
 }
 
 #[derive(Args, Debug)]
@@ -163,10 +172,7 @@ pub fn prompts(args: &PromptsArgs) -> ExitCode {
         match pending_asks(socket) {
             Ok(asks) => {
                 reached += 1;
-                for mut ask in asks {
-                    ask["socket"] = socket.display().to_string().into();
-                    list.push(ask);
-                }
+                list.extend(asks.into_iter().map(|ask| (ask, socket.clone())));
             }
             Err(err) => {
                 first_error.get_or_insert(err);
@@ -177,18 +183,27 @@ pub fn prompts(args: &PromptsArgs) -> ExitCode {
         return client_error(err);
     }
     if args.json {
-        print_json(&Value::Array(list));
+        // Each ask as the daemon gave it, with the socket that holds it.
+        let asks = list
+            .iter()
+            .map(|(ask, socket)| {
+                let mut value = serde_json::to_value(ask).expect("an ask always serialises");
+                value["socket"] = socket.display().to_string().into();
+                value
+            })
+            .collect();
+        print_json(&Value::Array(asks));
         return ExitCode::SUCCESS;
     }
     if list.is_empty() {
         println!("no pending asks");
         return ExitCode::SUCCESS;
     }
-    for ask in &list {
+    for (ask, socket) in &list {
         if reached > 1 {
             println!(
                 "{}",
-                ask_line(ask) + &format!("  [--socket {}]", ask["socket"].as_str().unwrap_or(""))
+                ask_line(ask) + &format!("  [--socket {}]", socket.display())
             );
         } else {
             println!("{}", ask_line(ask));
@@ -203,23 +218,18 @@ pub fn prompts(args: &PromptsArgs) -> ExitCode {
 }
 
 /// `  3  ×2  expires in 280s  Network access to "api.github.com" requires approval: ...`
-pub fn ask_line(ask: &Value) -> String {
+pub fn ask_line(ask: &Ask) -> String {
     let yellow = Style::new().fg_color(Some(AnsiColor::Yellow.into())).bold();
-    let id = ask["id"].as_u64().unwrap_or(0);
-    let count = ask["count"].as_u64().unwrap_or(1);
-    let expires = ask["expires_in"]
-        .as_u64()
+    let (id, count) = (ask.id, ask.count);
+    let expires = ask
+        .expires_in
         .map(|s| format!("expires in {s}s"))
         .unwrap_or_default();
-    let who = format!(
-        "pid {} {}",
-        ask["record"]["pid"].as_u64().unwrap_or(0),
-        ask["record"]["executable"].as_str().unwrap_or("")
-    );
+    let who = format!("pid {} {}", ask.record.pid, ask.record.executable);
     format!(
         "{yellow}{id:>4}{yellow:#}  ×{count:<3} {:<16} {}  {}({who}){}",
         expires,
-        ask["message"].as_str().unwrap_or(""),
+        ask.message,
         dim().render(),
         dim().render_reset()
     )
@@ -269,15 +279,17 @@ pub fn approve(args: &ApproveArgs) -> ExitCode {
         Ok(socket) => socket,
         Err(code) => return code,
     };
+    let result = call::<ApproveResponse>(
+        &socket,
+        Request::Approve {
+            id: args.id,
+            mode,
+            prefix,
+        },
+    );
     answered(
-        call(
-            &socket,
-            Request::Approve {
-                id: args.id,
-                mode,
-                prefix,
-            },
-        ),
+        result,
+        |r| r.line.as_ref(),
         args.json,
         &format!("approved ask {} ({})", args.id, mode.as_str()),
     )
@@ -302,37 +314,41 @@ pub fn deny(args: &DenyArgs) -> ExitCode {
         Ok(socket) => socket,
         Err(code) => return code,
     };
+    let result = call::<DenyResponse>(
+        &socket,
+        Request::Deny {
+            id: args.id,
+            always: args.always,
+        },
+    );
     answered(
-        call(
-            &socket,
-            Request::Deny {
-                id: args.id,
-                always: args.always,
-            },
-        ),
+        result,
+        |r| r.line.as_ref(),
         args.json,
         &format!("denied ask {}", args.id),
     )
 }
 
-/// Prints an answer: JSON, or the sentence and the line it wrote.
-fn answered(result: Result<Value, ExitCode>, json: bool, sentence: &str) -> ExitCode {
-    let value = match result {
-        Ok(value) => value,
+/// Prints an answer: JSON, or the sentence and the line it wrote (`line` finds it).
+fn answered<R: Serialize>(
+    result: Result<R, ExitCode>,
+    line: fn(&R) -> Option<&AmendmentApplied>,
+    json: bool,
+    sentence: &str,
+) -> ExitCode {
+    let response = match result {
+        Ok(response) => response,
         Err(code) => return code,
     };
     if json {
-        print_json(&value);
+        print_json(&serde_json::to_value(&response).expect("a response always serialises"));
     } else {
         println!("{sentence}");
-        if let Some(line) = value["line"]["line"].as_str() {
-            println!(
-                "appended to {}: {line}",
-                value["line"]["file"].as_str().unwrap_or("?")
-            );
-        }
-        if let Some(error) = value["line"]["error"].as_str() {
-            eprintln!("guard: warning: {error}");
+        if let Some(appended) = line(&response) {
+            println!("appended to {}: {}", appended.file, appended.line);
+            if let Some(error) = &appended.error {
+                eprintln!("guard: warning: {error}");
+            }
         }
     }
     ExitCode::SUCCESS
@@ -347,31 +363,28 @@ pub struct ReloadArgs {
 }
 
 pub fn reload(args: &ReloadArgs) -> ExitCode {
-    match call(&args.socket.socket, Request::Reload) {
-        Ok(value) if args.json => {
-            print_json(&value);
+    match call::<ReloadResponse>(&args.socket.socket, Request::Reload) {
+        Ok(reloaded) if args.json => {
+            print_json(&serde_json::to_value(&reloaded).expect("a response always serialises"));
             ExitCode::SUCCESS
         }
-        Ok(value) => {
+        Ok(reloaded) => {
             println!(
                 "reloaded: {} rules from {} files",
-                value["rules"],
-                value["files"].as_array().map_or(0, |f| f.len())
+                reloaded.rules,
+                reloaded.files.len()
             );
-            let gaps = value["not_enforced"]
-                .as_array()
-                .map_or(&[][..], Vec::as_slice);
+            let gaps = &reloaded.not_enforced;
             if !gaps.is_empty() {
                 eprintln!(
                     "guard: note: {} rules are not enforced by the kernel on this backend:",
                     gaps.len()
                 );
-                let mut reasons: Vec<&str> =
-                    gaps.iter().filter_map(|g| g["reason"].as_str()).collect();
+                let mut reasons: Vec<&str> = gaps.iter().map(|g| g.reason.as_str()).collect();
                 reasons.dedup();
                 for reason in reasons {
-                    for gap in gaps.iter().filter(|g| g["reason"] == reason) {
-                        eprintln!("  {}", gap["rule"].as_str().unwrap_or("?"));
+                    for gap in gaps.iter().filter(|g| g.reason == reason) {
+                        eprintln!("  {}", gap.rule);
                     }
                     eprintln!("  ({reason})");
                 }
@@ -392,81 +405,59 @@ pub struct StatusArgs {
 }
 
 pub fn status(args: &StatusArgs) -> ExitCode {
-    let status = match call(&args.socket.socket, Request::Status) {
+    let status = match call::<StatusResponse>(&args.socket.socket, Request::Status) {
         Ok(status) => status,
         Err(code) => return code,
     };
     if args.json {
-        print_json(&status);
+        print_json(&serde_json::to_value(&status).expect("a response always serialises"));
         return ExitCode::SUCCESS;
     }
     let bold = Style::new().bold();
     println!(
         "{bold}guard daemon{bold:#} pid {} · backend {} · up {}s{}",
-        status["pid"],
-        status["backend"].as_str().unwrap_or("?"),
-        status["uptime_secs"],
-        if status["audit_only"] == true {
+        status.pid,
+        status.backend,
+        status.uptime_secs,
+        if status.audit_only {
             " · audit-only"
         } else {
             ""
         }
     );
     println!("{bold}scopes{bold:#}");
-    for scope in status["scopes"].as_array().into_iter().flatten() {
-        println!(
-            "  {:<8} {}",
-            scope["kind"]["kind"].as_str().unwrap_or("?"),
-            scope["cgroup"].as_str().unwrap_or("")
-        );
+    for scope in &status.scopes {
+        println!("  {:<8} {}", scope.kind.as_str(), scope.cgroup);
     }
     println!("{bold}rules{bold:#}");
-    for file in status["rules"].as_array().into_iter().flatten() {
-        println!(
-            "  {:>6}  {}",
-            file["rules"],
-            file["file"].as_str().unwrap_or("")
-        );
+    for file in &status.rules {
+        println!("  {:>6}  {}", file.rules, file.file);
     }
-    let addresses = status["addresses"].as_array().cloned().unwrap_or_default();
-    if !addresses.is_empty() {
+    if !status.addresses.is_empty() {
         println!("{bold}resolved{bold:#}");
-        for host in &addresses {
-            let list: Vec<&str> = host["addresses"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
+        for host in &status.addresses {
             println!(
                 "  {} → {}",
-                host["host"].as_str().unwrap_or(""),
-                if list.is_empty() {
+                host.host,
+                if host.addresses.is_empty() {
                     "(none)".to_string()
                 } else {
-                    list.join(", ")
+                    host.addresses.join(", ")
                 }
             );
         }
     }
     println!(
         "{bold}asks{bold:#} {} pending · {bold}events lost{bold:#} {}",
-        status["asks_pending"], status["events_lost"]
+        status.asks_pending, status.events_lost
     );
-    let counters: Vec<String> = status["counters"]
-        .as_object()
-        .into_iter()
-        .flatten()
+    let counters: Vec<String> = status
+        .counters
+        .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     println!("{bold}counters{bold:#} {}", counters.join(" "));
-    let failed_open: Vec<(String, u64)> = status["failed_open"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(hook, n)| (hook.clone(), n.as_u64().unwrap_or(0)))
-        .collect();
-    let any_failed = failed_open.iter().any(|(_, n)| *n > 0);
+    let any_failed = status.failed_open.values().any(|n| *n > 0);
     let warn = if any_failed {
         Style::new().fg_color(Some(AnsiColor::Yellow.into())).bold()
     } else {
@@ -474,7 +465,8 @@ pub fn status(args: &StatusArgs) -> ExitCode {
     };
     println!(
         "{warn}failed open{warn:#} {}{}",
-        failed_open
+        status
+            .failed_open
             .iter()
             .map(|(hook, n)| format!("{hook}={n}"))
             .collect::<Vec<_>>()
@@ -485,30 +477,27 @@ pub fn status(args: &StatusArgs) -> ExitCode {
             ""
         }
     );
-    let audit = &status["audit"];
+    let audit = &status.audit;
     println!(
         "{bold}audit log{bold:#} {} · {} written · lost: {} (writer behind), {} (write errors), \
          {} (slow followers){}",
-        audit["path"].as_str().unwrap_or("?"),
-        audit["written"],
-        audit["writer_lost"],
-        audit["write_errors"],
-        audit["follower_missed"],
-        match audit["syslog"].as_object() {
+        audit.path,
+        audit.written,
+        audit.writer_lost,
+        audit.write_errors,
+        audit.follower_missed,
+        match &audit.syslog {
             Some(s) => format!(
                 " · syslog {}: {} sent, {} failed, {} lost",
-                s["target"].as_str().unwrap_or("?"),
-                s["sent"],
-                s["failed"],
-                s["lost"]
+                s.target, s.sent, s.failed, s.lost
             ),
             None => String::new(),
         }
     );
-    if let Some(error) = audit["last_error"].as_str() {
+    if let Some(error) = &audit.last_error {
         eprintln!("guard: the audit log: {error}");
     }
-    if let Some(error) = status["last_reload_error"].as_str() {
+    if let Some(error) = &status.last_reload_error {
         eprintln!("guard: the last reload failed: {error}");
     }
     ExitCode::SUCCESS

@@ -179,10 +179,9 @@ pub fn release(args: &ReleaseArgs) -> ExitCode {
 /// or it does not say).
 fn live_daemon_pins(socket: &std::path::Path) -> Option<PathBuf> {
     let mut client = crate::daemon::client::Client::connect(socket).ok()?;
-    let status = client
-        .request(crate::daemon::protocol::Request::Status)
-        .ok()?;
-    status["pinned"].as_str().map(PathBuf::from)
+    let status: crate::daemon::responses::StatusResponse =
+        client.call(crate::daemon::protocol::Request::Status).ok()?;
+    Some(PathBuf::from(status.pinned))
 }
 
 /// The run scopes' cgroups that no process uses any more, and their parent if it is empty.

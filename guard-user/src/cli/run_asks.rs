@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::asks::answer::{ApprovalPlan, denial_line, plan_approval};
 use crate::asks::{
@@ -21,6 +21,7 @@ use crate::asks::{
 use crate::daemon::config::AskConfig;
 use crate::daemon::peer::user_name;
 use crate::daemon::protocol::{ErrorCode, MAX_REQUEST_BYTES, Request, RequestLine, ResponseLine};
+use crate::daemon::responses::{AmendmentApplied, ApproveResponse, DenyResponse};
 use crate::kernel::events::KernelEvent;
 use crate::policy::amend::{AmendOutcome, append_line};
 use crate::policy::approval::ApprovalPolicy;
@@ -163,13 +164,13 @@ impl RunAsks {
         mode: Option<ApprovalMode>,
         by: &Answerer,
     ) -> Result<String, String> {
-        let result = match mode {
-            Some(mode) => self.approve(session, id, mode, None, by),
-            None => self.deny(session, id, false, by),
+        let said = match mode {
+            Some(mode) => self
+                .approve(session, id, mode, None, by)
+                .map(|(_, said)| said),
+            None => self.deny(session, id, false, by).map(|(_, said)| said),
         };
-        result
-            .map(|value| value["said"].as_str().unwrap_or_default().to_string())
-            .map_err(|(_, message)| message)
+        said.map_err(|(_, message)| message)
     }
 
     /// The asks whose time ran out since the last call (they are denied), and the `--once`
@@ -249,11 +250,13 @@ impl RunAsks {
         };
         let now = Instant::now();
         let result = match request {
-            Request::Prompts => Ok(json!(self.book.pending(now))),
-            Request::Approve { id, mode, prefix } => {
-                self.approve(session, id, mode, prefix.as_deref(), &by)
-            }
-            Request::Deny { id, always } => self.deny(session, id, always, &by),
+            Request::Prompts => Ok((typed(self.book.pending(now)), None)),
+            Request::Approve { id, mode, prefix } => self
+                .approve(session, id, mode, prefix.as_deref(), &by)
+                .map(|(response, said)| (typed(response), Some(said))),
+            Request::Deny { id, always } => self
+                .deny(session, id, always, &by)
+                .map(|(response, said)| (typed(response), Some(said))),
             other => Err((
                 ErrorCode::BadRequest,
                 format!(
@@ -264,10 +267,7 @@ impl RunAsks {
             )),
         };
         match result {
-            Ok(value) => {
-                let said = value["said"].as_str().map(str::to_string);
-                (ResponseLine::ok(value), said)
-            }
+            Ok((value, said)) => (ResponseLine::ok(value), said),
             Err((code, message)) => (ResponseLine::error(code, message), None),
         }
     }
@@ -293,15 +293,19 @@ impl RunAsks {
         mode: ApprovalMode,
         prefix: Option<&[String]>,
         by: &Answerer,
-    ) -> Result<Value, Refusal> {
+    ) -> Result<(ApproveResponse, String), Refusal> {
         let ask = self.pending(id)?;
         let failed = |m: String| (ErrorCode::Failed, m);
-        let mut result = json!({"ask": id, "mode": mode.as_str()});
+        let mut result = ApproveResponse {
+            ask: id,
+            mode,
+            line: None,
+        };
         let proposed = prefix.map(|p| (session.policy(), p));
         let plan = plan_approval(&ask, mode, session.image(), proposed).map_err(failed)?;
         match plan {
             ApprovalPlan::Append(line) => {
-                result["line"] = self.append_and_apply(session, &line)?;
+                result.line = Some(self.append_and_apply(session, &line)?);
             }
             ApprovalPlan::Hold(target) => {
                 let approval = Approval {
@@ -324,14 +328,13 @@ impl RunAsks {
             by: by.name.clone(),
         };
         self.book.resolve(id, state, Instant::now());
-        result["said"] = format!(
+        let said = format!(
             "guard: ask {id} approved {} by {}{}",
             mode.as_str(),
             by.name,
-            written(&result)
-        )
-        .into();
-        Ok(result)
+            written(result.line.as_ref())
+        );
+        Ok((result, said))
     }
 
     fn deny(
@@ -340,25 +343,36 @@ impl RunAsks {
         id: u64,
         always: bool,
         by: &Answerer,
-    ) -> Result<Value, Refusal> {
+    ) -> Result<(DenyResponse, String), Refusal> {
         let ask = self.pending(id)?;
-        let mut result = json!({"ask": id, "always": always});
+        let mut result = DenyResponse {
+            ask: id,
+            always,
+            line: None,
+        };
         if let Some(line) = denial_line(&ask, always).map_err(|e| (ErrorCode::Failed, e))? {
-            result["line"] = self.append_and_apply(session, &line)?;
+            result.line = Some(self.append_and_apply(session, &line)?);
         }
         let state = AskState::Denied {
             always,
             by: by.name.clone(),
         };
         self.book.resolve(id, state, Instant::now());
-        result["said"] =
-            format!("guard: ask {id} denied by {}{}", by.name, written(&result)).into();
-        Ok(result)
+        let said = format!(
+            "guard: ask {id} denied by {}{}",
+            by.name,
+            written(result.line.as_ref())
+        );
+        Ok((result, said))
     }
 
     /// Appends `line` to the run's rules file (under its lock, deduplicated), loads the policy
     /// again and puts it in force. A policy that no longer loads keeps the old one in force.
-    fn append_and_apply(&mut self, session: &mut Session, line: &str) -> Result<Value, Refusal> {
+    fn append_and_apply(
+        &mut self,
+        session: &mut Session,
+        line: &str,
+    ) -> Result<AmendmentApplied, Refusal> {
         let Some(file) = &self.amendments else {
             return Err((
                 ErrorCode::Failed,
@@ -375,20 +389,18 @@ impl RunAsks {
                     .replace_policy(self.approval.kernel_policy(loaded.policy))
                     .map_err(|e| format!("{e:#}"))
             });
-        let mut value = json!({
-            "file": file.display().to_string(),
-            "line": line,
-            "outcome": outcome,
-            "applied": applied.is_ok(),
-        });
-        match applied {
-            Ok(()) => self.policies_applied += 1,
-            Err(error) => value["error"] = error.into(),
+        if applied.is_ok() {
+            self.policies_applied += 1;
         }
-        if outcome == AmendOutcome::AlreadyPresent {
-            value["note"] = "the line was already there; nothing was written".into();
-        }
-        Ok(value)
+        Ok(AmendmentApplied {
+            file: file.display().to_string(),
+            line: line.to_string(),
+            outcome,
+            applied: applied.is_ok(),
+            error: applied.err(),
+            note: (outcome == AmendOutcome::AlreadyPresent)
+                .then(|| "the line was already there; nothing was written".to_string()),
+        })
     }
 }
 
@@ -398,15 +410,15 @@ impl Drop for RunAsks {
     }
 }
 
-/// `: appended to R: LINE` when an answer wrote a line.
-fn written(result: &Value) -> String {
-    match (
-        result["line"]["file"].as_str(),
-        result["line"]["line"].as_str(),
-    ) {
-        (Some(file), Some(line)) => format!("; appended to {file}: {line}"),
-        _ => String::new(),
-    }
+/// `; appended to R: LINE` when an answer wrote a line.
+fn written(line: Option<&AmendmentApplied>) -> String {
+    line.map(|l| format!("; appended to {}: {}", l.file, l.line))
+        .unwrap_or_default()
+}
+
+/// A response's `result` (the types in `daemon::responses` and asks always serialise).
+fn typed(result: impl serde::Serialize) -> Value {
+    serde_json::to_value(result).expect("a response always serialises")
 }
 
 /// Who is asking, from the kernel (SO_PEERCRED): root, from outside this run's scope (a guarded

@@ -19,11 +19,11 @@ use serde_json::Value;
 
 use super::control::client_error;
 use crate::confine::sandbox::SandboxPlan;
-use crate::confine::{CommandConfinement, WritePlan, WriteRules};
+use crate::confine::{CommandConfinement, WritePlan};
 use crate::daemon::client::Client;
 use crate::daemon::protocol::{FLUSH_LINE, Request};
+use crate::daemon::responses::{HoldOffer, HoldResponse, RunResponse};
 use crate::hold::{ChildEnd, HeldSyscalls, filter};
-use crate::policy::sandbox::SandboxSetting;
 
 /// How long to wait for the daemon to pass on the last events after CMD ended.
 const FLUSH_WAIT: Duration = Duration::from_secs(2);
@@ -46,7 +46,7 @@ pub fn run(
     };
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let tmpdir = std::env::var_os("TMPDIR").map(PathBuf::from);
-    let started = match client.request(Request::Run {
+    let started: RunResponse = match client.call(Request::Run {
         argv: argv.to_vec(),
         workspace: Some(cwd.clone()),
         tmpdir: tmpdir.clone(),
@@ -59,26 +59,13 @@ pub fn run(
     };
     // The daemon's write rules (its protected paths and rule sets), held here with Landlock:
     // the plan needs this process's current folder and file system.
-    let rules = match serde_json::from_value::<WriteRules>(started["writes"].clone()) {
-        Ok(rules) => rules,
-        Err(_) => {
-            eprintln!(
-                "guard: note: the daemon did not say which write rules it has (an older \
-                 daemon?): only guard's fixed protected paths and its socket are held"
-            );
-            WriteRules::fixed(&[socket.to_path_buf()])
-        }
-    };
-    let plan = WritePlan::new(&rules, &cwd);
+    let plan = WritePlan::new(&started.writes, &cwd);
     // The daemon's sandbox (its `[sandbox]`, or its rules' `sandbox(...)`), with this run's
     // current folder as the workspace.
-    let sandbox = serde_json::from_value::<Option<SandboxSetting>>(started["sandbox"].clone())
-        .ok()
-        .flatten()
-        .map(|setting| {
-            let plan = SandboxPlan::new(setting.mode, &cwd, tmpdir.as_deref(), &setting.writable);
-            (plan, setting.from)
-        });
+    let sandbox = started.sandbox.clone().map(|setting| {
+        let plan = SandboxPlan::new(setting.mode, &cwd, tmpdir.as_deref(), &setting.writable);
+        (plan, setting.from)
+    });
     let restricted = sandbox
         .as_ref()
         .map(|(plan, _)| plan)
@@ -171,7 +158,7 @@ pub fn run(
     command.args(&argv[1..]);
     super::inherited_fds::pass_only_std_fds(&mut command, preserve_fds);
     let mut steps = confinement.steps();
-    let holds = held_syscalls(&started["holds"], verbose).filter(|_| hold);
+    let holds = held_syscalls(started.holds, verbose).filter(|_| hold);
     let child_socket = match holds.map(|held| hand_over_hold(socket, held, handed_over)) {
         Some(Ok((end, socket))) => {
             steps.hold = Some(end);
@@ -218,11 +205,11 @@ pub fn run(
 
 /// The calls the daemon offers to hold (`holds` in its `run` answer), when this process can
 /// install the filter: with CAP_SYS_ADMIN (root), so the command needs no no-new-privileges.
-fn held_syscalls(offer: &Value, verbose: bool) -> Option<HeldSyscalls> {
+fn held_syscalls(offer: HoldOffer, verbose: bool) -> Option<HeldSyscalls> {
     let held = HeldSyscalls {
-        exec: offer["exec"].as_bool() == Some(true),
-        connect: offer["network"].as_bool() == Some(true),
-        messages: offer["messages"].as_bool() == Some(true),
+        exec: offer.exec,
+        connect: offer.network,
+        messages: offer.messages,
     };
     if !held.any() {
         return None;
@@ -264,7 +251,11 @@ fn hand_over_hold(
             };
             let adopted = Client::connect(&socket)
                 .map_err(|e| e.to_string())
-                .and_then(|mut client| client.request(request).map_err(|e| e.to_string()));
+                .and_then(|mut client| {
+                    client
+                        .call::<HoldResponse>(request)
+                        .map_err(|e| e.to_string())
+                });
             match adopted {
                 Ok(_) => {
                     if let Ok(mut slot) = handed_over.lock() {

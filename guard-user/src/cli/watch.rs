@@ -10,13 +10,13 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use anstream::{eprintln, println};
-use nix::sys::termios::{self, LocalFlags, SetArg, Termios};
-use serde_json::Value;
-
-use super::control::{ask_line, call, client_error};
+use super::control::{answer, ask_line, client_error};
+use crate::asks::Ask;
 use crate::daemon::client::Client;
 use crate::daemon::protocol::{ApprovalMode, Request};
+use crate::daemon::responses::WatchEvent;
+use anstream::{eprintln, println};
+use nix::sys::termios::{self, LocalFlags, SetArg, Termios};
 
 /// Puts the terminal back as it was, however the loop ends.
 struct RawMode(Option<Termios>);
@@ -57,7 +57,7 @@ pub fn watch(socket: &Path) -> ExitCode {
         Ok(client) => client,
         Err(err) => return client_error(&err),
     };
-    let pending = match client.request(Request::Watch) {
+    let pending: Vec<Ask> = match client.call(Request::Watch) {
         Ok(pending) => pending,
         Err(err) => return client_error(&err),
     };
@@ -84,7 +84,7 @@ pub fn watch(socket: &Path) -> ExitCode {
         let _ = tx.send(Input::Closed);
     });
 
-    let mut queue: VecDeque<Value> = pending.as_array().cloned().unwrap_or_default().into();
+    let mut queue: VecDeque<Ask> = pending.into();
     let mut shown: Option<u64> = None;
     println!("watching for asks on {} (q to quit)", socket.display());
     loop {
@@ -93,7 +93,7 @@ pub fn watch(socket: &Path) -> ExitCode {
         {
             println!("{}", ask_line(ask));
             println!("  [o]nce  [s]ession  [a]lways  [d]eny  [D]eny always  [n]ext  [q]uit");
-            shown = ask["id"].as_u64();
+            shown = Some(ask.id);
         }
         let input = match rx.recv_timeout(Duration::from_millis(500)) {
             Ok(input) => input,
@@ -103,23 +103,23 @@ pub fn watch(socket: &Path) -> ExitCode {
         match input {
             Input::Closed => return ExitCode::SUCCESS,
             Input::Line(line) => {
-                let Ok(event) = serde_json::from_str::<Value>(&line) else {
+                // A line of another kind (or a newer daemon's) is not for this loop.
+                let Ok(event) = serde_json::from_str::<WatchEvent>(&line) else {
                     continue;
                 };
-                let ask = event["ask"].clone();
-                let id = ask["id"].as_u64();
-                match event["event"].as_str() {
-                    Some("ask") if !queue.iter().any(|a| a["id"].as_u64() == id) => {
+                match event {
+                    WatchEvent::Ask { ask } if !queue.iter().any(|a| a.id == ask.id) => {
                         queue.push_back(ask)
                     }
-                    Some("resolved") => {
-                        queue.retain(|a| a["id"].as_u64() != id);
-                        if shown == id && shown.is_some() {
-                            println!("  ask {} was answered elsewhere", id.unwrap_or(0));
+                    WatchEvent::Ask { .. } => {}
+                    WatchEvent::Resolved { ask } => {
+                        let id = ask.id;
+                        queue.retain(|a| a.id != id);
+                        if shown == Some(id) {
+                            println!("  ask {id} was answered elsewhere");
                             shown = None;
                         }
                     }
-                    _ => {}
                 }
             }
             Input::Key(key) => {
@@ -157,14 +157,13 @@ pub fn watch(socket: &Path) -> ExitCode {
                     b'q' => return ExitCode::SUCCESS,
                     _ => continue,
                 };
-                match call(socket, request) {
-                    Ok(value) => {
-                        let what = value["line"]["line"]
-                            .as_str()
-                            .map(|l| format!(": appended {l}"))
+                match answer(socket, request) {
+                    Ok(appended) => {
+                        let what = appended
+                            .map(|l| format!(": appended {}", l.line))
                             .unwrap_or_default();
                         println!("  done{what}");
-                        queue.retain(|a| a["id"].as_u64() != Some(id));
+                        queue.retain(|a| a.id != id);
                         shown = None;
                     }
                     Err(_) => {

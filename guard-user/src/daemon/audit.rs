@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
+use crate::daemon::responses::{AuditStatus, SyslogStatus};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -350,27 +351,27 @@ impl AuditTrail {
     }
 
     /// For `guard status`.
-    pub fn status(&self) -> Value {
+    pub fn status(&self) -> AuditStatus {
         let stats = self.writer.as_ref().map(|w| w.stats());
         let load = |f: fn(&crate::audit::writer::WriterStats) -> u64| stats.map_or(0, f);
-        json!({
-            "path": self.path.display().to_string(),
-            "next_seq": self.next_seq,
-            "written": load(|s| s.written.load(Ordering::Relaxed)),
-            "bytes": load(|s| s.bytes.load(Ordering::Relaxed)),
-            "rotations": load(|s| s.rotations.load(Ordering::Relaxed)),
-            "write_errors": load(|s| s.write_errors.load(Ordering::Relaxed)),
-            "last_error": stats.and_then(|s| s.last_error.lock().ok().and_then(|e| e.clone())),
-            "writer_lost": self.writer_lost,
-            "followers": self.followers.len(),
-            "follower_missed": self.follower_missed,
-            "syslog": self.syslog.as_ref().map(|s| json!({
-                "target": s.target().to_string(),
-                "sent": s.stats().sent.load(Ordering::Relaxed),
-                "failed": s.stats().failed.load(Ordering::Relaxed),
-                "lost": s.stats().lost.load(Ordering::Relaxed),
-            })),
-        })
+        AuditStatus {
+            path: self.path.display().to_string(),
+            next_seq: self.next_seq,
+            written: load(|s| s.written.load(Ordering::Relaxed)),
+            bytes: load(|s| s.bytes.load(Ordering::Relaxed)),
+            rotations: load(|s| s.rotations.load(Ordering::Relaxed)),
+            write_errors: load(|s| s.write_errors.load(Ordering::Relaxed)),
+            last_error: stats.and_then(|s| s.last_error.lock().ok().and_then(|e| e.clone())),
+            writer_lost: self.writer_lost,
+            followers: self.followers.len(),
+            follower_missed: self.follower_missed,
+            syslog: self.syslog.as_ref().map(|s| SyslogStatus {
+                target: s.target().to_string(),
+                sent: s.stats().sent.load(Ordering::Relaxed),
+                failed: s.stats().failed.load(Ordering::Relaxed),
+                lost: s.stats().lost.load(Ordering::Relaxed),
+            }),
+        }
     }
 
     /// Followers whose clients went away.

@@ -87,6 +87,20 @@ impl Client {
         }
     }
 
+    /// Sends `request` and reads its result as `R`, the type `daemon::responses` (or the
+    /// asks, for `prompts` and `watch`) gives it.
+    pub fn call<R: serde::de::DeserializeOwned>(
+        &mut self,
+        request: Request,
+    ) -> Result<R, ClientError> {
+        let value = self.request(request)?;
+        serde_json::from_value(value).map_err(|e| {
+            self.io(format!(
+                "its answer is not one this guard reads ({e}): is the daemon another version?"
+            ))
+        })
+    }
+
     pub fn send_line(&mut self, line: &str) -> Result<(), ClientError> {
         let mut bytes = line.as_bytes().to_vec();
         bytes.push(b'\n');

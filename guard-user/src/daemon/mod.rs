@@ -14,6 +14,7 @@ pub mod client;
 pub mod config;
 pub mod peer;
 pub mod protocol;
+pub mod responses;
 pub mod run_stream;
 pub mod scopes;
 pub mod server;

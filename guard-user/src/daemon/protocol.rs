@@ -202,6 +202,15 @@ pub fn event_line(kind: &str, body: serde_json::Value) -> String {
     value.to_string()
 }
 
+/// One line of a stream whose events are a tagged type (`event` is the tag).
+pub fn typed_event_line(event: &impl Serialize) -> String {
+    let mut value = serde_json::to_value(event).expect("an event always serialises");
+    if let Some(fields) = value.as_object_mut() {
+        fields.insert("v".to_string(), PROTOCOL_VERSION.into());
+    }
+    value.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::kernel::scope::{cgroup_id, cgroup2_root};
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum ScopeKind {
     /// Every process of the host (the daemon's own cgroup is exempt).
@@ -29,6 +29,18 @@ pub enum ScopeKind {
         /// A run the daemon found at start (its client talked to an earlier daemon).
         adopted: bool,
     },
+}
+
+impl ScopeKind {
+    /// Its `kind` in JSON.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ScopeKind::Host => "host",
+            ScopeKind::Cgroup => "cgroup",
+            ScopeKind::Runs => "runs",
+            ScopeKind::Run { .. } => "run",
+        }
+    }
 }
 
 /// The kind of guard scope a process runs in (the `scope` attribute of a control-socket

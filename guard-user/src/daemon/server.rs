@@ -108,7 +108,7 @@ pub async fn serve(config: Config) -> Result<()> {
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     tracing::info!(
         "enforcing ({}), listening on {}",
-        daemon.status()["backend"].as_str().unwrap_or("?"),
+        daemon.status().backend,
         socket_path.display()
     );
     loop {

@@ -11,7 +11,7 @@ use crate::compile::image::EnforcementImage;
 use crate::policy::Decision;
 
 /// One rule the backend does not enforce, and why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct NotEnforced {
     /// The rule as written, with where: `rule_set(deny=["write(.git/**)"]) (team.rules:4)`.
     pub rule: String,

@@ -46,7 +46,7 @@ pub enum AmendError {
 }
 
 /// What an append did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AmendOutcome {
     Appended,

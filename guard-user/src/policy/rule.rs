@@ -231,7 +231,9 @@ impl fmt::Debug for RuleMatch {
 }
 
 /// The protocols a `network_rule` names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum NetworkProtocol {
     Http,
@@ -297,7 +299,9 @@ impl NetworkProtocol {
 }
 
 /// The transport a destination rule applies to; `Any` covers both.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Transport {
     Tcp,

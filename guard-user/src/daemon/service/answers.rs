@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::Daemon;
 use crate::asks::answer::{ApprovalPlan, denial_line, plan_approval};
@@ -12,6 +12,7 @@ use crate::asks::book::{Ask, AskState};
 use crate::audit::RecordType;
 use crate::audit::record::{AmendmentInfo, ApprovalInfo, AuditRecord};
 use crate::daemon::protocol::{Amendment, ApprovalMode, ErrorCode};
+use crate::daemon::responses::{AmendmentApplied, ApproveResponse, DenyResponse, WatchEvent};
 use crate::policy::NetworkProtocol;
 use crate::policy::amend::{
     AmendOutcome, append_line, network_amendment_line, prefix_amendment_line,
@@ -45,14 +46,18 @@ impl Daemon {
         mode: ApprovalMode,
         prefix: Option<&[String]>,
         by: &Answerer,
-    ) -> Result<Value, (ErrorCode, String)> {
+    ) -> Result<ApproveResponse, (ErrorCode, String)> {
         let ask = self.pending_ask(id)?;
         let failed = |m: String| (ErrorCode::Failed, m);
-        let mut result = json!({"ask": id, "mode": mode.as_str()});
+        let mut result = ApproveResponse {
+            ask: id,
+            mode,
+            line: None,
+        };
         let proposed = prefix.map(|p| (&self.loaded.policy, p));
         match plan_approval(&ask, mode, self.in_force.image(), proposed).map_err(failed)? {
             ApprovalPlan::Append(line) => {
-                result["line"] = self.append_and_reload(&line, by).await?;
+                result.line = Some(self.append_and_reload(&line, by).await?);
             }
             ApprovalPlan::Hold(target) => self.add_approval(&ask, mode, by, target)?,
         }
@@ -61,14 +66,14 @@ impl Daemon {
             by: by.name.clone(),
         };
         if let Some(resolved) = self.asks.resolve(id, state, Instant::now()) {
-            self.notify_watchers("resolved", json!({"ask": resolved}));
+            self.notify_watchers(WatchEvent::Resolved { ask: resolved });
         }
         self.audit.emit(answer_record(
             &ask,
             RecordType::Approval,
             by,
             mode.as_str(),
-            &result,
+            result.line.as_ref(),
         ));
         Ok(result)
     }
@@ -129,22 +134,31 @@ impl Daemon {
         id: u64,
         always: bool,
         by: &Answerer,
-    ) -> Result<Value, (ErrorCode, String)> {
+    ) -> Result<DenyResponse, (ErrorCode, String)> {
         let ask = self.pending_ask(id)?;
-        let mut result = json!({"ask": id, "always": always});
+        let mut result = DenyResponse {
+            ask: id,
+            always,
+            line: None,
+        };
         if let Some(line) = denial_line(&ask, always).map_err(|e| (ErrorCode::Failed, e))? {
-            result["line"] = self.append_and_reload(&line, by).await?;
+            result.line = Some(self.append_and_reload(&line, by).await?);
         }
         let state = AskState::Denied {
             always,
             by: by.name.clone(),
         };
         if let Some(resolved) = self.asks.resolve(id, state, Instant::now()) {
-            self.notify_watchers("resolved", json!({"ask": resolved}));
+            self.notify_watchers(WatchEvent::Resolved { ask: resolved });
         }
         let mode = if always { "always" } else { "once" };
-        self.audit
-            .emit(answer_record(&ask, RecordType::Denial, by, mode, &result));
+        self.audit.emit(answer_record(
+            &ask,
+            RecordType::Denial,
+            by,
+            mode,
+            result.line.as_ref(),
+        ));
         Ok(result)
     }
 
@@ -152,7 +166,7 @@ impl Daemon {
         &mut self,
         amendment: &Amendment,
         by: &Answerer,
-    ) -> Result<Value, (ErrorCode, String)> {
+    ) -> Result<AmendmentApplied, (ErrorCode, String)> {
         let bad = |m: String| (ErrorCode::BadRequest, m);
         let line = match amendment {
             Amendment::Prefix { tokens } => {
@@ -185,7 +199,7 @@ impl Daemon {
         &mut self,
         line: &str,
         by: &Answerer,
-    ) -> Result<Value, (ErrorCode, String)> {
+    ) -> Result<AmendmentApplied, (ErrorCode, String)> {
         let file = self.config.amendments_file();
         let outcome = append_line(&file, line).map_err(|e| (ErrorCode::Failed, e.to_string()))?;
         let mut record = crate::daemon::audit::base(RecordType::Amendment, &by.name);
@@ -198,19 +212,15 @@ impl Daemon {
         record.details.insert("uid".into(), json!(by.uid));
         self.audit.emit(record);
         let applied = self.reload(&by.name).await;
-        let mut value = json!({
-            "file": file.display().to_string(),
-            "line": line,
-            "outcome": outcome,
-            "applied": applied.is_ok(),
-        });
-        if let Err(error) = applied {
-            value["error"] = error.into();
-        }
-        if outcome == AmendOutcome::AlreadyPresent {
-            value["note"] = "the line was already there; nothing was written".into();
-        }
-        Ok(value)
+        Ok(AmendmentApplied {
+            file: file.display().to_string(),
+            line: line.to_string(),
+            outcome,
+            applied: applied.is_ok(),
+            error: applied.err(),
+            note: (outcome == AmendOutcome::AlreadyPresent)
+                .then(|| "the line was already there; nothing was written".to_string()),
+        })
     }
 }
 
@@ -221,7 +231,7 @@ fn answer_record(
     kind: RecordType,
     by: &Answerer,
     mode: &str,
-    result: &Value,
+    appended: Option<&AmendmentApplied>,
 ) -> AuditRecord {
     let mut record = ask.origin.clone().unwrap_or_default();
     record.kind = kind;
@@ -232,14 +242,11 @@ fn answer_record(
         uid: by.uid,
         mode: mode.to_string(),
     });
-    if let (Some(file), Some(text)) = (
-        result["line"]["file"].as_str(),
-        result["line"]["line"].as_str(),
-    ) {
+    if let Some(appended) = appended {
         record.amendment = Some(AmendmentInfo {
-            file: file.to_string(),
-            line: line_number(std::path::Path::new(file), text).unwrap_or(0),
-            text: text.to_string(),
+            file: appended.file.clone(),
+            line: line_number(std::path::Path::new(&appended.file), &appended.line).unwrap_or(0),
+            text: appended.line.clone(),
         });
     }
     record

@@ -7,13 +7,12 @@
 
 use std::time::Instant;
 
-use serde_json::{Value, json};
-
 use super::Daemon;
 use crate::asks::AskState;
 use crate::compile::prompts_udp;
 use crate::daemon::peer::PeerCredentials;
 use crate::daemon::protocol::ErrorCode;
+use crate::daemon::responses::{HoldOffer, HoldResponse};
 use crate::hold::event::held_event;
 use crate::hold::{HeldCall, Hold, Reply, Twins};
 use crate::policy::approval::ApprovalPolicy;
@@ -26,15 +25,15 @@ pub struct WaitingCall {
 
 /// Which calls the daemon would hold for a run: what its policy asks about, unless prompts are
 /// refused at once (`[asks] approval = "never"`). Sent in the `run` response.
-pub fn hold_offer(daemon: &Daemon) -> Value {
+pub fn hold_offer(daemon: &Daemon) -> HoldOffer {
     let policy = &daemon.loaded.policy;
     let asking = daemon.config.asks.approval() != ApprovalPolicy::Never;
     let network = asking && crate::hold::policy_prompts_destinations(policy);
-    json!({
-        "exec": asking && crate::hold::policy_prompts_execs(policy),
-        "network": network,
-        "messages": network && prompts_udp(daemon.in_force.image()),
-    })
+    HoldOffer {
+        exec: asking && crate::hold::policy_prompts_execs(policy),
+        network,
+        messages: network && prompts_udp(daemon.in_force.image()),
+    }
 }
 
 impl Daemon {
@@ -55,7 +54,7 @@ impl Daemon {
         peer: PeerCredentials,
         fd: i32,
         first_exec: bool,
-    ) -> Result<Value, (ErrorCode, String)> {
+    ) -> Result<HoldResponse, (ErrorCode, String)> {
         let failed = |message: String| (ErrorCode::Failed, message);
         let pid = peer
             .pid
@@ -81,10 +80,7 @@ impl Daemon {
         })?;
         let offer = hold_offer(self);
         let twins = self
-            .hold_twins(
-                offer["exec"].as_bool().unwrap_or(false),
-                offer["network"].as_bool().unwrap_or(false),
-            )
+            .hold_twins(offer.exec, offer.network)
             .map_err(|e| failed(format!("deciding held calls: {e:#}")))?;
         let wake = self.held_wake.clone();
         let hold = Hold::adopt(
@@ -99,7 +95,10 @@ impl Daemon {
         if let Some(scope) = self.scopes.by_id.get_mut(&scope_id) {
             scope.hold = Some(hold);
         }
-        Ok(json!({"cgroup_id": scope_id, "holds": offer}))
+        Ok(HoldResponse {
+            cgroup_id: scope_id,
+            holds: offer,
+        })
     }
 
     /// The calls the hold of run scope `scope_id` passed on: each is asked about (or refused

@@ -15,7 +15,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use super::audit::{AuditTrail, HistoryRead};
 use super::config::Config;
 use super::peer::{PeerCredentials, subject, user_name};
-use super::protocol::{ErrorCode, Request, ResponseLine, event_line};
+use super::protocol::{ErrorCode, Request, ResponseLine, event_line, typed_event_line};
 use super::run_stream::repeat_key;
 use super::scopes::{Membership, ScopeKind, Scopes, configured_cgroup, own_cgroup};
 use crate::asks::Approvals;
@@ -28,6 +28,7 @@ use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
 use crate::compile::image::EnforcementImage;
 use crate::compile::{CompileEnv, host_names};
 use crate::confine::sandbox::SandboxPlan;
+use crate::daemon::responses::{ReloadResponse, ResolverStatus, RunResponse, WatchEvent};
 use crate::in_force::{InForce, Modes};
 use crate::kernel::events::{EventReader, KernelEvent};
 use crate::kernel::scope::{cgroup_id, cgroup2_root};
@@ -326,7 +327,7 @@ impl Daemon {
 
     /// Re-reads the rules and the authorization policy. A policy that fails to load keeps the old
     /// ones; the error names the file and line.
-    pub async fn reload(&mut self, by: &str) -> Result<Value, String> {
+    pub async fn reload(&mut self, by: &str) -> Result<ReloadResponse, String> {
         // Both policies load, or neither changes.
         let loaded = match load(&self.config)
             .map_err(|e| e.to_string())
@@ -376,7 +377,11 @@ impl Daemon {
             by,
             json!({"ok": true, "files": files, "rules": rules, "not_enforced": gaps}),
         );
-        Ok(json!({"files": files, "rules": rules, "not_enforced": gaps}))
+        Ok(ReloadResponse {
+            files,
+            rules,
+            not_enforced: gaps,
+        })
     }
 
     /// The rules of the policy in force that the running backend does not enforce (audited at
@@ -481,15 +486,12 @@ impl Daemon {
 
     /// `{"port": P, "names": N, "addresses": M}` of guard's resolver, or null when the scopes'
     /// DNS is not redirected.
-    fn resolver_status(&self) -> Value {
-        match &self.name_server {
-            Some(server) => json!({
-                "port": server.port(),
-                "names": self.answers.name_count(),
-                "addresses": self.answers.address_count(),
-            }),
-            None => Value::Null,
-        }
+    fn resolver_status(&self) -> Option<ResolverStatus> {
+        self.name_server.as_ref().map(|server| ResolverStatus {
+            port: server.port(),
+            names: self.answers.name_count(),
+            addresses: self.answers.address_count(),
+        })
     }
 
     /// The names guard's resolver answered `event`'s destination address for.
@@ -529,7 +531,7 @@ impl Daemon {
                 .details
                 .insert("becomes".into(), json!(self.config.asks.expire));
             self.audit.emit(record);
-            self.notify_watchers("resolved", json!({"ask": ask}));
+            self.notify_watchers(WatchEvent::Resolved { ask });
         }
         let mut changed = self.approvals.expire(now);
         for id in self.scopes.end_finished_runs() {
@@ -710,7 +712,7 @@ impl Daemon {
             self.asks.set_origin(id, ask_record.clone());
             self.audit.emit(ask_record);
             if let Some(ask) = self.asks.get(id, now) {
-                self.notify_watchers("ask", json!({"ask": ask}));
+                self.notify_watchers(WatchEvent::Ask { ask });
             }
         }
         self.audit.emit(record);
@@ -721,8 +723,8 @@ impl Daemon {
         }
     }
 
-    fn notify_watchers(&mut self, kind: &str, body: Value) {
-        let line = event_line(kind, body);
+    fn notify_watchers(&mut self, event: WatchEvent) {
+        let line = typed_event_line(&event);
         self.watchers.retain(|w| w.send(line.clone()).is_ok());
     }
 
@@ -802,29 +804,31 @@ impl Daemon {
             uid: peer.uid,
         };
         let result = match request {
-            Request::Status => Ok(self.status()),
-            Request::Prompts => Ok(json!(self.asks.pending(Instant::now()))),
+            Request::Status => Ok(typed(self.status())),
+            Request::Prompts => Ok(typed(self.asks.pending(Instant::now()))),
             Request::Watch => {
                 if let Some(stream) = stream {
                     self.watchers.push(stream);
                 }
-                Ok(json!(self.asks.pending(Instant::now())))
+                Ok(typed(self.asks.pending(Instant::now())))
             }
-            Request::Approve { id, mode, prefix } => {
-                self.approve(id, mode, prefix.as_deref(), &by).await
-            }
-            Request::Deny { id, always } => self.deny(id, always, &by).await,
-            Request::Amend { amendment } => self.amend(&amendment, &by).await,
+            Request::Approve { id, mode, prefix } => self
+                .approve(id, mode, prefix.as_deref(), &by)
+                .await
+                .map(typed),
+            Request::Deny { id, always } => self.deny(id, always, &by).await.map(typed),
+            Request::Amend { amendment } => self.amend(&amendment, &by).await.map(typed),
             Request::Reload => self
                 .reload(&by.name)
                 .await
+                .map(typed)
                 .map_err(|m| (ErrorCode::Failed, m)),
             Request::Run {
                 argv,
                 workspace,
                 tmpdir,
-            } => self.run(peer, argv, (workspace, tmpdir), stream),
-            Request::Hold { fd, first_exec } => self.adopt_hold(peer, fd, first_exec),
+            } => self.run(peer, argv, (workspace, tmpdir), stream).map(typed),
+            Request::Hold { fd, first_exec } => self.adopt_hold(peer, fd, first_exec).map(typed),
             // Served by `audit_read` (the server sends it there).
             Request::Audit { .. } => Err((
                 ErrorCode::BadRequest,
@@ -843,7 +847,7 @@ impl Daemon {
         argv: Vec<String>,
         (workspace, tmpdir): (Option<PathBuf>, Option<PathBuf>),
         stream: Option<UnboundedSender<String>>,
-    ) -> Result<Value, (ErrorCode, String)> {
+    ) -> Result<RunResponse, (ErrorCode, String)> {
         let pid = peer.pid.ok_or((
             ErrorCode::Failed,
             "the kernel gave no pid for this connection".to_string(),
@@ -894,11 +898,13 @@ impl Daemon {
                 ),
             }
         }
-        let holds = held::hold_offer(self);
-        Ok(
-            json!({"scope": path, "cgroup_id": id, "writes": writes, "sandbox": sandbox,
-                  "holds": holds}),
-        )
+        Ok(RunResponse {
+            scope: path,
+            cgroup_id: id,
+            writes,
+            sandbox,
+            holds: held::hold_offer(self),
+        })
     }
 
     /// Drains the kernel's events now, then says so on `stream` (after any `blocked` lines the
@@ -967,6 +973,12 @@ fn log_unheld_allowances(image: &EnforcementImage) {
     for warning in crate::kernel::coverage::unheld_allowances(image) {
         tracing::warn!("{warning}");
     }
+}
+
+/// A response's `result`: every type in `responses` serialises (plain structs of strings,
+/// numbers and lists).
+fn typed(result: impl serde::Serialize) -> Value {
+    serde_json::to_value(result).expect("a response always serialises")
 }
 
 /// How long the daemon waits between housekeeping rounds.

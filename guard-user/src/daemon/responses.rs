@@ -1,0 +1,312 @@
+//! The results of the control socket's requests, one type per request: the daemon serialises
+//! them into a response's `result` and the CLI reads the same types back, so the two cannot
+//! drift apart field by field. docs/daemon.md documents each; all keys are snake_case.
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+
+use super::scopes::ScopeKind;
+use crate::asks::{Approval, ApprovalMode, Ask};
+use crate::confine::WriteRules;
+use crate::kernel::coverage::NotEnforced;
+use crate::policy::amend::AmendOutcome;
+use crate::policy::sandbox::SandboxSetting;
+
+/// `status`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StatusResponse {
+    pub version: String,
+    pub pid: u32,
+    pub backend: String,
+    pub uptime_secs: u64,
+    pub audit_only: bool,
+    pub scopes: Vec<ScopeStatus>,
+    /// Rules per file, in load order.
+    pub rules: Vec<RulesFile>,
+    pub unresolved_hosts: Vec<String>,
+    pub addresses: Vec<HostAddresses>,
+    /// guard's resolver; `null` when the scopes' DNS is not redirected.
+    pub resolver: Option<ResolverStatus>,
+    pub asks_pending: usize,
+    pub approvals: Vec<Approval>,
+    /// The kernel programs' counters, by name, in the kernel's order.
+    pub counters: IndexMap<String, u64>,
+    pub events_lost: u64,
+    /// Decisions that failed open, per hook (`exec`, `net`, `file`): each should stay 0.
+    pub failed_open: IndexMap<String, u64>,
+    pub audit: AuditStatus,
+    /// The pinned programs' folder.
+    pub pinned: String,
+    pub last_reload_error: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ScopeStatus {
+    pub kind: ScopeKind,
+    pub cgroup: String,
+    pub cgroup_id: u64,
+    /// A `guard run` client is reading its refusals.
+    pub streaming: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RulesFile {
+    pub file: String,
+    pub rules: usize,
+}
+
+/// A host name of the policy and what it resolved to.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HostAddresses {
+    pub host: String,
+    pub addresses: Vec<String>,
+    pub refresh_in_secs: Option<u64>,
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ResolverStatus {
+    pub port: u16,
+    pub names: usize,
+    pub addresses: usize,
+}
+
+/// The audit trail: where it goes and what it lost.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct AuditStatus {
+    pub path: String,
+    pub next_seq: u64,
+    pub written: u64,
+    pub bytes: u64,
+    pub rotations: u64,
+    pub write_errors: u64,
+    pub last_error: Option<String>,
+    pub writer_lost: u64,
+    pub followers: usize,
+    pub follower_missed: u64,
+    pub syslog: Option<SyslogStatus>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SyslogStatus {
+    pub target: String,
+    pub sent: u64,
+    pub failed: u64,
+    pub lost: u64,
+}
+
+/// A line appended to the amendments file, and whether the policy with it was put in force.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AmendmentApplied {
+    pub file: String,
+    /// The line as written.
+    pub line: String,
+    pub outcome: AmendOutcome,
+    pub applied: bool,
+    /// Why the policy with the line did not load (it stays in the file; the old policy holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// `approve`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ApproveResponse {
+    pub ask: u64,
+    pub mode: ApprovalMode,
+    /// The amendment line an `always` wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<AmendmentApplied>,
+}
+
+/// `deny`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DenyResponse {
+    pub ask: u64,
+    pub always: bool,
+    /// The deny rule an `always` wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<AmendmentApplied>,
+}
+
+/// `reload`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ReloadResponse {
+    pub files: Vec<String>,
+    pub rules: usize,
+    /// The rules the running backend does not hold.
+    pub not_enforced: Vec<NotEnforced>,
+}
+
+/// Which calls of a run the daemon would hold while their asks wait.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldOffer {
+    pub exec: bool,
+    pub network: bool,
+    /// `sendmsg`-family calls (only when some UDP datagram could be prompted).
+    pub messages: bool,
+}
+
+/// `run`: the scope the client was moved into, and what it holds itself.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunResponse {
+    pub scope: String,
+    pub cgroup_id: u64,
+    /// The policy's write rules, which the client holds with Landlock.
+    pub writes: WriteRules,
+    /// The sandbox the client holds (`[sandbox]`, else the rules' `sandbox(...)`).
+    pub sandbox: Option<SandboxSetting>,
+    pub holds: HoldOffer,
+}
+
+/// `hold`.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct HoldResponse {
+    pub cgroup_id: u64,
+    pub holds: HoldOffer,
+}
+
+/// A line of the `watch` stream: an ask was raised (or repeated), or answered.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum WatchEvent {
+    Ask { ask: Ask },
+    Resolved { ask: Ask },
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+    use crate::asks::ApprovalTarget;
+    use crate::policy::amend::AmendOutcome;
+
+    /// Every key in `value` is snake_case (schema v2).
+    fn assert_snake_case(value: &Value) {
+        match value {
+            Value::Object(map) => {
+                for (key, inner) in map {
+                    assert!(
+                        key.bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                        "{key:?} is not snake_case in {value}"
+                    );
+                    assert_snake_case(inner);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(assert_snake_case),
+            _ => {}
+        }
+    }
+
+    /// Serialises `response`, checks its keys, reads it back and serialises it again: the same
+    /// JSON both times, so the client reads exactly what the daemon wrote.
+    fn round_trip<R: Serialize + serde::de::DeserializeOwned>(response: &R) -> Value {
+        let written = serde_json::to_value(response).unwrap();
+        assert_snake_case(&written);
+        let read: R = serde_json::from_value(written.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&read).unwrap(), written);
+        written
+    }
+
+    #[test]
+    fn every_response_reads_back_as_written() {
+        let appended = AmendmentApplied {
+            file: "/var/lib/guard/rules/default.rules".into(),
+            line: "prefix_rule(pattern=[\"ls\"], decision=\"allow\")".into(),
+            outcome: AmendOutcome::Appended,
+            applied: false,
+            error: Some("does not load".into()),
+            note: None,
+        };
+        let approved = round_trip(&ApproveResponse {
+            ask: 3,
+            mode: ApprovalMode::Always,
+            line: Some(appended.clone()),
+        });
+        assert_eq!(approved["line"]["outcome"], "appended");
+        let denied = round_trip(&DenyResponse {
+            ask: 4,
+            always: false,
+            line: None,
+        });
+        assert!(denied.get("line").is_none(), "absent, never null: {denied}");
+        let mut counters = IndexMap::new();
+        counters.insert("exec_allow".to_string(), 7);
+        counters.insert("audit_only".to_string(), 0);
+        let status = round_trip(&StatusResponse {
+            version: "0.1.0".into(),
+            pid: 1,
+            backend: "cgroup".into(),
+            uptime_secs: 2,
+            audit_only: false,
+            scopes: vec![ScopeStatus {
+                kind: ScopeKind::Run {
+                    uid: 1000,
+                    argv: vec!["make".into()],
+                    adopted: false,
+                },
+                cgroup: "/sys/fs/cgroup/guard/run-1".into(),
+                cgroup_id: 9,
+                streaming: true,
+            }],
+            rules: vec![RulesFile {
+                file: "team.rules".into(),
+                rules: 2,
+            }],
+            unresolved_hosts: vec![],
+            addresses: vec![HostAddresses {
+                host: "api.example.com".into(),
+                addresses: vec!["127.0.0.1".into()],
+                refresh_in_secs: Some(30),
+                error: None,
+            }],
+            resolver: Some(ResolverStatus {
+                port: 5353,
+                names: 1,
+                addresses: 1,
+            }),
+            asks_pending: 0,
+            approvals: vec![Approval {
+                ask: 3,
+                mode: ApprovalMode::Session,
+                by: "root".into(),
+                target: ApprovalTarget::Exec {
+                    tokens: vec!["git".into(), "push".into()],
+                },
+                scope: None,
+                until: None,
+            }],
+            counters,
+            events_lost: 0,
+            failed_open: IndexMap::new(),
+            audit: AuditStatus::default(),
+            pinned: "/sys/fs/bpf/guard/1".into(),
+            last_reload_error: None,
+        });
+        let order: Vec<&String> = status["counters"].as_object().unwrap().keys().collect();
+        assert_eq!(
+            order,
+            ["exec_allow", "audit_only"],
+            "the kernel's order is kept"
+        );
+        round_trip(&RunResponse {
+            scope: "/sys/fs/cgroup/guard/run-1".into(),
+            cgroup_id: 9,
+            writes: WriteRules::default(),
+            sandbox: None,
+            holds: HoldOffer {
+                exec: true,
+                network: false,
+                messages: false,
+            },
+        });
+        round_trip(&ReloadResponse {
+            files: vec!["team.rules".into()],
+            rules: 2,
+            not_enforced: vec![],
+        });
+    }
+}

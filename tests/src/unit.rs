@@ -1,10 +1,12 @@
 //! A process started the way `packaging/guard.service` starts the daemon, as far as a test can
-//! without systemd: the unit's `CapabilityBoundingSet=` and `NoNewPrivileges=`, and the mount
-//! side of its `PrivateMounts=`, `ProtectSystem=`, `ProtectHome=`, `ProtectKernelTunables=`
-//! with its `ReadWritePaths=`, `ProtectProc=` and `ProcSubset=` (a mount namespace of its own,
-//! read-only folders, a /proc that shows only processes). Not emulated: `SystemCallFilter=`
-//! (systemd compiles it with libseccomp), `PrivateDevices=`, `RestrictAddressFamilies=`,
-//! `RestrictNamespaces=` and the other seccomp-based settings.
+//! without systemd: the unit's `User=` and `Group=` with its `AmbientCapabilities=`, its
+//! `CapabilityBoundingSet=` and `NoNewPrivileges=`, and the mount side of its `PrivateMounts=`,
+//! `ProtectSystem=`, `ProtectHome=`, `ProtectKernelTunables=` with its `ReadWritePaths=`,
+//! `ProtectProc=` and `ProcSubset=` (a mount namespace of its own, read-only folders, a /proc
+//! that shows only processes). Not emulated: `SystemCallFilter=` (systemd compiles it with
+//! libseccomp), `PrivateDevices=`, `RestrictAddressFamilies=`, `RestrictNamespaces=` and the
+//! other seccomp-based settings, and `RemoveIPC=` (what it removes is left when the unit
+//! stops).
 
 use std::ffi::CString;
 use std::io;
@@ -45,11 +47,34 @@ pub fn unit_capabilities() -> Vec<caps::Capability> {
         .collect()
 }
 
+/// The user and group of the unit's `User=` and `Group=` (`None`: root), from /etc/passwd and
+/// /etc/group. Panics when they are not on this machine: `cargo xtask setup` makes them.
+pub fn unit_user() -> Option<(libc::uid_t, libc::gid_t)> {
+    let user = unit_value("User")?;
+    let group = unit_value("Group").unwrap_or_else(|| user.clone());
+    let id_in = |file: &str, name: &str| {
+        std::fs::read_to_string(file)
+            .unwrap_or_default()
+            .lines()
+            .find_map(|line| {
+                let mut fields = line.split(':');
+                (fields.next() == Some(name)).then(|| fields.nth(1)?.parse::<u32>().ok())?
+            })
+            .unwrap_or_else(|| {
+                panic!("no {name} in {file}: the unit runs as it (`cargo xtask setup` makes it)")
+            })
+    };
+    Some((id_in("/etc/passwd", &user), id_in("/etc/group", &group)))
+}
+
 /// What the unit takes from the daemon, ready to apply between fork and exec (nothing there
 /// may allocate, so every string is made before).
 pub struct UnitConfinement {
     /// Capabilities to drop from the bounding set.
     dropped: Vec<u8>,
+    /// `User=` and `Group=`, and the capabilities it keeps across the exec (ambient).
+    user: Option<(libc::uid_t, libc::gid_t)>,
+    ambient: Vec<u8>,
     /// Folders bound read-only.
     read_only: Vec<CString>,
     /// Mount points made read-only where they are (`/sys` and its submounts), with the flags
@@ -74,6 +99,29 @@ impl UnitConfinement {
             "the emulation always gives the daemon a mount namespace of its own"
         );
         let kept = unit_capabilities();
+        let user = unit_user();
+        let ambient: Vec<u8> = unit_value("AmbientCapabilities")
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(|name| {
+                let capability: caps::Capability = name
+                    .parse()
+                    .unwrap_or_else(|err| panic!("AmbientCapabilities= names {name}: {err}"));
+                assert!(
+                    kept.contains(&capability),
+                    "{name} is ambient but not in CapabilityBoundingSet="
+                );
+                capability.index()
+            })
+            .collect();
+        assert!(
+            user.is_some() || ambient.is_empty(),
+            "ambient capabilities without User= are not emulated"
+        );
+        match unit_value("RemoveIPC").as_deref() {
+            None | Some("no") | Some("yes") => {}
+            Some(other) => panic!("RemoveIPC={other} is not emulated"),
+        }
         let last = last_capability();
         let dropped = caps::all()
             .into_iter()
@@ -131,6 +179,8 @@ impl UnitConfinement {
         }
         UnitConfinement {
             dropped,
+            user,
+            ambient,
             read_only,
             remount_read_only,
             proc_options: (!proc_options.is_empty())
@@ -145,7 +195,8 @@ impl UnitConfinement {
         unsafe { command.pre_exec(move || self.apply()) };
     }
 
-    /// The mounts first (they need CAP_SYS_ADMIN), then the capabilities, then no_new_privs.
+    /// The mounts first (they need CAP_SYS_ADMIN), then the bounding set, then the user with
+    /// its ambient capabilities, then no_new_privs.
     fn apply(&self) -> io::Result<()> {
         fn check(rc: libc::c_int) -> io::Result<()> {
             if rc == 0 {
@@ -209,10 +260,61 @@ impl UnitConfinement {
                     0,
                 ))?;
             }
+            if let Some((uid, gid)) = self.user {
+                // As systemd does for User= with AmbientCapabilities=: keep the permitted set
+                // across the uid change, narrow it to the ambient ones, raise those (an exec by
+                // a non-root user keeps only ambient capabilities).
+                check(libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0))?;
+                check(libc::setgroups(0, std::ptr::null()))?;
+                check(libc::setresgid(gid, gid, gid))?;
+                check(libc::setresuid(uid, uid, uid))?;
+                let mask = self
+                    .ambient
+                    .iter()
+                    .fold(0u64, |mask, &c| mask | (1u64 << c));
+                let header = CapHeader {
+                    version: LINUX_CAPABILITY_VERSION_3,
+                    pid: 0,
+                };
+                let half = |shift: u32| CapData {
+                    effective: (mask >> shift) as u32,
+                    permitted: (mask >> shift) as u32,
+                    inheritable: (mask >> shift) as u32,
+                };
+                let data = [half(0), half(32)];
+                if libc::syscall(libc::SYS_capset, &header, data.as_ptr()) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                for &capability in &self.ambient {
+                    check(libc::prctl(
+                        libc::PR_CAP_AMBIENT,
+                        libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
+                        libc::c_ulong::from(capability),
+                        0,
+                        0,
+                    ))?;
+                }
+            }
             check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
         }
     }
 }
+
+/// `capset`'s header and data (`linux/capability.h`, version 3: two data structs for 64 bits).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
 /// The mount points at or below `root`, from /proc/self/mountinfo, parents first.
 fn mount_points_below(root: &Path) -> Vec<PathBuf> {

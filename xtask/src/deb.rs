@@ -88,8 +88,14 @@ pub fn build() -> Result<PathBuf> {
     let postinst = control.join("postinst");
     std::fs::write(
         &postinst,
-        "#!/bin/sh\nset -e\n# The unit is known to systemd; enabling it is the admin's choice.\n\
-         if [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi\n",
+        format!(
+            "#!/bin/sh\nset -e\n# The unit runs the daemon as this user (User=guard).\n\
+             getent passwd {user} >/dev/null || {add}\n\
+             # The unit is known to systemd; enabling it is the admin's choice.\n\
+             if [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi\n",
+            user = crate::setup::SYSTEM_USER,
+            add = crate::setup::SYSTEM_USER_ADD.join(" "),
+        ),
     )?;
     set_mode(&postinst, 0o755)?;
     let deb = dist.join(format!("guard_{version}_{arch}.deb"));
@@ -223,6 +229,15 @@ pub fn check() -> Result<()> {
     )?;
     if conffiles.trim() != "/etc/guard/guard.toml" {
         bail!("the package's conffiles are {conffiles:?}");
+    }
+    let postinst = cmd::stdout_of(
+        Command::new("dpkg-deb")
+            .arg("--info")
+            .arg(&deb)
+            .arg("postinst"),
+    )?;
+    if !postinst.contains(&crate::setup::SYSTEM_USER_ADD.join(" ")) {
+        bail!("the package's postinst does not make the unit's user: {postinst:?}");
     }
     let scratch = cmd::workspace_root().join("target/dist/unpacked");
     let _ = std::fs::remove_dir_all(&scratch);

@@ -61,9 +61,28 @@ pub enum Fix {
         /// Its systemd unit, e.g. `rsyslog.service`.
         unit: &'static str,
     },
+    /// A command run as it is (needs root), e.g. [`SYSTEM_USER_ADD`].
+    Run(&'static [&'static str]),
     /// Nothing setup can install; what to do instead.
     Manual(&'static str),
 }
+
+/// The user packaging/guard.service runs the daemon as (`User=guard`, `Group=guard`).
+pub const SYSTEM_USER: &str = "guard";
+
+/// Makes [`SYSTEM_USER`]: a system user with a group of its own, no home and no login shell.
+/// The package's postinst runs the same command.
+pub const SYSTEM_USER_ADD: &[&str] = &[
+    "useradd",
+    "--system",
+    "--user-group",
+    "--no-create-home",
+    "--home-dir",
+    "/var/lib/guard",
+    "--shell",
+    "/usr/sbin/nologin",
+    SYSTEM_USER,
+];
 
 /// Everything the project needs, in the order it is checked.
 pub const ITEMS: &[Item] = &[
@@ -132,6 +151,14 @@ pub const ITEMS: &[Item] = &[
         need: Need::Test,
         present: || find_on_path("systemd-analyze").is_some(),
         fix: Fix::AptNoRecommends(&["systemd"]),
+    },
+    Item {
+        // The unit runs the daemon as this user with its capabilities ambient; the tests that
+        // start the daemon as the unit does (tests/src/unit.rs) switch to it.
+        name: "system user guard (the unit's User=)",
+        need: Need::Test,
+        present: || user_exists(SYSTEM_USER),
+        fix: Fix::Run(SYSTEM_USER_ADD),
     },
     Item {
         // The VM's kernel is a Debian package, downloaded (never installed) and unpacked.
@@ -228,6 +255,7 @@ impl Installer {
             }
             Fix::Rustup(args) => cmd::run(Command::new("rustup").args(*args)),
             Fix::CargoInstall(args) => cmd::run(cmd::cargo(["install"]).args(*args)),
+            Fix::Run(argv) => cmd::run(Command::new(argv[0]).args(&argv[1..])),
             Fix::Manual(what) => bail!("{what}"),
         }
     }
@@ -262,6 +290,7 @@ impl Fix {
                 Some("installing packages needs root")
             }
             Fix::Rustup(_) if find_on_path("rustup").is_none() => Some("rustup is not available"),
+            Fix::Run(_) if !is_root() => Some("it needs root"),
             Fix::Manual(_) => Some("setup cannot install it"),
             _ => None,
         }
@@ -284,6 +313,7 @@ impl Fix {
             ),
             Fix::Rustup(args) => format!("rustup {}", args.join(" ")),
             Fix::CargoInstall(args) => format!("cargo install {}", args.join(" ")),
+            Fix::Run(argv) => format!("sudo {}", argv.join(" ")),
             Fix::Manual(what) => what.to_string(),
         }
     }
@@ -515,6 +545,15 @@ pub fn is_root() -> bool {
             .find_map(|line| line.strip_prefix("Uid:"))
             .and_then(|ids| ids.split_whitespace().nth(1))
             == Some("0")
+    })
+}
+
+/// Whether `name` is a user of this machine (a line of /etc/passwd).
+fn user_exists(name: &str) -> bool {
+    std::fs::read_to_string("/etc/passwd").is_ok_and(|passwd| {
+        passwd
+            .lines()
+            .any(|line| line.split(':').next() == Some(name))
     })
 }
 

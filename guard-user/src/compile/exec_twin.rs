@@ -65,14 +65,18 @@ impl ExecTwin {
     }
 
     /// The decision for an exec of `file` (the file the kernel runs: its name is token 0, its
-    /// device and inode its identity; a file that cannot be read has none) with `argv`
-    /// (`argv[0]` as the caller gives it).
+    /// device and inode its identity; a bare name, found nowhere, or a file that cannot be read
+    /// has none) with `argv` (`argv[0]` as the caller gives it).
     pub fn decide(&self, file: &Path, argv: &[String]) -> KernelExecDecision {
-        let identity =
-            std::fs::metadata(file).map_or(ExecIdentity { dev: 0, ino: 0 }, |found| ExecIdentity {
+        let none = ExecIdentity { dev: 0, ino: 0 };
+        let identity = if file.to_string_lossy().contains('/') {
+            std::fs::metadata(file).map_or(none, |found| ExecIdentity {
                 dev: kernel_dev(found.dev()),
                 ino: found.ino(),
-            });
+            })
+        } else {
+            none
+        };
         let program = file.to_string_lossy();
         let name = executable_name(file).unwrap_or(&program);
         let decided = self.engine.exec(identity, name, argv);

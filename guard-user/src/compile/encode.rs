@@ -398,15 +398,27 @@ fn mask(bytes: &[u8], prefix: u8) -> Vec<u8> {
     bytes
         .iter()
         .enumerate()
-        .map(|(i, b)| {
-            let bits = (prefix as usize).saturating_sub(i * 8).min(8);
-            if bits == 0 {
-                0
-            } else {
-                b & (0xffu8 << (8 - bits))
-            }
-        })
+        .map(|(i, b)| mask_byte(*b, i, prefix))
         .collect()
+}
+
+/// `bytes` with only their first `prefix` bits kept.
+pub fn masked<const N: usize>(bytes: [u8; N], prefix: u8) -> [u8; N] {
+    let mut out = bytes;
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = mask_byte(*b, i, prefix);
+    }
+    out
+}
+
+/// Byte `i` of an address with only its first `prefix` bits kept.
+fn mask_byte(byte: u8, i: usize, prefix: u8) -> u8 {
+    let bits = (prefix as usize).saturating_sub(i * 8).min(8);
+    if bits == 0 {
+        0
+    } else {
+        byte & (0xffu8 << (8 - bits))
+    }
 }
 
 impl ArgvTables for MapEntries {
@@ -433,31 +445,6 @@ impl MapEntries {
             .strongest(by_identity.unwrap_or(Verdict::NONE))
             .strongest(by_name.unwrap_or(Verdict::NONE))
     }
-
-    /// The longest match of a destination trie, as the kernel's LPM lookup finds it: the
-    /// entry with the longest prefix that holds `transport`, `port` and `address`.
-    pub fn longest_match(&self, transport: u8, port: u16, address: IpAddr) -> Option<Verdict> {
-        match address {
-            IpAddr::V4(a) => longest(&self.v4, 32, |prefix| {
-                dest_key::<7>(transport, port, &mask(&a.octets(), prefix))
-            }),
-            IpAddr::V6(a) => longest(&self.v6, 128, |prefix| {
-                dest_key::<19>(transport, port, &mask(&a.octets(), prefix))
-            }),
-        }
-    }
-}
-
-/// The entry of the longest prefix (at most `bits`) whose key `key(prefix)` is in `entries`.
-fn longest<K: std::hash::Hash + Eq>(
-    entries: &HashMap<(u32, K), Verdict>,
-    bits: u8,
-    key: impl Fn(u8) -> K,
-) -> Option<Verdict> {
-    (0..=bits)
-        .rev()
-        .find_map(|prefix| entries.get(&(DEST_HEAD_BITS + u32::from(prefix), key(prefix))))
-        .copied()
 }
 
 #[cfg(test)]

@@ -9,9 +9,11 @@ use guard_common::engine::argv::walk;
 use guard_common::engine::destination::{decide_destination, is_v4_mapped, lookup};
 use guard_common::engine::exec::{ExecFindings, decide_exec};
 use guard_common::limits::NAME_LEN;
-use guard_common::maps::{ExecIdentity, ExecName, Settings, TRANSPORT_ANY, Verdict};
+use guard_common::maps::{
+    DEST_HEAD_BITS, ExecIdentity, ExecName, Settings, TRANSPORT_ANY, Verdict, dest_key,
+};
 
-use super::encode::{MapEncoder, MapEntries};
+use super::encode::{MapEncoder, MapEntries, masked};
 use super::image::EnforcementImage;
 use crate::policy::rule::Transport;
 
@@ -20,6 +22,18 @@ pub struct KernelEngine {
     pub image: EnforcementImage,
     entries: MapEntries,
     settings: Settings,
+    /// The prefix lengths (head included) the IPv4 and IPv6 tables hold, longest first: a
+    /// longest match looks up only these, as an LPM trie visits only the nodes it has.
+    v4_lengths: Vec<u32>,
+    v6_lengths: Vec<u32>,
+}
+
+/// The distinct prefix lengths of `entries`, longest first.
+fn lengths<K>(entries: &std::collections::HashMap<(u32, K), Verdict>) -> Vec<u32> {
+    let mut lengths: Vec<u32> = entries.keys().map(|(len, _)| *len).collect();
+    lengths.sort_unstable_by(|a, b| b.cmp(a));
+    lengths.dedup();
+    lengths
 }
 
 impl KernelEngine {
@@ -28,6 +42,8 @@ impl KernelEngine {
         let entries = MapEncoder::new().encode(&image)?;
         let settings = entries.settings.expect("the encoder always makes settings");
         Ok(KernelEngine {
+            v4_lengths: lengths(&entries.v4),
+            v6_lengths: lengths(&entries.v6),
             image,
             entries,
             settings,
@@ -82,9 +98,27 @@ impl KernelEngine {
             Transport::Any => TRANSPORT_ANY,
         };
         let (found, approved) = lookup(code, port, |transport, port| {
-            self.entries.longest_match(transport, port, address)
+            self.longest_match(transport, port, address)
         });
         decide_destination(&self.settings, found, approved, Verdict::NONE)
+    }
+}
+
+impl KernelEngine {
+    /// The longest match of a destination table, as the kernel's LPM lookup finds it: the entry
+    /// of the longest prefix that holds `transport`, `port` and `address`.
+    fn longest_match(&self, transport: u8, port: u16, address: IpAddr) -> Option<Verdict> {
+        let bits = |len: u32| (len - DEST_HEAD_BITS) as u8;
+        match address {
+            IpAddr::V4(a) => self.v4_lengths.iter().find_map(|&len| {
+                let key = dest_key::<7>(transport, port, &masked(a.octets(), bits(len)));
+                self.entries.v4.get(&(len, key)).copied()
+            }),
+            IpAddr::V6(a) => self.v6_lengths.iter().find_map(|&len| {
+                let key = dest_key::<19>(transport, port, &masked(a.octets(), bits(len)));
+                self.entries.v6.get(&(len, key)).copied()
+            }),
+        }
     }
 }
 

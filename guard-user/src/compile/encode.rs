@@ -230,7 +230,6 @@ impl MapEncoder {
             );
             order.push(edge);
         }
-        self.node_ids = ids;
         if long.len() > MAX_LONG_TOKENS as usize {
             bail!(
                 "the rules and approvals hold {} distinct argv tokens longer than {TOKEN_LEN} \
@@ -239,6 +238,8 @@ impl MapEncoder {
                 long.len()
             );
         }
+        // Kept only for an image that encodes: a refused one changes nothing.
+        self.node_ids = ids;
         // Ids of long tokens no longer held are not reused while this process runs (a walk in
         // progress never meets an old id on a new token).
         Ok(ArgvTrie { edges, order, long })

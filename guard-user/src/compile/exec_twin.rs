@@ -11,7 +11,7 @@ use guard_common::maps::ExecIdentity;
 
 use super::exec::kernel_dev;
 use super::kernel_engine::KernelEngine;
-use super::{CompileEnv, EnforcementImage, NoResolver, compile};
+use super::{CompileEnv, NoResolver, compile};
 use crate::policy::paths::executable_name;
 use crate::policy::{Decision, Policy};
 
@@ -87,9 +87,5 @@ impl ExecTwin {
                 .then(|| self.engine.rule_text(decided.verdict.rule))
                 .flatten(),
         }
-    }
-
-    pub fn image(&self) -> &EnforcementImage {
-        &self.engine.image
     }
 }

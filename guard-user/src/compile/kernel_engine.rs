@@ -5,12 +5,14 @@
 use std::net::IpAddr;
 
 use guard_common::engine::Decided;
+use guard_common::engine::argv::str_len;
 use guard_common::engine::argv::walk;
 use guard_common::engine::destination::{decide_destination, is_v4_mapped, lookup};
 use guard_common::engine::exec::{ExecFindings, decide_exec};
 use guard_common::limits::NAME_LEN;
 use guard_common::maps::{
-    DEST_HEAD_BITS, ExecIdentity, ExecName, Settings, TRANSPORT_ANY, Verdict, dest_key,
+    DEST_HEAD_BITS, ExecIdentity, ExecName, Settings, TRANSPORT_ANY, TRANSPORT_TCP, TRANSPORT_UDP,
+    Verdict, dest_key,
 };
 
 use super::encode::{MapEncoder, MapEntries, masked};
@@ -72,7 +74,7 @@ impl KernelEngine {
         let by_argv = walk(&self.entries, &identity, &name, &region);
         let argv0 = argv.first().map_or("", String::as_str);
         let args: Vec<&str> = argv.iter().skip(1).map(String::as_str).collect();
-        let file_name = String::from_utf8_lossy(&name.name[..name_len(&name)]).into_owned();
+        let file_name = String::from_utf8_lossy(&name.name[..str_len(&name.name)]).into_owned();
         let by_pattern = self.image.patterns.exec_verdict(&file_name, argv0, &args);
         let found = ExecFindings {
             by_file: self.entries.file_verdict(&identity, &name),
@@ -93,8 +95,8 @@ impl KernelEngine {
             other => other,
         };
         let code = match transport {
-            Transport::Tcp => guard_common::maps::TRANSPORT_TCP,
-            Transport::Udp => guard_common::maps::TRANSPORT_UDP,
+            Transport::Tcp => TRANSPORT_TCP,
+            Transport::Udp => TRANSPORT_UDP,
             Transport::Any => TRANSPORT_ANY,
         };
         let (found, approved) = lookup(code, port, |transport, port| {
@@ -102,9 +104,7 @@ impl KernelEngine {
         });
         decide_destination(&self.settings, found, approved, Verdict::NONE)
     }
-}
 
-impl KernelEngine {
     /// The longest match of a destination table, as the kernel's LPM lookup finds it: the entry
     /// of the longest prefix that holds `transport`, `port` and `address`.
     fn longest_match(&self, transport: u8, port: u16, address: IpAddr) -> Option<Verdict> {
@@ -129,8 +129,4 @@ fn exec_name(name: &str) -> ExecName {
     ExecName::new(kept).unwrap_or(ExecName {
         name: [0; NAME_LEN],
     })
-}
-
-fn name_len(name: &ExecName) -> usize {
-    guard_common::engine::argv::str_len(&name.name)
 }

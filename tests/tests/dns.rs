@@ -324,7 +324,7 @@ fn check_dest_gives_an_address_the_rules_of_the_hosts_it_resolves_for_as_the_ker
     let value = check_dest(&rules, "alias.check.test:443", &["--nameserver", &server]);
     assert_eq!(value["decision"], "forbidden", "{value}");
     // A name that does not resolve holds no address, and is said so.
-    let errors = value["resolveErrors"].as_array().unwrap();
+    let errors = value["resolve_errors"].as_array().unwrap();
     assert!(
         errors.iter().any(|e| e["host"] == "gone.check.test"),
         "{value}"

@@ -33,30 +33,33 @@ pub struct Subject<'a> {
 
 /// The tail every decision shares (`guard_common::engine::outcome`): counts the decision, and
 /// for one that is recorded returns the action the event names (`refusal`, the hook's way of
-/// refusing, when it is enforced; the caller enforces it) and adds the audit-only flag.
-/// `None`: an allow nobody records (no event).
+/// refusing, when it is enforced; the caller enforces it) and `flags` with the audit-only flag
+/// added where it applies. `None`: an allow nobody records (no event).
 #[inline(always)]
 pub fn conclude(
     settings: &Settings,
     verdict: Verdict,
     counters: Counters,
-    flags: &mut u8,
+    flags: u8,
     refusal: u8,
-) -> Option<u8> {
+) -> Option<(u8, u8)> {
     count(counters.slot(verdict));
     let outcome = Outcome::of(settings, verdict);
-    if outcome == Outcome::Passed {
+    if !outcome.recorded {
         return None;
     }
-    if outcome == Outcome::AuditOnly {
-        *flags |= flag::AUDIT_ONLY;
+    if outcome.audit_only {
         count(counter::AUDIT_ONLY);
+        return Some((action::NONE, flags | flag::AUDIT_ONLY));
     }
-    Some(if outcome == Outcome::Refused {
-        refusal
-    } else {
-        action::NONE
-    })
+    Some((
+        if outcome.refused {
+            refusal
+        } else {
+            action::NONE
+        },
+        flags,
+    ))
 }
 
 #[inline(always)]

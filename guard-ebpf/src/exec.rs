@@ -220,13 +220,13 @@ fn identity_verdict(identity: &ExecIdentity, name: &ExecName) -> Verdict {
 fn decide(
     settings: &Settings,
     verdict: Verdict,
-    mut flags: u8,
+    flags: u8,
     identity: &ExecIdentity,
     task: Option<&TaskInfo>,
     refusal: u8,
 ) -> bool {
     // An allow nobody records: counted, no event (a decision, not a failure).
-    let Some(act) = conclude(settings, verdict, Counters::EXEC, &mut flags, refusal) else {
+    let Some((act, flags)) = conclude(settings, verdict, Counters::EXEC, flags, refusal) else {
         return false;
     };
     emit(&Subject {

@@ -183,7 +183,7 @@ fn file_path_input(at: *mut path, entry: Option<*const u8>) -> Result<PatternInp
 /// an answer).
 #[inline(always)]
 fn refuses(settings: &Settings, verdict: Verdict) -> bool {
-    !verdict.is_none() && Outcome::of(settings, verdict) == Outcome::Refused
+    !verdict.is_none() && Outcome::of(settings, verdict).refused
 }
 
 /// Counts and records the decision; the hook's return value (0, or -EACCES for a refusal).
@@ -193,15 +193,9 @@ fn decide(settings: &Settings, verdict: Verdict, event_kind: u8, path_len: u32) 
     if verdict.is_none() {
         return 0;
     }
-    let mut flags = flag::LSM;
     // An allow nobody records: counted, no event (a decision, not a failure).
-    let Some(act) = conclude(
-        settings,
-        verdict,
-        Counters::FILE,
-        &mut flags,
-        action::EACCES,
-    ) else {
+    let Some((act, flags)) = conclude(settings, verdict, Counters::FILE, flag::LSM, action::EACCES)
+    else {
         return 0;
     };
     let refused = act == action::EACCES;

@@ -8,7 +8,6 @@ use aya_ebpf::macros::{cgroup_sock_addr, lsm};
 use aya_ebpf::maps::lpm_trie::Key;
 use aya_ebpf::programs::{LsmContext, SockAddrContext};
 use guard_common::Decision;
-use guard_common::engine::Decided;
 use guard_common::engine::destination::{decide_destination, is_v4_mapped, lookup};
 use guard_common::engine::outcome::Counters;
 use guard_common::event::{action, flag, kind};
@@ -240,10 +239,11 @@ fn refuse(
             },
         )
     };
-    let Decided { verdict, mut flags } = decide_destination(&settings, found, approved, floor);
-    flags |= extra_flags;
+    let mut verdict = found.strongest(floor);
+    let mut flags = extra_flags;
+    decide_destination(&settings, &mut verdict, &mut flags, approved);
     // An allow nobody records: counted, no event (a decision, not a failure).
-    let Some(action) = conclude(&settings, verdict, Counters::NET, &mut flags, act) else {
+    let Some((action, flags)) = conclude(&settings, verdict, Counters::NET, flags, act) else {
         return false;
     };
     emit(&Subject {

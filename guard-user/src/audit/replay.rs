@@ -622,7 +622,7 @@ fn draft_verdict(engine: &KernelEngine, request: &Request) -> DraftVerdict {
         outcome: Outcome {
             // Not a code the encoder writes: the strongest answer.
             decision: Decision::from_code(verdict.decision).unwrap_or(Decision::Forbidden),
-            enforced: KernelOutcome::of(engine.settings(), verdict) != KernelOutcome::AuditOnly,
+            enforced: !KernelOutcome::of(engine.settings(), verdict).audit_only,
         },
         rule,
     }

@@ -89,7 +89,7 @@ impl DestinationTwin {
             decision: Decision::from_code(verdict.decision).unwrap_or(Decision::Forbidden),
             rule,
             host,
-            audit_only: Outcome::of(self.engine.settings(), verdict) == Outcome::AuditOnly,
+            audit_only: Outcome::of(self.engine.settings(), verdict).audit_only,
         }
     }
 }

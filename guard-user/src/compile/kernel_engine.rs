@@ -102,7 +102,9 @@ impl KernelEngine {
         let (found, approved) = lookup(code, port, |transport, port| {
             self.longest_match(transport, port, address)
         });
-        decide_destination(&self.settings, found, approved, Verdict::NONE)
+        let (mut verdict, mut flags) = (found, 0);
+        decide_destination(&self.settings, &mut verdict, &mut flags, approved);
+        Decided { verdict, flags }
     }
 
     /// The longest match of a destination table, as the kernel's LPM lookup finds it: the entry

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::output::{print_json, say, usage_error};
 use crate::daemon::protocol::{Amendment, Request};
-use crate::daemon::responses::AmendmentApplied;
+use crate::daemon::responses::{AmendmentApplied, to_json};
 use crate::policy::amend::{
     AmendOutcome, append_line, network_amendment_line, prefix_amendment_line,
     prefix_amendment_refusal,
@@ -65,7 +65,7 @@ fn through_daemon(socket: &Path, amendment: Amendment, json: bool) -> ExitCode {
             Err(code) => return code,
         };
     if json {
-        print_json(&serde_json::to_value(&appended).expect("a response always serialises"));
+        print_json(&to_json(&appended));
     } else {
         let (file, line) = (&appended.file, &appended.line);
         match appended.outcome {

@@ -19,7 +19,7 @@ use crate::daemon::client::{Client, ClientError};
 use crate::daemon::config::DEFAULT_SOCKET;
 use crate::daemon::protocol::{ApprovalMode, Request};
 use crate::daemon::responses::{
-    AmendmentApplied, ApproveResponse, DenyResponse, ReloadResponse, StatusResponse,
+    AmendmentApplied, ApproveResponse, DenyResponse, ReloadResponse, StatusResponse, to_json,
 };
 
 #[derive(Args, Debug, Clone)]
@@ -341,7 +341,7 @@ fn answered<R: Serialize>(
         Err(code) => return code,
     };
     if json {
-        print_json(&serde_json::to_value(&response).expect("a response always serialises"));
+        print_json(&to_json(&response));
     } else {
         println!("{sentence}");
         if let Some(appended) = line(&response) {
@@ -365,7 +365,7 @@ pub struct ReloadArgs {
 pub fn reload(args: &ReloadArgs) -> ExitCode {
     match call::<ReloadResponse>(&args.socket.socket, Request::Reload) {
         Ok(reloaded) if args.json => {
-            print_json(&serde_json::to_value(&reloaded).expect("a response always serialises"));
+            print_json(&to_json(&reloaded));
             ExitCode::SUCCESS
         }
         Ok(reloaded) => {
@@ -410,7 +410,7 @@ pub fn status(args: &StatusArgs) -> ExitCode {
         Err(code) => return code,
     };
     if args.json {
-        print_json(&serde_json::to_value(&status).expect("a response always serialises"));
+        print_json(&to_json(&status));
         return ExitCode::SUCCESS;
     }
     let bold = Style::new().bold();

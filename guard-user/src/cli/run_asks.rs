@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use serde_json::Value;
 
 use crate::asks::answer::{ApprovalPlan, denial_line, plan_approval};
 use crate::asks::{
@@ -21,9 +20,10 @@ use crate::asks::{
 use crate::daemon::config::AskConfig;
 use crate::daemon::peer::user_name;
 use crate::daemon::protocol::{ErrorCode, MAX_REQUEST_BYTES, Request, RequestLine, ResponseLine};
+use crate::daemon::responses::to_json;
 use crate::daemon::responses::{AmendmentApplied, ApproveResponse, DenyResponse};
 use crate::kernel::events::KernelEvent;
-use crate::policy::amend::{AmendOutcome, append_line};
+use crate::policy::amend::append_line;
 use crate::policy::approval::ApprovalPolicy;
 use crate::policy::load::load_policy;
 use crate::session::Session;
@@ -250,13 +250,13 @@ impl RunAsks {
         };
         let now = Instant::now();
         let result = match request {
-            Request::Prompts => Ok((typed(self.book.pending(now)), None)),
+            Request::Prompts => Ok((to_json(&self.book.pending(now)), None)),
             Request::Approve { id, mode, prefix } => self
                 .approve(session, id, mode, prefix.as_deref(), &by)
-                .map(|(response, said)| (typed(response), Some(said))),
+                .map(|(response, said)| (to_json(&response), Some(said))),
             Request::Deny { id, always } => self
                 .deny(session, id, always, &by)
-                .map(|(response, said)| (typed(response), Some(said))),
+                .map(|(response, said)| (to_json(&response), Some(said))),
             other => Err((
                 ErrorCode::BadRequest,
                 format!(
@@ -392,15 +392,7 @@ impl RunAsks {
         if applied.is_ok() {
             self.policies_applied += 1;
         }
-        Ok(AmendmentApplied {
-            file: file.display().to_string(),
-            line: line.to_string(),
-            outcome,
-            applied: applied.is_ok(),
-            error: applied.err(),
-            note: (outcome == AmendOutcome::AlreadyPresent)
-                .then(|| "the line was already there; nothing was written".to_string()),
-        })
+        Ok(AmendmentApplied::new(file, line, outcome, applied))
     }
 }
 
@@ -414,11 +406,6 @@ impl Drop for RunAsks {
 fn written(line: Option<&AmendmentApplied>) -> String {
     line.map(|l| format!("; appended to {}: {}", l.file, l.line))
         .unwrap_or_default()
-}
-
-/// A response's `result` (the types in `daemon::responses` and asks always serialise).
-fn typed(result: impl serde::Serialize) -> Value {
-    serde_json::to_value(result).expect("a response always serialises")
 }
 
 /// Who is asking, from the kernel (SO_PEERCRED): root, from outside this run's scope (a guarded

@@ -95,6 +95,12 @@ pub struct SyslogStatus {
     pub lost: u64,
 }
 
+/// A response's `result` as JSON: every type here serialises (plain structs of strings,
+/// numbers and lists).
+pub fn to_json(response: &impl Serialize) -> serde_json::Value {
+    serde_json::to_value(response).expect("a response always serialises")
+}
+
 /// A line appended to the amendments file, and whether the policy with it was put in force.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AmendmentApplied {
@@ -108,6 +114,27 @@ pub struct AmendmentApplied {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+impl AmendmentApplied {
+    /// `line`, appended to `file` with `outcome`; `applied` says whether the policy with it was
+    /// put in force (the daemon's reload, or a stand-alone run's), or why not.
+    pub fn new(
+        file: &std::path::Path,
+        line: &str,
+        outcome: AmendOutcome,
+        applied: Result<(), String>,
+    ) -> AmendmentApplied {
+        AmendmentApplied {
+            file: file.display().to_string(),
+            line: line.to_string(),
+            outcome,
+            applied: applied.is_ok(),
+            error: applied.err(),
+            note: (outcome == AmendOutcome::AlreadyPresent)
+                .then(|| "the line was already there; nothing was written".to_string()),
+        }
+    }
 }
 
 /// `approve`.

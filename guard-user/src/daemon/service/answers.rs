@@ -15,8 +15,7 @@ use crate::daemon::protocol::{Amendment, ApprovalMode, ErrorCode};
 use crate::daemon::responses::{AmendmentApplied, ApproveResponse, DenyResponse, WatchEvent};
 use crate::policy::NetworkProtocol;
 use crate::policy::amend::{
-    AmendOutcome, append_line, network_amendment_line, prefix_amendment_line,
-    prefix_amendment_refusal,
+    append_line, network_amendment_line, prefix_amendment_line, prefix_amendment_refusal,
 };
 
 impl Daemon {
@@ -211,16 +210,8 @@ impl Daemon {
         record.details.insert("outcome".into(), json!(outcome));
         record.details.insert("uid".into(), json!(by.uid));
         self.audit.emit(record);
-        let applied = self.reload(&by.name).await;
-        Ok(AmendmentApplied {
-            file: file.display().to_string(),
-            line: line.to_string(),
-            outcome,
-            applied: applied.is_ok(),
-            error: applied.err(),
-            note: (outcome == AmendOutcome::AlreadyPresent)
-                .then(|| "the line was already there; nothing was written".to_string()),
-        })
+        let applied = self.reload(&by.name).await.map(|_| ());
+        Ok(AmendmentApplied::new(&file, line, outcome, applied))
     }
 }
 

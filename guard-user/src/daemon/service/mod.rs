@@ -28,6 +28,7 @@ use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
 use crate::compile::image::EnforcementImage;
 use crate::compile::{CompileEnv, host_names};
 use crate::confine::sandbox::SandboxPlan;
+use crate::daemon::responses::to_json;
 use crate::daemon::responses::{ReloadResponse, ResolverStatus, RunResponse, WatchEvent};
 use crate::in_force::{InForce, Modes};
 use crate::kernel::events::{EventReader, KernelEvent};
@@ -804,31 +805,35 @@ impl Daemon {
             uid: peer.uid,
         };
         let result = match request {
-            Request::Status => Ok(typed(self.status())),
-            Request::Prompts => Ok(typed(self.asks.pending(Instant::now()))),
+            Request::Status => Ok(to_json(&self.status())),
+            Request::Prompts => Ok(to_json(&self.asks.pending(Instant::now()))),
             Request::Watch => {
                 if let Some(stream) = stream {
                     self.watchers.push(stream);
                 }
-                Ok(typed(self.asks.pending(Instant::now())))
+                Ok(to_json(&self.asks.pending(Instant::now())))
             }
             Request::Approve { id, mode, prefix } => self
                 .approve(id, mode, prefix.as_deref(), &by)
                 .await
-                .map(typed),
-            Request::Deny { id, always } => self.deny(id, always, &by).await.map(typed),
-            Request::Amend { amendment } => self.amend(&amendment, &by).await.map(typed),
+                .map(|r| to_json(&r)),
+            Request::Deny { id, always } => self.deny(id, always, &by).await.map(|r| to_json(&r)),
+            Request::Amend { amendment } => self.amend(&amendment, &by).await.map(|r| to_json(&r)),
             Request::Reload => self
                 .reload(&by.name)
                 .await
-                .map(typed)
+                .map(|r| to_json(&r))
                 .map_err(|m| (ErrorCode::Failed, m)),
             Request::Run {
                 argv,
                 workspace,
                 tmpdir,
-            } => self.run(peer, argv, (workspace, tmpdir), stream).map(typed),
-            Request::Hold { fd, first_exec } => self.adopt_hold(peer, fd, first_exec).map(typed),
+            } => self
+                .run(peer, argv, (workspace, tmpdir), stream)
+                .map(|r| to_json(&r)),
+            Request::Hold { fd, first_exec } => {
+                self.adopt_hold(peer, fd, first_exec).map(|r| to_json(&r))
+            }
             // Served by `audit_read` (the server sends it there).
             Request::Audit { .. } => Err((
                 ErrorCode::BadRequest,
@@ -973,12 +978,6 @@ fn log_unheld_allowances(image: &EnforcementImage) {
     for warning in crate::kernel::coverage::unheld_allowances(image) {
         tracing::warn!("{warning}");
     }
-}
-
-/// A response's `result`: every type in `responses` serialises (plain structs of strings,
-/// numbers and lists).
-fn typed(result: impl serde::Serialize) -> Value {
-    serde_json::to_value(result).expect("a response always serialises")
 }
 
 /// How long the daemon waits between housekeeping rounds.

@@ -40,6 +40,16 @@ pub fn put_cargo_bin_on_path() {
     }
 }
 
+/// Under CI (`CI=true`) every build is a clean one-shot build, so incremental compilation only
+/// leaves caches (about 1 GiB) that nothing reads again; an explicit `CARGO_INCREMENTAL` wins.
+pub fn no_incremental_under_ci() {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    if ci && std::env::var_os("CARGO_INCREMENTAL").is_none() {
+        // SAFETY: called first thing in main, before any thread exists.
+        unsafe { std::env::set_var("CARGO_INCREMENTAL", "0") };
+    }
+}
+
 /// Runs `command`, returning its stdout; its stderr goes to ours. A failure names the command.
 pub fn stdout_of(command: &mut Command) -> Result<String> {
     let line = display(command);

@@ -11,6 +11,7 @@
 mod cmd;
 mod daemon_demo;
 mod deb;
+mod disk;
 mod setup;
 mod test_counts;
 mod vm;
@@ -127,6 +128,7 @@ enum Task {
 
 fn main() -> ExitCode {
     cmd::put_cargo_bin_on_path();
+    cmd::no_incremental_under_ci();
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Setup => {
@@ -164,6 +166,8 @@ fn main() -> ExitCode {
 const HOST_WORKSPACE: [&str; 3] = ["--workspace", "--exclude", "guard-ebpf"];
 
 fn test(args: &[String]) -> Result<i32> {
+    let target = disk::target_or_default();
+    disk::report(&target);
     setup::setup(&[Need::Build, Need::Test], Report::Stderr)?;
     let mut tests = cmd::cargo(["test"].iter().chain(&HOST_WORKSPACE));
     tests.args(args);
@@ -201,10 +205,12 @@ fn test(args: &[String]) -> Result<i32> {
             Ok(status) if status.success() => {}
             Ok(status) => {
                 eprintln!("==> {name}: FAILED ({status})");
+                disk::report(&target);
                 failed.push(name);
             }
             Err(err) => {
                 eprintln!("==> {name}: FAILED ({err:#})");
+                disk::report(&target);
                 failed.push(name);
             }
         }
@@ -213,6 +219,7 @@ fn test(args: &[String]) -> Result<i32> {
     eprintln!("==> package");
     if let Err(err) = deb::check() {
         eprintln!("==> package: FAILED ({err:#})");
+        disk::report(&target);
         failed.push("package");
     }
     // Last, as the slowest: the same kernel tests again, in a VM, against the `lsm` backend.
@@ -227,6 +234,7 @@ fn test(args: &[String]) -> Result<i32> {
         }
         Err(err) => {
             eprintln!("==> vm-test: FAILED ({err:#})");
+            disk::report(&target);
             // Its tests did not run: one failure, so the total below never reads clean.
             counts.failed += 1;
             failed.push("vm-test");

@@ -35,7 +35,8 @@ const GUEST_PROGRAMS: &[&str] = &[
 ];
 
 /// Builds `target/vm/initramfs.cpio` (newc, uncompressed: the kernel unpacks it faster under
-/// emulation than it would decompress it) from a staging directory made afresh each run.
+/// emulation than it would decompress it) from a staging directory made afresh each run and
+/// removed once archived.
 pub fn initramfs(dirs: &Dirs, binaries: &Binaries) -> Result<PathBuf> {
     let staging = dirs.vm.join("initramfs");
     remove_dir_if_present(&staging)?;
@@ -90,6 +91,8 @@ pub fn initramfs(dirs: &Dirs, binaries: &Binaries) -> Result<PathBuf> {
 
     let archive = dirs.vm.join("initramfs.cpio");
     write_cpio(&staging, &archive)?;
+    // The archive holds all of it; the staging copy would double the VM tier's disk use.
+    remove_dir_if_present(&staging)?;
     let size = archive.metadata()?.len();
     eprintln!(
         "vm-test: initramfs {} ({:.1} MB, {} files from the host)",

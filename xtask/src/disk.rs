@@ -20,7 +20,7 @@ pub fn free_bytes(path: &Path) -> Option<u64> {
     }
     // SAFETY: statvfs returned 0, so it filled the buffer.
     let stats = unsafe { stats.assume_init() };
-    Some(stats.f_bavail as u64 * stats.f_frsize as u64)
+    Some(stats.f_bavail.saturating_mul(stats.f_frsize))
 }
 
 fn gib(bytes: u64) -> f64 {

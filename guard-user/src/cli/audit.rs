@@ -20,6 +20,7 @@ use crate::audit::record::AuditRecord;
 use crate::audit::syslog::{Facility, SyslogSender, SyslogTarget, rfc5424};
 use crate::daemon::client::Client;
 use crate::daemon::protocol::Request;
+use crate::daemon::responses::{AuditEvent, StreamLine};
 use crate::policy::Decision;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -240,42 +241,37 @@ fn from_daemon(args: &AuditArgs, filter: AuditFilter, printer: &mut Printer) -> 
             }
             Err(err) => return client_error(&err),
         };
-        let Ok(event) = serde_json::from_str::<Value>(&line) else {
+        // A line of a newer daemon this client does not know is skipped.
+        let Ok(StreamLine { event, .. }) = serde_json::from_str::<StreamLine<AuditEvent>>(&line)
+        else {
             continue;
         };
-        match event["event"].as_str() {
-            Some("record") => {
-                let Ok(record) = serde_json::from_value::<AuditRecord>(event["record"].clone())
-                else {
-                    continue;
-                };
+        match event {
+            AuditEvent::Record { record } => {
                 if !printer.print(&record) {
                     return ExitCode::SUCCESS;
                 }
             }
-            Some("history_end") => {
+            AuditEvent::HistoryEnd(end) => {
                 // The daemon could not read (part of) its log: say so, whatever followed.
-                if let Some(error) = event["error"].as_str() {
+                if let Some(error) = &end.error {
                     eprintln!("guard audit: the daemon could not read its log: {error}");
                     if !args.follow {
                         return ExitCode::from(1);
                     }
                 }
-                if event["bad_lines"].as_u64().is_some_and(|n| n > 0) {
+                if let Some(bad) = end.bad_lines.filter(|&n| n > 0) {
                     eprintln!(
-                        "guard audit: {} line(s) of the log are not records (a torn line after a crash?)",
-                        event["bad_lines"]
+                        "guard audit: {bad} line(s) of the log are not records (a torn line after a crash?)"
                     );
                 }
                 if !args.follow {
                     return ExitCode::SUCCESS;
                 }
             }
-            Some("missed") => eprintln!(
-                "guard audit: missed {} record(s): this client read too slowly (they are in the log)",
-                event["records"]
+            AuditEvent::Missed { records } => eprintln!(
+                "guard audit: missed {records} record(s): this client read too slowly (they are in the log)"
             ),
-            _ => {}
         }
     }
 }

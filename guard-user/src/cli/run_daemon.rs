@@ -15,14 +15,15 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use anstream::eprintln;
-use serde_json::Value;
 
 use super::control::client_error;
 use crate::confine::sandbox::SandboxPlan;
 use crate::confine::{CommandConfinement, WritePlan};
 use crate::daemon::client::Client;
 use crate::daemon::protocol::{FLUSH_LINE, Request};
-use crate::daemon::responses::{HoldOffer, HoldResponse, RunResponse};
+use crate::daemon::responses::{
+    Blocked, HoldOffer, HoldResponse, RunEvent, RunResponse, StreamLine,
+};
 use crate::hold::{ChildEnd, HeldSyscalls, filter};
 
 /// How long to wait for the daemon to pass on the last events after CMD ended.
@@ -102,47 +103,26 @@ pub fn run(
     std::thread::spawn(move || {
         for line in reader.lines() {
             let Ok(line) = line else { break };
-            let Ok(event) = serde_json::from_str::<Value>(&line) else {
+            // A line of a newer daemon this client does not know is skipped.
+            let Ok(StreamLine { event, .. }) = serde_json::from_str::<StreamLine<RunEvent>>(&line)
+            else {
                 continue;
             };
-            match event["event"].as_str() {
-                Some("blocked") if json => eprintln!("{line}"),
-                Some("blocked") => {
-                    eprintln!("{}", event["line"].as_str().unwrap_or(""));
-                    let answers = event["answers"]
-                        .as_str()
-                        .unwrap_or("[--once|--session|--always]");
-                    if let Some(id) = event["ask"].as_u64()
-                        && event["held"].as_bool() == Some(true)
-                    {
-                        eprintln!(
-                            "guard: ask {id}: the command waits for the answer: `sudo guard \
-                             approve {id} {answers}` or `sudo guard deny {id}` from another \
-                             terminal (it expires in {}s)",
-                            event["expires_in"].as_u64().unwrap_or(0)
-                        );
-                    } else if let Some(id) = event["ask"].as_u64() {
-                        eprintln!(
-                            "guard: ask {id}: {} (approve: guard approve {id} {})",
-                            event["message"].as_str().unwrap_or(""),
-                            event["answers"]
-                                .as_str()
-                                .unwrap_or("[--once|--session|--always]")
-                        );
+            match event {
+                RunEvent::Blocked(_) if json => eprintln!("{line}"),
+                RunEvent::Blocked(blocked) => print_blocked(&blocked),
+                RunEvent::Repeated { count } => {
+                    eprintln!("guard: ... and {count} more like it")
+                }
+                RunEvent::Message { .. } if json => eprintln!("{line}"),
+                RunEvent::Message { line, on_stderr } => {
+                    if !on_stderr {
+                        eprintln!("{line}")
                     }
                 }
-                Some("repeated") => eprintln!(
-                    "guard: ... and {} more like it",
-                    event["count"].as_u64().unwrap_or(0)
-                ),
-                Some("message") if json => eprintln!("{line}"),
-                Some("message") if event["on_stderr"].as_bool() != Some(true) => {
-                    eprintln!("{}", event["line"].as_str().unwrap_or(""))
-                }
-                Some("flushed") => {
+                RunEvent::Flushed => {
                     let _ = flushed_tx.send(());
                 }
-                _ => {}
             }
         }
         eprintln!(
@@ -201,6 +181,28 @@ pub fn run(
     }
     drop(confinement);
     super::output::exit_code_of(status)
+}
+
+/// A refusal of the run, for people: the blocked-request line, then how to answer its ask.
+fn print_blocked(blocked: &Blocked) {
+    eprintln!("{}", blocked.line);
+    let Some(id) = blocked.ask else { return };
+    let answers = blocked
+        .answers
+        .as_deref()
+        .unwrap_or("[--once|--session|--always]");
+    if blocked.held {
+        eprintln!(
+            "guard: ask {id}: the command waits for the answer: `sudo guard approve {id} \
+             {answers}` or `sudo guard deny {id}` from another terminal (it expires in {}s)",
+            blocked.expires_in
+        );
+    } else {
+        eprintln!(
+            "guard: ask {id}: {} (approve: guard approve {id} {answers})",
+            blocked.message
+        );
+    }
 }
 
 /// The calls the daemon offers to hold (`holds` in its `run` answer), when this process can

@@ -3,17 +3,19 @@
 //! its authorization allows), and accounts for every record lost on the way: the kernel's ring
 //! buffer full, the writer's queue full, a write that failed, a follower too slow.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
-use crate::daemon::responses::{AuditStatus, SyslogStatus};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::peer::user_name;
+use super::protocol::stream_line;
+use super::responses::{AuditEvent, AuditStatus, SyslogStatus};
 use crate::asks::protocol_for;
 use crate::audit::files::{Newest, ReadStats, log_files, read_records};
 use crate::audit::filter::{AuditFilter, CompiledFilter};
@@ -72,11 +74,9 @@ impl Access {
 
 /// The control protocol's line for one record.
 pub fn record_line(record: &AuditRecord) -> String {
-    format!(
-        "{{\"v\":{},\"event\":\"record\",\"record\":{}}}",
-        super::protocol::PROTOCOL_VERSION,
-        serde_json::to_string(record).unwrap_or_else(|_| "{}".into())
-    )
+    stream_line(AuditEvent::Record {
+        record: Cow::Borrowed(record),
+    })
 }
 
 /// A client of `guard audit --follow`.
@@ -269,8 +269,9 @@ impl AuditTrail {
                 return true;
             }
             if follower.missed > 0 {
-                let notice =
-                    super::protocol::event_line("missed", json!({"records": follower.missed}));
+                let notice = stream_line(AuditEvent::Missed {
+                    records: follower.missed,
+                });
                 if follower.out.try_send(notice).is_ok() {
                     follower.missed = 0;
                 }
@@ -504,6 +505,7 @@ pub fn base(kind: RecordType, owner: &str) -> AuditRecord {
 mod tests {
     use super::*;
     use crate::audit::files::read_records;
+    use serde_json::json;
     use std::time::Duration;
 
     fn config(path: &std::path::Path, queue_records: usize) -> WriterConfig {

@@ -193,22 +193,14 @@ pub fn is_flush(line: &str) -> bool {
         .is_ok_and(|v| v["v"] == PROTOCOL_VERSION && v["op"] == "flush")
 }
 
-/// One line of a stream (after a `run` or `watch` response).
-pub fn event_line(kind: &str, body: serde_json::Value) -> String {
-    let mut value = serde_json::json!({"v": PROTOCOL_VERSION, "event": kind});
-    if let (Some(out), serde_json::Value::Object(fields)) = (value.as_object_mut(), body) {
-        out.extend(fields);
-    }
-    value.to_string()
-}
-
-/// One line of a stream whose events are a tagged type (`event` is the tag).
-pub fn typed_event_line(event: &impl Serialize) -> String {
-    let mut value = serde_json::to_value(event).expect("an event always serialises");
-    if let Some(fields) = value.as_object_mut() {
-        fields.insert("v".to_string(), PROTOCOL_VERSION.into());
-    }
-    value.to_string()
+/// One line of a stream that follows a response: `event` (a tagged type of
+/// [`super::responses`]) with the protocol's version.
+pub fn stream_line<E: Serialize>(event: E) -> String {
+    let line = super::responses::StreamLine {
+        v: PROTOCOL_VERSION,
+        event,
+    };
+    serde_json::to_string(&line).expect("an event always serialises")
 }
 
 #[cfg(test)]
@@ -253,8 +245,13 @@ mod tests {
     }
 
     #[test]
-    fn event_lines_carry_the_version_and_kind() {
-        let line = event_line("blocked", serde_json::json!({"message": "m"}));
-        assert_eq!(line, r#"{"v":1,"event":"blocked","message":"m"}"#);
+    fn stream_lines_carry_the_version_and_kind() {
+        use super::super::responses::RunEvent;
+        let line = stream_line(RunEvent::Repeated { count: 3 });
+        assert_eq!(line, r#"{"v":1,"event":"repeated","count":3}"#);
+        assert_eq!(
+            stream_line(RunEvent::Flushed),
+            r#"{"v":1,"event":"flushed"}"#
+        );
     }
 }

@@ -2,11 +2,14 @@
 //! them into a response's `result` and the CLI reads the same types back, so the two cannot
 //! drift apart field by field. docs/daemon.md documents each; all keys are snake_case.
 
+use std::borrow::Cow;
+
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
 use super::scopes::ScopeKind;
-use crate::asks::{Approval, ApprovalMode, Ask};
+use crate::asks::{Approval, ApprovalMode, Ask, BlockedRequest};
+use crate::audit::AuditRecord;
 use crate::confine::WriteRules;
 use crate::kernel::coverage::NotEnforced;
 use crate::policy::amend::AmendOutcome;
@@ -194,12 +197,92 @@ pub struct HoldResponse {
     pub holds: HoldOffer,
 }
 
+/// `audit`: the log files the history is read from, before the stream of [`AuditEvent`]s.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AuditResponse {
+    pub files: Vec<String>,
+    pub follow: bool,
+}
+
+/// One line of a stream that follows a response (`run`, `watch`, `audit`): the protocol's
+/// version beside the event's own fields, `event` naming it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StreamLine<E> {
+    pub v: u32,
+    #[serde(flatten)]
+    pub event: E,
+}
+
 /// A line of the `watch` stream: an ask was raised (or repeated), or answered.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum WatchEvent {
     Ask { ask: Ask },
     Resolved { ask: Ask },
+}
+
+/// A line of the `run` stream: what the daemon tells a `guard run` client about its scope.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum RunEvent {
+    /// A call of the run's processes was refused, or is held while its ask waits.
+    Blocked(Box<Blocked>),
+    /// This many more lines like the last `blocked` one came within a second: counted, not sent.
+    Repeated { count: u64 },
+    /// A line about the run that is not a kernel refusal (a held call that failed).
+    Message {
+        line: String,
+        /// The program's stderr has the line already; the client need not print it again.
+        on_stderr: bool,
+    },
+    /// Every event the daemon had when the client asked for a flush has been sent.
+    Flushed,
+}
+
+/// A `blocked` event of the `run` stream.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Blocked {
+    /// The blocked-request line, as people read it.
+    pub line: String,
+    /// The approval prompt's text.
+    pub message: String,
+    /// The ask raised for it; `null` when nothing can approve it (a denial, audit-only).
+    pub ask: Option<u64>,
+    /// The answers `guard approve` takes for this ask (`[--once|--session|--always]`).
+    pub answers: Option<String>,
+    /// The call waits for the answer instead of failing at once.
+    pub held: bool,
+    /// Seconds until an unanswered ask is denied.
+    pub expires_in: u64,
+    pub request: BlockedRequest,
+}
+
+/// A line of the `audit` stream.
+// Each value lives only while its line is written or read; boxing the record would cost an
+// allocation per line for nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum AuditEvent<'a> {
+    /// A record (borrowed when written: one serialisation serves every follower).
+    Record { record: Cow<'a, AuditRecord> },
+    /// The history asked for has been sent; with `--follow`, new records come next.
+    HistoryEnd(HistoryEnd),
+    /// This follower read too slowly and missed this many records (they are in the log).
+    Missed { records: u64 },
+}
+
+/// How reading the history ended: the counts, or why it stopped.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEnd {
+    /// Records sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read: Option<u64>,
+    /// Lines of the log that are not records (a torn line after a crash).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bad_lines: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 #[cfg(test)]
@@ -335,5 +418,85 @@ mod tests {
             rules: 2,
             not_enforced: vec![],
         });
+        round_trip(&AuditResponse {
+            files: vec!["/var/log/guard/audit.jsonl".into()],
+            follow: true,
+        });
+    }
+
+    /// Reads `line` as a stream line of `E`, checking its version and key case.
+    fn read_stream_line<E: serde::de::DeserializeOwned>(line: &str) -> E {
+        let value: Value = serde_json::from_str(line).unwrap();
+        assert_snake_case(&value);
+        assert_eq!(value["v"], 1, "{line}");
+        serde_json::from_str::<StreamLine<E>>(line).unwrap().event
+    }
+
+    #[test]
+    fn every_stream_event_reads_back_as_written() {
+        use crate::daemon::protocol::stream_line;
+
+        let blocked = Blocked {
+            line: "guard: refused exec of /usr/bin/curl".into(),
+            message: "curl is not allowed".into(),
+            ask: Some(7),
+            answers: Some("[--once|--session]".into()),
+            held: true,
+            expires_in: 60,
+            request: BlockedRequest {
+                host: "api.example.com".into(),
+                protocol: "https".into(),
+                port: Some(443),
+                reason: "not_allowed".into(),
+                decision: "ask".into(),
+                source: "baseline_policy".into(),
+                pid: 42,
+                uid: 1000,
+                executable: "/usr/bin/curl".into(),
+                argv: vec!["curl".into(), "https://api.example.com".into()],
+                timestamp: "2026-12-05T17:00:00.000000000Z".into(),
+                rule: Some(crate::asks::book::RulePlace {
+                    file: "team.rules".into(),
+                    line: 3,
+                }),
+                justification: None,
+            },
+        };
+        for event in [
+            RunEvent::Blocked(Box::new(blocked)),
+            RunEvent::Repeated { count: 3 },
+            RunEvent::Message {
+                line: "guard: the held connect failed".into(),
+                on_stderr: true,
+            },
+            RunEvent::Flushed,
+        ] {
+            let line = stream_line(&event);
+            assert_eq!(read_stream_line::<RunEvent>(&line), event, "{line}");
+        }
+
+        let record = AuditRecord {
+            event: Some("connect".into()),
+            decision: Some("forbidden".into()),
+            ..AuditRecord::default()
+        };
+        for event in [
+            AuditEvent::Record {
+                record: Cow::Borrowed(&record),
+            },
+            AuditEvent::HistoryEnd(HistoryEnd {
+                read: Some(10),
+                bad_lines: Some(0),
+                error: None,
+            }),
+            AuditEvent::HistoryEnd(HistoryEnd {
+                error: Some("permission denied".into()),
+                ..HistoryEnd::default()
+            }),
+            AuditEvent::Missed { records: 5 },
+        ] {
+            let line = stream_line(&event);
+            assert_eq!(read_stream_line::<AuditEvent>(&line), event, "{line}");
+        }
     }
 }

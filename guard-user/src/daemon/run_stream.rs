@@ -7,10 +7,10 @@
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::protocol::event_line;
+use super::protocol::stream_line;
+use super::responses::{Blocked, RunEvent};
 use crate::kernel::events::KernelEvent;
 
 /// Repeats of one line within this window are counted, not sent.
@@ -52,15 +52,9 @@ impl RunStream {
         self.out.same_channel(other)
     }
 
-    /// Sends the line (made, with `body`, only when it is sent), or counts a repeat of the
-    /// last one (same `key`) within the window.
-    pub fn blocked(
-        &mut self,
-        key: u64,
-        line: impl FnOnce() -> String,
-        body: impl FnOnce() -> Value,
-        now: Instant,
-    ) {
+    /// Sends the event (made only when it is sent), or counts a repeat of the last one (same
+    /// `key`) within the window.
+    pub fn blocked(&mut self, key: u64, event: impl FnOnce() -> Blocked, now: Instant) {
         if let Some((last, at)) = &self.last
             && *last == key
             && now.duration_since(*at) < WINDOW
@@ -69,9 +63,7 @@ impl RunStream {
             return;
         }
         self.send_repeats();
-        let mut event = body();
-        event["line"] = Value::String(line());
-        let _ = self.out.send(event_line("blocked", event));
+        self.send(RunEvent::Blocked(Box::new(event())));
         self.last = Some((key, now));
     }
 
@@ -80,11 +72,16 @@ impl RunStream {
     /// print it again.
     pub fn message(&mut self, line: &str, on_stderr: bool) {
         self.send_repeats();
-        let _ = self.out.send(event_line(
-            "message",
-            json!({"line": line, "on_stderr": on_stderr}),
-        ));
+        self.send(RunEvent::Message {
+            line: line.to_string(),
+            on_stderr,
+        });
         self.last = None;
+    }
+
+    /// Every event drained for a flush has been sent.
+    pub fn flushed(&mut self) {
+        self.send(RunEvent::Flushed);
     }
 
     /// The count of repeats not yet told, if the window is over (or `force`).
@@ -103,17 +100,67 @@ impl RunStream {
 
     fn send_repeats(&mut self) {
         if self.repeats > 0 {
-            let _ = self
-                .out
-                .send(event_line("repeated", json!({"count": self.repeats})));
+            self.send(RunEvent::Repeated {
+                count: self.repeats,
+            });
             self.repeats = 0;
         }
+    }
+
+    /// A closed client is no error: its scope goes on, and `end_run` drops this stream.
+    fn send(&self, event: RunEvent) {
+        let _ = self.out.send(stream_line(event));
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::responses::StreamLine;
     use super::*;
+    use crate::asks::BlockedRequest;
+
+    fn blocked(line: &str) -> Blocked {
+        Blocked {
+            line: line.into(),
+            message: String::new(),
+            ask: None,
+            answers: None,
+            held: false,
+            expires_in: 0,
+            request: BlockedRequest {
+                host: String::new(),
+                protocol: "exec".into(),
+                port: None,
+                reason: "denied".into(),
+                decision: "deny".into(),
+                source: "baseline_policy".into(),
+                pid: 1,
+                uid: 0,
+                executable: "/bin/true".into(),
+                argv: vec![],
+                timestamp: String::new(),
+                rule: None,
+                justification: None,
+            },
+        }
+    }
+
+    fn sent(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> Vec<RunEvent> {
+        std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|line| {
+                let read: StreamLine<RunEvent> = serde_json::from_str(&line).unwrap();
+                assert_eq!(read.v, 1, "{line}");
+                read.event
+            })
+            .collect()
+    }
+
+    fn line_of(event: &RunEvent) -> &str {
+        match event {
+            RunEvent::Blocked(blocked) => &blocked.line,
+            other => panic!("not a blocked event: {other:?}"),
+        }
+    }
 
     #[test]
     fn repeats_within_a_second_are_counted_and_told_before_the_next_line() {
@@ -121,53 +168,19 @@ mod tests {
         let mut stream = RunStream::new(tx);
         let t0 = Instant::now();
         for i in 0..5 {
-            stream.blocked(
-                1,
-                || "a".into(),
-                || json!({}),
-                t0 + Duration::from_millis(i),
-            );
+            stream.blocked(1, || blocked("a"), t0 + Duration::from_millis(i));
         }
-        stream.blocked(
-            2,
-            || "b".into(),
-            || json!({}),
-            t0 + Duration::from_millis(10),
-        );
-        stream.blocked(
-            2,
-            || "b".into(),
-            || json!({}),
-            t0 + Duration::from_millis(1500),
-        );
-        let lines: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
-        let events: Vec<(String, Value)> = lines
-            .iter()
-            .map(|l| {
-                let v: Value = serde_json::from_str(l).unwrap();
-                (v["event"].as_str().unwrap().to_string(), v)
-            })
-            .collect();
-        assert_eq!(events.len(), 4, "{lines:?}");
-        assert_eq!(events[0].1["line"], "a");
-        assert_eq!(
-            (events[1].0.as_str(), &events[1].1["count"]),
-            ("repeated", &json!(4))
-        );
-        assert_eq!(events[2].1["line"], "b");
+        stream.blocked(2, || blocked("b"), t0 + Duration::from_millis(10));
+        stream.blocked(2, || blocked("b"), t0 + Duration::from_millis(1500));
+        let events = sent(&mut rx);
+        assert_eq!(events.len(), 4, "{events:?}");
+        assert_eq!(line_of(&events[0]), "a");
+        assert_eq!(events[1], RunEvent::Repeated { count: 4 });
+        assert_eq!(line_of(&events[2]), "b");
         // After the window the same line is sent again.
-        assert_eq!(events[3].1["line"], "b");
-        stream.blocked(
-            2,
-            || "b".into(),
-            || json!({}),
-            t0 + Duration::from_millis(1600),
-        );
+        assert_eq!(line_of(&events[3]), "b");
+        stream.blocked(2, || blocked("b"), t0 + Duration::from_millis(1600));
         stream.settle(t0 + Duration::from_millis(1700), true);
-        let told: Value = serde_json::from_str(&rx.try_recv().unwrap()).unwrap();
-        assert_eq!(
-            (told["event"].as_str(), &told["count"]),
-            (Some("repeated"), &json!(1))
-        );
+        assert_eq!(sent(&mut rx), [RunEvent::Repeated { count: 1 }]);
     }
 }

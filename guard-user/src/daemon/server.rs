@@ -17,9 +17,10 @@ use super::audit::HistoryRead;
 use super::config::Config;
 use super::peer::PeerCredentials;
 use super::protocol::{
-    ErrorCode, MAX_REQUEST_BYTES, PROTOCOL_VERSION, Request, RequestLine, ResponseLine, event_line,
-    is_flush,
+    ErrorCode, MAX_REQUEST_BYTES, PROTOCOL_VERSION, Request, RequestLine, ResponseLine, is_flush,
+    stream_line,
 };
+use super::responses::{AuditEvent, AuditResponse, HistoryEnd, to_json};
 use super::service::{Daemon, TICK};
 use crate::audit::filter::AuditFilter;
 
@@ -396,7 +397,7 @@ async fn audit_stream(
         .iter()
         .map(|f| f.display().to_string())
         .collect();
-    let response = ResponseLine::ok(serde_json::json!({"files": files, "follow": follow}));
+    let response = ResponseLine::ok(to_json(&AuditResponse { files, follow }));
     if !write_line(
         &mut write,
         &serde_json::to_string(&response).unwrap_or_default(),
@@ -415,16 +416,21 @@ async fn audit_stream(
         }
     }
     let end = match reading.await {
-        Ok(Ok(stats)) => event_line(
-            "history_end",
-            serde_json::json!({"read": stats.records, "bad_lines": stats.bad_lines}),
-        ),
-        Ok(Err(err)) => event_line("history_end", serde_json::json!({"error": err.to_string()})),
-        Err(_) => event_line(
-            "history_end",
-            serde_json::json!({"error": "the reader failed"}),
-        ),
+        Ok(Ok(stats)) => HistoryEnd {
+            read: Some(stats.records),
+            bad_lines: Some(stats.bad_lines),
+            error: None,
+        },
+        Ok(Err(err)) => HistoryEnd {
+            error: Some(err.to_string()),
+            ..HistoryEnd::default()
+        },
+        Err(_) => HistoryEnd {
+            error: Some("the reader failed".into()),
+            ..HistoryEnd::default()
+        },
     };
+    let end = stream_line(AuditEvent::HistoryEnd(end));
     if !write_line(&mut write, &end).await || !follow {
         return;
     }

@@ -15,7 +15,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use super::audit::{AuditTrail, HistoryRead};
 use super::config::Config;
 use super::peer::{PeerCredentials, subject, user_name};
-use super::protocol::{ErrorCode, Request, ResponseLine, event_line, typed_event_line};
+use super::protocol::{ErrorCode, Request, ResponseLine, stream_line};
 use super::run_stream::repeat_key;
 use super::scopes::{Membership, ScopeKind, Scopes, configured_cgroup, own_cgroup};
 use crate::asks::Approvals;
@@ -29,7 +29,9 @@ use crate::compile::image::EnforcementImage;
 use crate::compile::{CompileEnv, host_names};
 use crate::confine::sandbox::SandboxPlan;
 use crate::daemon::responses::to_json;
-use crate::daemon::responses::{ReloadResponse, ResolverStatus, RunResponse, WatchEvent};
+use crate::daemon::responses::{
+    Blocked, ReloadResponse, ResolverStatus, RunEvent, RunResponse, WatchEvent,
+};
 use crate::in_force::{InForce, Modes};
 use crate::kernel::events::{EventReader, KernelEvent};
 use crate::kernel::scope::{cgroup_id, cgroup2_root};
@@ -659,6 +661,7 @@ impl Daemon {
             .and_then(|s| s.listener.as_mut())
         {
             let image = self.in_force.image();
+            let held = held && rejected.is_none();
             listener.blocked(
                 repeat_key(&event),
                 || {
@@ -669,21 +672,19 @@ impl Daemon {
                         Some(reason) => format!("{line}; {reason}"),
                         None => line,
                     };
-                    if held && rejected.is_none() {
-                        line.replacen("guard: refused ", "guard: holding ", 1)
-                    } else {
-                        line
+                    Blocked {
+                        line: if held {
+                            line.replacen("guard: refused ", "guard: holding ", 1)
+                        } else {
+                            line
+                        },
+                        message: message.clone(),
+                        ask: ask_id,
+                        answers: answers.map(str::to_string),
+                        held,
+                        expires_in: timeout_secs,
+                        request: blocked_request(image, &event, &answered),
                     }
-                },
-                || {
-                    json!({
-                        "message": message,
-                        "ask": ask_id,
-                        "answers": answers,
-                        "held": held && rejected.is_none(),
-                        "expires_in": timeout_secs,
-                        "request": blocked_request(image, &event, &answered),
-                    })
                 },
                 now,
             );
@@ -725,7 +726,7 @@ impl Daemon {
     }
 
     fn notify_watchers(&mut self, event: WatchEvent) {
-        let line = typed_event_line(&event);
+        let line = stream_line(&event);
         self.watchers.retain(|w| w.send(line.clone()).is_ok());
     }
 
@@ -923,7 +924,7 @@ impl Daemon {
                 listener.settle(now, true);
             }
         }
-        let _ = stream.send(event_line("flushed", json!({})));
+        let _ = stream.send(stream_line(RunEvent::Flushed));
     }
 
     /// Ends a run's stream (its client closed); the scope itself ends when its processes are

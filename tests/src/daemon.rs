@@ -110,6 +110,8 @@ pub struct DaemonSetup {
     /// capabilities, no_new_privs, its read-only folders and /proc. GUARD_TEST_AS_UNIT=1 does
     /// so for every test's daemon.
     pub as_unit: bool,
+    /// Start it as plain root even under GUARD_TEST_AS_UNIT=1 (a test of the move to the unit).
+    pub as_root: bool,
 }
 
 pub struct TestDaemon {
@@ -160,7 +162,8 @@ impl TestDaemon {
             run_cgroup,
             daemon_cgroup: setup.daemon_cgroup.clone(),
             as_unit: setup.as_unit
-                || std::env::var_os("GUARD_TEST_AS_UNIT").is_some_and(|v| v == "1"),
+                || (!setup.as_root
+                    && std::env::var_os("GUARD_TEST_AS_UNIT").is_some_and(|v| v == "1")),
             env: env
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -245,6 +248,12 @@ impl TestDaemon {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Whether the next [`TestDaemon::spawn`] starts the daemon as the unit does.
+    pub fn set_as_unit(&mut self, as_unit: bool) {
+        assert!(self.child.is_none(), "stop the daemon first");
+        self.as_unit = as_unit;
     }
 
     /// What the daemon wrote to stderr so far.

@@ -143,3 +143,99 @@ fn the_daemon_does_its_job_confined_as_the_unit_confines_it() {
     let out = daemon.guard(&["status"]);
     assert!(out.status.success(), "status: {}", text(&out.stderr));
 }
+
+/// An upgrade from a guard whose daemon ran as root to one whose unit names `User=guard`: the
+/// new daemon, as that user, finds root's pins, state and audit log, takes over without a gap
+/// and goes on writing to all of them (the unit's CAP_DAC_OVERRIDE; systemd also chowns the
+/// StateDirectory, which this test does not, so it checks the harder case).
+#[test]
+fn a_daemon_as_the_units_user_takes_over_what_a_root_daemon_left() {
+    if !can_run() {
+        return;
+    }
+    let mut daemon = TestDaemon::start(&DaemonSetup {
+        rules: "prefix_rule(pattern=[\"touch\"], decision=\"forbidden\")\n".to_string(),
+        as_root: true,
+        ..Default::default()
+    });
+    let uid_of = |pid: u32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().next())
+            .and_then(|uid| uid.parse::<u32>().ok())
+            .expect("Uid: in /proc/PID/status")
+    };
+    assert_eq!(uid_of(daemon.pid()), 0, "the old daemon runs as root");
+    let amend = |daemon: &TestDaemon, program: &str| {
+        let out = daemon.guard(&["allow-prefix", "--", program]);
+        assert!(
+            out.status.success(),
+            "allow-prefix {program}: {}\n{}",
+            text(&out.stderr),
+            daemon.log()
+        );
+    };
+    amend(&daemon, "printf");
+    let made = daemon.dir.path().join("made");
+    let assert_touch_killed = |daemon: &TestDaemon, when: &str| {
+        let (code, _, stderr) = daemon.run_in_scope(&touch_program(), &[made.to_str().unwrap()]);
+        assert_eq!(
+            code,
+            137,
+            "{when}: touch is killed: {stderr}\n{}",
+            daemon.log()
+        );
+        assert!(!made.exists(), "{when}: the forbidden touch did not run");
+    };
+    assert_touch_killed(&daemon, "under the root daemon");
+    daemon.stop_with(libc::SIGKILL);
+
+    daemon.set_as_unit(true);
+    daemon.spawn();
+    let (unit_uid, _) = unit_user().expect("the unit names a User=");
+    assert_eq!(
+        uid_of(daemon.pid()),
+        unit_uid,
+        "the new daemon runs as the unit's user"
+    );
+    let generations = std::fs::read_dir(&daemon.pin_dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .count();
+    assert_eq!(
+        generations,
+        1,
+        "the new daemon released root's pins after taking over:\n{}",
+        daemon.log()
+    );
+    assert_touch_killed(&daemon, "under the unit's daemon");
+    amend(&daemon, "echo");
+    let amendments = std::fs::read_to_string(daemon.amendments()).unwrap();
+    assert_eq!(
+        amendments.lines().collect::<Vec<_>>(),
+        [
+            "prefix_rule(pattern=[\"printf\"], decision=\"allow\")",
+            "prefix_rule(pattern=[\"echo\"], decision=\"allow\")",
+        ],
+        "root's amendments file, appended to by the new daemon"
+    );
+    // One audit trail across the move: the new daemon continues root's sequence.
+    let out = daemon.guard(&["audit", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let records: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    let seqs: Vec<u64> = records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert!(
+        seqs.windows(2).all(|pair| pair[1] == pair[0] + 1),
+        "no gap and no restart in the sequence: {seqs:?}"
+    );
+    let starts = records
+        .iter()
+        .filter(|r| r["type"] == "daemon_start")
+        .count();
+    assert_eq!(starts, 2, "both daemons wrote to the one log: {records:?}");
+}

@@ -55,9 +55,8 @@ enum Task {
     ///   setup      qemu-system-x86 and cpio (apt-get install --no-install-recommends)
     ///   kernel     the package linux-image-6.12-cloud-amd64 depends on: apt-get download
     ///              (not installed), vmlinuz extracted with dpkg-deb
-    ///   build      guard-tests' bins and the VM's integration tests (loading, kernel_exec,
-    ///              kernel_net, kernel_approvals, kernel_pins; names not written yet are
-    ///              skipped), debug profile
+    ///   build      guard-tests' bins and the VM's integration tests (loading, the kernel_*
+    ///              tests, resolver, parity), debug profile
     ///   initramfs  /init = vm-init, /tests/NAME = each test, /helpers/BIN = the other bins
     ///              (debug info stripped), their shared libraries, /bin/sh and the few
     ///              programs the tests exec, /etc/passwd, /etc/group

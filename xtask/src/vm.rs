@@ -49,6 +49,7 @@ pub const VM_TESTS: &[&str] = &[
     "kernel_files",
     "kernel_escapes",
     "resolver",
+    "parity",
 ];
 
 /// What `vm::run` is asked to do.

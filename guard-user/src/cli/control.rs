@@ -129,7 +129,8 @@ pub fn call<R: DeserializeOwned>(socket: &Path, request: Request) -> Result<R, E
 pub fn answer(socket: &Path, request: Request) -> Result<Option<AmendmentApplied>, ExitCode> {
     match request {
         Request::Approve { .. } => call::<ApproveResponse>(socket, request).map(|r| r.line),
-        _ => call::<DenyResponse>(socket, request).map(|r| r.line),
+        Request::Deny { .. } => call::<DenyResponse>(socket, request).map(|r| r.line),
+        other => unreachable!("an answer is approve or deny, not {other:?}"),
     }
 }
 

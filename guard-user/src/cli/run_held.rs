@@ -9,10 +9,12 @@
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
+use std::sync::Arc;
 
 use nix::sys::termios::{self, LocalFlags, SetArg, SpecialCharacterIndices, Termios};
 
 use crate::asks::{Answerer, ApprovalMode, AskState};
+use crate::compile::kernel_engine::KernelEngine;
 use crate::hold::event::held_event;
 use crate::hold::{HeldCall, Hold, Reply};
 use crate::policy::approval::{ApprovalPolicy, prompt_rejection};
@@ -254,9 +256,15 @@ impl HeldCalls {
 
     /// The kernel's image changed (a policy, DNS answers): later calls are decided by it.
     pub fn image_changed(&self, session: &Session) {
-        let redirected = session.resolver_port().is_some();
-        if let Err(err) = self.hold.set_image(session.image(), redirected) {
-            eprintln!("guard: note: held calls are still decided by the previous policy: {err:#}");
+        match KernelEngine::new(session.image().clone()) {
+            Ok(engine) => self
+                .hold
+                .set_engine(&Arc::new(engine), session.resolver_port().is_some()),
+            Err(err) => {
+                eprintln!(
+                    "guard: note: held calls are still decided by the previous policy: {err:#}"
+                )
+            }
         }
     }
 

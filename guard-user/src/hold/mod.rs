@@ -129,10 +129,20 @@ impl Twins {
             return Ok(Twins::default());
         }
         let engine = Arc::new(KernelEngine::new(image.clone())?);
-        Ok(Twins {
+        Ok(Twins::of_engine(&engine, exec, network, dns_redirected))
+    }
+
+    /// [`Twins::of_image`] over an engine already made (one engine serves every hold).
+    pub fn of_engine(
+        engine: &Arc<KernelEngine>,
+        exec: bool,
+        network: bool,
+        dns_redirected: bool,
+    ) -> Twins {
+        Twins {
             exec: exec.then(|| ExecTwin::new(engine.clone())),
-            destinations: network.then(|| DestinationTwin::new(engine, dns_redirected)),
-        })
+            destinations: network.then(|| DestinationTwin::new(engine.clone(), dns_redirected)),
+        }
     }
 
     /// The calls a filter for these twins holds.
@@ -308,15 +318,12 @@ impl Hold {
     }
 
     /// The kernel's image changed (a policy, an amendment, DNS answers, an approval): later
-    /// calls are decided by it, by the kinds of twins this hold has. An image the kernel
-    /// would refuse keeps the twins as they were (`Err`).
-    pub fn set_image(&self, image: &EnforcementImage, dns_redirected: bool) -> anyhow::Result<()> {
-        let Ok(mut twins) = self.twins.write() else {
-            return Ok(());
-        };
-        let (exec, network) = (twins.exec.is_some(), twins.destinations.is_some());
-        *twins = Twins::of_image(image, exec, network, dns_redirected)?;
-        Ok(())
+    /// calls are decided by `engine`, the new image's, by the kinds of twins this hold has.
+    pub fn set_engine(&self, engine: &Arc<KernelEngine>, dns_redirected: bool) {
+        if let Ok(mut twins) = self.twins.write() {
+            let (exec, network) = (twins.exec.is_some(), twins.destinations.is_some());
+            *twins = Twins::of_engine(engine, exec, network, dns_redirected);
+        }
     }
 }
 

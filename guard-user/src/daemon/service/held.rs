@@ -5,10 +5,12 @@
 //! waits. An approval is in the maps before the call continues; a denial or the ask's expiry
 //! fails it as the kernel would (EACCES / EPERM) with the message on the program's stderr.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::Daemon;
 use crate::asks::AskState;
+use crate::compile::kernel_engine::KernelEngine;
 use crate::compile::prompts_udp;
 use crate::daemon::peer::PeerCredentials;
 use crate::daemon::protocol::ErrorCode;
@@ -178,11 +180,26 @@ impl Daemon {
 
     /// The policy or the destination tables changed: the holds decide later calls by them.
     pub(super) fn refresh_holds(&self) {
-        let redirected = self.name_server.is_some();
-        for hold in self.scopes.by_id.values().filter_map(|s| s.hold.as_ref()) {
-            if let Err(err) = hold.set_image(self.in_force.image(), redirected) {
-                tracing::warn!("a hold keeps deciding by the previous image: {err:#}");
+        let mut holds = self
+            .scopes
+            .by_id
+            .values()
+            .filter_map(|s| s.hold.as_ref())
+            .peekable();
+        if holds.peek().is_none() {
+            return;
+        }
+        // One engine for every hold: the image is encoded once.
+        let engine = match KernelEngine::new(self.in_force.image().clone()) {
+            Ok(engine) => Arc::new(engine),
+            Err(err) => {
+                tracing::warn!("the holds keep deciding by the previous image: {err:#}");
+                return;
             }
+        };
+        let redirected = self.name_server.is_some();
+        for hold in holds {
+            hold.set_engine(&engine, redirected);
         }
     }
 

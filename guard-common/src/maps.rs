@@ -309,7 +309,9 @@ pub mod counter {
     pub const FILE_FAILED_OPEN: u32 = 15;
     /// DNS queries (connects and sends to port 53) sent to guard's resolver instead.
     pub const DNS_REDIRECTED: u32 = 16;
-    pub const COUNT: u32 = 17;
+    /// Device nodes made, and block devices opened for writing, refused in scope (`cgroup/dev`).
+    pub const DEVICE_REFUSED: u32 = 17;
+    pub const COUNT: u32 = 18;
     /// The slots that count decisions that failed open: each should stay 0.
     pub const FAILED_OPEN: [u32; 3] = [EXEC_FAILED_OPEN, NET_FAILED_OPEN, FILE_FAILED_OPEN];
     pub const NAMES: [&str; COUNT as usize] = [
@@ -330,6 +332,7 @@ pub mod counter {
         "net_failed_open",
         "file_failed_open",
         "dns_redirected",
+        "device_refused",
     ];
 }
 

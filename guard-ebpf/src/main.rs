@@ -10,12 +10,14 @@
 //!   `lsm/socket_connect` and `lsm/socket_sendmsg` refuse destinations; argv rules still go
 //!   through `sched_process_exec`, because only there is argv the new image's own. The file
 //!   hooks (`lsm/file_open`, `lsm/path_*`) refuse reads and writes with EACCES.
+//! - both: `cgroup/dev` refuses device nodes and block-device writes in scope.
 //! - both: `tp_btf/sys_exit`, attached only while a sandbox mode is held, reports the writes it
 //!   refused (Landlock decides them; it tells nobody).
 #![no_std]
 #![no_main]
 
 mod argv;
+mod devices;
 mod dns;
 mod events;
 mod exec;

@@ -1,13 +1,13 @@
 //! Root hardening for the command: capabilities that let a root process undo or go around
 //! guard (mounting, loading kernel code or BPF, tracing other processes, raw devices and
-//! sockets, immutable flags, opening files by handle) are dropped between fork and exec from
+//! sockets, making device nodes, immutable flags, opening files by handle) are dropped between fork and exec from
 //! every set (bounding, ambient, permitted, effective, inheritable), so neither the command
 //! nor anything it executes (set-user-ID or with file capabilities) gets them back.
 
 use std::io;
 
 /// The dropped capabilities and their names (`linux/capability.h` numbers).
-pub const DROPPED: [(u32, &str); 13] = [
+pub const DROPPED: [(u32, &str); 14] = [
     (9, "CAP_LINUX_IMMUTABLE"),
     (13, "CAP_NET_RAW"),
     (16, "CAP_SYS_MODULE"),
@@ -18,6 +18,8 @@ pub const DROPPED: [(u32, &str); 13] = [
     // open_by_handle_at(2) reaches a file without its path, past any read-only bind.
     (2, "CAP_DAC_READ_SEARCH"),
     (25, "CAP_SYS_TIME"),
+    // mknod(2) of a block device reaches a disk below every file rule.
+    (27, "CAP_MKNOD"),
     (32, "CAP_MAC_OVERRIDE"),
     (33, "CAP_MAC_ADMIN"),
     (38, "CAP_PERFMON"),

@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use landlock::{
     ABI, AccessFs, BitFlags, PathBeneath, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr,
+    Scope,
 };
 
 use super::{Grant, WritePlan};
@@ -143,11 +144,15 @@ pub fn confinement(plan: &WritePlan) -> Result<Confinement> {
     finish(ruleset, abi, granted, errors)
 }
 
-/// A new ruleset that handles (so refuses unless granted) the write rights.
+/// A new ruleset that handles (so refuses unless granted) the write rights, and keeps the
+/// command's signals inside its domain (ABI 6; left out on older kernels): a root command
+/// cannot kill the `guard run` that holds its asks, nor any other process outside the scope.
 fn write_ruleset() -> Result<RulesetCreated> {
     Ruleset::default()
         .handle_access(write_rights())
         .context("asking Landlock to handle the write rights")?
+        .scope(Scope::Signal)
+        .context("asking Landlock to keep signals inside the scope")?
         .create()
         .context("creating a Landlock ruleset")
 }

@@ -24,6 +24,7 @@ pub mod capabilities;
 pub mod landlock;
 pub mod namespace;
 pub mod sandbox;
+pub mod syscalls;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -361,7 +362,8 @@ pub enum Holding {
 }
 
 /// Everything put on the command between fork and exec, in this order: the mount namespace,
-/// the Landlock domain (which then refuses mount and umount), the dropped capabilities.
+/// the Landlock domain (which then refuses mount and umount), the seccomp filter of the calls
+/// that leave the scope ([`syscalls`]), the dropped capabilities.
 #[derive(Debug)]
 pub struct CommandConfinement {
     pub holding: Holding,
@@ -369,6 +371,8 @@ pub struct CommandConfinement {
     /// Whether [`capabilities::DROPPED`] are dropped (root only; `--keep-capabilities` keeps
     /// them).
     pub drop_capabilities: bool,
+    /// Whether [`syscalls::program`] is put on the command (always, but for a plain spawn).
+    pub refuse_escapes: bool,
 }
 
 impl CommandConfinement {
@@ -401,6 +405,7 @@ impl CommandConfinement {
                 holding: Holding::Mounts(namespace::MountPlan::new(&plan, &mountinfo)),
                 landlock: landlock::sandbox(&sandbox.existing_roots())?,
                 drop_capabilities: !keep_capabilities,
+                refuse_escapes: true,
             });
         }
         let (holding, landlock) = if root {
@@ -416,6 +421,7 @@ impl CommandConfinement {
             holding,
             landlock,
             drop_capabilities: root && !keep_capabilities,
+            refuse_escapes: true,
         })
     }
 
@@ -425,6 +431,7 @@ impl CommandConfinement {
             holding: Holding::LandlockOnly,
             landlock: landlock::Confinement::Nothing,
             drop_capabilities: false,
+            refuse_escapes: false,
         }
     }
 
@@ -438,6 +445,7 @@ impl CommandConfinement {
             },
             ruleset: self.landlock.ruleset_fd(),
             hold: None,
+            escapes: self.refuse_escapes.then(syscalls::program),
             drop_capabilities: self.drop_capabilities,
         }
     }
@@ -451,6 +459,8 @@ pub struct PreExecSteps {
     /// The seccomp filter that holds prompted execs (installed while guard's root still has
     /// CAP_SYS_ADMIN, so the command needs no no-new-privileges).
     pub hold: Option<crate::hold::ChildEnd>,
+    /// [`syscalls::program`], when the command gets it.
+    escapes: Option<Vec<libc::sock_filter>>,
     drop_capabilities: bool,
 }
 
@@ -463,6 +473,9 @@ impl PreExecSteps {
         }
         if let Some(fd) = self.ruleset {
             landlock::restrict_from_pre_exec(fd)?;
+        }
+        if let Some(program) = &self.escapes {
+            syscalls::install_from_pre_exec(program)?;
         }
         if let Some(hold) = &self.hold {
             hold.install_from_pre_exec()?;

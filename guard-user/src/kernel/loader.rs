@@ -6,6 +6,7 @@
 //! until [`super::pins::release`] removes the pins (see `pins` for the handover).
 
 use std::fs::File;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -15,7 +16,9 @@ use aya::programs::cgroup_sock_addr::CgroupSockAddrLinkId;
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::lsm::LsmLinkId;
 use aya::programs::tp_btf::BtfTracePointLinkId;
-use aya::programs::{BtfTracePoint, CgroupAttachMode, CgroupSock, CgroupSockAddr, Lsm};
+use aya::programs::{
+    BtfTracePoint, CgroupAttachMode, CgroupDevice, CgroupSock, CgroupSockAddr, Lsm,
+};
 use aya::{Btf, Ebpf, EbpfLoader};
 use guard_common::maps::DnsRedirect;
 
@@ -132,6 +135,9 @@ enum HeldLink {
     Cgroup(&'static str, PathBuf, CgroupSockAddrLinkId),
     /// `cgroup/sock_create` and the cgroup it is attached to.
     SockCreate(PathBuf, CgroupSockLinkId),
+    /// `cgroup/dev` ([`DEVICES`]), the cgroup it is attached to and its link (made with
+    /// [`super::raw_link`]: aya cannot hand this link out to be pinned).
+    Device(PathBuf, std::os::fd::OwnedFd),
 }
 
 impl HeldLink {
@@ -141,6 +147,7 @@ impl HeldLink {
                 name
             }
             HeldLink::SockCreate(_, _) => SOCK_CREATE,
+            HeldLink::Device(_, _) => DEVICES,
         }
     }
 }
@@ -175,6 +182,9 @@ const RECVMSG_HOOKS: [&str; 2] = ["recvmsg4", "recvmsg6"];
 /// Attached per scope on both backends: the one hook that sees raw, ping, UDP-Lite and SCTP
 /// sockets (no LSM hook is needed for it, and the cgroup program works where LSM does not).
 const SOCK_CREATE: &str = "sock_create";
+/// `cgroup/dev`, attached per scope on both backends: no device node made, no block device
+/// written (the disk below every file rule).
+const DEVICES: &str = "device_access";
 const EXEC: &str = "sched_process_exec";
 /// `tp_btf/sys_exit`: reports the writes a sandbox mode refused (Landlock tells nobody).
 const SANDBOX_REFUSALS: &str = "sandbox_refusal";
@@ -231,12 +241,14 @@ impl Enforcer {
     }
 
     /// Attaches the per-cgroup hooks to `cgroup` (they then apply to it and every cgroup below
-    /// it): `cgroup/sock_create` on both backends, and on the `cgroup` backend the connect,
-    /// sendmsg and recvmsg hooks too. On the `lsm` backend these are attached only when DNS is
-    /// redirected ([`Enforcer::redirect_dns`] first), and then only redirect.
+    /// it): `cgroup/sock_create` and `cgroup/dev` on both backends, and on the `cgroup` backend
+    /// the connect, sendmsg and recvmsg hooks too. On the `lsm` backend these are attached only
+    /// when DNS is redirected ([`Enforcer::redirect_dns`] first), and then only redirect.
     pub fn attach_cgroup(&mut self, cgroup: &Path) -> Result<()> {
         let id = self.attach_sock_create(cgroup)?;
         self.hold(HeldLink::SockCreate(cgroup.to_path_buf(), id))?;
+        let id = self.attach_devices(cgroup)?;
+        self.hold(HeldLink::Device(cgroup.to_path_buf(), id))?;
         if self.backend == Backend::Lsm && self.dns_port.is_none() {
             return Ok(());
         }
@@ -290,6 +302,16 @@ impl Enforcer {
         // Single: see attach_cgroup_hook.
         hook.attach(&dir, CgroupAttachMode::Single)
             .with_context(|| format!("attaching cgroup/sock_create to {}", cgroup.display()))
+    }
+
+    fn attach_devices(&mut self, cgroup: &Path) -> Result<std::os::fd::OwnedFd> {
+        let hook: &mut CgroupDevice = program(&mut self.ebpf, DEVICES)?;
+        if hook.fd().is_err() {
+            hook.load().context("loading cgroup/dev")?;
+        }
+        let program = hook.fd()?.as_fd();
+        super::raw_link::attach_cgroup(program, cgroup, super::raw_link::BPF_CGROUP_DEVICE)
+            .context("attaching cgroup/dev")
     }
 
     fn attach_cgroup_hook(&mut self, name: &str, cgroup: &Path) -> Result<CgroupSockAddrLinkId> {
@@ -377,6 +399,17 @@ impl Enforcer {
             self.links.push(link);
             bail!("{} exists already: pin into a fresh folder", path.display());
         }
+        if let HeldLink::Device(cgroup, fd) = link {
+            // Pinning does not take this link: on an error it stays attached and owned.
+            if let Err(err) = super::raw_link::pin(&fd, &path) {
+                self.links.push(HeldLink::Device(cgroup, fd));
+                return Err(err);
+            }
+            let pinned = PinnedLink::from_pin(&path)
+                .with_context(|| format!("opening the pin {}", path.display()))?;
+            self.pins.as_mut().expect("set above").pinned.push(pinned);
+            return Ok(());
+        }
         let (fd_link, cgroup): (FdLink, Option<PathBuf>) = match link {
             HeldLink::Trace(name, id) => {
                 let trace: &mut BtfTracePoint = program(&mut self.ebpf, name)?;
@@ -402,6 +435,7 @@ impl Enforcer {
                 )?;
                 (fd_link, Some(cgroup))
             }
+            HeldLink::Device(..) => unreachable!("pinned above"),
         };
         match fd_link.pin(&path) {
             Ok(pinned) => {

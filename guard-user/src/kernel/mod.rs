@@ -6,6 +6,7 @@ pub mod events;
 pub mod loader;
 pub mod maps;
 pub mod pins;
+mod raw_link;
 pub mod scope;
 
 pub use loader::{Backend, Enforcer};

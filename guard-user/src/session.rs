@@ -80,6 +80,36 @@ pub struct Session {
     /// The sandbox mode the command runs under, and where it was chosen, once
     /// [`Session::report_sandbox`] asked for its refusals.
     sandbox: Option<(SandboxPlan, String)>,
+    /// Last: released once the scope's processes are gone and the Enforcer dropped.
+    _pins: RunPins,
+}
+
+/// A session's pinned links (`pins::RUNS_ROOT/run-PID-N`): its programs outlive this process
+/// (a `kill -9`, a crash), so the scope's processes stay enforced, with nobody to answer their
+/// asks, until the next `guard run`, `guard daemon` or `guard release` kills them and removes
+/// the pins ([`remove_abandoned_scopes`]). A drop releases them (the scope is gone first).
+struct RunPins {
+    dir: std::path::PathBuf,
+}
+
+impl RunPins {
+    fn pin(enforcer: &mut Enforcer, name: &str) -> Result<RunPins> {
+        crate::kernel::pins::ensure_bpffs(Path::new(crate::kernel::pins::DEFAULT_ROOT))
+            .context("a bpffs to pin the run's programs in, so they outlive guard")?;
+        let dir = Path::new(crate::kernel::pins::RUNS_ROOT).join(name);
+        enforcer.pin_links(&dir)?;
+        Ok(RunPins { dir })
+    }
+}
+
+impl Drop for RunPins {
+    fn drop(&mut self) {
+        if let Err(err) = crate::kernel::pins::release(&self.dir) {
+            tracing::warn!("releasing the run's pins: {err:#}");
+        }
+        // The folder of all runs goes with the last (ENOTEMPTY while others remain).
+        let _ = std::fs::remove_dir(crate::kernel::pins::RUNS_ROOT);
+    }
 }
 
 static SESSION_COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -133,7 +163,11 @@ impl Session {
         };
         let abandoned = remove_abandoned_scopes();
         let n = SESSION_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let scope = ScopeCgroup::create(&format!("run-{}-{n}", std::process::id()))?;
+        let name = format!("run-{}-{n}", std::process::id());
+        let scope = ScopeCgroup::create(&name)?;
+        // Pinned before the scope is listed: whatever ends this process, the programs stay
+        // attached for the scope's processes until they are gone (see `RunPins`).
+        let pins = RunPins::pin(enforcer, &name)?;
         enforcer.attach_cgroup(scope.path())?;
         enforcer.add_scope(scope.id())?;
         Ok(Session {
@@ -150,6 +184,7 @@ impl Session {
             dns_notes,
             abandoned,
             sandbox: None,
+            _pins: pins,
         })
     }
 

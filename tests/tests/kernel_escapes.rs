@@ -407,3 +407,82 @@ fn a_long_token_is_compared_to_its_end() {
         "{message}"
     );
 }
+
+// --- devices ---------------------------------------------------------------------------------
+
+/// A block device of this machine, as `major:minor` from sysfs (a loop device, a disk).
+fn some_block_device() -> Option<(u32, u32)> {
+    let mut found: Vec<(u32, u32)> = std::fs::read_dir("/sys/class/block")
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|entry| {
+            let dev = std::fs::read_to_string(entry.path().join("dev")).ok()?;
+            let (major, minor) = dev.trim().split_once(':')?;
+            Some((major.parse().ok()?, minor.parse().ok()?))
+        })
+        .collect();
+    found.sort();
+    found.into_iter().next()
+}
+
+#[test]
+fn root_in_scope_makes_no_device_node_and_writes_no_block_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = "prefix_rule(pattern=[\"gt-unrelated\"], decision=\"forbidden\")\n";
+    let Some(session) = session_in_or_skip(dir, rules, SessionOptions::default()) else {
+        return;
+    };
+    let Some((major, minor)) = some_block_device() else {
+        skip("this machine has no block device to try");
+        return;
+    };
+    // A node made outside the scope (this test is root there): the kernel decides by the
+    // device, whatever the path. Opening it for writing writes nothing.
+    let node = session.path().join("disk");
+    let name = std::ffi::CString::new(node.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mknod of a NUL-terminated path.
+    let made = unsafe {
+        libc::mknod(
+            name.as_ptr(),
+            libc::S_IFBLK | 0o600,
+            libc::makedev(major, minor),
+        )
+    };
+    assert_eq!(
+        made,
+        0,
+        "mknod outside the scope: {}",
+        io::Error::last_os_error()
+    );
+    let escape = helper("scope-escape", env!("CARGO_BIN_EXE_scope-escape"));
+    let said = |args: &[&std::ffi::OsStr]| {
+        let output = run(&session, Command::new(&escape).args(args)).expect("the helper ran");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+
+    assert!(
+        said(&["open-device".as_ref(), node.as_os_str(), "write".as_ref()])
+            .contains("open-device: EPERM"),
+        "a block device is not opened for writing in scope ({major}:{minor})"
+    );
+    assert!(
+        said(&["open-device".as_ref(), node.as_os_str(), "read".as_ref()])
+            .contains("open-device: ok"),
+        "reading it is not refused"
+    );
+    assert!(
+        said(&[
+            "open-device".as_ref(),
+            "/dev/null".as_ref(),
+            "write".as_ref()
+        ])
+        .contains("open-device: ok"),
+        "character devices are written as ever"
+    );
+    let inside = session.path().join("made-inside");
+    assert!(
+        said(&["mknod".as_ref(), inside.as_os_str()]).contains("mknod: EPERM"),
+        "root in scope (CAP_MKNOD kept here) makes no device node"
+    );
+    assert_absent(&inside, "mknod was refused");
+}

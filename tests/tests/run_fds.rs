@@ -219,3 +219,274 @@ fn a_kill_9_of_guard_run_leaves_nothing_past_the_next_run_or_daemon_start() {
         daemon.log()
     );
 }
+
+/// Reads `path` once it exists and has a line (at most `limit`).
+fn read_when_there(path: &Path, limit: Duration) -> Option<String> {
+    wait_for(limit, || {
+        std::fs::read_to_string(path).is_ok_and(|text| text.ends_with('\n'))
+    });
+    std::fs::read_to_string(path).ok()
+}
+
+/// `guard run --rules RULES -- sh -c SCRIPT`, started (not waited for), with its output piped.
+fn spawn_run(rules: &Path, script: &str) -> std::process::Child {
+    Command::new(guard_bin())
+        .args(["run", "--rules"])
+        .arg(rules)
+        .args(["--", "sh", "-c", script])
+        .env_remove("GUARD_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting guard run")
+}
+
+fn process_gone(pid: u32) -> bool {
+    wait_for(Duration::from_secs(5), || {
+        !Path::new(&format!("/proc/{pid}")).exists()
+    })
+}
+
+#[test]
+fn a_signal_to_guard_run_goes_to_the_command_and_the_scope_ends_with_the_run() {
+    if !root_or_skip() {
+        return;
+    }
+    let _one = one_guard_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let rules = write_rules(dir.path());
+    let (pid_file, got) = (dir.path().join("pid"), dir.path().join("got"));
+    // The command notes SIGTERM and goes on: it ignores what would end it.
+    let script = format!(
+        "echo $$ > {pid}; trap 'echo TERM >> {got}' TERM; while :; do sleep 0.1; done",
+        pid = pid_file.display(),
+        got = got.display()
+    );
+    let guard = spawn_run(&rules, &script);
+    let pid: u32 = read_when_there(&pid_file, Duration::from_secs(30))
+        .expect("the command started")
+        .trim()
+        .parse()
+        .unwrap();
+    let scope = guard::kernel::scope::cgroup2_root()
+        .unwrap()
+        .join(guard::kernel::scope::STANDALONE_PARENT)
+        .join(format!("run-{}-0", guard.id()));
+    // SAFETY: a signal to the guard run started above.
+    unsafe { libc::kill(guard.id() as i32, libc::SIGTERM) };
+    let output = wait_output(guard, RUN_TIMEOUT);
+    let stderr = text(&output.stderr);
+
+    assert_eq!(
+        read_when_there(&got, Duration::from_secs(1)).as_deref(),
+        Some("TERM\n"),
+        "guard run passed SIGTERM on to the command (stderr: {stderr})"
+    );
+    assert!(
+        stderr.contains("killing everything in the scope") && stderr.contains("SIGTERM"),
+        "it says why it ends the scope: {stderr}"
+    );
+    assert_eq!(output.status.code(), Some(137), "the command was killed");
+    assert!(process_gone(pid), "nothing of the scope outlives its run");
+    assert!(!scope.exists(), "the scope {} was removed", scope.display());
+}
+
+#[test]
+fn a_kill_9_of_guard_run_leaves_its_scope_enforced_until_release() {
+    if !root_or_skip() {
+        return;
+    }
+    let _one = one_guard_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("test.rules");
+    std::fs::write(
+        &rules,
+        "prefix_rule(pattern=[\"touch\"], decision=\"forbidden\")\n",
+    )
+    .unwrap();
+    let (pid_file, done) = (dir.path().join("pid"), dir.path().join("done"));
+    // Once its guard run is dead (it waits for `go`), the command tries a forbidden exec 20
+    // times, then says it went on.
+    let go = dir.path().join("go");
+    let script = format!(
+        "trap '' TERM HUP INT; echo $$ > {pid}; \
+         i=0; while [ ! -e {go} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; \
+         i=0; while [ $i -lt 20 ]; do touch {dir}/made-$i 2>/dev/null; i=$((i+1)); done; \
+         echo went-on > {done}; sleep 60",
+        pid = pid_file.display(),
+        go = go.display(),
+        dir = dir.path().display(),
+        done = done.display()
+    );
+    let mut guard = spawn_run(&rules, &script);
+    let pid: u32 = read_when_there(&pid_file, Duration::from_secs(30))
+        .expect("the command started")
+        .trim()
+        .parse()
+        .unwrap();
+    let run_name = format!("run-{}-0", guard.id());
+    guard.kill().unwrap();
+    guard.wait().unwrap();
+    std::fs::write(&go, "").unwrap();
+
+    assert_eq!(
+        read_when_there(&done, Duration::from_secs(30)).as_deref(),
+        Some("went-on\n"),
+        "the command ran on after its guard run died"
+    );
+    let made: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("made-"))
+        .collect();
+    assert!(
+        made.is_empty(),
+        "the pinned programs still refused `touch` with no guard run: {made:?}"
+    );
+    let pins = Path::new(guard::kernel::pins::RUNS_ROOT).join(&run_name);
+    assert!(
+        pins.exists(),
+        "the run's links are pinned at {}",
+        pins.display()
+    );
+
+    let release = Command::new(guard_bin())
+        .args(["release", "--pin-dir"])
+        .arg(dir.path().join("no-daemon-pins"))
+        .output()
+        .unwrap();
+    let said = text(&release.stdout);
+    assert!(
+        said.contains("removed the scope") && said.contains(&run_name),
+        "guard release removes the dead run's scope: {said} / {}",
+        text(&release.stderr)
+    );
+    assert!(process_gone(pid), "guard release killed the command");
+    assert!(!pins.exists(), "and then removed the pins");
+}
+
+fn scope_escape() -> PathBuf {
+    guard_tests::kernel::helper("scope-escape", env!("CARGO_BIN_EXE_scope-escape"))
+}
+
+#[test]
+fn the_command_cannot_start_a_process_in_another_cgroup() {
+    if !root_or_skip() {
+        return;
+    }
+    let _one = one_guard_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let rules = write_rules(dir.path());
+    let root = guard::kernel::scope::cgroup2_root().unwrap();
+    let marker = dir.path().join("escaped");
+    let script = format!(
+        "{helper} clone3-into {root} {marker}; echo clone3-exit=$?; \
+         if echo $$ > {root}/cgroup.procs; then echo procs=moved; else echo procs=refused; fi",
+        helper = scope_escape().display(),
+        root = root.display(),
+        marker = marker.display()
+    );
+    let output = wait_output(spawn_run(&rules, &script), RUN_TIMEOUT);
+    let said = text(&output.stdout);
+    assert!(
+        said.contains("clone3-into: ENOSYS") && said.contains("clone3-exit=3"),
+        "clone3 fails as on a kernel without it, and fork still works: {said} / {}",
+        text(&output.stderr)
+    );
+    assert!(said.contains("procs=refused"), "{said}");
+    assert!(!marker.exists(), "no process ran in the root cgroup");
+}
+
+/// A pseudo-terminal: (controller, the terminal's own side).
+fn pty() -> (std::fs::File, std::fs::File) {
+    use std::os::fd::FromRawFd;
+    let (mut controller, mut terminal) = (0, 0);
+    // SAFETY: openpty writes two descriptors; no name, termios or size is asked for.
+    let rc = unsafe {
+        libc::openpty(
+            &mut controller,
+            &mut terminal,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both were just made and are owned here alone.
+    unsafe {
+        (
+            std::fs::File::from_raw_fd(controller),
+            std::fs::File::from_raw_fd(terminal),
+        )
+    }
+}
+
+#[test]
+fn the_command_cannot_push_keystrokes_into_its_terminal() {
+    use std::io::Write;
+    if !root_or_skip() {
+        return;
+    }
+    let _one = one_guard_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let rules = write_rules(dir.path());
+    let (mut controller, terminal) = pty();
+    let answer = dir.path().join("answer");
+    // What a person types arrives as ever; what the command pushes does not.
+    let script = format!(
+        "{helper} tiocsti 'touch {dir}/injected\\n'; {helper} tioclinux; \
+         read line; echo \"read=$line\" > {answer}",
+        helper = scope_escape().display(),
+        dir = dir.path().display(),
+        answer = answer.display()
+    );
+    controller.write_all(b"typed by a person\n").unwrap();
+    let fd = terminal.as_raw_fd();
+    let mut command = Command::new(guard_bin());
+    command
+        .args(["run", "--rules"])
+        .arg(&rules)
+        .args(["--", "sh", "-c", &script])
+        .env_remove("GUARD_SOCKET")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setsid, dup2 and ioctl only, async-signal-safe: the pty becomes the controlling
+    // terminal and stdin of guard run, as a person's shell would start it.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setsid() < 0
+                || libc::dup2(fd, 0) != 0
+                || libc::ioctl(0, libc::TIOCSCTTY, 0) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let output = wait_output(command.spawn().unwrap(), RUN_TIMEOUT);
+    let said = text(&output.stdout);
+    assert!(
+        said.contains("tiocsti: EPERM") && said.contains("tioclinux: EPERM"),
+        "keystroke injection is refused: {said} / {}",
+        text(&output.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&answer).unwrap(),
+        "read=typed by a person\n",
+        "the terminal works as ever"
+    );
+    // Whatever the command pushed would wait in the terminal's input for the next reader
+    // (the shell that started guard): there is nothing.
+    // SAFETY: fcntl on a descriptor this test owns.
+    unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) };
+    let mut left = [0u8; 64];
+    let read = (&terminal).read(&mut left);
+    assert!(
+        matches!(&read, Err(err) if err.kind() == std::io::ErrorKind::WouldBlock),
+        "nothing was left in the terminal's input: {read:?} {:?}",
+        String::from_utf8_lossy(&left)
+    );
+    assert!(!dir.path().join("injected").exists());
+}

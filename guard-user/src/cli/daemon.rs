@@ -161,6 +161,11 @@ pub fn release(args: &ReleaseArgs) -> ExitCode {
             socket.display()
         );
     }
+    // The scopes of stand-alone runs that died (kill -9) go first: their processes, then the
+    // pins that still enforced on them.
+    for abandoned in crate::kernel::scope::remove_abandoned_scopes() {
+        println!("{abandoned}");
+    }
     match crate::kernel::pins::release(&dir) {
         Ok(n) => {
             println!("released {n} pinned links under {}", dir.display());

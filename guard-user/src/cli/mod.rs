@@ -18,6 +18,7 @@ mod run;
 mod run_asks;
 mod run_daemon;
 mod run_held;
+mod signals;
 mod watch;
 
 use std::path::PathBuf;

@@ -205,6 +205,11 @@ pub fn run(args: &RunArgs) -> ExitCode {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
+    // From here on a signal that would end guard goes to the command instead.
+    if let Err(err) = super::signals::catch() {
+        eprintln!("guard: cannot catch signals to pass them on to the command: {err}");
+        return ExitCode::from(125);
+    }
     let options = SessionOptions {
         backend: args.backend,
         audit_only: args.audit_only,
@@ -341,7 +346,19 @@ pub fn run(args: &RunArgs) -> ExitCode {
             return ExitCode::from(127);
         }
     };
+    let mut signals = super::signals::PassOn::default();
+    let mut scope_ended = false;
     let status = loop {
+        if let Some(why) = signals.step(child.id()).ending()
+            && !scope_ended
+        {
+            eprintln!(
+                "guard: killing everything in the scope of `{}`: {why}",
+                args.command[0]
+            );
+            session.scope().kill();
+            scope_ended = true;
+        }
         report(
             &mut session,
             asks.as_mut(),

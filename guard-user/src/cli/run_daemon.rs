@@ -10,7 +10,7 @@
 use std::io::BufRead;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, ExitStatus};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
@@ -45,6 +45,10 @@ pub fn run(
             return ExitCode::from(125);
         }
     };
+    if let Err(err) = super::signals::catch() {
+        eprintln!("guard: cannot catch signals to pass them on to the command: {err}");
+        return ExitCode::from(125);
+    }
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let tmpdir = std::env::var_os("TMPDIR").map(PathBuf::from);
     let started: RunResponse = match client.call(Request::Run {
@@ -163,7 +167,7 @@ pub fn run(
     // The command started (or failed to): a child that never sent its listener ends the
     // hand-over.
     drop(child_socket);
-    let status = match spawned.and_then(|mut child| child.wait()) {
+    let status = match spawned.and_then(wait_passing_signals_on) {
         Ok(status) => status,
         Err(err) => {
             eprintln!("guard: cannot run `{}`: {err}", argv[0]);
@@ -181,6 +185,27 @@ pub fn run(
     }
     drop(confinement);
     super::output::exit_code_of(status)
+}
+
+/// Waits for the command, passing on the signals that would end this process. The scope is
+/// the daemon's and stays enforced whatever happens here; a command that outlives its grace
+/// (or a second signal) is killed, and what it started is left to the daemon's scope.
+fn wait_passing_signals_on(mut child: std::process::Child) -> std::io::Result<ExitStatus> {
+    let mut signals = super::signals::PassOn::default();
+    let mut killed = false;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        if let Some(why) = signals.step(child.id()).ending()
+            && !killed
+        {
+            eprintln!("guard: killing the command: {why}");
+            child.kill()?;
+            killed = true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// A refusal of the run, for people: the blocked-request line, then how to answer its ask.

@@ -40,6 +40,10 @@ use aya::programs::links::{FdLink, PinnedLink};
 
 /// Where the daemon mounts (or finds) its bpffs.
 pub const DEFAULT_ROOT: &str = "/sys/fs/bpf";
+/// Where a stand-alone `guard run` pins its links: a folder per run, named like its scope
+/// (`run-PID-N`), so a run that dies by `kill -9` leaves its scope enforced until the next
+/// start or `guard release` kills the scope and removes the pins.
+pub const RUNS_ROOT: &str = "/sys/fs/bpf/guard-runs";
 /// `statfs` `f_type` of a bpffs.
 pub const BPF_FS_MAGIC: u32 = 0xcafe_4a11;
 /// Prefix of the generation folders [`next_generation`] names: `gen-1`, `gen-2`, ...

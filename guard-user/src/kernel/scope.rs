@@ -127,6 +127,17 @@ impl ScopeCgroup {
     pub fn pids(&self) -> Vec<u32> {
         cgroup_pids(&self.path)
     }
+
+    /// Kills every process in this cgroup and below it (`cgroup.kill`), at once; the folder
+    /// stays until the drop.
+    pub fn kill(&self) {
+        if std::fs::write(self.path.join("cgroup.kill"), "1").is_err() {
+            for pid in self.pids() {
+                // SAFETY: sending a signal.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+        }
+    }
 }
 
 /// Moves the calling process into the cgroup whose `cgroup.procs` is `procs`. Only
@@ -199,11 +210,13 @@ pub struct AbandonedScope {
     pub path: PathBuf,
     /// The `guard run` (or other session) process that made it.
     pub owner_pid: u32,
-    /// Its processes, killed: they were running with nothing enforcing on them, since the
-    /// programs went with the process that loaded them.
+    /// Its processes, killed: they ran on under the run's pinned programs, with nobody to
+    /// answer their asks.
     pub killed: usize,
     /// Still there after the bound (its processes would not die in time).
     pub left: bool,
+    /// The run's pinned links removed (detached) once its processes were gone.
+    pub released: usize,
 }
 
 impl std::fmt::Display for AbandonedScope {
@@ -211,7 +224,7 @@ impl std::fmt::Display for AbandonedScope {
         write!(
             f,
             "{} {} of an earlier `guard run` (pid {}, gone without cleaning up: kill -9?); \
-             {} process(es) left in it ran unenforced and {}",
+             {} process(es) left in it, still enforced by its {} pinned links, {}",
             if self.left {
                 "could not remove the scope"
             } else {
@@ -220,53 +233,75 @@ impl std::fmt::Display for AbandonedScope {
             self.path.display(),
             self.owner_pid,
             self.killed,
+            self.released,
             if self.left {
-                "would not die within 2 s"
+                "would not die within 2 s (the pins stay)"
             } else {
-                "were killed"
+                "were killed and the pins removed"
             }
         )
     }
 }
 
+/// The `guard run` pid in a stand-alone scope's or pin folder's name (`run-PID-N`).
+fn run_owner(name: &std::ffi::OsStr) -> Option<u32> {
+    name.to_str()?
+        .strip_prefix("run-")?
+        .split('-')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The entries of `dir` named `run-PID-N` whose PID is no longer running.
+fn abandoned_runs(dir: &Path) -> Vec<(std::ffi::OsString, u32)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|entry| {
+            let owner = run_owner(&entry.file_name())?;
+            let gone = !Path::new(&format!("/proc/{owner}")).exists();
+            gone.then(|| (entry.file_name(), owner))
+        })
+        .collect()
+}
+
 /// Removes the stand-alone scopes (`<cgroup2>/guard/run-PID-N`) whose owner PID is no longer
-/// running, killing what is left in them. `guard run` and `guard daemon` call it at start, so a
-/// `kill -9` of a `guard run` leaves nothing behind past the next start. A PID reused by another
-/// process keeps its folder until that process ends (a leftover, never a removal of a live one).
+/// running, killing what is left in them, then their pinned links (`pins::RUNS_ROOT/run-PID-N`),
+/// which enforced on those processes until then. `guard run`, `guard daemon` and `guard
+/// release` call it, so a `kill -9` of a `guard run` leaves nothing behind past the next
+/// start. A PID reused by another process keeps its folder until that process ends (a leftover,
+/// never a removal of a live one).
 pub fn remove_abandoned_scopes() -> Vec<AbandonedScope> {
-    let Ok(root) = cgroup2_root() else {
-        return Vec::new();
-    };
-    let parent = root.join(STANDALONE_PARENT);
-    let Ok(entries) = std::fs::read_dir(&parent) else {
-        return Vec::new();
-    };
+    let pins_root = Path::new(super::pins::RUNS_ROOT);
+    let release = |name: &std::ffi::OsStr| super::pins::release(&pins_root.join(name)).unwrap_or(0);
     let mut removed = Vec::new();
-    for entry in entries.filter_map(|e| e.ok()) {
-        let name = entry.file_name();
-        let Some(owner_pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("run-"))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|pid| pid.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if Path::new(&format!("/proc/{owner_pid}")).exists() {
-            continue;
+    if let Ok(root) = cgroup2_root() {
+        let parent = root.join(STANDALONE_PARENT);
+        for (name, owner_pid) in abandoned_runs(&parent) {
+            let path = parent.join(&name);
+            let killed = kill_and_remove(&path);
+            let left = path.exists();
+            // Pins go only once nothing is left for them to enforce on.
+            let released = if left { 0 } else { release(&name) };
+            removed.push(AbandonedScope {
+                path,
+                owner_pid,
+                killed,
+                left,
+                released,
+            });
         }
-        let path = entry.path();
-        let killed = kill_and_remove(&path);
-        let left = path.exists();
-        removed.push(AbandonedScope {
-            path,
-            owner_pid,
-            killed,
-            left,
-        });
+        // The shared parent goes when nothing else is in it (EBUSY otherwise).
+        let _ = std::fs::remove_dir(&parent);
     }
-    // The shared parent goes when nothing else is in it (EBUSY otherwise).
-    let _ = std::fs::remove_dir(&parent);
+    // Pins whose scope is gone already (the run died between removing it and its pins).
+    for (name, _) in abandoned_runs(pins_root) {
+        release(&name);
+    }
+    let _ = std::fs::remove_dir(pins_root);
     removed
 }
 

@@ -1,0 +1,182 @@
+//! `scope-escape WAY ARGS...`: one way out of a guard scope that no exec or connect hook sees,
+//! tried from inside it. Each prints one line, `WAY: ok` or `WAY: ERRNO_NAME (message)`, and
+//! exits 0 when the way worked, 3 when the kernel refused it (2: a usage error).
+//!
+//! - `clone3-into CGROUP_DIR MARKER`: `clone3(CLONE_INTO_CGROUP)` into another cgroup; the child
+//!   makes MARKER there. Then a plain `fork` (what the C library falls back to) must still work.
+//! - `tiocsti TEXT`: pushes TEXT into the controlling terminal's input, byte by byte.
+//! - `tioclinux`: the console's paste-selection `TIOCLINUX` on the controlling terminal.
+//! - `open-device NODE read|write`: opens a device node for reading or writing (writes nothing).
+//! - `mknod PATH`: makes a block device node (of the loop device 7:0) at PATH.
+
+use std::ffi::CString;
+use std::io::Error;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// `struct clone_args` (`linux/sched.h`, size version 2).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+fn c_path(path: &str) -> CString {
+    CString::new(Path::new(path).as_os_str().as_bytes()).expect("no NUL in a path")
+}
+
+/// Prints the result line and exits.
+fn report(way: &str, result: Result<(), Error>) -> ! {
+    match result {
+        Ok(()) => {
+            println!("{way}: ok");
+            std::process::exit(0)
+        }
+        Err(err) => {
+            let name = match err.raw_os_error() {
+                Some(libc::EPERM) => "EPERM",
+                Some(libc::ENOSYS) => "ENOSYS",
+                Some(libc::EACCES) => "EACCES",
+                Some(libc::ENXIO) => "ENXIO",
+                Some(libc::EIO) => "EIO",
+                _ => "OTHER",
+            };
+            println!("{way}: {name} ({err})");
+            std::process::exit(3)
+        }
+    }
+}
+
+fn check(rc: libc::c_long) -> Result<libc::c_long, Error> {
+    if rc < 0 {
+        Err(Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+fn clone3_into(cgroup: &str, marker: &str) -> Result<(), Error> {
+    // SAFETY: open of a NUL-terminated path.
+    let dir =
+        check(
+            unsafe { libc::open(c_path(cgroup).as_ptr(), libc::O_DIRECTORY | libc::O_CLOEXEC) }
+                as libc::c_long,
+        )?;
+    let args = CloneArgs {
+        flags: CLONE_INTO_CGROUP,
+        exit_signal: libc::SIGCHLD as u64,
+        cgroup: dir as u64,
+        ..CloneArgs::default()
+    };
+    let marker = c_path(marker);
+    // SAFETY: clone3 with a valid argument struct and no new stack: the child returns here
+    // like fork's, makes the marker and exits without touching the parent's state.
+    let pid = check(unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    })?;
+    if pid == 0 {
+        // SAFETY: async-signal-safe calls only in the child.
+        unsafe {
+            let fd = libc::open(marker.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644);
+            libc::close(fd);
+            libc::_exit(0);
+        }
+    }
+    // SAFETY: waiting for the child just made.
+    unsafe { libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), 0) };
+    Ok(())
+}
+
+/// A plain fork still works (the fallback of the C library when clone3 is missing).
+fn fork_works() -> bool {
+    // SAFETY: the child exits at once.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: exit of the child.
+        unsafe { libc::_exit(0) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for the child just made.
+    pid > 0 && unsafe { libc::waitpid(pid, &mut status, 0) } == pid && status == 0
+}
+
+fn tty_ioctl(request: libc::c_ulong, bytes: &[u8]) -> Result<(), Error> {
+    // SAFETY: open of a static path.
+    let tty = check(unsafe { libc::open(c"/dev/tty".as_ptr(), libc::O_RDWR) } as libc::c_long)?;
+    for byte in bytes {
+        // SAFETY: TIOCSTI and TIOCLINUX read one byte at the pointer.
+        check(unsafe { libc::ioctl(tty as i32, request, byte as *const u8) } as libc::c_long)?;
+    }
+    Ok(())
+}
+
+fn open_device(node: &str, write: bool) -> Result<(), Error> {
+    let flags = if write {
+        libc::O_WRONLY
+    } else {
+        libc::O_RDONLY
+    };
+    // SAFETY: open of a NUL-terminated path; closed at once, nothing written.
+    let fd = check(unsafe { libc::open(c_path(node).as_ptr(), flags) } as libc::c_long)?;
+    // SAFETY: the descriptor just opened.
+    unsafe { libc::close(fd as i32) };
+    Ok(())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let strs: Vec<&str> = args.iter().map(String::as_str).collect();
+    match strs.as_slice() {
+        ["clone3-into", cgroup, marker] => {
+            let result = clone3_into(cgroup, marker);
+            if !fork_works() {
+                println!("fork: failed ({})", Error::last_os_error());
+                std::process::exit(4);
+            }
+            report("clone3-into", result)
+        }
+        ["tiocsti", text] => {
+            let text = text.replace("\\n", "\n");
+            report("tiocsti", tty_ioctl(libc::TIOCSTI, text.as_bytes()))
+        }
+        // Subcode 2: set the selection; a harmless first step of a paste.
+        ["tioclinux"] => report("tioclinux", tty_ioctl(libc::TIOCLINUX, &[2])),
+        ["open-device", node, mode @ ("read" | "write")] => {
+            report("open-device", open_device(node, *mode == "write"))
+        }
+        ["mknod", path] => {
+            // SAFETY: mknod of a NUL-terminated path.
+            let rc = unsafe {
+                libc::mknod(
+                    c_path(path).as_ptr(),
+                    libc::S_IFBLK | 0o600,
+                    libc::makedev(7, 0),
+                )
+            };
+            report("mknod", check(rc as libc::c_long).map(drop))
+        }
+        _ => {
+            eprintln!(
+                "usage: scope-escape clone3-into CGROUP_DIR MARKER | tiocsti TEXT | tioclinux | \
+                 open-device NODE read|write | mknod PATH"
+            );
+            std::process::exit(2);
+        }
+    }
+}

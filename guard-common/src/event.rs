@@ -18,6 +18,10 @@ pub mod kind {
     /// [`super::Event::family`] is its family, [`super::Event::port`] its protocol and
     /// [`super::Event::transport`] its type (`SOCK_*`); the kind is `sockets::classify` of them.
     pub const SOCKET: u8 = 6;
+    /// A connect or datagram send to a unix socket (`cgroup/connect_unix`,
+    /// `cgroup/sendmsg_unix`): the address's bytes are in [`super::Event::argv`] (an abstract
+    /// name with its leading NUL), [`super::Event::port`] is 0 for a connect and 1 for a send.
+    pub const UNIX: u8 = 7;
 }
 
 /// What the kernel did.

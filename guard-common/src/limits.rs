@@ -57,3 +57,8 @@ pub const FILE_PATH_LEN: usize = 512;
 pub const FILE_NAME_LEN: usize = 256;
 /// The file hooks' path buffer: a folder's path and one name.
 pub const FILE_PATH_BUF: usize = 1024;
+/// `sizeof(sockaddr_un.sun_path)`: the longest unix socket address the connect_unix and
+/// sendmsg_unix hooks compare.
+pub const UNIX_PATH_LEN: usize = 108;
+/// Exact unix socket entries (`unix_rule`s and the built-in lists) the kernel holds.
+pub const MAX_UNIX_ENTRIES: u32 = 16_384;

@@ -3,6 +3,7 @@
 use crate::decision::Decision;
 use crate::limits::{
     NAME_LEN, NO_RULE, TOKEN_BY_ID, TOKEN_LEN, TOKEN_MAX_LEN, TOKEN_SCAN_LEN, TOKEN_TOO_LONG,
+    UNIX_PATH_LEN,
 };
 
 /// No decision stored here (an argv trie node that only leads further).
@@ -311,7 +312,11 @@ pub mod counter {
     pub const DNS_REDIRECTED: u32 = 16;
     /// Device nodes made, and block devices opened for writing, refused in scope (`cgroup/dev`).
     pub const DEVICE_REFUSED: u32 = 17;
-    pub const COUNT: u32 = 18;
+    /// Connects and sends to unix sockets let through (`cgroup/connect_unix|sendmsg_unix`).
+    pub const UNIX_ALLOW: u32 = 18;
+    /// Connects and sends to unix sockets refused with EPERM (a prompt too: the retry asks).
+    pub const UNIX_REFUSED: u32 = 19;
+    pub const COUNT: u32 = 20;
     /// The slots that count decisions that failed open: each should stay 0.
     pub const FAILED_OPEN: [u32; 3] = [EXEC_FAILED_OPEN, NET_FAILED_OPEN, FILE_FAILED_OPEN];
     pub const NAMES: [&str; COUNT as usize] = [
@@ -333,7 +338,27 @@ pub mod counter {
         "file_failed_open",
         "dns_redirected",
         "device_refused",
+        "unix_allow",
+        "unix_refused",
     ];
+}
+
+/// A unix socket address as the connect_unix and sendmsg_unix programs read it and the exact
+/// table is keyed: `len` bytes of `path`, the rest zero. A pathname stops before its first NUL
+/// (as the kernel reads it); an abstract name keeps its leading NUL and every byte of its
+/// length. The prefix table (an LPM trie) takes the same bytes with a length in bits.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct UnixKey {
+    pub len: u32,
+    pub path: [u8; UNIX_PATH_LEN],
+}
+
+impl UnixKey {
+    pub const EMPTY: UnixKey = UnixKey {
+        len: 0,
+        path: [0; UNIX_PATH_LEN],
+    };
 }
 
 /// Kernel struct member offsets, read from the running kernel's BTF by userspace and patched
@@ -373,6 +398,11 @@ pub struct KernelOffsets {
     pub sock_v6_rcv_saddr: u32,
     /// `msghdr.msg_controllen` (ancillary data, which may set a send's source).
     pub msghdr_msg_controllen: u32,
+    /// `bpf_sock_addr_kern.uaddr` (the kernel's copy of a unix socket address the
+    /// connect_unix and sendmsg_unix programs read); 0 on a kernel without those hooks.
+    pub sock_addr_uaddr: u32,
+    /// `bpf_sock_addr_kern.uaddrlen`; 0 on a kernel without the unix hooks.
+    pub sock_addr_uaddrlen: u32,
 }
 
 #[cfg(test)]
@@ -410,6 +440,8 @@ mod tests {
     #[test]
     fn settings_stay_eight_bytes() {
         assert_eq!(core::mem::size_of::<Settings>(), 8);
+        // No padding: the kernel hashes every byte of the key.
+        assert_eq!(core::mem::size_of::<UnixKey>(), 4 + UNIX_PATH_LEN);
     }
 
     #[test]

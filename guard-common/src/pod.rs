@@ -4,7 +4,7 @@ use crate::dfa::{DfaHeader, DfaRow};
 use crate::event::{Event, TaskInfo};
 use crate::maps::{
     ArgvEdge, ArgvNode, DnsOriginal, DnsRedirect, ExecIdentity, ExecName, KernelOffsets, LongToken,
-    Settings, Verdict,
+    Settings, UnixKey, Verdict,
 };
 
 // SAFETY: plain old data: repr(C), Copy, every bit pattern valid.
@@ -18,6 +18,7 @@ unsafe impl aya::Pod for ArgvEdge {}
 unsafe impl aya::Pod for ArgvNode {}
 unsafe impl aya::Pod for LongToken {}
 unsafe impl aya::Pod for KernelOffsets {}
+unsafe impl aya::Pod for UnixKey {}
 unsafe impl aya::Pod for Event {}
 unsafe impl aya::Pod for TaskInfo {}
 unsafe impl aya::Pod for DfaHeader {}

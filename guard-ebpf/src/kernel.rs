@@ -29,6 +29,8 @@ static OFFSETS: KernelOffsets = KernelOffsets {
     sock_rcv_saddr: 0,
     sock_v6_rcv_saddr: 0,
     msghdr_msg_controllen: 0,
+    sock_addr_uaddr: 0,
+    sock_addr_uaddrlen: 0,
 };
 
 #[inline(always)]

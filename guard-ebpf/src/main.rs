@@ -29,6 +29,7 @@ mod patterns;
 mod sandbox;
 mod scope;
 mod sockets;
+mod unix;
 
 #[cfg(not(test))]
 #[panic_handler]

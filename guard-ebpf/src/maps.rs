@@ -9,11 +9,11 @@ use crate::argv::ArgvWalk;
 use crate::patterns::{PatternInput, PatternReadings};
 use guard_common::limits::{
     EVENTS_BYTES, FILE_PATH_BUF, MAX_EXEC_ENTRIES, MAX_LONG_TOKENS, MAX_NET_ENTRIES, MAX_SCOPES,
-    MAX_TASKS, PATTERN_ARGV_LEN, TOKEN_SCAN_LEN,
+    MAX_TASKS, MAX_UNIX_ENTRIES, PATTERN_ARGV_LEN, TOKEN_SCAN_LEN, UNIX_PATH_LEN,
 };
 use guard_common::maps::{
     ArgvEdge, ArgvNode, DestV4, DestV6, DnsOriginal, DnsRedirect, ExecIdentity, ExecName,
-    LongToken, Settings, Verdict, counter,
+    LongToken, Settings, UnixKey, Verdict, counter,
 };
 
 #[map]
@@ -121,6 +121,29 @@ pub struct LsmScratch {
 
 #[map]
 pub static LSM_SCRATCH: PerCpuArray<LsmScratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// Unix socket addresses decided whole (`unix_rule(path=...)`, the built-in lists).
+#[map]
+pub static UNIX_EXACT: HashMap<UnixKey, Verdict> = HashMap::with_max_entries(MAX_UNIX_ENTRIES, 0);
+
+/// Unix socket address prefixes (`unix_rule(path="/tmp/tmux-*")`), and the defaults: `/` for
+/// pathnames, the NUL of abstract names, and the empty prefix for what is neither (a relative
+/// path). The longest match decides.
+#[map]
+pub static UNIX_PREFIX: LpmTrie<[u8; UNIX_PATH_LEN], Verdict> =
+    LpmTrie::with_max_entries(MAX_UNIX_ENTRIES, 0);
+
+/// The unix hooks' scratch: the address as the exact table and the prefix trie are keyed, and
+/// the event's copy of it.
+#[repr(C)]
+pub struct UnixScratch {
+    pub key: UnixKey,
+    pub prefix: aya_ebpf::maps::lpm_trie::Key<[u8; UNIX_PATH_LEN]>,
+    pub event_path: [u8; FILE_PATH_BUF],
+}
+
+#[map]
+pub static UNIX_SCRATCH: PerCpuArray<UnixScratch> = PerCpuArray::with_max_entries(1, 0);
 
 /// The file hooks' scratch: the path being decided.
 #[repr(C)]

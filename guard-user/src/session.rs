@@ -534,6 +534,18 @@ pub fn describe_event(
         (EventKind::Exec, _) => {
             format!("exec of `{}`", shown_command(event))
         }
+        (EventKind::Unix, _) => {
+            let unix = event.unix.as_ref();
+            format!(
+                "{} unix socket {}",
+                if unix.is_some_and(|u| u.call == "send") {
+                    "send to"
+                } else {
+                    "connect to"
+                },
+                unix.map_or("?", |u| u.address.as_str())
+            )
+        }
         (EventKind::Read | EventKind::Write, _) => format!(
             "{} of `{}`",
             if event.kind == EventKind::Read {

@@ -51,6 +51,12 @@ impl Counters {
         prompt: counter::NET_PROMPT,
         forbidden: counter::NET_FORBIDDEN,
     };
+    /// A unix socket call cannot wait for an answer: a prompt is refused as forbidden is.
+    pub const UNIX: Counters = Counters {
+        allow: counter::UNIX_ALLOW,
+        prompt: counter::UNIX_REFUSED,
+        forbidden: counter::UNIX_REFUSED,
+    };
     /// A file operation cannot wait for an answer: a prompt is refused as forbidden is.
     pub const FILE: Counters = Counters {
         allow: counter::FILE_ALLOW,

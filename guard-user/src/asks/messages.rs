@@ -93,6 +93,31 @@ pub fn describe(image: &EnforcementImage, event: &KernelEvent, answered: &[Strin
             // No approval can answer a socket's creation (the kind is the policy's to allow).
             target: None,
         },
+        (EventKind::Unix, _) => {
+            let socket = event.unix.as_ref().map_or("?", |u| u.address.as_str());
+            let message = match (prompt, justification, rule) {
+                (_, Some(j), _) => format!("unix socket `{socket}` rejected: {j}"),
+                (true, None, _) => format!(
+                    "unix socket `{socket}` rejected: it needs approval; add \
+                     unix_rule(socket=\"{socket}\", decision=\"allow\") to let it through"
+                ),
+                (false, None, Some(r)) => {
+                    format!(
+                        "unix socket `{socket}` rejected: policy forbids {}",
+                        r.summary
+                    )
+                }
+                (false, None, None) => format!(
+                    "unix socket `{socket}` rejected: no rule names it and this policy refuses \
+                     unmatched destinations"
+                ),
+            };
+            // No ask: an approval of a unix socket is a unix_rule line (the message says which).
+            Described {
+                message,
+                target: None,
+            }
+        }
         (EventKind::Read | EventKind::Write, _) => {
             let access = if event.kind == EventKind::Read {
                 "read"

@@ -15,10 +15,11 @@ use std::net::IpAddr;
 
 use anyhow::{Result, bail};
 use guard_common::engine::argv::ArgvTables;
-use guard_common::limits::{MAX_LONG_TOKENS, TOKEN_LEN};
+use guard_common::limits::{MAX_LONG_TOKENS, TOKEN_LEN, UNIX_PATH_LEN};
 use guard_common::maps::{
     ArgvEdge, ArgvNode, DEST_HEAD_BITS, DestV4, DestV6, ExecIdentity, ExecName, LongToken,
-    Settings, TRANSPORT_ANY, TRANSPORT_TCP, TRANSPORT_UDP, VERDICT_APPROVAL, Verdict, dest_key,
+    Settings, TRANSPORT_ANY, TRANSPORT_TCP, TRANSPORT_UDP, UnixKey, VERDICT_APPROVAL, Verdict,
+    dest_key,
 };
 
 use super::image::{EnforcementImage, Verdict as ImageVerdict, validate_exec_approval};
@@ -40,6 +41,10 @@ pub struct MapEntries {
     pub long: HashMap<LongToken, u32>,
     pub v4: HashMap<(u32, DestV4), Verdict>,
     pub v6: HashMap<(u32, DestV6), Verdict>,
+    /// `UNIX_EXACT`.
+    pub unix_exact: HashMap<UnixKey, Verdict>,
+    /// `UNIX_PREFIX`: (length in bits, bytes) → verdict.
+    pub unix_prefix: HashMap<(u32, [u8; UNIX_PATH_LEN]), Verdict>,
 }
 
 /// Encodes images, keeping node and long-token ids stable from one image to the next.
@@ -106,6 +111,7 @@ impl MapEncoder {
         let ArgvTrie { edges, order, long } = self.build_trie(image)?;
         let roots = argv_roots(image, &edges, &self.long_ids);
         let (v4, v6) = destination_entries(image);
+        let (unix_exact, unix_prefix) = unix_entries(image);
         let approvals = edges.values().any(|n| n.here.approved());
         Ok(MapEntries {
             settings: Some(Settings {
@@ -126,6 +132,8 @@ impl MapEncoder {
             long,
             v4,
             v6,
+            unix_exact,
+            unix_prefix,
         })
     }
 
@@ -446,6 +454,37 @@ impl MapEntries {
             .strongest(by_identity.unwrap_or(Verdict::NONE))
             .strongest(by_name.unwrap_or(Verdict::NONE))
     }
+}
+
+/// The unix socket tables: whole names keyed as the hooks read an address, prefixes with their
+/// length in bits.
+#[allow(clippy::type_complexity)]
+pub fn unix_entries(
+    image: &EnforcementImage,
+) -> (
+    HashMap<UnixKey, Verdict>,
+    HashMap<(u32, [u8; UNIX_PATH_LEN]), Verdict>,
+) {
+    let mut exact = HashMap::new();
+    let mut prefixes = HashMap::new();
+    for entry in &image.unix {
+        let bytes = &entry.socket.bytes;
+        let mut path = [0u8; UNIX_PATH_LEN];
+        path[..bytes.len()].copy_from_slice(bytes);
+        let verdict = kernel_verdict(&entry.verdict);
+        if entry.socket.prefix {
+            prefixes.insert((8 * bytes.len() as u32, path), verdict);
+        } else {
+            exact.insert(
+                UnixKey {
+                    len: bytes.len() as u32,
+                    path,
+                },
+                verdict,
+            );
+        }
+    }
+    (exact, prefixes)
 }
 
 #[cfg(test)]

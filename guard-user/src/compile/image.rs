@@ -50,6 +50,16 @@ pub struct EnforcementImage {
     /// The pattern tables (legacy forbidden regexes and substrings, rule-set `exec(...)`
     /// patterns); their verdicts name rules after the address rules.
     pub patterns: PatternTables,
+    /// Unix socket names and prefixes (`unix_rule`s, the built-in lists and the defaults); their
+    /// verdicts name rules after the pattern rules.
+    pub unix: Vec<UnixEntry>,
+}
+
+/// One name or prefix of the unix socket tables.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnixEntry {
+    pub socket: crate::policy::unix::UnixSocket,
+    pub verdict: Verdict,
 }
 
 /// One approved exec: the exact argv (token 0 is the executed file's name, as in argv rules)

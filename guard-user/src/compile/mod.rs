@@ -25,6 +25,7 @@ pub mod kernel_engine;
 pub mod loader;
 mod network;
 pub mod patterns;
+pub mod unix;
 
 pub use network::host_names;
 
@@ -89,6 +90,8 @@ pub fn compile(policy: &Policy, resolver: &dyn HostResolver, env: &CompileEnv) -
     let net = network::compile_destinations(policy, resolver, network_base, address_base);
     let patterns = patterns::compile_patterns(policy, rules.len() as u32);
     rules.extend(patterns.rules);
+    let (unix_rules, unix) = unix::compile_unix(policy, rules.len() as u32);
+    rules.extend(unix_rules);
     let mut identities = exec.identities;
     loader::forbid_direct_loader_execs(&env.loader_dirs, &mut rules, &mut identities, &exec.names);
     let warnings = exec.warnings;
@@ -106,6 +109,7 @@ pub fn compile(policy: &Policy, resolver: &dyn HostResolver, env: &CompileEnv) -
         exec_approvals: Vec::new(),
         destination_approvals: Vec::new(),
         patterns: patterns.tables,
+        unix,
     }
 }
 

@@ -411,6 +411,7 @@ impl AuditTrail {
                 EventKind::Read => "read",
                 EventKind::Write => "write",
                 EventKind::Socket => "socket",
+                EventKind::Unix => "unix",
             }
             .to_string(),
         );
@@ -434,6 +435,12 @@ impl AuditTrail {
             record
                 .details
                 .insert("socket_type".into(), socket.socket_type.into());
+        }
+        if let Some(unix) = &event.unix {
+            record
+                .details
+                .insert("unix_socket".into(), unix.address.clone().into());
+            record.details.insert("unix_call".into(), unix.call.into());
         }
         record.audit_only = Some(event.audit_only);
         record.unmatched = event.unmatched.then_some(true);

@@ -53,6 +53,7 @@ pub fn held_event(image: &EnforcementImage, scope: u64, held: &HeldCall) -> Kern
         destination: None,
         path: None,
         socket: None,
+        unix: None,
         sandbox: None,
     };
     match &held.request {

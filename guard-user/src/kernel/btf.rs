@@ -67,6 +67,12 @@ fn offsets_from(btf: &Btf) -> Result<KernelOffsets> {
         sock_rcv_saddr: at("sock", &["__sk_common", "skc_rcv_saddr"])?,
         sock_v6_rcv_saddr: at("sock", &["__sk_common", "skc_v6_rcv_saddr"])?,
         msghdr_msg_controllen: at("msghdr", &["msg_controllen"])?,
+        // Only kernels with the unix hooks (6.7+) have `uaddrlen`; elsewhere they are not
+        // loaded and the offsets stay 0.
+        sock_addr_uaddr: at("bpf_sock_addr_kern", &["uaddrlen"])
+            .and_then(|_| at("bpf_sock_addr_kern", &["uaddr"]))
+            .unwrap_or(0),
+        sock_addr_uaddrlen: at("bpf_sock_addr_kern", &["uaddrlen"]).unwrap_or(0),
     })
 }
 

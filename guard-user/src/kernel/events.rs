@@ -24,6 +24,8 @@ pub enum EventKind {
     Write,
     /// An IP socket of a kind no connect hook decides, at creation; see [`KernelEvent::socket`].
     Socket,
+    /// A connect or datagram send to a unix socket; see [`KernelEvent::unix`].
+    Unix,
 }
 
 impl EventKind {
@@ -80,6 +82,15 @@ impl EventSocket {
     }
 }
 
+/// A connect or send to a unix socket.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EventUnix {
+    /// The address as a person reads it: `/run/docker.sock`, or `@name` for an abstract one.
+    pub address: String,
+    /// `"connect"` or `"send"`.
+    pub call: &'static str,
+}
+
 /// One decision the kernel recorded: a refusal or an audit-only match.
 #[derive(Clone, Debug, Serialize)]
 pub struct KernelEvent {
@@ -113,6 +124,9 @@ pub struct KernelEvent {
     pub path: Option<String>,
     /// A socket event's socket.
     pub socket: Option<EventSocket>,
+    /// A unix socket event's address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unix: Option<EventUnix>,
     /// A write a sandbox mode refused (seen on the syscall's way out; guard's programs did not
     /// decide it): [`KernelEvent::path`] is its first path, made absolute.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -242,8 +256,17 @@ impl KernelEvent {
             kind::FILE_READ => EventKind::Read,
             kind::FILE_WRITE => EventKind::Write,
             kind::SOCKET => EventKind::Socket,
+            kind::UNIX => EventKind::Unix,
             _ => EventKind::Sendmsg,
         };
+        // A unix socket event carries the address where argv would be.
+        let unix = (kind == EventKind::Unix).then(|| EventUnix {
+            address: crate::policy::unix::address_text(&e.argv[..argv_len]),
+            call: if e.port == 0 { "connect" } else { "send" },
+        });
+        if unix.is_some() {
+            argv.clear();
+        }
         // A file event carries its path where argv would be; the process's argv is unknown.
         let path = kind
             .is_file()
@@ -308,6 +331,7 @@ impl KernelEvent {
             destination,
             path,
             socket,
+            unix,
             sandbox,
         })
     }

@@ -124,6 +124,9 @@ pub struct Enforcer {
     dns_port: Option<u16>,
     /// [`Enforcer::report_sandbox_refusals`] attached its program (owned or pinned).
     sandbox_refusals: bool,
+    /// `cgroup/connect_unix` and `cgroup/sendmsg_unix`, loaded (`None`: this kernel has no
+    /// unix hooks, and unix sockets are not decided).
+    unix: Option<super::unix_hooks::UnixHooks>,
 }
 
 /// A link attached by this Enforcer and still owned by its program (not pinned).
@@ -135,9 +138,10 @@ enum HeldLink {
     Cgroup(&'static str, PathBuf, CgroupSockAddrLinkId),
     /// `cgroup/sock_create` and the cgroup it is attached to.
     SockCreate(PathBuf, CgroupSockLinkId),
-    /// `cgroup/dev` ([`DEVICES`]), the cgroup it is attached to and its link (made with
-    /// [`super::raw_link`]: aya cannot hand this link out to be pinned).
-    Device(PathBuf, std::os::fd::OwnedFd),
+    /// A program attached with [`super::raw_link`] (aya cannot hand these links out to be
+    /// pinned, or cannot load the program at all): `cgroup/dev` ([`DEVICES`]) and the unix
+    /// socket hooks ([`super::unix_hooks`]); its name, cgroup and link.
+    Raw(&'static str, PathBuf, std::os::fd::OwnedFd),
 }
 
 impl HeldLink {
@@ -147,7 +151,7 @@ impl HeldLink {
                 name
             }
             HeldLink::SockCreate(_, _) => SOCK_CREATE,
-            HeldLink::Device(_, _) => DEVICES,
+            HeldLink::Raw(name, _, _) => name,
         }
     }
 }
@@ -220,6 +224,8 @@ impl Enforcer {
                 links.push(HeldLink::Lsm(hook, id));
             }
         }
+        let has_unix_offsets = kernel_offsets()?.sock_addr_uaddrlen != 0;
+        let unix = super::unix_hooks::load(OBJECT, &ebpf, has_unix_offsets)?;
         let maps = MapSync::new();
         Ok(Enforcer {
             ebpf,
@@ -229,11 +235,18 @@ impl Enforcer {
             pins: None,
             dns_port: None,
             sandbox_refusals: false,
+            unix,
         })
     }
 
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// Whether this kernel has the unix socket hooks (6.7+): without them no connect or send
+    /// to a unix socket is decided.
+    pub fn decides_unix_sockets(&self) -> bool {
+        self.unix.is_some()
     }
 
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {
@@ -247,8 +260,23 @@ impl Enforcer {
     pub fn attach_cgroup(&mut self, cgroup: &Path) -> Result<()> {
         let id = self.attach_sock_create(cgroup)?;
         self.hold(HeldLink::SockCreate(cgroup.to_path_buf(), id))?;
-        let id = self.attach_devices(cgroup)?;
-        self.hold(HeldLink::Device(cgroup.to_path_buf(), id))?;
+        let link = self.attach_devices(cgroup)?;
+        self.hold(HeldLink::Raw(DEVICES, cgroup.to_path_buf(), link))?;
+        let unix_links = match &self.unix {
+            Some(hooks) => hooks
+                .programs
+                .iter()
+                .map(|(name, attach_type, program)| {
+                    super::raw_link::attach_cgroup(program.as_fd(), cgroup, *attach_type)
+                        .map(|link| HeldLink::Raw(name, cgroup.to_path_buf(), link))
+                        .with_context(|| format!("attaching cgroup/{name}"))
+                })
+                .collect::<Result<Vec<_>>>()?,
+            None => Vec::new(),
+        };
+        for link in unix_links {
+            self.hold(link)?;
+        }
         if self.backend == Backend::Lsm && self.dns_port.is_none() {
             return Ok(());
         }
@@ -399,10 +427,10 @@ impl Enforcer {
             self.links.push(link);
             bail!("{} exists already: pin into a fresh folder", path.display());
         }
-        if let HeldLink::Device(cgroup, fd) = link {
+        if let HeldLink::Raw(name, cgroup, fd) = link {
             // Pinning does not take this link: on an error it stays attached and owned.
             if let Err(err) = super::raw_link::pin(&fd, &path) {
-                self.links.push(HeldLink::Device(cgroup, fd));
+                self.links.push(HeldLink::Raw(name, cgroup, fd));
                 return Err(err);
             }
             let pinned = PinnedLink::from_pin(&path)
@@ -435,7 +463,7 @@ impl Enforcer {
                 )?;
                 (fd_link, Some(cgroup))
             }
-            HeldLink::Device(..) => unreachable!("pinned above"),
+            HeldLink::Raw(..) => unreachable!("pinned above"),
         };
         match fd_link.pin(&path) {
             Ok(pinned) => {

@@ -12,9 +12,10 @@ use aya::Ebpf;
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
 use guard_common::dfa::{DfaHeader, DfaRow, header_index, row_index, table};
+use guard_common::limits::UNIX_PATH_LEN;
 use guard_common::maps::{
-    ArgvEdge, ArgvNode, DestV4, DestV6, ExecIdentity, ExecName, LongToken, Settings, Verdict,
-    counter,
+    ArgvEdge, ArgvNode, DestV4, DestV6, ExecIdentity, ExecName, LongToken, Settings, UnixKey,
+    Verdict, counter,
 };
 
 use crate::compile::dfa::DfaTable;
@@ -97,6 +98,16 @@ impl MapSync {
             write_changed(&new.roots, &last.roots, |k, v| map.insert(k, v, 0))?;
         }
         self.write_destinations(ebpf, &new.v4, &new.v6)?;
+        {
+            let mut map: BpfHashMap<_, UnixKey, Verdict> = hash_map(ebpf, "UNIX_EXACT")?;
+            write_changed(&new.unix_exact, &last.unix_exact, |k, v| {
+                map.insert(k, v, 0)
+            })?;
+            let mut map: LpmTrie<_, [u8; UNIX_PATH_LEN], Verdict> = lpm(ebpf, "UNIX_PREFIX")?;
+            write_changed(&new.unix_prefix, &last.unix_prefix, |(len, data), v| {
+                map.insert(&Key::new(*len, *data), v, 0)
+            })?;
+        }
         for (index, table) in image.patterns.by_index().into_iter().enumerate() {
             stats.pattern_rows += table.map_or(0, |t| t.rows.len());
             self.write_pattern_table(ebpf, index as u32, table)?;
@@ -129,6 +140,14 @@ impl MapSync {
             stats.removed += remove_stale(&new.long, &last.long, |k| map.remove(k))?;
         }
         stats.removed += self.remove_stale_destinations(ebpf, &new.v4, &new.v6)?;
+        {
+            let mut map: BpfHashMap<_, UnixKey, Verdict> = hash_map(ebpf, "UNIX_EXACT")?;
+            stats.removed += remove_stale(&new.unix_exact, &last.unix_exact, |k| map.remove(k))?;
+            let mut map: LpmTrie<_, [u8; UNIX_PATH_LEN], Verdict> = lpm(ebpf, "UNIX_PREFIX")?;
+            stats.removed += remove_stale(&new.unix_prefix, &last.unix_prefix, |(len, data)| {
+                map.remove(&Key::new(*len, *data))
+            })?;
+        }
         self.last = new;
         Ok(stats)
     }

@@ -8,5 +8,6 @@ pub mod maps;
 pub mod pins;
 mod raw_link;
 pub mod scope;
+pub mod unix_hooks;
 
 pub use loader::{Backend, Enforcer};

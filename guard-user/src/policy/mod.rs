@@ -21,6 +21,7 @@ pub mod rule;
 pub mod rule_set;
 pub mod sandbox;
 pub mod shell;
+pub mod unix;
 
 pub use destination::{DestinationEvaluation, DestinationMatch};
 pub use error::{LoadError, PolicyError};

@@ -27,6 +27,8 @@ pub struct Policy {
     host_executables: HashMap<String, Arc<[PathBuf]>>,
     /// guard's own `address_rule`s, in load order (a rule's id is its index).
     address_rules: Vec<AddressRule>,
+    /// guard's own `unix_rule`s, in load order (a rule's id is its index).
+    unix_rules: Vec<super::unix::UnixRule>,
     /// What `enforcement(...)` calls set; [`Policy::enforcement`] fills in the defaults.
     enforcement: EnforcementOverrides,
     /// `rule_set(...)` calls, in load order.
@@ -136,6 +138,25 @@ impl Policy {
     pub fn add_address_rule(&mut self, mut rule: AddressRule) {
         rule.id = RuleId(self.address_rules.len() as u32);
         self.address_rules.push(rule);
+    }
+
+    /// Every `unix_rule`, in load order.
+    pub fn unix_rules(&self) -> &[super::unix::UnixRule] {
+        &self.unix_rules
+    }
+
+    /// Appends a unix rule; its id is its position.
+    pub fn add_unix_rule(&mut self, mut rule: super::unix::UnixRule) {
+        rule.id = RuleId(self.unix_rules.len() as u32);
+        self.unix_rules.push(rule);
+    }
+
+    /// The built-in unix socket entries (for the users with a session now) followed by the
+    /// policy's `unix_rule`s: what [`super::unix::decide`] and the kernel's tables take.
+    pub fn unix_rules_with_builtins(&self) -> Vec<super::unix::UnixRule> {
+        let mut rules = super::unix::builtin_rules(&super::unix::session_user_ids());
+        rules.extend(self.unix_rules.iter().cloned());
+        rules
     }
 
     /// Every `rule_set`, in load order.
@@ -281,6 +302,9 @@ impl Policy {
         let mut merged = Policy::from_parts(rules, network_rules, host_executables);
         for rule in self.address_rules.iter().chain(&overlay.address_rules) {
             merged.add_address_rule(rule.clone());
+        }
+        for rule in self.unix_rules.iter().chain(&overlay.unix_rules) {
+            merged.add_unix_rule(rule.clone());
         }
         merged.enforcement = self.enforcement.overlaid_by(overlay.enforcement);
         merged.rule_sets = self

@@ -48,6 +48,7 @@ struct PolicyBuilder {
     network_rules: Vec<NetworkRule>,
     host_executables: HashMap<String, Arc<[PathBuf]>>,
     address_rules: Vec<AddressRule>,
+    unix_rules: Vec<super::unix::UnixRule>,
     enforcement: EnforcementOverrides,
     rule_sets: Vec<RuleSet>,
     sandbox: Option<SandboxSetting>,
@@ -86,6 +87,9 @@ impl PolicyParser {
         );
         for rule in builder.address_rules {
             policy.add_address_rule(rule);
+        }
+        for rule in builder.unix_rules {
+            policy.add_unix_rule(rule);
         }
         policy.set_enforcement(builder.enforcement);
         for rule_set in builder.rule_sets {
@@ -468,6 +472,29 @@ fn policy_builtins(globals: &mut GlobalsBuilder) {
             decision,
             justification,
             audit_only: audit_only.unwrap_or(false),
+            origin,
+        });
+        Ok(NoneType)
+    }
+
+    /// `unix_rule(socket, decision, justification=None)`: a unix socket by path or abstract
+    /// name (`@name`), whole or as a prefix (a trailing `*`) (guard's own builtin).
+    fn unix_rule<'v>(
+        socket: &'v str,
+        decision: &'v str,
+        justification: Option<Value<'v>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<NoneType> {
+        let socket = super::unix::UnixSocket::parse(socket)
+            .map_err(|why| PolicyError::InvalidRule(format!("unix_rule socket {why}")))?;
+        let decision = parse_network_decision(decision)?;
+        let justification = parse_optional_justification("unix_rule", justification)?;
+        let origin = origin_of(&location_of_call(eval));
+        policy_builder(eval).unix_rules.push(super::unix::UnixRule {
+            id: RuleId(0),
+            socket,
+            decision,
+            justification,
             origin,
         });
         Ok(NoneType)

@@ -61,6 +61,18 @@ pub fn network_rule_text(rule: &NetworkRule) -> String {
 
 /// `address_rule(addresses=["10.0.0.0/8"], decision="deny", ports=[443], transport="tcp")`;
 /// `ports` and `transport` only when they narrow the rule.
+/// `unix_rule(socket="/run/docker.sock", decision="allow")`.
+pub fn unix_rule_text(rule: &super::unix::UnixRule) -> String {
+    let mut text = format!(
+        "unix_rule(socket={}, decision=\"{}\"",
+        quoted(&rule.socket.to_string()),
+        destination_decision(rule.decision)
+    );
+    text.push_str(&optional_tail(rule.justification.as_deref(), false));
+    text.push(')');
+    text
+}
+
 pub fn address_rule_text(rule: &AddressRule) -> String {
     let addresses: Vec<String> = rule
         .addresses

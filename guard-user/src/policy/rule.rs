@@ -560,6 +560,8 @@ pub enum RuleKind {
     RuleSet,
     /// A `forbid_program_regex` or `forbid_substrings` of a legacy `.policy` file.
     Legacy,
+    /// A `unix_rule`, or an entry of the built-in unix socket lists.
+    Unix,
 }
 
 impl RuleKind {
@@ -571,6 +573,7 @@ impl RuleKind {
             RuleKind::Address => "address_rule",
             RuleKind::RuleSet => "rule_set",
             RuleKind::Legacy => "legacy_policy",
+            RuleKind::Unix => "unix_rule",
         }
     }
 }

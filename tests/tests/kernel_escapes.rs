@@ -486,3 +486,182 @@ fn root_in_scope_makes_no_device_node_and_writes_no_block_device() {
     );
     assert_absent(&inside, "mknod was refused");
 }
+
+// --- unix sockets ----------------------------------------------------------------------------
+
+/// A unix stream listener and a datagram socket outside the scope (this test's own), at paths
+/// under `dir` and at abstract names (unique to this process).
+struct UnixServers {
+    _stream: Vec<std::os::unix::net::UnixListener>,
+    _datagram: Vec<std::os::unix::net::UnixDatagram>,
+}
+
+fn unix_servers(paths: &[&Path], abstract_names: &[&str], datagram: &[&Path]) -> UnixServers {
+    use std::os::linux::net::SocketAddrExt;
+    let mut stream: Vec<_> = paths
+        .iter()
+        .map(|path| std::os::unix::net::UnixListener::bind(path).unwrap())
+        .collect();
+    for name in abstract_names {
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        stream.push(std::os::unix::net::UnixListener::bind_addr(&addr).unwrap());
+    }
+    let datagram = datagram
+        .iter()
+        .map(|path| std::os::unix::net::UnixDatagram::bind(path).unwrap())
+        .collect();
+    UnixServers {
+        _stream: stream,
+        _datagram: datagram,
+    }
+}
+
+#[test]
+fn unix_sockets_are_decided_by_path_and_abstract_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().to_path_buf();
+    let tag = std::process::id();
+    let (open, closed, dgram) = (
+        base.join("open.sock"),
+        base.join("closed.sock"),
+        base.join("closed.dgram"),
+    );
+    let rules = format!(
+        "unix_rule(socket=\"{closed}\", decision=\"forbidden\", justification=\"not for agents\")\n\
+         unix_rule(socket=\"{dgram}\", decision=\"deny\")\n\
+         unix_rule(socket=\"@gt-closed-{tag}*\", decision=\"forbidden\")\n",
+        closed = closed.display(),
+        dgram = dgram.display(),
+    );
+    let Some(mut session) = session_in_or_skip(dir, &rules, SessionOptions::default()) else {
+        return;
+    };
+    if !session.session.enforcer().decides_unix_sockets() {
+        skip("this kernel has no unix socket hooks (cgroup/connect_unix needs Linux 6.7)");
+        return;
+    }
+    let (open_abstract, closed_abstract) = (format!("gt-open-{tag}"), format!("gt-closed-{tag}-x"));
+    let _servers = unix_servers(
+        &[&open, &closed],
+        &[&open_abstract, &closed_abstract],
+        &[&dgram],
+    );
+    let escape = helper("scope-escape", env!("CARGO_BIN_EXE_scope-escape"));
+    let said = |session: &TestSession, args: &[&str], cwd: &Path| {
+        let output = run(session, Command::new(&escape).args(args).current_dir(cwd))
+            .expect("the helper ran");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let path = |p: &Path| p.display().to_string();
+
+    assert!(said(&session, &["unix-connect", &path(&open)], &base).contains(": ok"));
+    assert!(
+        said(
+            &session,
+            &["unix-connect", &format!("@{open_abstract}")],
+            &base
+        )
+        .contains(": ok"),
+        "an abstract name no rule names follows the default (allow)"
+    );
+    assert!(
+        said(&session, &["unix-connect", &path(&closed)], &base).contains(": EPERM"),
+        "a path a rule forbids"
+    );
+    let event = session.expect_event("the refused connect", EVENT_TIMEOUT, |e| {
+        e.kind == EventKind::Unix && e.unix.as_ref().is_some_and(|u| u.address == path(&closed))
+    });
+    assert_eq!(event.decision, Decision::Forbidden);
+    assert_eq!(event.unix.as_ref().unwrap().call, "connect");
+    let line = session.session.describe(&event);
+    assert!(
+        line.contains("refused connect to unix socket") && line.contains("not for agents"),
+        "{line}"
+    );
+    assert!(
+        said(
+            &session,
+            &["unix-connect", &format!("@{closed_abstract}")],
+            &base
+        )
+        .contains(": EPERM"),
+        "an abstract name under a forbidden prefix"
+    );
+    session.expect_event("the refused abstract connect", EVENT_TIMEOUT, |e| {
+        e.unix
+            .as_ref()
+            .is_some_and(|u| u.address == format!("@{closed_abstract}"))
+    });
+    assert!(
+        said(&session, &["unix-send", &path(&dgram)], &base).contains(": EPERM"),
+        "a datagram to a forbidden path"
+    );
+    assert!(
+        said(&session, &["unix-connect", "closed.sock"], &base).contains(": EPERM"),
+        "the same socket by a relative path, which no rule could name"
+    );
+    assert!(
+        said(&session, &["unix-connect", "open.sock"], &base).contains(": EPERM"),
+        "any relative path"
+    );
+}
+
+#[test]
+fn a_refusing_network_default_refuses_unix_sockets_no_rule_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().to_path_buf();
+    let (named, other) = (base.join("named.sock"), base.join("other.sock"));
+    let rules = format!(
+        "enforcement(unmatched_network=\"deny\")\n\
+         unix_rule(socket=\"{named}\", decision=\"allow\")\n",
+        named = named.display(),
+    );
+    let Some(session) = session_in_or_skip(dir, &rules, SessionOptions::default()) else {
+        return;
+    };
+    if !session.session.enforcer().decides_unix_sockets() {
+        skip("this kernel has no unix socket hooks (cgroup/connect_unix needs Linux 6.7)");
+        return;
+    }
+    let _servers = unix_servers(&[&named, &other], &[], &[]);
+    let escape = helper("scope-escape", env!("CARGO_BIN_EXE_scope-escape"));
+    let said = |address: &Path| {
+        let output = run(
+            &session,
+            Command::new(&escape).arg("unix-connect").arg(address),
+        )
+        .unwrap();
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    assert!(said(&named).contains(": ok"), "the socket a rule allows");
+    assert!(said(&other).contains(": EPERM"), "one no rule names");
+}
+
+#[test]
+fn servers_that_run_commands_are_refused_under_every_policy() {
+    // The built-in list: a tmux server's socket (its default folder is /tmp/tmux-UID).
+    let dir = tempfile::tempdir().unwrap();
+    let Some(session) = session_in_or_skip(dir, "", SessionOptions::default()) else {
+        return;
+    };
+    if !session.session.enforcer().decides_unix_sockets() {
+        skip("this kernel has no unix socket hooks (cgroup/connect_unix needs Linux 6.7)");
+        return;
+    }
+    let folder = tempfile::Builder::new()
+        .prefix("tmux-gt-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let socket = folder.path().join("default");
+    let _servers = unix_servers(&[&socket], &[], &[]);
+    let escape = helper("scope-escape", env!("CARGO_BIN_EXE_scope-escape"));
+    let output = run(
+        &session,
+        Command::new(&escape).arg("unix-connect").arg(&socket),
+    )
+    .unwrap();
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains(": EPERM"),
+        "a tmux server's socket is refused with no rule about it"
+    );
+}

@@ -321,6 +321,7 @@ mod tests {
             dev: 0,
             ino: 0,
             socket: None,
+            unix: None,
             destination: None,
             path: None,
             sandbox: None,

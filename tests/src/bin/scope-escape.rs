@@ -8,6 +8,8 @@
 //! - `tioclinux`: the console's paste-selection `TIOCLINUX` on the controlling terminal.
 //! - `open-device NODE read|write`: opens a device node for reading or writing (writes nothing).
 //! - `mknod PATH`: makes a block device node (of the loop device 7:0) at PATH.
+//! - `unix-connect ADDRESS`: connects a stream socket to a unix socket (`@name`: abstract).
+//! - `unix-send ADDRESS`: sends one datagram to a unix socket.
 
 use std::ffi::CString;
 use std::io::Error;
@@ -139,6 +141,40 @@ fn open_device(node: &str, write: bool) -> Result<(), Error> {
     Ok(())
 }
 
+/// A connect (stream) or a send (datagram) to `address` (`@name`: abstract).
+fn unix_call(address: &str, send: bool) -> Result<(), Error> {
+    let kind = if send {
+        libc::SOCK_DGRAM
+    } else {
+        libc::SOCK_STREAM
+    };
+    // SAFETY: socket with integer arguments.
+    let fd = check(unsafe { libc::socket(libc::AF_UNIX, kind, 0) } as libc::c_long)? as i32;
+    // SAFETY: a zeroed sockaddr_un is valid.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes: Vec<u8> = match address.strip_prefix('@') {
+        Some(name) => std::iter::once(0).chain(name.bytes()).collect(),
+        None => address.bytes().collect(),
+    };
+    for (slot, byte) in addr.sun_path.iter_mut().zip(&bytes) {
+        *slot = *byte as libc::c_char;
+    }
+    let len = (std::mem::size_of::<libc::sa_family_t>() + bytes.len()) as libc::socklen_t;
+    let target = &addr as *const libc::sockaddr_un as *const libc::sockaddr;
+    // SAFETY: the address and its length are valid for the call.
+    let rc = unsafe {
+        if send {
+            libc::sendto(fd, b"x".as_ptr().cast(), 1, 0, target, len) as libc::c_long
+        } else {
+            libc::connect(fd, target, len) as libc::c_long
+        }
+    };
+    // SAFETY: the socket made above.
+    unsafe { libc::close(fd) };
+    check(rc).map(drop)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let strs: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -160,6 +196,8 @@ fn main() {
         ["open-device", node, mode @ ("read" | "write")] => {
             report("open-device", open_device(node, *mode == "write"))
         }
+        ["unix-connect", address] => report("unix-connect", unix_call(address, false)),
+        ["unix-send", address] => report("unix-send", unix_call(address, true)),
         ["mknod", path] => {
             // SAFETY: mknod of a NUL-terminated path.
             let rc = unsafe {
@@ -174,7 +212,8 @@ fn main() {
         _ => {
             eprintln!(
                 "usage: scope-escape clone3-into CGROUP_DIR MARKER | tiocsti TEXT | tioclinux | \
-                 open-device NODE read|write | mknod PATH"
+                 open-device NODE read|write | mknod PATH | unix-connect ADDRESS | \
+                 unix-send ADDRESS"
             );
             std::process::exit(2);
         }

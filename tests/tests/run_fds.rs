@@ -490,3 +490,95 @@ fn the_command_cannot_push_keystrokes_into_its_terminal() {
     );
     assert!(!dir.path().join("injected").exists());
 }
+
+/// A tmux server started here, outside every scope, on `socket`; killed on drop.
+struct TmuxServer {
+    socket: PathBuf,
+}
+
+impl TmuxServer {
+    fn start(socket: &Path) -> TmuxServer {
+        let status = Command::new("tmux")
+            .arg("-S")
+            .arg(socket)
+            .args(["new-session", "-d", "-s", "gt", "sleep 120"])
+            .status()
+            .expect("tmux runs (cargo xtask setup installs it)");
+        assert!(status.success(), "tmux server started at {}", socket.display());
+        TmuxServer {
+            socket: socket.to_path_buf(),
+        }
+    }
+}
+
+impl Drop for TmuxServer {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .arg("kill-server")
+            .status();
+    }
+}
+
+#[test]
+fn a_tmux_server_outside_the_scope_runs_nothing_for_the_command() {
+    if !root_or_skip() {
+        return;
+    }
+    let _one = one_guard_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    // tmux's own folder for uid 0 is /tmp/tmux-0; any /tmp/tmux-* is on the built-in list.
+    let folder = tempfile::Builder::new()
+        .prefix("tmux-gt-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let socket = folder.path().join("default");
+    let _server = TmuxServer::start(&socket);
+    let marker = dir.path().join("ran-outside");
+    let script = format!(
+        "tmux -S {socket} new-window 'touch {marker}'; echo tmux-exit=$?",
+        socket = socket.display(),
+        marker = marker.display()
+    );
+
+    let rules = write_rules(dir.path());
+    let output = wait_output(spawn_run(&rules, &script), RUN_TIMEOUT);
+    let stderr = text(&output.stderr);
+    assert!(
+        text(&output.stdout).contains("tmux-exit=1"),
+        "tmux could not reach its server: {} / {stderr}",
+        text(&output.stdout)
+    );
+    assert!(
+        stderr.contains(&format!(
+            "refused connect to unix socket {}",
+            socket.display()
+        )) && stderr.contains("tmux servers run any command they are sent"),
+        "the refusal names the socket and why: {stderr}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!marker.exists(), "the server outside ran nothing");
+
+    // A rule that names the socket lets it through: the same command then works.
+    let allowing = dir.path().join("allow.rules");
+    std::fs::write(
+        &allowing,
+        format!(
+            "unix_rule(socket=\"{}\", decision=\"allow\")\n",
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let output = wait_output(spawn_run(&allowing, &script), RUN_TIMEOUT);
+    assert!(
+        text(&output.stdout).contains("tmux-exit=0"),
+        "{} / {}",
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+    assert!(
+        wait_for(Duration::from_secs(5), || marker.exists()),
+        "with the rule, tmux ran the window"
+    );
+}

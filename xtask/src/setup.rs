@@ -145,6 +145,14 @@ pub const ITEMS: &[Item] = &[
         },
     },
     Item {
+        // tests/tests/run_fds.rs starts a tmux server outside a scope and shows that a command
+        // inside cannot have it run anything (its socket is on guard's built-in refused list).
+        name: "tmux (a server outside the scope, for the unix socket tests)",
+        need: Need::Test,
+        present: || find_on_path("tmux").is_some(),
+        fix: Fix::AptNoRecommends(&["tmux"]),
+    },
+    Item {
         // tests/tests/daemon_unit.rs rates packaging/guard.service's hardening offline
         // (`systemd-analyze security --offline=true`); systemd need not be running.
         name: "systemd-analyze (systemd, to rate the unit's hardening)",

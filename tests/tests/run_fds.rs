@@ -504,7 +504,11 @@ impl TmuxServer {
             .args(["new-session", "-d", "-s", "gt", "sleep 120"])
             .status()
             .expect("tmux runs (cargo xtask setup installs it)");
-        assert!(status.success(), "tmux server started at {}", socket.display());
+        assert!(
+            status.success(),
+            "tmux server started at {}",
+            socket.display()
+        );
         TmuxServer {
             socket: socket.to_path_buf(),
         }

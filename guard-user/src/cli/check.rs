@@ -24,6 +24,8 @@ use crate::policy::{
 mod approval;
 #[path = "check_dest.rs"]
 mod dest;
+#[path = "check_unix.rs"]
+mod unix;
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
@@ -53,6 +55,11 @@ pub struct CheckArgs {
     /// an address gets the kernel's answer: the rules of every host it was answered for.
     #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["argv", "split_shell", "fallback", "resolve_host_executables"])]
     dest: Option<String>,
+    /// Check a unix socket instead of a command: its absolute path (`/run/docker.sock`) or an
+    /// abstract name with a leading @ (`@/tmp/.X11-unix/X0`), as a connect or send in a scope
+    /// names it. Says which `unix_rule` (or built-in list entry) decides it.
+    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["argv", "dest", "split_shell", "fallback", "resolve_host_executables", "kernel"])]
+    unix: Option<String>,
     /// The transport of `--dest` [default: tcp].
     #[arg(long, value_enum)]
     transport: Option<TransportArg>,
@@ -127,6 +134,10 @@ pub fn run(args: &CheckArgs) -> ExitCode {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
+    if let Some(socket) = &args.unix {
+        unix::check(&loaded.policy, socket, args.json);
+        return ExitCode::SUCCESS;
+    }
     if let Some(dest) = dest {
         let transport = args
             .transport

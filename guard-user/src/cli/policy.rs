@@ -89,7 +89,7 @@ fn validate(args: ValidateArgs) -> ExitCode {
     };
     let policy = &loaded.policy;
     println!(
-        "ok: {} file(s){}: {} prefix rule(s), {} network rule(s), {} host executable(s){}{}",
+        "ok: {} file(s){}: {} prefix rule(s), {} network rule(s), {} host executable(s){}{}{}",
         loaded.sources.len(),
         match loaded.overlay_sources.len() {
             0 => String::new(),
@@ -101,6 +101,10 @@ fn validate(args: ValidateArgs) -> ExitCode {
         match policy.address_rules().len() {
             0 => String::new(),
             n => format!(", {n} address rule(s)"),
+        },
+        match policy.unix_rules().len() {
+            0 => String::new(),
+            n => format!(", {n} unix rule(s)"),
         },
         match policy.rule_sets().len() {
             0 => String::new(),
@@ -224,6 +228,32 @@ fn show_json(loaded: &LoadedPolicy) -> Value {
         .iter()
         .map(address_rule_json)
         .collect();
+    let unix_rules: Vec<Value> = policy
+        .unix_rules()
+        .iter()
+        .map(|rule| {
+            let mut object = json!({
+                "id": rule.id,
+                "socket": rule.socket.to_string(),
+                "decision": rule.decision.as_str(),
+            });
+            if let Some(justification) = &rule.justification {
+                object["justification"] = json!(justification);
+            }
+            with_origin(object, rule.origin.as_ref())
+        })
+        .collect();
+    let builtin_unix: Vec<Value> =
+        crate::policy::unix::builtin_rules(&crate::policy::unix::session_user_ids())
+            .iter()
+            .map(|rule| {
+                json!({
+                    "socket": rule.socket.to_string(),
+                    "decision": rule.decision.as_str(),
+                    "why": rule.justification,
+                })
+            })
+            .collect();
     let enforcement = policy.enforcement();
     let host_executables: serde_json::Map<String, Value> = sorted_host_executables(policy)
         .into_iter()
@@ -239,6 +269,8 @@ fn show_json(loaded: &LoadedPolicy) -> Value {
         "host_executables": host_executables,
         "prefix_rules": prefix_rules,
         "address_rules": address_rules,
+        "unix_rules": unix_rules,
+        "builtin_unix_sockets": builtin_unix,
         "rule_sets": policy.rule_sets().iter().map(rule_set_json).collect::<Vec<_>>(),
         "protected_paths": policy
             .protected_paths()
@@ -368,6 +400,19 @@ fn show_text(loaded: &LoadedPolicy) {
             rule.decision.as_str(),
             addresses.join(", "),
             rule.transport
+        );
+    }
+    println!(
+        "{heading}Unix socket rules{heading:#} ({}, after the built-in list: `guard policy show --json` has it)",
+        policy.unix_rules().len()
+    );
+    for rule in policy.unix_rules() {
+        let style = decision_style(Some(rule.decision));
+        let origin = origin_text(rule.origin.as_ref());
+        println!(
+            "  {style}{:<9}{style:#} {}  {dim}{origin}{dim:#}",
+            rule.decision.as_str(),
+            rule.socket
         );
     }
     println!(

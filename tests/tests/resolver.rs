@@ -214,6 +214,59 @@ fn a_forbidden_name_is_refused_by_guards_resolver_and_never_asked_upstream() {
 }
 
 #[test]
+fn under_a_refusing_default_a_name_no_rule_names_never_leaves_the_host() {
+    if !root_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("deny.rules");
+    std::fs::write(
+        &rules,
+        "enforcement(unmatched_network=\"deny\")\n\
+         network_rule(host=\"api.example.test\", protocol=\"https\", decision=\"allow\")\n",
+    )
+    .unwrap();
+    let dns = TestDns::start();
+    // A name that carries data out in its labels, to a zone no rule names.
+    let exfil = "c2vjcmv0lwtleq.exfil.example.test";
+    dns.set_a(exfil, &[v4("127.0.1.70")], 60);
+    dns.set_a("api.example.test", &[v4("127.0.1.71")], 60);
+    for query_type in ["udp", "tcp"] {
+        let output = run_probe(&dns, &rules, &[], &[ASKED, exfil, query_type, "1"]);
+        let result = tally(&output);
+        assert_eq!(result["rcode"], "Refused", "{query_type}: {result}");
+        let refusal = events(&output)
+            .into_iter()
+            .find(|e| e["kind"] == "dns")
+            .unwrap_or_else(|| panic!("no DNS event: {}", text(&output.stderr)));
+        assert_eq!(refusal["name"], exfil, "{refusal}");
+        assert!(
+            refusal["rule"]
+                .as_str()
+                .unwrap()
+                .contains("unmatched_network"),
+            "{refusal}"
+        );
+        assert!(
+            refusal["process"]["comm"]
+                .as_str()
+                .is_some_and(|comm| comm.starts_with("dns-probe")),
+            "the record names the process that asked: {refusal}"
+        );
+    }
+    assert_eq!(dns.queries(exfil), 0, "the name left the host");
+    // Ordinary work beside it: the name a rule allows resolves.
+    let output = run_probe(&dns, &rules, &[], &[ASKED, "api.example.test", "udp", "1"]);
+    let result = tally(&output);
+    assert_eq!(
+        result["addresses"],
+        serde_json::json!(["127.0.1.71"]),
+        "{result}: {}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
 fn a_host_pattern_allows_the_names_it_covers_from_the_answers_guards_resolver_sees() {
     if !root_or_skip() {
         return;
@@ -247,24 +300,15 @@ fn a_host_pattern_allows_the_names_it_covers_from_the_answers_guards_resolver_se
         &[ASKED, "example.org", "udp", "1", &port],
     );
     let other_result = tally(&other);
-    assert_eq!(other_result["refused"], 1, "{other_result}");
-    // The refused connect names the host its address was answered for.
+    // Under this policy's `deny` default a name no rule covers is not even looked up: its
+    // connects could go nowhere, and its query would carry the name off the host.
+    assert_eq!(other_result["rcode"], "Refused", "{other_result}");
     let refusal = events(&other)
         .into_iter()
-        .find(|e| e["kind"] == "connect")
-        .unwrap_or_else(|| panic!("no connect event: {}", text(&other.stderr)));
-    assert_eq!(
-        refusal["hosts"],
-        serde_json::json!(["example.org"]),
-        "{refusal}"
-    );
-    assert!(
-        refusal["message"]
-            .as_str()
-            .unwrap()
-            .contains("(example.org)"),
-        "{refusal}"
-    );
+        .find(|e| e["kind"] == "dns")
+        .unwrap_or_else(|| panic!("no DNS event: {}", text(&other.stderr)));
+    assert_eq!(refusal["name"], "example.org", "{refusal}");
+    assert_eq!(dns.queries("example.org"), 0, "the name left the host");
 }
 
 /// Waits (bounded) for the first JSON event on `lines` that satisfies `wanted`; every line seen

@@ -737,8 +737,15 @@ pub fn refused_name_message(refused: &crate::resolve::RefusedName) -> String {
         ),
         _ => String::new(),
     };
+    let by = match &refused.process {
+        Some(process) => match process.pid {
+            Some(pid) => format!(" by {} (pid {pid})", process.comm),
+            None => format!(" by uid {}", process.uid),
+        },
+        None => String::new(),
+    };
     format!(
-        "guard: refused DNS lookup of {} ({}): policy forbids {}{location}; answered {}",
+        "guard: refused DNS lookup of {} ({}){by}: policy forbids {}{location}; answered {}",
         refused.name, refused.query_type, refused.rule, refused.answer
     )
 }

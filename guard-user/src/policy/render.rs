@@ -10,7 +10,7 @@ fn quoted(text: &str) -> String {
 }
 
 /// `deny` for forbidden (what `network_rule` and `address_rule` files say), else the decision.
-fn destination_decision(decision: Decision) -> &'static str {
+pub fn destination_decision(decision: Decision) -> &'static str {
     match decision {
         Decision::Forbidden => "deny",
         other => other.as_str(),

@@ -4,8 +4,10 @@
 //! decides and attributes its connects by.
 //!
 //! For each query ([`serve`]):
-//! 1. a name the policy forbids outright ([`names::NamePolicy`]) gets REFUSED (or NXDOMAIN,
-//!    [`Refusal`]) and a [`ResolverEvent::Refused`]; the query never leaves the host;
+//! 1. a name the policy forbids outright ([`names::NamePolicy`]), or that no rule names under a
+//!    policy whose unmatched network default is not `allow`, gets REFUSED (or NXDOMAIN,
+//!    [`Refusal`]) and a [`ResolverEvent::Refused`] that names the process that asked
+//!    ([`peer`]); the query never leaves the host;
 //! 2. otherwise it is answered from the cache ([`cache`]) or forwarded to the upstream server
 //!    ([`upstream`]: `--nameserver`, or the system's configuration);
 //! 3. before the answer goes back, its addresses (the CNAME chain's final A and AAAA records)
@@ -21,6 +23,7 @@ pub mod answers;
 mod cache;
 pub mod hosts_file;
 pub mod names;
+pub mod peer;
 mod serve;
 pub mod thread;
 pub mod upstream;
@@ -127,10 +130,12 @@ pub struct RefusedName {
     pub query_type: String,
     /// How it was answered.
     pub answer: &'static str,
-    /// The rule as written, and where.
+    /// The rule as written, and where (none for the unmatched default).
     pub rule: String,
     pub file: Option<String>,
     pub line: Option<usize>,
+    /// Who asked.
+    pub process: Option<peer::QueryProcess>,
 }
 
 /// What the resolver tells the owner of the maps.

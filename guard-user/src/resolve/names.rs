@@ -1,6 +1,11 @@
 //! What the policy says of a name, before any address is known: guard's resolver refuses a name
 //! every connection to which is forbidden, and tells the owner of the maps when a name the
 //! policy rules on gets addresses, so they are in the maps before the program has them.
+//!
+//! A name no rule speaks of leaves the host only under a policy whose unmatched network default
+//! is `allow`: under `deny` or `prompt` its connects could not go anywhere a rule did not name,
+//! and the name itself is the last thing a program could carry data out in (a query for
+//! `<secret>.attacker.example` reaches the attacker's name server through any resolver).
 
 use crate::policy::Policy;
 use crate::policy::host::host_covers;
@@ -14,7 +19,8 @@ pub enum NameDecision {
     Refuse(NameRule),
     /// Answer it, and put its addresses in the maps first: a rule names it.
     Ruled,
-    /// Answer it: no rule names it (its connects get the unmatched decision, attributed to it).
+    /// Answer it: no rule names it, and the policy allows what no rule names (its connects
+    /// get the unmatched decision, attributed to it).
     Unknown,
 }
 
@@ -33,9 +39,11 @@ pub struct NameRule {
 }
 
 /// The policy's rules on names, looked up by the resolver on every query.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct NamePolicy {
     rules: Vec<NameRule>,
+    /// The policy's `unmatched_network`: a name no rule covers is refused unless it is allow.
+    unmatched: Decision,
 }
 
 impl NamePolicy {
@@ -69,7 +77,18 @@ impl NamePolicy {
                 }
             }
         }
-        NamePolicy { rules }
+        NamePolicy {
+            rules,
+            unmatched: policy.enforcement().unmatched_network,
+        }
+    }
+
+    /// No rules, and every name answered (a resolver before any policy is known).
+    pub fn answering_all() -> Self {
+        NamePolicy {
+            rules: Vec::new(),
+            unmatched: Decision::Allow,
+        }
     }
 
     /// `name` normalised (lower case, no trailing dot). A forbidding rule that decides the whole
@@ -85,8 +104,20 @@ impl NamePolicy {
         }
         if ruled {
             NameDecision::Ruled
-        } else {
+        } else if self.unmatched != Decision::Forbidden {
             NameDecision::Unknown
+        } else {
+            NameDecision::Refuse(NameRule {
+                host: name.to_string(),
+                decision: self.unmatched,
+                text: format!(
+                    "enforcement(unmatched_network=\"{}\"): no rule names it, and a name no \
+                     rule names does not leave the host",
+                    crate::policy::render::destination_decision(self.unmatched)
+                ),
+                origin: None,
+                whole: true,
+            })
         }
     }
 }
@@ -130,5 +161,20 @@ address_rule(addresses=["*.partly.test"], ports=[25], decision="deny")
         // A denial of one port is held by the kernel, on the answered addresses.
         assert_eq!(policy.decide("mail.partly.test"), NameDecision::Ruled);
         assert_eq!(policy.decide("example.org"), NameDecision::Unknown);
+    }
+
+    #[test]
+    fn a_refusing_default_keeps_unknown_names_on_the_host() {
+        for default in ["deny"] {
+            let policy = names(&format!(
+                "enforcement(unmatched_network=\"{default}\")\n\
+                 network_rule(host=\"api.test\", protocol=\"https\", decision=\"allow\")\n"
+            ));
+            assert_eq!(policy.decide("api.test"), NameDecision::Ruled);
+            let NameDecision::Refuse(rule) = policy.decide("c2VjcmV0.exfil.test") else {
+                panic!("an unknown name under {default} is refused");
+            };
+            assert!(rule.origin.is_none() && rule.text.contains("unmatched_network"));
+        }
     }
 }

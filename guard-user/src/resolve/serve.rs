@@ -1,6 +1,6 @@
 //! The listeners and one query's way through the resolver (the steps are in the module above).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -57,7 +57,7 @@ pub async fn udp(socket: Arc<UdpSocket>, shared: Arc<Shared>) {
         let query = buffer[..n].to_vec();
         let (socket, shared) = (socket.clone(), shared.clone());
         tokio::spawn(async move {
-            if let Some(reply) = answer(&shared, &query, false).await {
+            if let Some(reply) = answer(&shared, &query, false, peer).await {
                 let _ = socket.send_to(&reply, peer).await;
             }
             drop(permit);
@@ -67,15 +67,15 @@ pub async fn udp(socket: Arc<UdpSocket>, shared: Arc<Shared>) {
 
 pub async fn tcp(listener: TcpListener, shared: Arc<Shared>) {
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
+        let Ok((stream, peer)) = listener.accept().await else {
             continue;
         };
-        tokio::spawn(tcp_connection(stream, shared.clone()));
+        tokio::spawn(tcp_connection(stream, peer, shared.clone()));
     }
 }
 
 /// Length-prefixed messages, one after the other, until the program closes or goes idle.
-async fn tcp_connection(mut stream: TcpStream, shared: Arc<Shared>) {
+async fn tcp_connection(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     loop {
         let mut length = [0u8; 2];
         if !matches!(
@@ -94,7 +94,7 @@ async fn tcp_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         let Ok(permit) = shared.in_flight.clone().acquire_owned().await else {
             return;
         };
-        let reply = answer(&shared, &query, true).await;
+        let reply = answer(&shared, &query, true, peer).await;
         drop(permit);
         let Some(reply) = reply else { return };
         let Ok(length) = u16::try_from(reply.len()) else {
@@ -108,8 +108,8 @@ async fn tcp_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     }
 }
 
-/// The reply to one query (`None`: not a query; nothing is sent back).
-async fn answer(shared: &Shared, bytes: &[u8], tcp: bool) -> Option<Vec<u8>> {
+/// The reply to one query from `peer` (`None`: not a query; nothing is sent back).
+async fn answer(shared: &Shared, bytes: &[u8], tcp: bool, peer: SocketAddr) -> Option<Vec<u8>> {
     let query = Message::from_vec(bytes).ok()?;
     if query.metadata.message_type != MessageType::Query {
         return None;
@@ -129,6 +129,10 @@ async fn answer(shared: &Shared, bytes: &[u8], tcp: bool) -> Option<Vec<u8>> {
         .unwrap_or(NameDecision::Unknown);
     if let NameDecision::Refuse(rule) = &decision {
         let refusal = shared.config.refusal;
+        let process = tokio::task::spawn_blocking(move || super::peer::process_of(peer, tcp))
+            .await
+            .ok()
+            .flatten();
         let _ = shared.events.send(ResolverEvent::Refused(RefusedName {
             name,
             query_type: question.query_type().to_string(),
@@ -136,6 +140,7 @@ async fn answer(shared: &Shared, bytes: &[u8], tcp: bool) -> Option<Vec<u8>> {
             rule: rule.text.clone(),
             file: rule.origin.as_ref().map(|o| o.file.to_string()),
             line: rule.origin.as_ref().map(|o| o.line),
+            process,
         }));
         let code = match refusal {
             super::Refusal::Refused => ResponseCode::Refused,

@@ -439,6 +439,17 @@ impl Daemon {
                     record
                         .details
                         .insert("answer".into(), json!(refused.answer));
+                    if let Some(process) = &refused.process {
+                        record.process = Some(crate::audit::record::ProcessInfo {
+                            pid: process.pid.unwrap_or(0),
+                            tid: process.pid.unwrap_or(0),
+                            uid: process.uid,
+                            user: crate::daemon::peer::user_name(process.uid),
+                            exe: process.exe.clone(),
+                            comm: process.comm.clone(),
+                            ..Default::default()
+                        });
+                    }
                     self.audit.emit(record);
                 }
                 ResolverEvent::UpstreamFailed { name, error } => {
@@ -464,7 +475,11 @@ impl Daemon {
         if self.answers.next_expiry().is_none_or(|due| due > now) {
             return Ok(());
         }
-        let names = self.names.read().map(|n| n.clone()).unwrap_or_default();
+        let names = self
+            .names
+            .read()
+            .map(|n| n.clone())
+            .unwrap_or_else(|_| NamePolicy::answering_all());
         let ruled = self
             .answers
             .prune(now)

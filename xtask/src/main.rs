@@ -101,7 +101,7 @@ enum Task {
     /// refusals; needs root). Every benchmark runs; fails if any failed.
     ///
     /// Arguments after `--` go to each `cargo bench` (`cargo xtask bench -- check/`). A first
-    /// argument `policy`, `enforcement`, `hold`, `resolver`, `daemon` or `audit` runs only that one, the rest going to its
+    /// argument `policy`, `enforcement`, `escapes`, `hold`, `resolver`, `daemon` or `audit` runs only that one, the rest going to its
     /// `cargo bench`
     /// (`cargo xtask bench -- enforcement -- --quick`).
     Bench {
@@ -259,9 +259,10 @@ fn vm_test(options: vm::Options) -> Result<i32> {
 }
 
 /// `cargo xtask bench`'s benchmarks, in the order they run: (name, package).
-const BENCHES: [(&str, &str); 6] = [
+const BENCHES: [(&str, &str); 7] = [
     ("policy", "guard-user"),
     ("enforcement", "guard-tests"),
+    ("escapes", "guard-tests"),
     ("hold", "guard-tests"),
     ("resolver", "guard-tests"),
     ("daemon", "guard-tests"),

@@ -665,3 +665,55 @@ fn servers_that_run_commands_are_refused_under_every_policy() {
         "a tmux server's socket is refused with no rule about it"
     );
 }
+
+// --- programs by any name --------------------------------------------------------------------
+
+#[test]
+fn a_one_token_rule_holds_for_a_multi_call_programs_applet_and_under_argv0() {
+    let dir = tempfile::tempdir().unwrap();
+    // A file named busybox: the kernel decides by the executed file's name and argv, so a copy
+    // of `touch` under that name stands for busybox (it makes the files its arguments name).
+    let busybox = copy_program(&touch_program(), dir.path(), "busybox");
+    let rules = "prefix_rule(pattern=[\"touch\"], decision=\"forbidden\")\n";
+    let Some(session) = session_in_or_skip(dir, rules, options_for(Path::new("/nonexistent")))
+    else {
+        return;
+    };
+    let work = fresh_dir(session.path(), "work");
+
+    assert_refused(
+        "busybox touch",
+        run(
+            &session,
+            Command::new(&busybox)
+                .args(["touch", "applet-made"])
+                .current_dir(&work),
+        ),
+    );
+    assert_absent(
+        &work.join("applet-made"),
+        "the applet from argv[1] is decided",
+    );
+
+    let link = work.join("touch");
+    std::os::unix::fs::symlink(&busybox, &link).unwrap();
+    assert_refused(
+        "a link named touch",
+        run(
+            &session,
+            Command::new(&link).arg("link-made").current_dir(&work),
+        ),
+    );
+    assert_absent(&work.join("link-made"), "argv[0] names the applet");
+
+    assert_ran(
+        "another applet",
+        run(
+            &session,
+            Command::new(&busybox)
+                .args(["other", "other-made"])
+                .current_dir(&work),
+        ),
+    );
+    assert_exists(&work.join("other-made"), "what no rule names runs");
+}

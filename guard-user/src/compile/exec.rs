@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use super::CompileEnv;
 use super::image::{ArgvRoot, ArgvRule, IdentityEntry, NameEntry, Verdict};
-use crate::policy::{Policy, PrefixRule};
+use crate::policy::{Decision, Policy, PrefixRule};
 
 /// What the exec side of the image holds.
 #[derive(Default)]
@@ -104,6 +104,48 @@ impl ExecTables {
         }
     }
 
+    /// The argv rules that hold a refusing or asking `rule` under `argv[0]` and as a
+    /// multi-call program's applet (see [`compile_exec`]).
+    fn add_other_names(
+        &mut self,
+        policy: &Policy,
+        env: &CompileEnv,
+        found_for_name: &mut HashMap<String, Vec<FoundFile>>,
+        rule: &PrefixRule,
+        verdict: Verdict,
+    ) {
+        let program = rule.program();
+        let rest: Vec<Vec<String>> = rule
+            .pattern
+            .rest
+            .iter()
+            .map(|token| token.alternatives().to_vec())
+            .collect();
+        if rest.is_empty() {
+            self.argv_rules.push(ArgvRule {
+                program: program.to_string(),
+                rest: Vec::new(),
+                verdict,
+            });
+        }
+        if MULTI_CALL_PROGRAMS.contains(&program) {
+            return;
+        }
+        for multi_call in MULTI_CALL_PROGRAMS {
+            let found = found_for_name
+                .entry(multi_call.to_string())
+                .or_insert_with(|| files_for_name(policy, env, multi_call));
+            self.add_roots(multi_call, found);
+            let mut applet = vec![vec![program.to_string()]];
+            applet.extend(rest.iter().cloned());
+            self.argv_rules.push(ArgvRule {
+                program: multi_call.to_string(),
+                rest: applet,
+                verdict,
+            });
+        }
+    }
+
     fn add_name(&mut self, index: &mut HashMap<String, usize>, name: &str, verdict: Verdict) {
         match index.get(name) {
             Some(&slot) => {
@@ -123,7 +165,19 @@ impl ExecTables {
     }
 }
 
+/// Programs that run another program's code by the name in their first argument
+/// (`busybox touch M`) or in `argv[0]` (a link named `touch`).
+pub const MULTI_CALL_PROGRAMS: [&str; 2] = ["busybox", "toybox"];
+
 /// Compiles every prefix rule; rule `i` of [`Policy::prefix_rules`] is kernel rule `i`.
+///
+/// A rule that asks or forbids also holds wherever a program is named another way than by the
+/// executed file's name, as argv rules of the trie, whose walk reads token 0 under every name
+/// (`argv[0]` included): a one-token rule becomes an argv rule of that one token too (a link
+/// named `touch` to busybox runs as `touch`), and every such rule `[X, ...]` is also
+/// `[busybox, X, ...]` and `[toybox, X, ...]` (the applet a multi-call program takes from its
+/// first argument). Only asks and refusals: `argv[0]` is the caller's to choose, so it may add
+/// a refusal, never an allow.
 pub(super) fn compile_exec(policy: &Policy, env: &CompileEnv) -> ExecTables {
     let mut tables = ExecTables::default();
     let mut identity_index = HashMap::new();
@@ -138,6 +192,9 @@ pub(super) fn compile_exec(policy: &Policy, env: &CompileEnv) -> ExecTables {
             audit_only: rule.audit_only,
         };
         let program = rule.program();
+        if rule.decision != Decision::Allow && !program.contains('/') {
+            tables.add_other_names(policy, env, &mut found_for_name, rule, verdict);
+        }
         if !rule.pattern.rest.is_empty() {
             if program.contains('/') {
                 tables.warnings.push(format!(

@@ -243,11 +243,13 @@ impl Session {
     /// `(name, kernel program id)` of each of this session's programs that is loaded, so a test
     /// can check that dropping the session unloads exactly these.
     pub fn program_ids(&mut self) -> Vec<(String, u32)> {
+        let raw = self.in_force.enforcer().raw_program_ids();
         self.in_force
             .enforcer_mut()
             .ebpf_mut()
             .programs()
             .filter_map(|(name, program)| Some((name.to_string(), program.info().ok()?.id())))
+            .chain(raw)
             .collect()
     }
 

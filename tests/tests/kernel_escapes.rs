@@ -17,8 +17,8 @@ use guard::kernel::events::EventKind;
 use guard::policy::Decision;
 use guard::session::SessionOptions;
 use guard_tests::kernel::{
-    TestSession, copy_program, exec_refused, helper, killed, session_in_or_skip, skip,
-    touch_program,
+    TestSession, copy_program, exec_refused, helper, killed, session_in_or_skip, shell_program,
+    skip, touch_program,
 };
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(20);
@@ -716,4 +716,52 @@ fn a_one_token_rule_holds_for_a_multi_call_programs_applet_and_under_argv0() {
         ),
     );
     assert_exists(&work.join("other-made"), "what no rule names runs");
+}
+
+#[test]
+fn a_script_forbidden_by_its_path_does_not_run_by_that_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().to_path_buf();
+    let script = base.join("evil.sh");
+    let other = base.join("fine.sh");
+    for path in [&script, &other] {
+        std::fs::write(path, "#!/bin/sh\ntouch \"$1\"\n").unwrap();
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
+    let rules = format!(
+        "prefix_rule(pattern=[\"{}\"], decision=\"forbidden\")\n",
+        script.display()
+    );
+    let Some(session) = session_in_or_skip(dir, &rules, SessionOptions::default()) else {
+        return;
+    };
+    let work = fresh_dir(session.path(), "work");
+
+    assert_refused(
+        "the script by its path",
+        run(
+            &session,
+            Command::new(&script).arg("by-path").current_dir(&work),
+        ),
+    );
+    assert_absent(&work.join("by-path"), "the script did not run");
+    assert_ran(
+        "another script",
+        run(
+            &session,
+            Command::new(&other).arg("fine").current_dir(&work),
+        ),
+    );
+    assert_exists(&work.join("fine"), "a script no rule names runs");
+    assert_ran(
+        "the shell itself",
+        run(
+            &session,
+            Command::new(shell_program())
+                .args(["-c", "touch shell-made"])
+                .current_dir(&work),
+        ),
+    );
+    assert_exists(&work.join("shell-made"), "the interpreter is not refused");
 }

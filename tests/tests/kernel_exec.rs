@@ -745,6 +745,9 @@ const PROGRAM_NAMES: &[&str] = &[
     "recvmsg4",
     "recvmsg6",
     "sock_create",
+    "device_access",
+    "connect_unix",
+    "sendmsg_unix",
     "bprm_check_security",
     "socket_connect",
     "socket_sendmsg",
@@ -790,13 +793,21 @@ fn nothing_stays_loaded_or_attached_after_a_session() {
     };
     let backend = session.backend();
     let ours = session.program_ids();
-    let expected = match backend {
-        // The exec tracepoint, sock_create, and the six sock_addr hooks (connect, sendmsg and
-        // recvmsg, IPv4 and IPv6).
-        Backend::Cgroup => 8,
-        // The exec tracepoint, sock_create, and nine LSM hooks (exec, net, files).
-        Backend::Lsm => 11,
+    // The unix socket hooks (connect and sendmsg) where the kernel has them (6.7+).
+    let unix = if session.session.enforcer().decides_unix_sockets() {
+        2
+    } else {
+        0
     };
+    let expected = unix
+        + match backend {
+            // The exec tracepoint, sock_create, cgroup/dev, and the six sock_addr hooks
+            // (connect, sendmsg and recvmsg, IPv4 and IPv6).
+            Backend::Cgroup => 9,
+            // The exec tracepoint, sock_create, cgroup/dev, and nine LSM hooks (exec, net,
+            // files).
+            Backend::Lsm => 12,
+        };
     assert_eq!(
         ours.len(),
         expected,

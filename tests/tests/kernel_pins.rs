@@ -221,33 +221,39 @@ fn pin_names(dir: &Path) -> BTreeSet<String> {
 }
 
 /// What an Enforcer pins on `backend`: every link, one file each.
-fn expected_pins(backend: Backend) -> BTreeSet<String> {
-    let names: &[&str] = match backend {
-        Backend::Cgroup => &[
-            "sched_process_exec-0",
-            "sock_create-1",
-            "connect4-2",
-            "connect6-3",
-            "sendmsg4-4",
-            "sendmsg6-5",
-            "recvmsg4-6",
-            "recvmsg6-7",
-        ],
-        Backend::Lsm => &[
-            "sched_process_exec-0",
-            "bprm_check_security-1",
-            "socket_connect-2",
-            "socket_sendmsg-3",
-            "file_open-4",
-            "path_mkdir-5",
-            "path_unlink-6",
-            "path_rmdir-7",
-            "path_rename-8",
-            "path_truncate-9",
-            "sock_create-10",
+/// The pins an Enforcer makes, in the order it attaches: its global programs, then per cgroup
+/// sock_create, cgroup/dev, the unix socket hooks where the kernel has them, and on the cgroup
+/// backend the sock_addr hooks; each numbered in that order.
+fn expected_pins(backend: Backend, unix: bool) -> BTreeSet<String> {
+    let mut names: Vec<&str> = match backend {
+        Backend::Cgroup => vec!["sched_process_exec"],
+        Backend::Lsm => vec![
+            "sched_process_exec",
+            "bprm_check_security",
+            "socket_connect",
+            "socket_sendmsg",
+            "file_open",
+            "path_mkdir",
+            "path_unlink",
+            "path_rmdir",
+            "path_rename",
+            "path_truncate",
         ],
     };
-    names.iter().map(|n| n.to_string()).collect()
+    names.extend(["sock_create", "device_access"]);
+    if unix {
+        names.extend(["connect_unix", "sendmsg_unix"]);
+    }
+    if backend == Backend::Cgroup {
+        names.extend([
+            "connect4", "connect6", "sendmsg4", "sendmsg6", "recvmsg4", "recvmsg6",
+        ]);
+    }
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| format!("{name}-{i}"))
+        .collect()
 }
 
 /// The kernel ids of the programs the links pinned in `dir` run.
@@ -299,7 +305,10 @@ fn take_over(fixture: &Fixture, bpffs: &TestBpffs, cgroup: &ScopeCgroup) -> Enfo
     let gen2 = pins::next_generation(bpffs.root());
     assert_eq!(gen2, bpffs.root().join("gen-2"));
     b.pin_links(&gen2).expect("pinning B's links");
-    assert_eq!(pin_names(&gen2), expected_pins(b.backend()));
+    assert_eq!(
+        pin_names(&gen2),
+        expected_pins(b.backend(), b.decides_unix_sockets())
+    );
     assert_eq!(
         pins::generations(bpffs.root()),
         [gen1.clone(), gen2.clone()]
@@ -352,7 +361,10 @@ fn pinned_links_enforce_after_their_enforcer_is_dropped_and_hand_over_without_a_
     assert_eq!(a.pin_dir(), Some(gen1.as_path()));
     a.attach_cgroup(cgroup.path()).expect("attaching A");
     a.add_scope(cgroup.id()).expect("scoping the cgroup");
-    assert_eq!(pin_names(&gen1), expected_pins(backend));
+    assert_eq!(
+        pin_names(&gen1),
+        expected_pins(backend, a.decides_unix_sockets())
+    );
     fixture.assert_enforced(&cgroup, "while A holds");
     let counters = a.counters().expect("reading A's counters");
     assert!(
@@ -427,7 +439,9 @@ fn pinned_links_enforce_after_their_process_is_killed_and_hand_over_without_a_ga
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    let expected = expected_pins(backend());
+    // The kernel has the unix hooks when its BTF has their context's address length.
+    let unix = guard::kernel::btf::kernel_offsets().is_ok_and(|o| o.sock_addr_uaddrlen != 0);
+    let expected = expected_pins(backend(), unix);
     assert_eq!(line.trim(), format!("pinned {}", expected.len()));
     assert_eq!(pin_names(&gen1), expected);
     fixture.assert_enforced(&cgroup, "while pin-holder holds");

@@ -92,18 +92,20 @@ impl Readings {
     }
 
     /// Starts reading `r` at the word `NAME-SUB` read as `NAME SUB`: `root` is NAME's node and
-    /// `sub` SUB's below it. With no node for SUB, only NAME's own rule (the reading ends).
+    /// `sub` SUB's below it. Only rules of NAME SUB and longer decide here, never NAME's own
+    /// (a one-token rule for `ssh` is not one for `ssh-keygen`); with no node for SUB, the
+    /// reading decides nothing.
     #[inline(always)]
     pub fn start_split(&mut self, r: usize, root: ArgvNode, sub: Option<ArgvNode>) {
         match sub {
             Some(sub) => {
                 self.node[r] = sub;
-                self.verdict[r] = root.here.strongest(sub.here);
+                self.verdict[r] = sub.here;
                 self.state[r] = FOLLOWING;
             }
             None => {
                 self.node[r] = root;
-                self.verdict[r] = root.here;
+                self.verdict[r] = Verdict::NONE;
                 self.state[r] = ENDED;
             }
         }

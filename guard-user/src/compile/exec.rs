@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use super::CompileEnv;
 use super::image::{ArgvRoot, ArgvRule, IdentityEntry, NameEntry, Verdict};
+use crate::policy::rule::MULTI_CALL_PROGRAMS;
 use crate::policy::{Decision, Policy, PrefixRule};
 
 /// What the exec side of the image holds.
@@ -146,6 +147,59 @@ impl ExecTables {
         }
     }
 
+    /// A `#!` script named by its absolute path `path`: the kernel sees its interpreter run
+    /// (the script's identity is gone by then on the `cgroup` backend), with argv `[interpreter
+    /// as the script names it, its argument if any, the path the script was run by, ...]`. So the
+    /// rule also becomes argv rules over that argv: `[sh, path]`, and for `#!/usr/bin/env X`
+    /// both `[env, X, path]` and `[X, path]` (env's own exec). They hold when the script is run
+    /// by this absolute path.
+    fn add_script_by_path(
+        &mut self,
+        policy: &Policy,
+        env: &CompileEnv,
+        found_for_name: &mut HashMap<String, Vec<FoundFile>>,
+        path: &str,
+        verdict: Verdict,
+    ) {
+        let Some((interpreter, argument)) = script_interpreter(Path::new(path)) else {
+            return;
+        };
+        let name_of = |program: &str| {
+            Path::new(program)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
+        let interpreter_name = name_of(&interpreter);
+        let mut runs: Vec<(String, Vec<Vec<String>>)> = Vec::new();
+        match &argument {
+            Some(argument) => {
+                runs.push((
+                    interpreter_name.clone(),
+                    vec![vec![argument.clone()], vec![path.to_string()]],
+                ));
+                if interpreter_name == "env" {
+                    runs.push((name_of(argument), vec![vec![path.to_string()]]));
+                }
+            }
+            None => runs.push((interpreter_name, vec![vec![path.to_string()]])),
+        }
+        for (program, rest) in runs {
+            if program.is_empty() {
+                continue;
+            }
+            let found = found_for_name
+                .entry(program.clone())
+                .or_insert_with(|| files_for_name(policy, env, &program));
+            self.add_roots(&program, found);
+            self.argv_rules.push(ArgvRule {
+                program,
+                rest,
+                verdict,
+            });
+        }
+    }
+
     fn add_name(&mut self, index: &mut HashMap<String, usize>, name: &str, verdict: Verdict) {
         match index.get(name) {
             Some(&slot) => {
@@ -165,9 +219,22 @@ impl ExecTables {
     }
 }
 
-/// Programs that run another program's code by the name in their first argument
-/// (`busybox touch M`) or in `argv[0]` (a link named `touch`).
-pub const MULTI_CALL_PROGRAMS: [&str; 2] = ["busybox", "toybox"];
+/// The interpreter a `#!` script names and its one argument (the rest of the line, as the
+/// kernel passes it), or `None` for a file that is not a script (or cannot be read).
+fn script_interpreter(path: &Path) -> Option<(String, Option<String>)> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|b| *b == b'\n')?];
+    let line = String::from_utf8_lossy(line);
+    let line = line.trim_matches(|c| c == ' ' || c == '\t');
+    let (interpreter, argument) = match line.split_once([' ', '\t']) {
+        Some((interpreter, argument)) => (interpreter, Some(argument.trim().to_string())),
+        None => (line, None),
+    };
+    (!interpreter.is_empty()).then(|| (interpreter.to_string(), argument.filter(|a| !a.is_empty())))
+}
 
 /// Compiles every prefix rule; rule `i` of [`Policy::prefix_rules`] is kernel rule `i`.
 ///
@@ -223,6 +290,9 @@ pub(super) fn compile_exec(policy: &Policy, env: &CompileEnv) -> ExecTables {
             continue;
         }
         if program.starts_with('/') {
+            if rule.decision != Decision::Allow {
+                tables.add_script_by_path(policy, env, &mut found_for_name, program, verdict);
+            }
             match regular_file(Path::new(program)) {
                 Some(file) => tables.add_identity(&mut identity_index, file, verdict),
                 None => tables.warnings.push(format!(

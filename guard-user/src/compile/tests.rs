@@ -9,6 +9,7 @@ use proptest::prelude::*;
 
 use super::kernel_engine::KernelEngine;
 use super::*;
+use crate::policy::rule::MULTI_CALL_PROGRAMS;
 use crate::policy::{Decision, PolicyParser, Transport};
 
 use crate::compile::test_support::Table;
@@ -115,7 +116,25 @@ fn a_bare_name_becomes_a_name_entry_and_one_identity_per_file() {
             verdict: verdict(Decision::Forbidden, 0),
         }]
     );
-    assert!(image.argv_rules.is_empty());
+    // A rule that forbids also holds under argv[0] and as a multi-call program's applet.
+    let forbidden = verdict(Decision::Forbidden, 0);
+    let applet = |program: &str| ArgvRule {
+        program: program.into(),
+        rest: vec![vec!["tool".to_string()]],
+        verdict: forbidden,
+    };
+    assert_eq!(
+        image.argv_rules,
+        [
+            ArgvRule {
+                program: "tool".into(),
+                rest: Vec::new(),
+                verdict: forbidden,
+            },
+            applet("busybox"),
+            applet("toybox"),
+        ]
+    );
     assert!(image.warnings.is_empty(), "{:?}", image.warnings);
 }
 
@@ -262,8 +281,16 @@ prefix_rule(pattern=["/usr/bin/git", "push"], decision="forbidden")
         rule: 0,
         audit_only: true,
     };
+    let (applets, own): (Vec<&ArgvRule>, Vec<&ArgvRule>) = image
+        .argv_rules
+        .iter()
+        .partition(|rule| MULTI_CALL_PROGRAMS.contains(&rule.program.as_str()));
+    // The prompt rules hold as busybox's and toybox's applets too; the one written as a path
+    // names no applet.
+    assert_eq!(applets.len(), 4, "{applets:?}");
+    assert!(applets.iter().all(|rule| rule.rest.len() == 3));
     assert_eq!(
-        image.argv_rules,
+        own.into_iter().cloned().collect::<Vec<_>>(),
         [
             ArgvRule {
                 program: "git".into(),

@@ -243,6 +243,14 @@ impl Enforcer {
         self.backend
     }
 
+    /// `(name, kernel program id)` of the programs loaded outside aya (the unix socket hooks).
+    pub fn raw_program_ids(&self) -> Vec<(String, u32)> {
+        self.unix
+            .as_ref()
+            .map(super::unix_hooks::UnixHooks::ids)
+            .unwrap_or_default()
+    }
+
     /// Whether this kernel has the unix socket hooks (6.7+): without them no connect or send
     /// to a unix socket is decided.
     pub fn decides_unix_sockets(&self) -> bool {

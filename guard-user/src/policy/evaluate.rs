@@ -271,12 +271,24 @@ impl Policy {
                     .collect(),
             );
         }
+        // A multi-call program's applet (`busybox touch M` is `touch M`), for the rules that ask
+        // or forbid (the kernel holds those as `[busybox, X, ...]`).
+        let multi_call = super::rule::MULTI_CALL_PROGRAMS.contains(&name) && cmd.len() > 1;
+        if multi_call {
+            readings.push(cmd[1..].to_vec());
+        }
         let mut by_name: Vec<&Arc<PrefixRule>> = Vec::new();
         for (i, renamed) in readings.iter().enumerate() {
+            let applet = multi_call && i == readings.len() - 1;
             for rule in self.rules_for_program(&renamed[0]) {
-                // One-token rules hold by the file's own name only (the split reading is for
-                // argv rules, as in the kernel's trie).
-                let counts = i == 0 || !rule.pattern.rest.is_empty();
+                // The file's own name reads every rule; the split reading argv rules only (a
+                // one-token rule for `ssh` is not one for `ssh-keygen`); the applet reading the
+                // rules that ask or forbid, as the kernel holds them (`[busybox, X, ...]`).
+                let counts = if applet {
+                    rule.decision != Decision::Allow
+                } else {
+                    i == 0 || !rule.pattern.rest.is_empty()
+                };
                 if counts
                     && rule.matches(renamed).is_some()
                     && !by_name.iter().any(|kept| Arc::ptr_eq(kept, rule))

@@ -584,6 +584,11 @@ impl fmt::Display for RuleKind {
     }
 }
 
+/// Programs that run another program's code by the name in their first argument
+/// (`busybox touch M`) or in `argv[0]` (a link named `touch`): the kernel holds the rules that
+/// ask or forbid for their applets too.
+pub const MULTI_CALL_PROGRAMS: [&str; 2] = ["busybox", "toybox"];
+
 /// `decision=` of `prefix_rule` (and of `network_rule` after its `deny` alias).
 pub fn parse_decision(raw: &str) -> Result<Decision> {
     Decision::from_rules_str(raw).ok_or_else(|| PolicyError::InvalidDecision(raw.to_string()))

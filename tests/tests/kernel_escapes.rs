@@ -18,7 +18,7 @@ use guard::policy::Decision;
 use guard::session::SessionOptions;
 use guard_tests::kernel::{
     TestSession, copy_program, exec_refused, helper, killed, session_in_or_skip, shell_program,
-    skip, touch_program,
+    skip, system_program, touch_program,
 };
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(20);
@@ -764,4 +764,64 @@ fn a_script_forbidden_by_its_path_does_not_run_by_that_path() {
         ),
     );
     assert_exists(&work.join("shell-made"), "the interpreter is not refused");
+}
+
+#[test]
+fn under_an_exec_allowlist_a_copy_named_like_an_allowed_program_does_not_run() {
+    let dir = tempfile::tempdir().unwrap();
+    // Copies of `touch` under the names the policy allows, in a folder no PATH lookup of the
+    // policy's names finds.
+    let copies = fresh_dir(dir.path(), "copies");
+    let fake_cat = copy_program(&touch_program(), &copies, "cat");
+    let fake_true = copy_program(&touch_program(), &copies, "true");
+    let rules = "enforcement(unmatched_exec=\"deny\")\n\
+                 prefix_rule(pattern=[\"cat\"], decision=\"allow\")\n\
+                 prefix_rule(pattern=[\"true\", \"x\"], decision=\"allow\")\n";
+    let Some(session) = session_in_or_skip(dir, rules, SessionOptions::default()) else {
+        return;
+    };
+    let work = fresh_dir(session.path(), "work");
+
+    assert_refused(
+        "a copy named cat",
+        run(
+            &session,
+            Command::new(&fake_cat).arg("cat-made").current_dir(&work),
+        ),
+    );
+    assert_absent(&work.join("cat-made"), "an allow by name admits no copy");
+    assert_refused(
+        "a copy named true, with the allowed argv",
+        run(
+            &session,
+            Command::new(&fake_true).arg("x").current_dir(&work),
+        ),
+    );
+    assert_absent(
+        &work.join("x"),
+        "an argv rule's allow holds for the real file only",
+    );
+    assert_refused(
+        "a copy run as argv[0] cat",
+        run(
+            &session,
+            Command::new(&fake_true)
+                .arg0("cat")
+                .arg("argv0-made")
+                .current_dir(&work),
+        ),
+    );
+    assert_absent(&work.join("argv0-made"), "argv[0] allows nothing");
+
+    // The files the names resolve to run.
+    let real_cat = system_program(&["/usr/bin/cat", "/bin/cat"]);
+    assert_ran(
+        "the real cat",
+        run(&session, Command::new(&real_cat).arg("/dev/null")),
+    );
+    let real_true = system_program(&["/usr/bin/true", "/bin/true"]);
+    assert_ran(
+        "the real true x",
+        run(&session, Command::new(&real_true).arg("x")),
+    );
 }

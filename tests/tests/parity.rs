@@ -252,8 +252,12 @@ fn kernel_destination_decisions_equal_guard_check() {
     let mut seen: HashMap<Decision, usize> = HashMap::new();
     for (index, text) in POLICIES.iter().enumerate() {
         // The probe itself must be allowed to run under policies whose unmatched execs are
-        // refused.
-        let text = format!("{text}\nprefix_rule(pattern=[\"net-probe\"], decision=\"allow\")\n");
+        // refused: by its path (under an exec allowlist a name allows only the files it
+        // resolves to, and the probe is on no PATH folder).
+        let text = format!(
+            "{text}\nprefix_rule(pattern=[\"{}\"], decision=\"allow\")\n",
+            probe.display()
+        );
         let policy = load(dir.path(), index, &text);
         let options = SessionOptions {
             backend: Some(kernel::backend()),

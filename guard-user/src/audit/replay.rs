@@ -567,7 +567,12 @@ fn destination_request(record: &AuditRecord) -> Option<Request> {
 /// decision code ([`KernelEngine`]) over the draft's image, its names resolved to the
 /// recorded addresses. `Err` for a draft the kernel would refuse to hold.
 pub fn replay(draft: &Policy, recording: &Recording) -> anyhow::Result<ReplayReport> {
-    let image = compile(draft, &recording.addresses, &CompileEnv::default());
+    // A recorded exec is known by its path: take it to be the file its name resolves to.
+    let env = CompileEnv {
+        names_are_their_files: true,
+        ..CompileEnv::default()
+    };
+    let image = compile(draft, &recording.addresses, &env);
     let engine = KernelEngine::new(image)?;
     let replayed: Vec<ReplayedRequest> = recording
         .groups

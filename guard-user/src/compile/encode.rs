@@ -143,27 +143,21 @@ impl MapEncoder {
     fn build_trie(&mut self, image: &EnforcementImage) -> Result<ArgvTrie> {
         // path -> (here, children paths)
         let mut here: BTreeMap<Vec<ArgvToken>, Verdict> = BTreeMap::new();
+        let allowlist = allowlist(image);
         for rule in &image.argv_rules {
             // A program written as a path never equals a file name, so such a rule holds nothing
             // in the kernel (compile warns about it), as `Policy::kernel_exec_decision` says.
-            let mut frontier: Vec<Vec<ArgvToken>> = vec![vec![token(&rule.program)]];
-            here.entry(frontier[0].clone()).or_insert(Verdict::NONE);
-            for alternatives in &rule.rest {
-                let mut next = Vec::new();
-                for path in &frontier {
-                    for alt in alternatives {
-                        let mut child = path.clone();
-                        child.push(token(alt));
-                        here.entry(child.clone()).or_insert(Verdict::NONE);
-                        next.push(child);
-                    }
-                }
-                frontier = next;
+            // Under an exec allowlist an allow is reached by the file's identity alone.
+            let allow = rule.verdict.decision == crate::policy::Decision::Allow;
+            let mut starts = Vec::new();
+            if !(allowlist && allow) {
+                starts.push(token(&rule.program));
             }
-            let verdict = kernel_verdict(&rule.verdict);
-            for path in frontier {
-                let slot = here.get_mut(&path).expect("inserted above");
-                *slot = slot.strongest(verdict);
+            if allowlist {
+                starts.push(identity_token(&rule.program));
+            }
+            for start in starts {
+                Self::add_rule_paths(&mut here, start, rule);
             }
         }
         // Approvals: their paths exist (intermediate nodes lead on, deciding nothing); the flag
@@ -171,12 +165,58 @@ impl MapEncoder {
         let mut approved: BTreeMap<Vec<ArgvToken>, u32> = BTreeMap::new();
         for approval in &image.exec_approvals {
             let path: Vec<ArgvToken> = approval.tokens.iter().map(|t| token(t)).collect();
-            for depth in 1..=path.len() {
-                here.entry(path[..depth].to_vec()).or_insert(Verdict::NONE);
+            let mut paths = vec![path.clone()];
+            if allowlist && let Some((program, rest)) = path.split_first() {
+                let mut by_identity = vec![identity_token(program)];
+                by_identity.extend(rest.iter().cloned());
+                paths.push(by_identity);
             }
-            // The first approval of a path names it.
-            approved.entry(path).or_insert(approval.rule);
+            for path in paths {
+                for depth in 1..=path.len() {
+                    here.entry(path[..depth].to_vec()).or_insert(Verdict::NONE);
+                }
+                // The first approval of a path names it.
+                approved.entry(path).or_insert(approval.rule);
+            }
         }
+        self.finish_trie(here, approved)
+    }
+
+    /// Adds `rule`'s paths from the root token `start` (its program, or the program's identity
+    /// token) to `here`, with its verdict where they end. Alternatives at a position fan out
+    /// from every node reached so far.
+    fn add_rule_paths(
+        here: &mut BTreeMap<Vec<ArgvToken>, Verdict>,
+        start: ArgvToken,
+        rule: &super::image::ArgvRule,
+    ) {
+        let mut frontier: Vec<Vec<ArgvToken>> = vec![vec![start]];
+        here.entry(frontier[0].clone()).or_insert(Verdict::NONE);
+        for alternatives in &rule.rest {
+            let mut next = Vec::new();
+            for path in &frontier {
+                for alt in alternatives {
+                    let mut child = path.clone();
+                    child.push(token(alt));
+                    here.entry(child.clone()).or_insert(Verdict::NONE);
+                    next.push(child);
+                }
+            }
+            frontier = next;
+        }
+        let verdict = kernel_verdict(&rule.verdict);
+        for path in frontier {
+            let slot = here.get_mut(&path).expect("inserted above");
+            *slot = slot.strongest(verdict);
+        }
+    }
+
+    /// The trie's edges from every path's `here` and the approved paths.
+    fn finish_trie(
+        &mut self,
+        mut here: BTreeMap<Vec<ArgvToken>, Verdict>,
+        approved: BTreeMap<Vec<ArgvToken>, u32>,
+    ) -> Result<ArgvTrie> {
         // below(path) = strongest `here` of every strict descendant. BTreeMap order puts a path
         // before its descendants, so walk it backwards.
         let mut below: HashMap<Vec<ArgvToken>, Verdict> = HashMap::new();
@@ -275,9 +315,14 @@ fn argv_roots(
         .argv_roots
         .iter()
         .filter_map(|root| {
-            let edge = match long_ids.get(&root.program) {
+            let program = if allowlist(image) {
+                identity_token(&root.program)
+            } else {
+                root.program.clone()
+            };
+            let edge = match long_ids.get(&program) {
                 Some(id) => ArgvEdge::long(0, *id),
-                None => ArgvEdge::new(0, root.program.as_bytes()),
+                None => ArgvEdge::new(0, program.as_bytes()),
             };
             let identity = ExecIdentity {
                 dev: root.dev,
@@ -290,6 +335,18 @@ fn argv_roots(
 
 fn token(text: &str) -> ArgvToken {
     text.to_string()
+}
+
+/// Whether the image is an exec allowlist (`unmatched_exec` is not `allow`): then an allow
+/// holds only for the files a rule's name resolves to, never for a file that takes the name.
+fn allowlist(image: &EnforcementImage) -> bool {
+    !image.allow_by_name
+}
+
+/// The root token of a program's paths that only its files' identity reaches (`ARGV_ROOTS`):
+/// a leading NUL, which no name the kernel reads starts with, so no name reading gets there.
+fn identity_token(program: &str) -> ArgvToken {
+    format!("\0{program}")
 }
 
 /// One entry per key, strongest verdict kept.
@@ -613,11 +670,11 @@ mod tests {
         let mut image = image("enforcement(unmatched_exec=\"prompt\")\n");
         let rule = approve(&mut image, "gt-unmatched");
         let edges = MapEncoder::new().build_trie(&image).unwrap().edges;
-        assert_eq!(edges.len(), 1);
-        assert_eq!(
-            node(&edges, "gt-unmatched").unwrap().here,
-            Verdict::approval(rule)
-        );
+        // Under this allowlist the path is there by name and by the files' identity.
+        assert_eq!(edges.len(), 2);
+        for path in ["gt-unmatched", "\0gt-unmatched"] {
+            assert_eq!(node(&edges, path).unwrap().here, Verdict::approval(rule));
+        }
     }
 
     #[test]

@@ -311,7 +311,14 @@ pub(super) fn compile_exec(policy: &Policy, env: &CompileEnv) -> ExecTables {
             ));
             continue;
         }
-        tables.add_name(&mut name_index, program, verdict);
+        // Under an exec allowlist a name allows nothing by itself: only the files it resolves
+        // to (their identities, below) are allowed, never a copy that takes the name.
+        if rule.decision != Decision::Allow
+            || policy.enforcement().unmatched_exec == Decision::Allow
+            || env.names_are_their_files
+        {
+            tables.add_name(&mut name_index, program, verdict);
+        }
         let found = found_for_name
             .entry(program.to_string())
             .or_insert_with(|| files_for_name(policy, env, program));

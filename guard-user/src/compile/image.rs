@@ -53,6 +53,10 @@ pub struct EnforcementImage {
     /// Unix socket names and prefixes (`unix_rule`s, the built-in lists and the defaults); their
     /// verdicts name rules after the pattern rules.
     pub unix: Vec<UnixEntry>,
+    /// Whether a rule's name allows whatever file takes it. Not under an exec allowlist
+    /// (`unmatched_exec` not `allow`): there an allow holds only for the files the name resolves
+    /// to, by their identity, so a copy named like an allowed program does not run.
+    pub allow_by_name: bool,
 }
 
 /// One name or prefix of the unix socket tables.

@@ -55,6 +55,10 @@ pub struct CompileEnv {
     /// The folders searched for dynamic loaders, whose direct execs are refused unless a rule
     /// names them (`loader`); empty: none.
     pub loader_dirs: Vec<PathBuf>,
+    /// Take an exec's file to be the one its name resolves to, even under an exec allowlist
+    /// (where the kernel lets a name allow only by the files' identities): for `guard replay`,
+    /// whose recorded execs are known by their path alone.
+    pub names_are_their_files: bool,
 }
 
 /// `PATH` when the process has none: the usual system folders.
@@ -75,6 +79,7 @@ impl CompileEnv {
                 .filter(|dir| dir.is_absolute())
                 .collect(),
             loader_dirs: loader::system_loader_dirs(),
+            names_are_their_files: false,
         }
     }
 }
@@ -110,6 +115,8 @@ pub fn compile(policy: &Policy, resolver: &dyn HostResolver, env: &CompileEnv) -
         destination_approvals: Vec::new(),
         patterns: patterns.tables,
         unix,
+        allow_by_name: policy.enforcement().unmatched_exec == crate::policy::Decision::Allow
+            || env.names_are_their_files,
     }
 }
 

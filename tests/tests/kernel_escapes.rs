@@ -432,10 +432,9 @@ fn root_in_scope_makes_no_device_node_and_writes_no_block_device() {
     let Some(session) = session_in_or_skip(dir, rules, SessionOptions::default()) else {
         return;
     };
-    let Some((major, minor)) = some_block_device() else {
-        skip("this machine has no block device to try");
-        return;
-    };
+    // A block device of this machine, else the first loop device's number (a node for it is
+    // refused on open whether or not the driver is there).
+    let (major, minor) = some_block_device().unwrap_or((7, 0));
     // A node made outside the scope (this test is root there): the kernel decides by the
     // device, whatever the path. Opening it for writing writes nothing.
     let node = session.path().join("disk");
@@ -465,11 +464,9 @@ fn root_in_scope_makes_no_device_node_and_writes_no_block_device() {
             .contains("open-device: EPERM"),
         "a block device is not opened for writing in scope ({major}:{minor})"
     );
-    assert!(
-        said(&["open-device".as_ref(), node.as_os_str(), "read".as_ref()])
-            .contains("open-device: ok"),
-        "reading it is not refused"
-    );
+    // Past guard, the driver answers (ENXIO for a loop device with no driver).
+    let read = said(&["open-device".as_ref(), node.as_os_str(), "read".as_ref()]);
+    assert!(!read.contains("EPERM"), "reading it is not refused: {read}");
     assert!(
         said(&[
             "open-device".as_ref(),

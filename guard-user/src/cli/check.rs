@@ -181,6 +181,9 @@ pub fn run(args: &CheckArgs) -> ExitCode {
         if let Some(kernel) = &kernel {
             value["kernel_decision"] = json!(kernel.decision.as_str());
             value["kernel_rule"] = json!(kernel.rule);
+            if !kernel.admits.is_empty() {
+                value["kernel_admits"] = json!(kernel.admits);
+            }
         }
         if let Some(approval) = &approval {
             value["approval"] = approval.json();
@@ -318,6 +321,19 @@ fn explain(
                 None => "by the unmatched default ".to_string(),
             }
         );
+        if !kernel.admits.is_empty() {
+            let files: Vec<String> = kernel
+                .admits
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            println!(
+                "  {dim}kernel admits by this name:{dim:#} {} {dim}(under this exec allowlist an \
+                 allow by name holds for these files alone, by identity: a copy under the name \
+                 does not run){dim:#}",
+                files.join(", ")
+            );
+        }
     }
     if let Some(approval) = approval {
         approval.explain();

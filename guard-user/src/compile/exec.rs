@@ -338,6 +338,16 @@ pub(super) fn compile_exec(policy: &Policy, env: &CompileEnv) -> ExecTables {
 
 /// Every regular file at `DIR/name` for the PATH folders, then at `name`'s `host_executable`
 /// paths; one per identity, first found first.
+/// The files a bare name stands for in the kernel: the regular files of that name in `env`'s
+/// `PATH` folders and at its `host_executable` paths (by identity: a link and its target once).
+/// Under an exec allowlist these, and no other file, are what an allow by that name admits.
+pub fn files_a_name_admits(policy: &Policy, env: &CompileEnv, name: &str) -> Vec<PathBuf> {
+    files_for_name(policy, env, name)
+        .into_iter()
+        .map(|file| file.path)
+        .collect()
+}
+
 fn files_for_name(policy: &Policy, env: &CompileEnv, name: &str) -> Vec<FoundFile> {
     let host_paths = policy
         .host_executables()

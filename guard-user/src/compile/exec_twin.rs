@@ -21,6 +21,9 @@ use crate::policy::{Decision, Policy};
 pub struct KernelExecDecision {
     pub decision: Decision,
     pub rule: Option<String>,
+    /// Under an exec allowlist, the files an allow by the executed file's name admits (by
+    /// identity); empty otherwise.
+    pub admits: Vec<PathBuf>,
 }
 
 /// The decision for running `argv` here: `argv[0]` found as a shell would (a path as given,
@@ -36,7 +39,14 @@ pub fn kernel_exec_decision(
         &env,
     ))?));
     let program = argv.first().map_or("", String::as_str);
-    Ok(twin.decide(&executed_file(program, &env), argv))
+    let file = executed_file(program, &env);
+    let mut decision = twin.decide(&file, argv);
+    if policy.enforcement().unmatched_exec != Decision::Allow
+        && let Some(name) = executable_name(&file)
+    {
+        decision.admits = super::exec::files_a_name_admits(policy, &env, name);
+    }
+    Ok(decision)
 }
 
 /// The file an exec of `program` runs: a name with a `/` as it is, a bare name the first
@@ -86,6 +96,7 @@ impl ExecTwin {
             rule: (decided.flags & flag::UNMATCHED == 0)
                 .then(|| self.engine.rule_text(decided.verdict.rule))
                 .flatten(),
+            admits: Vec::new(),
         }
     }
 }

@@ -148,12 +148,15 @@ impl MapEncoder {
             // A program written as a path never equals a file name, so such a rule holds nothing
             // in the kernel (compile warns about it), as `Policy::kernel_exec_decision` says.
             // Under an exec allowlist an allow is reached by the file's identity alone.
+            // A program whose name resolves to no file keeps its allows by name: there is no
+            // identity to hold them by.
             let allow = rule.verdict.decision == crate::policy::Decision::Allow;
+            let by_identity = allowlist && has_files(image, &rule.program);
             let mut starts = Vec::new();
-            if !(allowlist && allow) {
+            if !(by_identity && allow) {
                 starts.push(token(&rule.program));
             }
-            if allowlist {
+            if by_identity {
                 starts.push(identity_token(&rule.program));
             }
             for start in starts {
@@ -166,7 +169,10 @@ impl MapEncoder {
         for approval in &image.exec_approvals {
             let path: Vec<ArgvToken> = approval.tokens.iter().map(|t| token(t)).collect();
             let mut paths = vec![path.clone()];
-            if allowlist && let Some((program, rest)) = path.split_first() {
+            if allowlist
+                && let Some((program, rest)) = path.split_first()
+                && has_files(image, program)
+            {
                 let mut by_identity = vec![identity_token(program)];
                 by_identity.extend(rest.iter().cloned());
                 paths.push(by_identity);
@@ -315,7 +321,7 @@ fn argv_roots(
         .argv_roots
         .iter()
         .filter_map(|root| {
-            let program = if allowlist(image) {
+            let program = if allowlist(image) && has_files(image, &root.program) {
                 identity_token(&root.program)
             } else {
                 root.program.clone()
@@ -341,6 +347,11 @@ fn token(text: &str) -> ArgvToken {
 /// holds only for the files a rule's name resolves to, never for a file that takes the name.
 fn allowlist(image: &EnforcementImage) -> bool {
     !image.allow_by_name
+}
+
+/// Whether `program`'s name resolves to files the image knows (`ARGV_ROOTS` for it).
+fn has_files(image: &EnforcementImage, program: &str) -> bool {
+    image.argv_roots.iter().any(|root| root.program == program)
 }
 
 /// The root token of a program's paths that only its files' identity reaches (`ARGV_ROOTS`):
@@ -670,11 +681,12 @@ mod tests {
         let mut image = image("enforcement(unmatched_exec=\"prompt\")\n");
         let rule = approve(&mut image, "gt-unmatched");
         let edges = MapEncoder::new().build_trie(&image).unwrap().edges;
-        // Under this allowlist the path is there by name and by the files' identity.
-        assert_eq!(edges.len(), 2);
-        for path in ["gt-unmatched", "\0gt-unmatched"] {
-            assert_eq!(node(&edges, path).unwrap().here, Verdict::approval(rule));
-        }
+        // A name that resolves to no file has its paths by name alone, allowlist or not.
+        assert_eq!(edges.len(), 1);
+        assert_eq!(
+            node(&edges, "gt-unmatched").unwrap().here,
+            Verdict::approval(rule)
+        );
     }
 
     #[test]

@@ -311,21 +311,24 @@ pub(super) fn compile_exec(policy: &Policy, env: &CompileEnv) -> ExecTables {
             ));
             continue;
         }
-        // Under an exec allowlist a name allows nothing by itself: only the files it resolves
-        // to (their identities, below) are allowed, never a copy that takes the name.
-        if rule.decision != Decision::Allow
-            || policy.enforcement().unmatched_exec == Decision::Allow
-            || env.names_are_their_files
-        {
-            tables.add_name(&mut name_index, program, verdict);
-        }
         let found = found_for_name
             .entry(program.to_string())
             .or_insert_with(|| files_for_name(policy, env, program));
+        // Under an exec allowlist a name that resolves to files allows nothing by itself: only
+        // those files (their identities, below) are allowed, never a copy that takes the name.
+        // A name that resolves to none is matched by name (the warning below says so).
+        if rule.decision != Decision::Allow
+            || policy.enforcement().unmatched_exec == Decision::Allow
+            || env.names_are_their_files
+            || found.is_empty()
+        {
+            tables.add_name(&mut name_index, program, verdict);
+        }
         if found.is_empty() {
             tables.warnings.push(format!(
                 "prefix_rule{}: no executable `{program}` in the PATH folders or its \
-                 host_executable paths; the kernel matches it by file name only",
+                 host_executable paths; the kernel matches it by file name only (any file of that \
+                 name)",
                 where_written(rule)
             ));
         }

@@ -841,7 +841,7 @@ proptest! {
                 .map(str::to_string)
                 .collect();
             prop_assert_eq!(
-                policy.kernel_exec_decision_of_a_copy(&cmd),
+                policy.kernel_exec_decision(&cmd),
                 engine_decision(engine.exec(no_file, &cmd[0], &cmd)),
                 "{:?} under\n{}", cmd, src
             );

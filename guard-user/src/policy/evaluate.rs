@@ -206,37 +206,24 @@ impl Policy {
     /// exact absolute path also count (the kernel holds their file's identity). Rules with more
     /// tokens whose program is written as a path never match in the kernel.
     ///
-    /// It takes the executed file to be one its name resolves to (the kernel knows it by its
-    /// identity); [`Policy::kernel_exec_decision_of_a_copy`] takes it to be some other file of
-    /// that name.
+    /// It takes the executed file to be one its name resolves to: under an exec allowlist the
+    /// kernel lets an allow by name hold for those files alone (by identity), where the name
+    /// resolves to any.
     pub fn kernel_exec_decision(&self, cmd: &[String]) -> Decision {
         self.kernel_exec_verdict(cmd).decision
-    }
-
-    /// [`Policy::kernel_exec_decision`] for a file of `cmd[0]`'s name that is none of the files
-    /// the name resolves to (a copy): under an exec allowlist (`unmatched_exec` not `allow`) no
-    /// allow rule holds for it, since only a file's identity allows there.
-    pub fn kernel_exec_decision_of_a_copy(&self, cmd: &[String]) -> Decision {
-        self.kernel_exec_verdict_for(cmd, false).decision
     }
 
     /// [`Policy::kernel_exec_decision`] and the rule the kernel reports for it: the strongest
     /// matching rule, an enforced one before an audit-only one of the same decision, and on a
     /// tie the one the kernel meets first (path rules, then by name, shorter prefixes first).
     pub fn kernel_exec_verdict(&self, cmd: &[String]) -> KernelExecVerdict {
-        self.kernel_exec_verdict_for(cmd, true)
-    }
-
-    fn kernel_exec_verdict_for(&self, cmd: &[String], by_identity: bool) -> KernelExecVerdict {
-        let names_allow = by_identity || self.enforcement().unmatched_exec == Decision::Allow;
-        let deciding = self
-            .kernel_exec_matches(cmd)
-            .into_iter()
-            .filter(|rule| names_allow || rule.decision != Decision::Allow)
-            .fold(None::<&Arc<PrefixRule>>, |kept, rule| match kept {
+        let deciding = self.kernel_exec_matches(cmd).into_iter().fold(
+            None::<&Arc<PrefixRule>>,
+            |kept, rule| match kept {
                 Some(kept) if !kernel_rule_beats(rule, kept) => Some(kept),
                 _ => Some(rule),
-            });
+            },
+        );
         match deciding {
             Some(rule) => KernelExecVerdict {
                 decision: rule.decision,

@@ -199,6 +199,35 @@ pub fn install_from_pre_exec(program: &[libc::sock_filter]) -> io::Result<()> {
     Ok(())
 }
 
+/// Runs a seccomp program of loads, equality jumps and returns on `data` (a `seccomp_data`) as
+/// the kernel would: the return it reaches. For the tests of every filter guard writes.
+#[cfg(test)]
+pub(crate) fn run_classic_bpf(program: &[libc::sock_filter], data: &[u8; 64]) -> u32 {
+    let mut accumulator = 0u32;
+    let mut pc = 0;
+    for _ in 0..program.len() {
+        let insn = program[pc];
+        match insn.code as u32 {
+            c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => {
+                let at = insn.k as usize;
+                accumulator = u32::from_ne_bytes(data[at..at + 4].try_into().unwrap());
+                pc += 1;
+            }
+            c if c == libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K => {
+                let skip = if accumulator == insn.k {
+                    insn.jt
+                } else {
+                    insn.jf
+                };
+                pc += 1 + skip as usize;
+            }
+            c if c == libc::BPF_RET | libc::BPF_K => return insn.k,
+            other => panic!("unexpected instruction {other:#x}"),
+        }
+    }
+    panic!("the program ran off its end");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,29 +238,7 @@ mod tests {
         data[0..4].copy_from_slice(&nr.to_ne_bytes());
         data[4..8].copy_from_slice(&arch.to_ne_bytes());
         data[24..32].copy_from_slice(&arg1.to_ne_bytes());
-        let mut accumulator = 0u32;
-        let mut pc = 0;
-        for _ in 0..program.len() {
-            let insn = program[pc];
-            match insn.code as u32 {
-                c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => {
-                    let at = insn.k as usize;
-                    accumulator = u32::from_ne_bytes(data[at..at + 4].try_into().unwrap());
-                    pc += 1;
-                }
-                c if c == libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K => {
-                    let skip = if accumulator == insn.k {
-                        insn.jt
-                    } else {
-                        insn.jf
-                    };
-                    pc += 1 + skip as usize;
-                }
-                c if c == libc::BPF_RET | libc::BPF_K => return insn.k,
-                other => panic!("unexpected instruction {other:#x}"),
-            }
-        }
-        panic!("the program ran off its end");
+        run_classic_bpf(program, &data)
     }
 
     const NOSYS: u32 = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;

@@ -304,29 +304,7 @@ mod tests {
             let at = DATA_ARGS as usize + 8 * i;
             data[at..at + 8].copy_from_slice(&arg.to_ne_bytes());
         }
-        let mut accumulator = 0u32;
-        let mut pc = 0;
-        for _ in 0..program.len() {
-            let insn = program[pc];
-            match insn.code as u32 {
-                c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => {
-                    let at = insn.k as usize;
-                    accumulator = u32::from_ne_bytes(data[at..at + 4].try_into().unwrap());
-                    pc += 1;
-                }
-                c if c == libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K => {
-                    let skip = if accumulator == insn.k {
-                        insn.jt
-                    } else {
-                        insn.jf
-                    };
-                    pc += 1 + skip as usize;
-                }
-                c if c == libc::BPF_RET | libc::BPF_K => return insn.k,
-                other => panic!("unexpected instruction {other:#x}"),
-            }
-        }
-        panic!("the program ran off its end");
+        crate::confine::syscalls::run_classic_bpf(program, &data)
     }
 
     #[test]

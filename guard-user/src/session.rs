@@ -97,6 +97,8 @@ impl RunPins {
         crate::kernel::pins::ensure_bpffs(Path::new(crate::kernel::pins::DEFAULT_ROOT))
             .context("a bpffs to pin the run's programs in, so they outlive guard")?;
         let dir = Path::new(crate::kernel::pins::RUNS_ROOT).join(name);
+        // Left by an earlier run whose pid this process has now (no live run names it).
+        crate::kernel::pins::release(&dir)?;
         enforcer.pin_links(&dir)?;
         Ok(RunPins { dir })
     }

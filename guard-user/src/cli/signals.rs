@@ -1,12 +1,15 @@
-//! The signals that end `guard run` (Ctrl-C, a closed terminal, `kill`, `timeout`), passed on to
-//! the command instead: guard stays until the command is gone, so nothing of the scope runs on
-//! without the run that answers its asks. A command that does not end within
-//! [`GRACE`] of the signal (it ignores it), or a second signal of the kind, ends the scope:
-//! every process in it is killed (`cgroup.kill`) when the session goes.
+//! The signals that would end `guard run` (Ctrl-C, a closed terminal, `kill`, `timeout`) no
+//! longer do: guard stays until the command is gone, so nothing of the scope runs on without the
+//! run that answers its asks.
 //!
-//! The handler only notes the signal in an atomic; the run's loop, which polls anyway, passes it
-//! on. A signal the terminal sent (`si_code` `SI_KERNEL`: Ctrl-C, Ctrl-\, a hang-up) went to
-//! the whole foreground process group, the command included, so it is not sent a second time.
+//! - A signal the terminal sent (`si_code` `SI_KERNEL`: Ctrl-C, Ctrl-\, a hang-up) went to the
+//!   whole foreground process group, the command included: the command decides what it means
+//!   (a REPL goes on after Ctrl-C), and guard goes on with it.
+//! - A signal a process sent to guard (`kill`, `timeout`, a service manager) is passed on to the
+//!   command. A command that does not end within [`GRACE`] of it (it ignores it), or a second
+//!   such signal, ends the scope: every process in it is killed (`cgroup.kill`).
+//!
+//! The handler only notes the signal in an atomic; the run's loop, which polls anyway, acts.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
@@ -17,15 +20,15 @@ pub const GRACE: Duration = Duration::from_secs(5);
 /// The signals passed on.
 pub const PASSED_ON: [libc::c_int; 4] = [libc::SIGINT, libc::SIGHUP, libc::SIGTERM, libc::SIGQUIT];
 
-/// The last signal that arrived (0: none since the last look), and whether a process sent it.
+/// The last signal a process sent (0: none since the last look); the terminal's are not kept.
 static ARRIVED: AtomicI32 = AtomicI32::new(0);
-static FROM_PROCESS: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn note(signal: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo with SA_SIGINFO.
     let code = unsafe { (*info).si_code };
-    FROM_PROCESS.store(i32::from(code != libc::SI_KERNEL), Ordering::SeqCst);
-    ARRIVED.store(signal, Ordering::SeqCst);
+    if code != libc::SI_KERNEL {
+        ARRIVED.store(signal, Ordering::SeqCst);
+    }
 }
 
 /// Catches [`PASSED_ON`] from now on (the command gets the default handling back at its exec).
@@ -63,17 +66,16 @@ pub enum Next {
 }
 
 impl PassOn {
-    /// Passes a signal that arrived on to `child` and says whether it is time to end the scope.
+    /// Passes a signal a process sent on to `child` and says whether it is time to end the
+    /// scope.
     pub fn step(&mut self, child: u32) -> Next {
         let signal = ARRIVED.swap(0, Ordering::SeqCst);
         if signal != 0 {
             if self.first.is_some() {
                 return Next::Again(signal);
             }
-            if FROM_PROCESS.load(Ordering::SeqCst) != 0 {
-                // SAFETY: sending a signal to the command guard started (not yet reaped).
-                unsafe { libc::kill(child as libc::pid_t, signal) };
-            }
+            // SAFETY: sending a signal to the command guard started (not yet reaped).
+            unsafe { libc::kill(child as libc::pid_t, signal) };
             self.first = Some((Instant::now(), signal));
         }
         match self.first {

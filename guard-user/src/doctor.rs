@@ -228,8 +228,16 @@ fn try_cgroup_backend() -> anyhow::Result<String> {
     let mut enforcer = crate::kernel::Enforcer::load(Backend::Cgroup)?;
     let scope = ScopeCgroup::create(&format!("doctor-{}", std::process::id()))?;
     enforcer.attach_cgroup(scope.path())?;
+    let unix = if enforcer.decides_unix_sockets() {
+        ", and cgroup/connect_unix and sendmsg_unix decide unix sockets"
+    } else {
+        "; this kernel has no unix socket hooks (Linux 6.7+), so no unix socket is decided"
+    };
     drop(enforcer);
-    Ok("tp_btf/sched_process_exec and cgroup/connect4|6, sendmsg4|6 load and attach".to_string())
+    Ok(format!(
+        "tp_btf/sched_process_exec, cgroup/connect4|6, sendmsg4|6 and cgroup/dev load and \
+         attach{unix}"
+    ))
 }
 
 #[cfg(test)]

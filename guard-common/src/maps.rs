@@ -354,13 +354,6 @@ pub struct UnixKey {
     pub path: [u8; UNIX_PATH_LEN],
 }
 
-impl UnixKey {
-    pub const EMPTY: UnixKey = UnixKey {
-        len: 0,
-        path: [0; UNIX_PATH_LEN],
-    };
-}
-
 /// Kernel struct member offsets, read from the running kernel's BTF by userspace and patched
 /// into the programs before load (Rust BPF has no CO-RE relocations).
 #[repr(C)]

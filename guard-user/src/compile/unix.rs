@@ -85,23 +85,8 @@ fn unmatched_verdict(decision: crate::policy::Decision) -> Verdict {
     }
 }
 
-fn rule_verdict(
-    rules: &[crate::policy::unix::UnixRule],
-    rule: &crate::policy::unix::UnixRule,
-    base: u32,
-) -> Verdict {
-    let at = rules
-        .iter()
-        .position(|r| std::ptr::eq(r, rule))
-        .expect("the rule is one of these");
-    Verdict {
-        decision: rule.decision,
-        rule: base + at as u32,
-        audit_only: false,
-    }
-}
-
-/// The verdict of the rule `decide` would pick among those naming exactly `socket`.
+/// The verdict of the rule `decide` would pick among those naming exactly `socket` (rule ids
+/// from `base` on, in the order of `rules`).
 fn best_with_socket(
     rules: &[crate::policy::unix::UnixRule],
     socket: &UnixSocket,
@@ -109,7 +94,12 @@ fn best_with_socket(
 ) -> Option<Verdict> {
     rules
         .iter()
-        .filter(|rule| &rule.socket == socket)
-        .max_by_key(|rule| (!rule.is_builtin(), rule.decision))
-        .map(|rule| rule_verdict(rules, rule, base))
+        .enumerate()
+        .filter(|(_, rule)| &rule.socket == socket)
+        .max_by_key(|(_, rule)| rule.rank())
+        .map(|(at, rule)| Verdict {
+            decision: rule.decision,
+            rule: base + at as u32,
+            audit_only: false,
+        })
 }

@@ -196,6 +196,12 @@ pub struct UnixRule {
 }
 
 impl UnixRule {
+    /// How [`decide`] orders the rules that match one address (the greatest decides): the more
+    /// specific name, then a policy's rule over a built-in entry, then the stronger decision.
+    pub fn rank(&self) -> (usize, bool, Decision) {
+        (self.socket.specificity(), !self.is_builtin(), self.decision)
+    }
+
     /// Whether it is an entry of the built-in lists.
     pub fn is_builtin(&self) -> bool {
         self.origin
@@ -283,7 +289,7 @@ pub fn decide<'a>(rules: &'a [UnixRule], unmatched: Decision, address: &[u8]) ->
     let best = rules
         .iter()
         .filter(|rule| rule.socket.matches(address))
-        .max_by_key(|rule| (rule.socket.specificity(), !rule.is_builtin(), rule.decision));
+        .max_by_key(|rule| rule.rank());
     match best {
         Some(rule) => UnixVerdict::Rule(rule),
         None if matches!(address.first(), Some(b'/') | Some(0)) => {

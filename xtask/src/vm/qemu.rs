@@ -61,8 +61,13 @@ pub fn boot(dirs: &Dirs, kernel: &Path, initramfs: &Path, options: &Options) -> 
         .args(["--kill-after=10", &options.timeout_secs.to_string()])
         .args([
             "qemu-system-x86_64",
+            // One host thread for all vCPUs: under multi-threaded TCG a vCPU can run a
+            // stale translation of code the kernel is live-patching (a BPF LSM trampoline
+            // attached while another CPU execs), hit the patch's int3 after the patch is
+            // done and panic (`Oops: int3` in `bpf_lsm_file_open`, seen once in CI). Real
+            // CPUs serialize that patching; single-threaded TCG does too.
             "-accel",
-            "tcg",
+            "tcg,thread=single",
             "-m",
             "2G",
             "-smp",

@@ -62,3 +62,6 @@ pub const FILE_PATH_BUF: usize = 1024;
 pub const UNIX_PATH_LEN: usize = 108;
 /// Exact unix socket entries (`unix_rule`s and the built-in lists) the kernel holds.
 pub const MAX_UNIX_ENTRIES: u32 = 16_384;
+/// Stand-in addresses mapped to a real one at once (`STAND_INS`): the names a person approved
+/// or a rule named after the resolver answered them with a stand-in.
+pub const MAX_STAND_INS: u32 = 16_384;

@@ -139,6 +139,21 @@ pub struct DnsRedirect {
 /// The port DNS is asked on (UDP and TCP).
 pub const DNS_PORT: u16 = 53;
 
+/// The network guard's resolver takes stand-in addresses from (198.18.0.0/15, reserved for
+/// benchmarking by RFC 2544, so no real destination is lost): under
+/// `unmatched_network="prompt"` a name no rule names is answered with one of them instead of
+/// leaving the host. A connect to a stand-in is decided as any address (its ask names the name
+/// it stands for) and, once let through, goes to the real address `STAND_INS` maps it to.
+pub const STAND_IN_NET: [u8; 4] = [198, 18, 0, 0];
+/// The prefix length of [`STAND_IN_NET`].
+pub const STAND_IN_PREFIX: u32 = 15;
+
+/// Whether an IPv4 address (network-order bytes) is a stand-in.
+#[inline(always)]
+pub fn is_stand_in(addr: [u8; 4]) -> bool {
+    addr[0] == STAND_IN_NET[0] && addr[1] & 0xfe == STAND_IN_NET[1]
+}
+
 /// A redirected socket's destination as the program gave it, keyed by socket cookie.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -316,7 +331,10 @@ pub mod counter {
     pub const UNIX_ALLOW: u32 = 18;
     /// Connects and sends to unix sockets refused with EPERM (a prompt too: the retry asks).
     pub const UNIX_REFUSED: u32 = 19;
-    pub const COUNT: u32 = 20;
+    /// Connects and sends to a stand-in address that were let through but had no real address
+    /// to go to yet (refused with EPERM; the name is resolved once an approval covers it).
+    pub const STAND_IN_UNMAPPED: u32 = 20;
+    pub const COUNT: u32 = 21;
     /// The slots that count decisions that failed open: each should stay 0.
     pub const FAILED_OPEN: [u32; 3] = [EXEC_FAILED_OPEN, NET_FAILED_OPEN, FILE_FAILED_OPEN];
     pub const NAMES: [&str; COUNT as usize] = [
@@ -340,6 +358,7 @@ pub mod counter {
         "device_refused",
         "unix_allow",
         "unix_refused",
+        "stand_in_unmapped",
     ];
 }
 

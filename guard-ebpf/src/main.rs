@@ -29,6 +29,7 @@ mod patterns;
 mod sandbox;
 mod scope;
 mod sockets;
+mod stand_in;
 mod unix;
 
 #[cfg(not(test))]

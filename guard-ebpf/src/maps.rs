@@ -9,7 +9,7 @@ use crate::argv::ArgvWalk;
 use crate::patterns::{PatternInput, PatternReadings};
 use guard_common::limits::{
     EVENTS_BYTES, FILE_PATH_BUF, MAX_EXEC_ENTRIES, MAX_LONG_TOKENS, MAX_NET_ENTRIES, MAX_SCOPES,
-    MAX_TASKS, MAX_UNIX_ENTRIES, PATTERN_ARGV_LEN, TOKEN_SCAN_LEN, UNIX_PATH_LEN,
+    MAX_STAND_INS, MAX_TASKS, MAX_UNIX_ENTRIES, PATTERN_ARGV_LEN, TOKEN_SCAN_LEN, UNIX_PATH_LEN,
 };
 use guard_common::maps::{
     ArgvEdge, ArgvNode, DestV4, DestV6, DnsOriginal, DnsRedirect, ExecIdentity, ExecName,
@@ -27,6 +27,12 @@ pub static DNS_REDIRECT: Array<DnsRedirect> = Array::with_max_entries(1, 0);
 /// socket that is gone needs no entry, and the oldest go first.
 #[map]
 pub static DNS_ORIGINALS: LruHashMap<u64, DnsOriginal> = LruHashMap::with_max_entries(4096, 0);
+
+/// Stand-in address → the real address its name resolved to (both IPv4, as the kernel stores
+/// them: network-order bytes in a native word), for the names a person approved or a rule
+/// names (`stand_in`).
+#[map]
+pub static STAND_INS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_STAND_INS, 0);
 
 /// cgroup v2 ids listed for scope: 1 = under enforcement, 0 = exempt. The deepest listed
 /// cgroup among a process's cgroup and its ancestors decides (`scope::current_in_scope`).

@@ -65,11 +65,22 @@ fn from_sock_addr(ctx: &SockAddrContext, v6: bool, call: u8) -> i32 {
             return 1;
         }
         // On the lsm backend these programs are attached only to redirect; the LSM hooks
-        // decided.
+        // decided (a stand-in by its own address, as here), so what is left is to send a
+        // stand-in to its real address.
         if redirect.redirect_only != 0 {
-            return 1;
+            return i32::from(crate::stand_in::send_to_real(ctx, v6));
         }
     }
+    if decide_sock_addr(ctx, v6, call) {
+        return 0;
+    }
+    // Let through: a stand-in goes to the real address it stands for, or nowhere.
+    i32::from(crate::stand_in::send_to_real(ctx, v6))
+}
+
+/// Decides a cgroup connect or sendmsg by its destination; `true` when it must fail.
+#[inline(always)]
+fn decide_sock_addr(ctx: &SockAddrContext, v6: bool, call: u8) -> bool {
     // SAFETY: the context pointer the kernel passed.
     let sa = unsafe { &*ctx.sock_addr };
     let port = u16::from_be(sa.user_port as u16);
@@ -114,11 +125,7 @@ fn from_sock_addr(ctx: &SockAddrContext, v6: bool, call: u8) -> i32 {
     } else {
         destination
     };
-    if refuse(destination, call, action::EPERM, 0, Verdict::NONE) {
-        0
-    } else {
-        1
-    }
+    refuse(destination, call, action::EPERM, 0, Verdict::NONE)
 }
 
 #[inline(always)]

@@ -365,9 +365,11 @@ impl Session {
         let mut confirmations = Vec::new();
         for event in resolver.take_events() {
             match event {
-                ResolverEvent::Answered(answer) => {
-                    let (maps_change, done) = self.answers.take(answer, now);
-                    changed |= maps_change;
+                ResolverEvent::Answered(answer, done) => {
+                    let dns = self.dns.as_ref().map(|(_, _, cache)| cache);
+                    changed |= self.answers.take(&answer, now, |name| {
+                        dns.is_some_and(|cache| cache.expires(name).is_some())
+                    });
                     confirmations.push(done);
                 }
                 ResolverEvent::Refused(refused) => self.dns_notes.push(DnsNote::Refused(refused)),
@@ -377,8 +379,11 @@ impl Session {
             }
         }
         if self.answers.next_expiry().is_some_and(|due| due <= now) {
+            let dns = self.dns.as_ref().map(|(_, _, cache)| cache);
             for name in self.answers.prune(now) {
-                changed |= self.names.decide(&name) == NameDecision::Ruled;
+                // A rule names it, or it is an approved stand-in's (guard resolved it).
+                changed |= self.names.decide(&name) == NameDecision::Ruled
+                    || dns.is_some_and(|cache| cache.expires(&name).is_some());
             }
         }
         let applied = if changed {
@@ -441,9 +446,38 @@ impl Session {
     pub fn hold_approval(&mut self, approval: Approval) -> Result<()> {
         let mut approvals = self.approvals.clone();
         approvals.add(approval);
+        self.resolve_stand_in_names(&approvals)?;
         let image = self.compiled(&approvals)?;
         self.in_force.apply(image)?;
         self.approvals = approvals;
+        Ok(())
+    }
+
+    /// Resolves for real the names of the stand-ins `approvals` approve that guard has not
+    /// resolved yet: only now may they leave the host.
+    fn resolve_stand_in_names(&mut self, approvals: &Approvals) -> Result<()> {
+        let known = |name: &String| {
+            self.dns
+                .as_ref()
+                .is_some_and(|(_, _, cache)| cache.expires(name).is_some())
+        };
+        let missing: Vec<String> = approvals
+            .stand_in_names()
+            .into_iter()
+            .filter(|name| !known(name))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let (runtime, resolver, mut cache) = match self.dns.take() {
+            Some(dns) => dns,
+            None => {
+                let (runtime, resolver) = dns_runtime(self.nameserver)?;
+                (runtime, resolver, DnsCache::default())
+            }
+        };
+        cache.merge_new(runtime.block_on(resolver.resolve(&missing)));
+        self.dns = Some((runtime, resolver, cache));
         Ok(())
     }
 
@@ -462,7 +496,8 @@ impl Session {
     /// Enforces `policy` instead (an amendment was written), with its names resolved and the
     /// approvals kept; on an error the old policy stays in force.
     pub fn replace_policy(&mut self, policy: Policy) -> Result<()> {
-        let names = host_names(&policy);
+        let mut names = host_names(&policy);
+        names.extend(self.approvals.stand_in_names());
         // The old policy's names may go unresolved after an error: it needs only its own.
         self.dns = resolve_names(self.dns.take(), &names, self.nameserver)?;
         let old_policy = std::mem::replace(&mut self.policy, policy);
@@ -514,16 +549,21 @@ fn resolve_names(
     }
     let (runtime, resolver) = match current {
         Some((runtime, resolver, _)) => (runtime, resolver),
-        None => (
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("starting the DNS runtime")?,
-            DnsResolver::new(&DnsConfig { nameserver })?,
-        ),
+        None => dns_runtime(nameserver)?,
     };
     let cache = runtime.block_on(resolver.resolve(names));
     Ok(Some((runtime, resolver, cache)))
+}
+
+/// A runtime to resolve names on, and the resolver that asks `nameserver` (or the system's).
+fn dns_runtime(nameserver: Option<SocketAddr>) -> Result<(tokio::runtime::Runtime, DnsResolver)> {
+    Ok((
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the DNS runtime")?,
+        DnsResolver::new(&DnsConfig { nameserver })?,
+    ))
 }
 
 /// `guard: refused exec of `git push origin main`: policy forbids commands starting with

@@ -334,8 +334,8 @@ fn next_event(
 }
 
 #[test]
-fn standalone_an_unknown_name_is_an_ask_and_approve_always_writes_its_rule_and_the_retry_connects()
-{
+fn standalone_an_unknown_name_stays_on_the_host_until_approved_and_a_kept_stand_in_then_reaches_the_real_address()
+ {
     if !can_run() {
         return;
     }
@@ -348,10 +348,11 @@ fn standalone_an_unknown_name_is_an_ask_and_approve_always_writes_its_rule_and_t
     let original = "enforcement(unmatched_network=\"prompt\")\n";
     std::fs::write(&rules, original).unwrap();
     let approved = dir.path().join("approved");
-    // Ask, wait (bounded) for the answer, ask again: one run, no re-run of guard.
+    // Ask, wait (bounded) for the answer and connect again to the address it was given (a
+    // program that keeps its answer), then look the name up again: one run, no re-run of guard.
     let probe = format!(
-        "{probe} {ASKED} api2.example.test udp 1 443; i=0; while [ ! -e {mark} ] && [ $i -lt 600 ]; \
-         do sleep 0.1; i=$((i+1)); done; {probe} {ASKED} api2.example.test udp 1 443",
+        "DNS_PROBE_RETRY_AFTER={mark} {probe} {ASKED} api2.example.test udp 1 443; \
+         {probe} {ASKED} api2.example.test udp 1 443",
         probe = dns_probe().display(),
         mark = approved.display()
     );
@@ -406,11 +407,16 @@ fn standalone_an_unknown_name_is_an_ask_and_approve_always_writes_its_rule_and_t
         .find(|a| a["socket"] == asked["socket"] && a["id"] == id)
         .unwrap_or_else(|| panic!("guard prompts does not list ask {id}: {listed:?}"));
     assert!(
-        ask["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("dns-probe wants api2.example.test:443 (127.0.1.9), https"),
+        ask["message"].as_str().unwrap().starts_with(
+            "dns-probe wants api2.example.test:443 (not resolved until approved), https"
+        ),
         "{ask}"
+    );
+    // The name has not left the host: the program was answered with a stand-in.
+    assert_eq!(
+        dns.queries("api2.example.test"),
+        0,
+        "asked upstream before the approval"
     );
     assert!(
         ask["record"]["argv"][0]
@@ -447,11 +453,18 @@ fn standalone_an_unknown_name_is_an_ask_and_approve_always_writes_its_rule_and_t
         .collect();
     assert_eq!(results.len(), 2, "{stdout}; guard said: {seen:#?}");
     assert_eq!(results[0]["refused"], 1, "{}", results[0]);
+    let stand_in = results[0]["addresses"][0].as_str().unwrap_or_default();
+    assert!(stand_in.starts_with("198.18."), "{}", results[0]);
+    // The program kept its stand-in; its connect reached the name's real address.
     assert_eq!(
-        results[1]["connected"], 1,
+        results[0]["retried"],
+        serde_json::json!({"connected": 1, "refused": 0, "reached": ["127.0.1.9"]}),
         "the retry connects in the same run: {}; guard said: {seen:#?}",
-        results[1]
+        results[0]
     );
+    // Looked up again, the approved name is forwarded and answered for real.
+    assert_eq!(results[1]["addresses"], serde_json::json!(["127.0.1.9"]));
+    assert_eq!(results[1]["connected"], 1, "{}", results[1]);
     assert!(status.success(), "{status}; guard said: {seen:#?}");
     assert!(
         seen.iter()
@@ -472,7 +485,8 @@ fn probe_in_daemon(daemon: &TestDaemon, args: &[&str]) -> (Value, String) {
 }
 
 #[test]
-fn under_the_daemon_an_unknown_name_is_an_ask_that_names_the_host_and_always_writes_its_rule() {
+fn under_the_daemon_an_unknown_name_is_answered_with_a_stand_in_whose_approved_connect_reaches_the_host()
+ {
     if !can_run() {
         return;
     }
@@ -496,15 +510,21 @@ fn under_the_daemon_an_unknown_name_is_an_ask_that_names_the_host_and_always_wri
         ..Default::default()
     });
 
-    // The lookup is answered (the name is not forbidden); the connect is an ask for the host.
+    // The lookup is answered with a stand-in (the name does not leave the host before an
+    // approval); the connect is an ask for the host.
     let (result, stderr) =
         probe_in_daemon(&daemon, &[ASKED, "api2.example.test", "udp", "1", "443"]);
-    assert_eq!(
-        result["addresses"],
-        serde_json::json!(["127.0.1.7"]),
-        "{stderr}"
-    );
+    let stand_in = result["addresses"][0]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(stand_in.starts_with("198.18."), "{result}: {stderr}");
     assert_eq!(result["refused"], 1, "{result}: {stderr}");
+    assert_eq!(
+        dns.queries("api2.example.test"),
+        0,
+        "asked upstream before the approval"
+    );
     let asks = daemon.prompts();
     assert_eq!(asks.len(), 1, "{asks:?}");
     let ask = &asks[0];
@@ -519,22 +539,28 @@ fn under_the_daemon_an_unknown_name_is_an_ask_that_names_the_host_and_always_wri
     );
     let message = ask["message"].as_str().unwrap();
     assert!(
-        message.starts_with("dns-probe wants api2.example.test:443 (127.0.1.7), https"),
+        message.starts_with(
+            "dns-probe wants api2.example.test:443 (not resolved until approved), https"
+        ),
         "{message}"
     );
 
+    // Approved once: guard resolves the name now, and the program's connect to its stand-in
+    // goes to the real address (the listener at 127.0.1.7:443 takes it).
     let id = ask["id"].as_u64().unwrap().to_string();
-    let out = daemon.guard(&["approve", &id, "--always"]);
+    let out = daemon.guard(&["approve", &id, "--once"]);
     assert!(out.status.success(), "approve: {}", text(&out.stderr));
-    let written = std::fs::read_to_string(daemon.amendments()).unwrap();
-    assert_eq!(
-        written,
-        "network_rule(host=\"api2.example.test\", protocol=\"https\", decision=\"allow\", \
-         justification=\"Allow https_connect access to api2.example.test\")\n"
+    assert!(
+        dns.queries("api2.example.test") > 0,
+        "resolved once approved"
     );
-    // At once, with no refresh to wait for: the address the program was answered is in force.
     let (result, stderr) =
         probe_in_daemon(&daemon, &[ASKED, "api2.example.test", "udp", "1", "443"]);
+    assert_eq!(
+        result["addresses"],
+        serde_json::json!([stand_in]),
+        "{stderr}"
+    );
     assert_eq!(
         result["connected"], 1,
         "the retry connects: {result}: {stderr}"
@@ -554,17 +580,19 @@ fn under_the_daemon_an_unknown_name_is_an_ask_that_names_the_host_and_always_wri
     assert!(out.status.success(), "approve: {}", text(&out.stderr));
     let written = std::fs::read_to_string(daemon.amendments()).unwrap();
     assert!(
-        written.ends_with(&format!(
+        written.starts_with(&format!(
             "address_rule(addresses=[\"api2.example.test\"], ports=[{other_port}], \
              transport=\"tcp\", decision=\"allow\", justification=\"Allow tcp port \
              {other_port} access to api2.example.test\")\n"
         )),
         "{written}"
     );
+    // A rule names the name now: it is forwarded and answered for real.
     let (result, _) = probe_in_daemon(
         &daemon,
         &[ASKED, "api2.example.test", "udp", "1", &other_port_text],
     );
+    assert_eq!(result["addresses"], serde_json::json!(["127.0.1.7"]));
     assert_eq!(result["connected"], 1, "{result}");
     let (result, _) = probe_in_daemon(
         &daemon,
@@ -590,6 +618,24 @@ fn under_the_daemon_an_unknown_name_is_an_ask_that_names_the_host_and_always_wri
         .unwrap_or_else(|| panic!("no dns_refused record: {records:?}"));
     assert_eq!(refused["name"], "evil.example.test", "{refused}");
     assert_eq!(refused["rule"]["line"], 2, "{refused}");
+    // Every answer is recorded with the process that asked: first the stand-in, then (a rule
+    // names it) the name forwarded.
+    let answered: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["type"] == "dns_answered" && r["name"] == "api2.example.test")
+        .collect();
+    for how in ["stand_in", "forwarded"] {
+        let record = answered
+            .iter()
+            .find(|r| r["answered"] == how)
+            .unwrap_or_else(|| panic!("no {how} record of api2.example.test: {answered:?}"));
+        assert!(
+            record["process"]["exe"]
+                .as_str()
+                .is_some_and(|exe| exe.ends_with("dns-probe")),
+            "{record}"
+        );
+    }
     // Every connect record names the host its address was answered for.
     let connects: Vec<&Value> = records
         .iter()

@@ -78,6 +78,26 @@ impl Approvals {
         &self.list
     }
 
+    /// The names of the stand-in addresses approved: guard resolves them for real, so an
+    /// approved connect to a stand-in goes to its name's address (`resolve::stand_ins`).
+    pub fn stand_in_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .list
+            .iter()
+            .filter_map(|a| match &a.target {
+                ApprovalTarget::Network {
+                    address,
+                    host: Some(host),
+                    ..
+                } if crate::resolve::stand_ins::is_stand_in_ip(*address) => Some(host.clone()),
+                _ => None,
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// Drops once-approvals whose window closed; whether any went.
     pub fn expire(&mut self, now: Instant) -> bool {
         let before = self.list.len();

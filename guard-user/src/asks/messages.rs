@@ -153,6 +153,10 @@ pub fn describe(image: &EnforcementImage, event: &KernelEvent, answered: &[Strin
             // `curl wants api.example.com:443 (203.0.113.7), https`: the program, the host it
             // asked for (or the address), and what an approval would cover.
             let wanted = match &host {
+                // The name has not left the host yet: it has no address to show.
+                Some(host) if crate::resolve::stand_ins::is_stand_in_ip(d.address) => {
+                    format!("{host}:{} (not resolved until approved)", d.port)
+                }
                 Some(host) => format!("{host}:{} ({})", d.port, d.address),
                 None => format!("{}:{}", bracketed(d.address), d.port),
             };

@@ -45,6 +45,9 @@ pub enum RecordType {
     DaemonStop,
     /// guard's resolver refused a name the policy forbids (it never left the host).
     DnsRefused,
+    /// guard's resolver answered a name: forwarded upstream (it left the host), or with a
+    /// stand-in address (`details.answered`).
+    DnsAnswered,
     /// A type this version does not know (a newer writer's).
     #[serde(other)]
     Unknown,
@@ -52,7 +55,7 @@ pub enum RecordType {
 
 impl RecordType {
     /// Every type this version writes.
-    pub const ALL: [RecordType; 14] = [
+    pub const ALL: [RecordType; 15] = [
         RecordType::Decision,
         RecordType::Ask,
         RecordType::AskExpired,
@@ -67,6 +70,7 @@ impl RecordType {
         RecordType::DaemonStart,
         RecordType::DaemonStop,
         RecordType::DnsRefused,
+        RecordType::DnsAnswered,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -85,6 +89,7 @@ impl RecordType {
             RecordType::DaemonStart => "daemon_start",
             RecordType::DaemonStop => "daemon_stop",
             RecordType::DnsRefused => "dns_refused",
+            RecordType::DnsAnswered => "dns_answered",
             RecordType::Unknown => "unknown",
         }
     }

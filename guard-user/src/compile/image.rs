@@ -57,6 +57,9 @@ pub struct EnforcementImage {
     /// (`unmatched_exec` not `allow`): there an allow holds only for the files the name resolves
     /// to, by their identity, so a copy named like an allowed program does not run.
     pub allow_by_name: bool,
+    /// Stand-in addresses guard's resolver answered for names that are now approved or named
+    /// by a rule, and the real address the kernel sends their connects to.
+    pub stand_ins: Vec<crate::policy::destination::StandIn>,
 }
 
 /// One name or prefix of the unix socket tables.

@@ -117,6 +117,7 @@ pub fn compile(policy: &Policy, resolver: &dyn HostResolver, env: &CompileEnv) -
         unix,
         allow_by_name: policy.enforcement().unmatched_exec == crate::policy::Decision::Allow
             || env.names_are_their_files,
+        stand_ins: resolver.stand_ins(),
     }
 }
 
@@ -132,6 +133,7 @@ pub fn recompile_destinations(
     let net = network::compile_destinations(policy, resolver, network_base, address_base);
     image.destinations = net.destinations;
     image.unresolved_hosts = net.unresolved_hosts;
+    image.stand_ins = resolver.stand_ins();
 }
 
 /// Every rule of the policy, in the order prefix rules, network rules, address rules (the

@@ -508,6 +508,77 @@ pub fn base(kind: RecordType, owner: &str) -> AuditRecord {
     }
 }
 
+/// A name guard's resolver refused (it never left the host).
+pub fn dns_refused(refused: &crate::resolve::RefusedName) -> AuditRecord {
+    let mut record = dns_record(
+        RecordType::DnsRefused,
+        &refused.name,
+        &refused.query_type,
+        refused.process.as_ref(),
+    );
+    record.decision = Some("forbidden".to_string());
+    record.rule = Some(crate::audit::record::RuleRef {
+        file: refused.file.clone().unwrap_or_default(),
+        line: refused.line.unwrap_or(0),
+        text: refused.rule.clone(),
+        justification: None,
+    });
+    record
+        .details
+        .insert("answer".into(), serde_json::json!(refused.answer));
+    record
+}
+
+/// A name guard's resolver answered: forwarded upstream, or held on the host with a stand-in.
+pub fn dns_answered(answer: &crate::resolve::Answered) -> AuditRecord {
+    let mut record = dns_record(
+        RecordType::DnsAnswered,
+        &answer.name,
+        &answer.query_type,
+        answer.process.as_ref(),
+    );
+    record
+        .details
+        .insert("answered".into(), serde_json::json!(answer.source.as_str()));
+    record
+        .details
+        .insert("addresses".into(), serde_json::json!(answer.addrs));
+    record
+}
+
+/// What every record of a query has: the name, its type and the process that asked.
+fn dns_record(
+    kind: RecordType,
+    name: &str,
+    query_type: &str,
+    process: Option<&crate::resolve::peer::QueryProcess>,
+) -> AuditRecord {
+    let owner = process.map_or_else(
+        || "root".to_string(),
+        |p| crate::daemon::peer::user_name(p.uid),
+    );
+    let mut record = base(kind, &owner);
+    record.event = Some("dns".to_string());
+    record
+        .details
+        .insert("name".into(), serde_json::json!(name));
+    record
+        .details
+        .insert("query_type".into(), serde_json::json!(query_type));
+    if let Some(process) = process {
+        record.process = Some(crate::audit::record::ProcessInfo {
+            pid: process.pid.unwrap_or(0),
+            tid: process.pid.unwrap_or(0),
+            uid: process.uid,
+            user: crate::daemon::peer::user_name(process.uid),
+            exe: process.exe.clone(),
+            comm: process.comm.clone(),
+            ..Default::default()
+        });
+    }
+    record
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -45,6 +45,8 @@ pub struct MapSync {
     /// Each pattern table as last written, and the slot it is in.
     tables: [Option<DfaTable>; table::COUNT as usize],
     slots: [u32; table::COUNT as usize],
+    /// `STAND_INS` as last written.
+    stand_ins: HashMap<u32, u32>,
 }
 
 impl MapSync {
@@ -98,6 +100,8 @@ impl MapSync {
             write_changed(&new.roots, &last.roots, |k, v| map.insert(k, v, 0))?;
         }
         self.write_destinations(ebpf, &new.v4, &new.v6)?;
+        let stand_ins = stand_in_entries(image);
+        self.write_stand_ins(ebpf, &stand_ins)?;
         {
             let mut map: BpfHashMap<_, UnixKey, Verdict> = hash_map(ebpf, "UNIX_EXACT")?;
             write_changed(&new.unix_exact, &last.unix_exact, |k, v| {
@@ -148,6 +152,7 @@ impl MapSync {
                 map.remove(&Key::new(*len, *data))
             })?;
         }
+        stats.removed += self.remove_stale_stand_ins(ebpf, stand_ins)?;
         self.last = new;
         Ok(stats)
     }
@@ -167,10 +172,32 @@ impl MapSync {
             ..SyncStats::default()
         };
         self.write_destinations(ebpf, &v4, &v6)?;
+        let stand_ins = stand_in_entries(image);
+        self.write_stand_ins(ebpf, &stand_ins)?;
         stats.removed += self.remove_stale_destinations(ebpf, &v4, &v6)?;
+        stats.removed += self.remove_stale_stand_ins(ebpf, stand_ins)?;
         self.last.v4 = v4;
         self.last.v6 = v6;
         Ok(stats)
+    }
+
+    /// Writes the stand-ins that are new or go somewhere else now (with the destinations: a
+    /// stand-in is let through and sent on in one decision).
+    fn write_stand_ins(&self, ebpf: &mut Ebpf, stand_ins: &HashMap<u32, u32>) -> Result<()> {
+        let mut map: BpfHashMap<_, u32, u32> = hash_map(ebpf, "STAND_INS")?;
+        write_changed(stand_ins, &self.stand_ins, |k, v| map.insert(k, v, 0))
+    }
+
+    /// Removes the stand-ins no longer mapped, and keeps `stand_ins` as written.
+    fn remove_stale_stand_ins(
+        &mut self,
+        ebpf: &mut Ebpf,
+        stand_ins: HashMap<u32, u32>,
+    ) -> Result<usize> {
+        let mut map: BpfHashMap<_, u32, u32> = hash_map(ebpf, "STAND_INS")?;
+        let removed = remove_stale(&stand_ins, &self.stand_ins, |k| map.remove(k))?;
+        self.stand_ins = stand_ins;
+        Ok(removed)
     }
 
     /// Writes the destination entries that are new or changed since the last sync.
@@ -344,6 +371,21 @@ pub fn failed_open(counters: &[(&'static str, u64)]) -> Vec<(&'static str, u64)>
                 .find(|(counted, _)| *counted == name)
                 .map_or(0, |(_, n)| *n);
             (name.trim_end_matches("_failed_open"), n)
+        })
+        .collect()
+}
+
+/// `STAND_INS` for `image`: each address as the kernel stores it (network-order bytes read as a
+/// native word, as `user_ip4` is).
+fn stand_in_entries(image: &EnforcementImage) -> HashMap<u32, u32> {
+    image
+        .stand_ins
+        .iter()
+        .map(|s| {
+            (
+                u32::from_ne_bytes(s.stand_in.octets()),
+                u32::from_ne_bytes(s.real.octets()),
+            )
         })
         .collect()
 }

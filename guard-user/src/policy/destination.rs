@@ -26,6 +26,21 @@ pub trait HostResolver {
     /// The addresses `host` (a normalised host name, never an IP literal) resolves to now;
     /// empty when unknown.
     fn lookup(&self, host: &str) -> Vec<IpAddr>;
+
+    /// The stand-in addresses guard's resolver answered for names that were since approved or
+    /// named by a rule, each with the real address a connect to it goes to.
+    fn stand_ins(&self) -> Vec<StandIn> {
+        Vec::new()
+    }
+}
+
+/// A stand-in address and where a connect to it goes (the kernel's `STAND_INS`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StandIn {
+    pub stand_in: std::net::Ipv4Addr,
+    pub real: std::net::Ipv4Addr,
+    /// The name it stands for.
+    pub name: String,
 }
 
 /// A resolver that knows nothing: every name is unresolved.

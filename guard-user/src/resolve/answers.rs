@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::compile::HostResolver;
 use crate::compile::dns::DnsCache;
+use crate::policy::destination::StandIn;
 use crate::policy::host::{HostPattern, is_host_pattern};
 use crate::policy::rule::canonical_ip;
 
@@ -62,18 +63,38 @@ impl AnswerBook {
         added
     }
 
-    /// Records one of the resolver's answers: whether the maps must change (a name a rule
-    /// speaks of got a new address), and the confirmation to send once they have.
+    /// Records one of the resolver's answers; whether the maps must change: a name a rule
+    /// speaks of got a new address, or a name guard resolved for real (`resolved`: one a person
+    /// approved) got its stand-in back after the book let it go.
     pub fn take(
         &mut self,
-        answer: super::Answered,
+        answer: &super::Answered,
         now: Instant,
-    ) -> (bool, tokio::sync::oneshot::Sender<()>) {
+        resolved: impl Fn(&str) -> bool,
+    ) -> bool {
         let added = self.record(&answer.name, &answer.addrs, answer.ttl, now);
-        (
-            added && answer.decision == super::NameDecision::Ruled,
-            answer.done,
-        )
+        added
+            && match answer.decision {
+                super::NameDecision::Ruled => true,
+                super::NameDecision::Held => resolved(&answer.name),
+                _ => false,
+            }
+    }
+
+    /// Every stand-in address kept, with the name it stands for.
+    pub fn stand_ins(&self) -> Vec<(std::net::Ipv4Addr, String)> {
+        let mut out: Vec<_> = self
+            .by_address
+            .iter()
+            .filter_map(|(ip, names)| match ip {
+                IpAddr::V4(v4) if super::stand_ins::is_stand_in_ip(*ip) => {
+                    names.iter().next().map(|name| (*v4, name.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        out.sort();
+        out
     }
 
     /// Drops what is past its time; returns the names that lost an address.
@@ -179,6 +200,31 @@ pub struct KnownAddresses<'a> {
 }
 
 impl HostResolver for KnownAddresses<'_> {
+    /// Each stand-in whose name guard resolved for real (a rule names it, or a person approved
+    /// it), with the name's first IPv4 address: where the kernel sends a connect to it.
+    fn stand_ins(&self) -> Vec<StandIn> {
+        let Some(resolved) = self.resolved else {
+            return Vec::new();
+        };
+        self.answered
+            .stand_ins()
+            .into_iter()
+            .filter_map(|(stand_in, name)| {
+                let real = resolved.lookup(&name).into_iter().find_map(|ip| {
+                    match crate::policy::rule::canonical_ip(ip) {
+                        IpAddr::V4(v4) if !super::stand_ins::is_stand_in_ip(ip) => Some(v4),
+                        _ => None,
+                    }
+                })?;
+                Some(StandIn {
+                    stand_in,
+                    real,
+                    name,
+                })
+            })
+            .collect()
+    }
+
     fn lookup(&self, host: &str) -> Vec<IpAddr> {
         if is_host_pattern(host) {
             return match HostPattern::parse(host) {

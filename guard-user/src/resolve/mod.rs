@@ -10,11 +10,15 @@
 //!    ([`peer`]); the query never leaves the host;
 //! 2. otherwise it is answered from the cache ([`cache`]) or forwarded to the upstream server
 //!    ([`upstream`]: `--nameserver`, or the system's configuration);
+//!    A name no rule names under `unmatched_network="prompt"` is not forwarded either: it is
+//!    answered with a stand-in address ([`stand_ins`]) that the kernel decides as an ask for
+//!    the name and sends to the real address once a person approved it;
 //! 3. before the answer goes back, its addresses (the CNAME chain's final A and AAAA records)
 //!    are handed to the owner of the maps ([`ResolverEvent::Answered`]) and the resolver waits
 //!    for it to put them in force: a connect that follows the answer never races the maps. If
 //!    the owner does not confirm within [`ANSWER_WAIT`], the program gets SERVFAIL (fails
-//!    closed: no answer whose addresses might not be allowed yet).
+//!    closed: no answer whose addresses might not be allowed yet). The event names the process
+//!    that asked, for the record of a name that left the host or got a stand-in.
 //!
 //! Messages are parsed and written by hickory-proto; nothing here reads DNS wire format by
 //! hand.
@@ -25,6 +29,7 @@ pub mod hosts_file;
 pub mod names;
 pub mod peer;
 mod serve;
+pub mod stand_ins;
 pub mod thread;
 pub mod upstream;
 
@@ -108,18 +113,43 @@ impl Refusal {
     }
 }
 
-/// An answer's addresses, for the owner of the maps. Reply on `done` once they are in force.
+/// A name answered without a refusal, for the owner of the maps: its addresses to attribute
+/// connects by (and put in force when a rule names it), and a record of the name.
 #[derive(Debug)]
 pub struct Answered {
     /// The name that was asked (normalised).
     pub name: String,
+    /// `A`, `AAAA`, `MX`, ...
+    pub query_type: String,
     /// The final A and AAAA records of the answer.
     pub addrs: Vec<IpAddr>,
-    /// The smallest TTL on the way to them (the CNAMEs and the addresses).
+    /// The smallest TTL on the way to them (the CNAMEs and the addresses); how long to keep a
+    /// stand-in.
     pub ttl: Duration,
     /// What the policy says of the name.
     pub decision: NameDecision,
-    pub done: oneshot::Sender<()>,
+    pub source: AnswerSource,
+    /// Who asked (looked up at a bounded rate, see [`peer`]).
+    pub process: Option<peer::QueryProcess>,
+}
+
+/// Where an answer came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnswerSource {
+    /// The name left the host: the upstream server answered it.
+    Upstream,
+    /// The name stayed on the host: it was answered with its stand-in (or no records).
+    StandIn,
+}
+
+impl AnswerSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AnswerSource::Upstream => "forwarded",
+            AnswerSource::StandIn => "stand_in",
+        }
+    }
 }
 
 /// A name refused without asking upstream.
@@ -141,7 +171,8 @@ pub struct RefusedName {
 /// What the resolver tells the owner of the maps.
 #[derive(Debug)]
 pub enum ResolverEvent {
-    Answered(Answered),
+    /// Reply on the sender once the answer's addresses are in force.
+    Answered(Answered, oneshot::Sender<()>),
     Refused(RefusedName),
     /// The upstream server did not answer `name` (the program got SERVFAIL).
     UpstreamFailed {

@@ -5,7 +5,9 @@
 //! A name no rule speaks of leaves the host only under a policy whose unmatched network default
 //! is `allow`: under `deny` or `prompt` its connects could not go anywhere a rule did not name,
 //! and the name itself is the last thing a program could carry data out in (a query for
-//! `<secret>.attacker.example` reaches the attacker's name server through any resolver).
+//! `<secret>.attacker.example` reaches the attacker's name server through any resolver). Under
+//! `deny` it is refused; under `prompt` it is answered with a stand-in address
+//! ([`super::stand_ins`]), and only resolved for real once a person approved a connect to it.
 
 use crate::policy::Policy;
 use crate::policy::host::host_covers;
@@ -22,6 +24,9 @@ pub enum NameDecision {
     /// Answer it: no rule names it, and the policy allows what no rule names (its connects
     /// get the unmatched decision, attributed to it).
     Unknown,
+    /// Answer it with its stand-in, and do not ask upstream: no rule names it and the policy
+    /// prompts for what no rule names, so it stays on the host until an approval.
+    Held,
 }
 
 /// A rule that speaks of names.
@@ -104,8 +109,10 @@ impl NamePolicy {
         }
         if ruled {
             NameDecision::Ruled
-        } else if self.unmatched != Decision::Forbidden {
+        } else if self.unmatched == Decision::Allow {
             NameDecision::Unknown
+        } else if self.unmatched == Decision::Prompt {
+            NameDecision::Held
         } else {
             NameDecision::Refuse(NameRule {
                 host: name.to_string(),
@@ -174,8 +181,8 @@ address_rule(addresses=["*.partly.test"], ports=[25], decision="deny")
             panic!("an unknown name under deny is refused");
         };
         assert!(rule.origin.is_none() && rule.text.contains("unmatched_network"));
-        // Under prompt it is still forwarded, so its connects can become asks (docs/limits.md).
+        // Under prompt it is held on the host too: answered with a stand-in, not forwarded.
         let policy = names("enforcement(unmatched_network=\"prompt\")\n");
-        assert_eq!(policy.decide("c2VjcmV0.exfil.test"), NameDecision::Unknown);
+        assert_eq!(policy.decide("c2VjcmV0.exfil.test"), NameDecision::Held);
     }
 }

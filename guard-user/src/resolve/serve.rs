@@ -13,7 +13,10 @@ use tokio::time::timeout;
 
 use super::cache::AnswerCache;
 use super::names::{NameDecision, NamePolicy};
-use super::{ANSWER_WAIT, Answered, RefusedName, ResolverConfig, ResolverEvent, upstream};
+use super::stand_ins::StandIns;
+use super::{
+    ANSWER_WAIT, AnswerSource, Answered, RefusedName, ResolverConfig, ResolverEvent, peer, upstream,
+};
 
 /// Queries answered at once; past it a UDP query is dropped (the program retries) and a TCP
 /// connection waits.
@@ -26,6 +29,7 @@ pub struct Shared {
     names: Arc<RwLock<NamePolicy>>,
     events: super::EventSink,
     cache: Mutex<AnswerCache>,
+    stand_ins: Mutex<StandIns>,
     in_flight: Arc<Semaphore>,
 }
 
@@ -40,6 +44,7 @@ impl Shared {
             names,
             events,
             cache: Mutex::new(AnswerCache::default()),
+            stand_ins: Mutex::new(StandIns::default()),
             in_flight: Arc::new(Semaphore::new(IN_FLIGHT)),
         }
     }
@@ -129,10 +134,7 @@ async fn answer(shared: &Shared, bytes: &[u8], tcp: bool, peer: SocketAddr) -> O
         .unwrap_or(NameDecision::Unknown);
     if let NameDecision::Refuse(rule) = &decision {
         let refusal = shared.config.refusal;
-        let process = tokio::task::spawn_blocking(move || super::peer::process_of(peer, tcp))
-            .await
-            .ok()
-            .flatten();
+        let process = process_of(peer, tcp).await;
         let _ = shared.events.send(ResolverEvent::Refused(RefusedName {
             name,
             query_type: question.query_type().to_string(),
@@ -148,56 +150,134 @@ async fn answer(shared: &Shared, bytes: &[u8], tcp: bool, peer: SocketAddr) -> O
         };
         return reply_code(&query, code);
     }
+    if decision == NameDecision::Held {
+        return stand_in_answer(shared, &query, name, peer, tcp).await;
+    }
     let dnssec_ok = query.edns.as_ref().is_some_and(|e| e.flags().dnssec_ok);
     let cached = shared
         .cache
         .lock()
         .ok()
         .and_then(|c| c.get(&question, dnssec_ok, id, Instant::now()));
-    let (bytes, message) = match cached {
-        // A kept answer's addresses were put in force before it was first answered, and stay
-        // there past its TTL (plus a grace period), so it goes back at once.
-        Some(message) => {
-            return message
-                .to_vec()
-                .ok()
-                .map(|bytes| fit(&query, &message, bytes, tcp));
-        }
-        None => match upstream::exchange(shared.config.upstream, bytes, id, tcp).await {
-            Ok(answer) => answer,
-            Err(err) => {
-                let _ = shared.events.send(ResolverEvent::UpstreamFailed {
-                    name,
-                    error: format!("{err:#}"),
-                });
-                return reply_code(&query, ResponseCode::ServFail);
-            }
-        },
-    };
-    let (addrs, ttl) = addresses(&message);
-    if !addrs.is_empty() {
-        // Only a name a rule speaks of puts addresses in the maps; any other's are recorded for
-        // attribution (which the owner takes before the kernel events that could follow), so
-        // its answer need not wait.
-        let must_wait = decision == NameDecision::Ruled;
-        let (done, confirmed) = oneshot::channel();
-        let sent = shared.events.send(ResolverEvent::Answered(Answered {
-            name: name.clone(),
-            addrs,
-            ttl,
-            decision,
-            done,
-        }));
-        // Not confirmed in time (or the owner is gone): no answer whose addresses might not be
-        // in force yet.
-        if must_wait && (!sent || !matches!(timeout(ANSWER_WAIT, confirmed).await, Ok(Ok(())))) {
+    // A kept answer's addresses were put in force before it was first answered, and stay there
+    // past its TTL (plus a grace period), so it goes back at once.
+    if let Some(message) = cached {
+        return message
+            .to_vec()
+            .ok()
+            .map(|bytes| fit(&query, &message, bytes, tcp));
+    }
+    // Who asked is looked up while upstream answers: the record of a name that left the host
+    // names the process that sent it.
+    let asker = spawn_process_of(peer, tcp);
+    let (bytes, message) = match upstream::exchange(shared.config.upstream, bytes, id, tcp).await {
+        Ok(answer) => answer,
+        Err(err) => {
+            let _ = shared.events.send(ResolverEvent::UpstreamFailed {
+                name,
+                error: format!("{err:#}"),
+            });
             return reply_code(&query, ResponseCode::ServFail);
         }
+    };
+    let (addrs, ttl) = addresses(&message);
+    let process = asker.await.ok().flatten();
+    let answered = Answered {
+        name,
+        query_type: question.query_type().to_string(),
+        addrs,
+        ttl,
+        decision,
+        source: AnswerSource::Upstream,
+        process,
+    };
+    if !hand_over(shared, answered).await {
+        return reply_code(&query, ResponseCode::ServFail);
     }
     if let Ok(mut cache) = shared.cache.lock() {
         cache.put(&question, dnssec_ok, &message, ttl);
     }
     Some(fit(&query, &message, bytes, tcp))
+}
+
+/// Tells the owner of the maps what is answered, and waits for it to put the addresses in
+/// force where they must be first; `false`: not confirmed in time (or the owner is gone), so no
+/// answer whose addresses might not be in force yet.
+async fn hand_over(shared: &Shared, answered: Answered) -> bool {
+    // A name a rule speaks of puts addresses in the maps, and so may a stand-in (its real
+    // address, once approved). Any other's are recorded for attribution, which the owner takes
+    // before the kernel events that could follow, so its answer need not wait.
+    let must_wait = matches!(answered.decision, NameDecision::Ruled | NameDecision::Held)
+        && !answered.addrs.is_empty();
+    let (done, confirmed) = oneshot::channel();
+    let sent = shared.events.send(ResolverEvent::Answered(answered, done));
+    !must_wait || (sent && matches!(timeout(ANSWER_WAIT, confirmed).await, Ok(Ok(()))))
+}
+
+/// The answer to a name held on the host ([`NameDecision::Held`]): an A query gets the name's
+/// stand-in, any other type no records (NOERROR: a program asking for AAAA or HTTPS records
+/// goes on with the A answer). Nothing is asked upstream.
+async fn stand_in_answer(
+    shared: &Shared,
+    query: &Message,
+    name: String,
+    peer: SocketAddr,
+    tcp: bool,
+) -> Option<Vec<u8>> {
+    use hickory_resolver::proto::rr::{Record, RecordType, rdata::A};
+    let question = query.queries.first()?.clone();
+    let stand_in = (question.query_type() == RecordType::A)
+        .then(|| {
+            shared
+                .stand_ins
+                .lock()
+                .ok()
+                .map(|mut s| s.address_for(&name))
+        })
+        .flatten();
+    let mut reply = Message::response(query.metadata.id, query.metadata.op_code);
+    reply.metadata.recursion_desired = query.metadata.recursion_desired;
+    reply.metadata.recursion_available = true;
+    reply.add_queries(query.queries.iter().cloned());
+    if let Some(address) = stand_in {
+        reply.add_answer(Record::from_rdata(
+            question.name().clone(),
+            STAND_IN_TTL.as_secs() as u32,
+            RData::A(A(address)),
+        ));
+    }
+    let answered = Answered {
+        name,
+        query_type: question.query_type().to_string(),
+        addrs: stand_in.map(IpAddr::V4).into_iter().collect(),
+        // The answer book keeps a stand-in far longer than programs are told to: a program
+        // that keeps it past its TTL still has its connects named after the name.
+        ttl: STAND_IN_KEPT,
+        decision: NameDecision::Held,
+        source: AnswerSource::StandIn,
+        process: process_of(peer, tcp).await,
+    };
+    if !hand_over(shared, answered).await {
+        return reply_code(query, ResponseCode::ServFail);
+    }
+    reply.to_vec().ok()
+}
+
+/// What programs are told a stand-in is good for.
+const STAND_IN_TTL: Duration = Duration::from_secs(60);
+/// How long the owner's answer book keeps a stand-in after it was last answered.
+const STAND_IN_KEPT: Duration = Duration::from_secs(3600);
+
+/// The process that holds the socket `peer`, looked up off the runtime's threads.
+fn spawn_process_of(
+    peer: SocketAddr,
+    tcp: bool,
+) -> tokio::task::JoinHandle<Option<peer::QueryProcess>> {
+    tokio::task::spawn_blocking(move || peer::process_of(peer, tcp))
+}
+
+async fn process_of(peer: SocketAddr, tcp: bool) -> Option<peer::QueryProcess> {
+    spawn_process_of(peer, tcp).await.ok().flatten()
 }
 
 /// `bytes` (the encoded `message`), or the message truncated when it is too big for the

@@ -10,7 +10,12 @@
 //! with `rcode` and `addresses` of the last answer, `refused` the connects that got EPERM and
 //! `wrong_source` the replies that came from another address than SERVER (ignored, as a stub
 //! resolver ignores them). Exits 0 when every round got an answer, 1 otherwise, 2 on bad
-//! arguments. The resolver tests spawn it inside a scope, so its DNS is what guard redirects.
+//! arguments.
+//!
+//! With `DNS_PROBE_RETRY_AFTER=FILE` set, after the last round it waits (at most 60 s) for FILE
+//! to exist and connects again to the last answer's addresses without asking again (a program
+//! that keeps its answer), adding `"retried":{"connected":C,"refused":F,"reached":[...]}`, where
+//! `reached` lists the peers the connects reached. The resolver tests spawn it inside a scope, so its DNS is what guard redirects.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
@@ -82,8 +87,14 @@ fn main() -> ExitCode {
             }
         }
     }
+    let retried = match (std::env::var_os("DNS_PROBE_RETRY_AFTER"), connect_port) {
+        (Some(file), Some(port)) => {
+            retry_after(std::path::Path::new(&file), &tally.addresses, port)
+        }
+        _ => String::new(),
+    };
     println!(
-        "{{\"rounds\":{rounds},\"answers\":{},\"rcode\":\"{}\",\"addresses\":[{}],\"connected\":{},\"refused\":{},\"other_errors\":{},\"wrong_source\":{}}}",
+        "{{\"rounds\":{rounds},\"answers\":{},\"rcode\":\"{}\",\"addresses\":[{}],\"connected\":{},\"refused\":{},\"other_errors\":{},\"wrong_source\":{}{retried}}}",
         tally.answers,
         tally.rcode,
         tally
@@ -102,6 +113,33 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// `,"retried":{...}`: the connects to `addresses` once `file` exists (waited for at most 60 s).
+fn retry_after(file: &std::path::Path, addresses: &[IpAddr], port: u16) -> String {
+    for _ in 0..600 {
+        if file.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (mut connected, mut refused, mut reached) = (0, 0, Vec::new());
+    for ip in addresses {
+        match TcpStream::connect_timeout(&SocketAddr::new(*ip, port), WAIT) {
+            Ok(stream) => {
+                connected += 1;
+                if let Ok(peer) = stream.peer_addr() {
+                    reached.push(format!("\"{}\"", peer.ip()));
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(EPERM) => refused += 1,
+            Err(_) => {}
+        }
+    }
+    format!(
+        ",\"retried\":{{\"connected\":{connected},\"refused\":{refused},\"reached\":[{}]}}",
+        reached.join(",")
+    )
 }
 
 #[derive(Default)]

@@ -58,7 +58,10 @@ impl Daemon {
             ApprovalPlan::Append(line) => {
                 result.line = Some(self.append_and_reload(&line, by).await?);
             }
-            ApprovalPlan::Hold(target) => self.add_approval(&ask, mode, by, target)?,
+            ApprovalPlan::Hold(target) => {
+                self.resolve_stand_in_name(&target).await;
+                self.add_approval(&ask, mode, by, target)?
+            }
         }
         let state = AskState::Approved {
             mode,
@@ -75,6 +78,23 @@ impl Daemon {
             result.line.as_ref(),
         ));
         Ok(result)
+    }
+
+    /// An approval of a connect to a stand-in: its name is resolved for real now (and only
+    /// now leaves the host), so the approved connect goes to the name's address.
+    async fn resolve_stand_in_name(&mut self, target: &ApprovalTarget) {
+        let ApprovalTarget::Network {
+            address,
+            host: Some(name),
+            ..
+        } = target
+        else {
+            return;
+        };
+        if crate::resolve::stand_ins::is_stand_in_ip(*address) && self.dns.expires(name).is_none() {
+            let fresh = self.resolver.resolve(std::slice::from_ref(name)).await;
+            self.dns.merge_new(fresh);
+        }
     }
 
     fn add_approval(

@@ -343,7 +343,8 @@ impl Daemon {
             Err(err) => return Err(self.reload_refused(by, &err)),
         };
         let (loaded, (authz, authz_source)) = loaded;
-        let names = host_names(&loaded.policy);
+        let mut names = host_names(&loaded.policy);
+        names.extend(self.approvals.stand_in_names());
         let unknown: Vec<String> = names
             .iter()
             .filter(|n| self.dns.expires(n).is_none())
@@ -417,40 +418,16 @@ impl Daemon {
         let mut confirmations = Vec::new();
         for event in events {
             match event {
-                ResolverEvent::Answered(answer) => {
-                    let (maps_change, done) = self.answers.take(answer, now);
-                    changed |= maps_change;
+                ResolverEvent::Answered(answer, done) => {
+                    let dns = &self.dns;
+                    changed |= self
+                        .answers
+                        .take(&answer, now, |name| dns.expires(name).is_some());
                     confirmations.push(done);
+                    self.audit.emit(super::audit::dns_answered(&answer));
                 }
                 ResolverEvent::Refused(refused) => {
-                    let mut record = super::audit::base(RecordType::DnsRefused, "root");
-                    record.decision = Some("forbidden".to_string());
-                    record.event = Some("dns".to_string());
-                    record.rule = Some(crate::audit::record::RuleRef {
-                        file: refused.file.clone().unwrap_or_default(),
-                        line: refused.line.unwrap_or(0),
-                        text: refused.rule.clone(),
-                        justification: None,
-                    });
-                    record.details.insert("name".into(), json!(refused.name));
-                    record
-                        .details
-                        .insert("query_type".into(), json!(refused.query_type));
-                    record
-                        .details
-                        .insert("answer".into(), json!(refused.answer));
-                    if let Some(process) = &refused.process {
-                        record.process = Some(crate::audit::record::ProcessInfo {
-                            pid: process.pid.unwrap_or(0),
-                            tid: process.pid.unwrap_or(0),
-                            uid: process.uid,
-                            user: crate::daemon::peer::user_name(process.uid),
-                            exe: process.exe.clone(),
-                            comm: process.comm.clone(),
-                            ..Default::default()
-                        });
-                    }
-                    self.audit.emit(record);
+                    self.audit.emit(super::audit::dns_refused(&refused));
                 }
                 ResolverEvent::UpstreamFailed { name, error } => {
                     tracing::warn!("DNS lookup of {name} failed: {error}");
@@ -480,11 +457,10 @@ impl Daemon {
             .read()
             .map(|n| n.clone())
             .unwrap_or_else(|_| NamePolicy::answering_all());
-        let ruled = self
-            .answers
-            .prune(now)
-            .iter()
-            .any(|name| names.decide(name) == NameDecision::Ruled);
+        // A rule names it, or it is an approved stand-in's (guard resolved it).
+        let ruled = self.answers.prune(now).iter().any(|name| {
+            names.decide(name) == NameDecision::Ruled || self.dns.expires(name).is_some()
+        });
         if ruled {
             self.apply_destinations()?;
         }

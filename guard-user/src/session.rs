@@ -52,6 +52,8 @@ pub struct SessionOptions {
 pub enum DnsNote {
     /// guard's resolver refused a name the policy forbids.
     Refused(RefusedName),
+    /// guard's resolver answered a name: forwarded upstream, or with a stand-in.
+    Answered(crate::resolve::Answered),
     /// The upstream server did not answer a name (the program got SERVFAIL).
     UpstreamFailed { name: String, error: String },
     /// guard's resolver could not be put in the path (why).
@@ -371,6 +373,7 @@ impl Session {
                         dns.is_some_and(|cache| cache.expires(name).is_some())
                     });
                     confirmations.push(done);
+                    self.dns_notes.push(DnsNote::Answered(answer));
                 }
                 ResolverEvent::Refused(refused) => self.dns_notes.push(DnsNote::Refused(refused)),
                 ResolverEvent::UpstreamFailed { name, error } => {

@@ -465,6 +465,24 @@ fn standalone_an_unknown_name_stays_on_the_host_until_approved_and_a_kept_stand_
     // Looked up again, the approved name is forwarded and answered for real.
     assert_eq!(results[1]["addresses"], serde_json::json!(["127.0.1.9"]));
     assert_eq!(results[1]["connected"], 1, "{}", results[1]);
+    // Each answer is an event that names the process that asked.
+    let dns_events: Vec<Value> = seen
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["kind"] == "dns" && e["name"] == "api2.example.test")
+        .collect();
+    for how in ["stand_in", "forwarded"] {
+        let event = dns_events
+            .iter()
+            .find(|e| e["answered"] == how)
+            .unwrap_or_else(|| panic!("no {how} event: {dns_events:#?}"));
+        assert!(
+            event["process"]["exe"]
+                .as_str()
+                .is_some_and(|exe| exe.ends_with("dns-probe")),
+            "{event}"
+        );
+    }
     assert!(status.success(), "{status}; guard said: {seen:#?}");
     assert!(
         seen.iter()

@@ -709,6 +709,25 @@ fn report(
                     eprintln!("{message}");
                 }
             }
+            // Every name answered is a record with --json-events, a note with --verbose.
+            DnsNote::Answered(answered) if json || verbose => {
+                let message = answered_name_message(&answered);
+                if json {
+                    let value = serde_json::json!({
+                        "kind": "dns",
+                        "name": answered.name,
+                        "query_type": answered.query_type,
+                        "answered": answered.source.as_str(),
+                        "addresses": answered.addrs,
+                        "process": answered.process,
+                        "message": message,
+                    });
+                    eprintln!("{value}");
+                } else {
+                    eprintln!("{message}");
+                }
+            }
+            DnsNote::Answered(_) => {}
             DnsNote::UpstreamFailed { name, error } if verbose => {
                 eprintln!("guard: note: DNS lookup of {name} failed: {error}");
             }
@@ -727,6 +746,42 @@ fn report(
 
 /// `guard: refused DNS lookup of evil.test (A): policy forbids network_rule(...) (t.rules:2),
 /// answered REFUSED`.
+/// `guard: note: DNS lookup of api.example.com (A) by curl (pid 42) forwarded: 203.0.113.7`.
+fn answered_name_message(answered: &crate::resolve::Answered) -> String {
+    let how = match answered.source {
+        crate::resolve::AnswerSource::Upstream => "forwarded",
+        crate::resolve::AnswerSource::StandIn => "kept on the host, answered with a stand-in",
+    };
+    let addresses = answered
+        .addrs
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "guard: note: DNS lookup of {} ({}){} {how}: {}",
+        answered.name,
+        answered.query_type,
+        asked_by(answered.process.as_ref()),
+        if addresses.is_empty() {
+            "no addresses"
+        } else {
+            &addresses
+        }
+    )
+}
+
+/// ` by curl (pid 42)`, ` by uid 1000`, or nothing: who sent a query.
+fn asked_by(process: Option<&crate::resolve::peer::QueryProcess>) -> String {
+    match process {
+        Some(process) => match process.pid {
+            Some(pid) => format!(" by {} (pid {pid})", process.comm),
+            None => format!(" by uid {}", process.uid),
+        },
+        None => String::new(),
+    }
+}
+
 pub fn refused_name_message(refused: &crate::resolve::RefusedName) -> String {
     let location = match (&refused.file, refused.line) {
         (Some(file), Some(line)) => format!(
@@ -737,13 +792,7 @@ pub fn refused_name_message(refused: &crate::resolve::RefusedName) -> String {
         ),
         _ => String::new(),
     };
-    let by = match &refused.process {
-        Some(process) => match process.pid {
-            Some(pid) => format!(" by {} (pid {pid})", process.comm),
-            None => format!(" by uid {}", process.uid),
-        },
-        None => String::new(),
-    };
+    let by = asked_by(refused.process.as_ref());
     format!(
         "guard: refused DNS lookup of {} ({}){by}: policy forbids {}{location}; answered {}",
         refused.name, refused.query_type, refused.rule, refused.answer

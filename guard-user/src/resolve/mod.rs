@@ -115,7 +115,7 @@ impl Refusal {
 
 /// A name answered without a refusal, for the owner of the maps: its addresses to attribute
 /// connects by (and put in force when a rule names it), and a record of the name.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Answered {
     /// The name that was asked (normalised).
     pub name: String,

@@ -7,7 +7,8 @@
 use std::time::{Duration, Instant};
 
 use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, finish_held, text};
-use guard_tests::kernel::{http_server, touch_program};
+use guard_tests::dns::TestDns;
+use guard_tests::kernel::{helper, http_server, touch_program};
 fn daemon_asking_about(ports: &[u16], extra_config: &str) -> TestDaemon {
     let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
     let ports = ports.join(", ");
@@ -116,4 +117,59 @@ fn a_held_exec_runs_after_guard_approve_and_only_prompted_calls_wait() {
     let (code, stdout, stderr) = finish_held(run);
     assert_eq!((code, stdout.trim()), (0, "rc=0"), "{stderr}");
     assert!(made.exists(), "touch ran, with no re-run");
+}
+
+#[test]
+fn a_held_connect_to_a_stand_in_goes_to_the_real_host_once_approved() {
+    if !can_run() {
+        return;
+    }
+    // The name's real address is a loopback listener; the name reaches guard's resolver only
+    // through the redirect of the command's DNS (127.0.0.153:53: nothing listens there).
+    let dns = TestDns::start();
+    let real = std::net::Ipv4Addr::new(127, 0, 1, 23);
+    let listener = std::net::TcpListener::bind((real, 0)).expect("a loopback listener");
+    let port = listener.local_addr().unwrap().port().to_string();
+    dns.set_a("held.example.test", &[real], 60);
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "enforcement(unmatched_network=\"prompt\")\n".to_string(),
+        nameserver: Some(dns.addr()),
+        ..Default::default()
+    });
+    let probe = helper("dns-probe", env!("CARGO_BIN_EXE_dns-probe"));
+    let probe = probe.to_string_lossy();
+    let mut run = daemon.held_run(&[
+        &probe,
+        "127.0.0.153:53",
+        "held.example.test",
+        "udp",
+        "1",
+        &port,
+    ]);
+    let ask = daemon.pending_ask(&mut run);
+    assert_eq!(ask["record"]["host"], "held.example.test", "{ask}");
+    assert_eq!(
+        dns.queries("held.example.test"),
+        0,
+        "the name stays on the host while its connect is held"
+    );
+    let id = ask["id"].as_u64().unwrap().to_string();
+    let out = daemon.guard(&["approve", &id, "--once"]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    let (code, stdout, stderr) = finish_held(run);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let result: serde_json::Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}; {stderr}"));
+    assert!(
+        result["addresses"][0]
+            .as_str()
+            .is_some_and(|a| a.starts_with("198.18.")),
+        "answered with a stand-in: {result}"
+    );
+    assert_eq!(
+        result["connected"], 1,
+        "the held connect went on to {real}: {result}; {stderr}"
+    );
+    // Resolved on approval (its A and AAAA records).
+    assert!(dns.queries("held.example.test") > 0, "resolved on approval");
 }

@@ -19,7 +19,7 @@ use anstream::eprintln;
 use super::control::client_error;
 use crate::confine::sandbox::SandboxPlan;
 use crate::confine::{CommandConfinement, WritePlan};
-use crate::daemon::client::Client;
+use crate::daemon::client::{Client, ClientError};
 use crate::daemon::protocol::{FLUSH_LINE, Request};
 use crate::daemon::responses::{
     Blocked, HoldOffer, HoldResponse, RunEvent, RunResponse, StreamLine,
@@ -49,6 +49,10 @@ pub fn run(
         eprintln!("guard: cannot catch signals to pass them on to the command: {err}");
         return ExitCode::from(125);
     }
+    // The connection the hold's listener is handed over on, made now: the run request moves
+    // this process into the scope, where the daemon's socket is a unix socket like any other
+    // (refused under a policy that does not allow unmatched destinations).
+    let hold_client = Client::connect(socket);
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let tmpdir = std::env::var_os("TMPDIR").map(PathBuf::from);
     let started: RunResponse = match client.call(Request::Run {
@@ -143,7 +147,7 @@ pub fn run(
     super::inherited_fds::pass_only_std_fds(&mut command, preserve_fds);
     let mut steps = confinement.steps();
     let holds = held_syscalls(started.holds, verbose).filter(|_| hold);
-    let child_socket = match holds.map(|held| hand_over_hold(socket, held, handed_over)) {
+    let child_socket = match holds.map(|held| hand_over_hold(hold_client, held, handed_over)) {
         Some(Ok((end, socket))) => {
             steps.hold = Some(end);
             Some(socket)
@@ -259,13 +263,12 @@ fn held_syscalls(offer: HoldOffer, verbose: bool) -> Option<HeldSyscalls> {
 /// child's end of the socket pair, to close once the command has started. If the daemon does
 /// not take the listener, the thread lets every call through (the kernel decides them).
 fn hand_over_hold(
-    socket: &Path,
+    client: Result<Client, ClientError>,
     held: HeldSyscalls,
     handed_over: Arc<Mutex<Option<OwnedFd>>>,
 ) -> std::io::Result<(ChildEnd, OwnedFd)> {
     let (guard_end, child_socket) = filter::socket_pair()?;
     let end = ChildEnd::new(&child_socket, held);
-    let socket = socket.to_path_buf();
     std::thread::Builder::new()
         .name("guard-hold-handover".into())
         .spawn(move || {
@@ -276,13 +279,11 @@ fn hand_over_hold(
                 fd: listener.as_raw_fd(),
                 first_exec: held.exec,
             };
-            let adopted = Client::connect(&socket)
-                .map_err(|e| e.to_string())
-                .and_then(|mut client| {
-                    client
-                        .call::<HoldResponse>(request)
-                        .map_err(|e| e.to_string())
-                });
+            let adopted = client.map_err(|e| e.to_string()).and_then(|mut client| {
+                client
+                    .call::<HoldResponse>(request)
+                    .map_err(|e| e.to_string())
+            });
             match adopted {
                 Ok(_) => {
                     if let Ok(mut slot) = handed_over.lock() {

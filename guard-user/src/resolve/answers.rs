@@ -40,6 +40,10 @@ impl AnswerBook {
     /// Keeps `addrs` for `name` until `now + ttl + GRACE` (an address answered again gets the
     /// later time). Returns whether any address is new for this name.
     pub fn record(&mut self, name: &str, addrs: &[IpAddr], ttl: Duration, now: Instant) -> bool {
+        // An answer without addresses (NXDOMAIN, an MX lookup) has nothing to attribute by.
+        if addrs.is_empty() {
+            return false;
+        }
         let until = now + ttl + GRACE;
         let known = self.names.entry(name.to_string()).or_default();
         let mut added = false;

@@ -160,6 +160,20 @@ impl DnsCache {
         }
     }
 
+    /// Holds `addrs` for `host` as if a lookup had answered them (tests of what is built on
+    /// the cache).
+    #[cfg(test)]
+    pub fn answered_for_test(&mut self, host: &str, addrs: Vec<IpAddr>, now: Instant) {
+        let ttl = Duration::from_secs(300);
+        let (v4, v6) = addrs.into_iter().partition(IpAddr::is_ipv4);
+        self.apply(
+            host,
+            Answer::Addrs { addrs: v4, ttl },
+            Answer::Addrs { addrs: v6, ttl },
+            now,
+        );
+    }
+
     /// Drops hosts not in `keep` (names no rule mentions any more).
     pub fn retain_hosts(&mut self, keep: &[String]) {
         self.entries

@@ -293,6 +293,80 @@ mod tests {
         assert_eq!(known.lookup("example.org"), vec![ip("192.0.2.3")]);
     }
 
+    fn answered(
+        name: &str,
+        addrs: &[&str],
+        decision: crate::resolve::NameDecision,
+    ) -> crate::resolve::Answered {
+        crate::resolve::Answered {
+            name: name.to_string(),
+            query_type: "A".to_string(),
+            addrs: addrs.iter().map(|a| ip(a)).collect(),
+            ttl: Duration::from_secs(60),
+            decision,
+            source: crate::resolve::AnswerSource::StandIn,
+            process: None,
+        }
+    }
+
+    #[test]
+    fn a_stand_in_goes_to_its_names_first_ipv4_address_once_guard_resolved_the_name() {
+        use crate::resolve::NameDecision;
+        let now = Instant::now();
+        let mut book = AnswerBook::new();
+        let mut resolved = DnsCache::new();
+        // Not approved yet: nothing to put in force, nowhere to send it.
+        let held = answered("api.test", &["198.18.0.1"], NameDecision::Held);
+        assert!(!book.take(&held, now, |_| false));
+        assert!(!book.take(
+            &answered("other.test", &["198.18.0.2"], NameDecision::Held),
+            now,
+            |_| false
+        ));
+        assert!(!book.take(
+            &answered("plain.test", &["192.0.2.9"], NameDecision::Unknown),
+            now,
+            |_| true
+        ));
+        let known = KnownAddresses {
+            resolved: Some(&resolved),
+            answered: &book,
+        };
+        assert!(known.stand_ins().is_empty());
+        assert_eq!(book.names_for(ip("198.18.0.1")), vec!["api.test"]);
+        assert_eq!(book.stand_ins().len(), 2);
+        // Approved: guard resolved it, and its stand-in goes to its first IPv4 address.
+        resolved.answered_for_test(
+            "api.test",
+            vec![ip("2001:db8::1"), ip("192.0.2.7"), ip("192.0.2.3")],
+            now,
+        );
+        let known = KnownAddresses {
+            resolved: Some(&resolved),
+            answered: &book,
+        };
+        assert_eq!(
+            known.stand_ins(),
+            vec![StandIn {
+                stand_in: "198.18.0.1".parse().unwrap(),
+                real: "192.0.2.3".parse().unwrap(),
+                name: "api.test".to_string(),
+            }]
+        );
+        // The stand-in is one of the name's addresses, so a rule for the name covers it.
+        assert!(known.lookup("api.test").contains(&ip("198.18.0.1")));
+        // Given again after the book let it go, an approved name's stand-in changes the maps.
+        let mut fresh = AnswerBook::new();
+        assert!(fresh.take(&held, now, |name| resolved.expires(name).is_some()));
+    }
+
+    #[test]
+    fn an_answer_without_addresses_leaves_nothing_in_the_book() {
+        let mut book = AnswerBook::new();
+        assert!(!book.record("nx.test", &[], Duration::from_secs(5), Instant::now()));
+        assert_eq!(book.name_count(), 0);
+    }
+
     #[test]
     fn the_book_is_bounded_and_the_oldest_answers_go_first() {
         let mut book = AnswerBook::new();

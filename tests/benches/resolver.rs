@@ -14,7 +14,10 @@
 //!    cache miss of a name no rule speaks of (forwarded, its answer recorded for attribution
 //!    as it goes back), with a cache miss of a name a rule covers (`*.ruled.bench.test`: its
 //!    addresses are put in the maps and confirmed by the session before the answer goes back),
-//!    and with a cache hit. Reported as ratios to the direct median.
+//!    with a cache hit, and for a name the policy forbids (refused without asking upstream; its
+//!    record names the process that asked). This session's policy allows what no rule names,
+//!    so that names no rule speaks of are forwarded (under `deny` or `prompt` they would never
+//!    leave the host). Reported as ratios to the direct median.
 //! 3. **Queries per second** guard's resolver answers from its cache on its one thread, four
 //!    clients asking as fast as they can for `QPS_SECS`, against the test server's own rate
 //!    under the same load.
@@ -83,7 +86,15 @@ fn main() {
     let through = cycles(&dns, &rules_file, Some(Refusal::Refused), ASKED, port);
 
     // 2 and 3, from outside the scope, against the resolver of a session that is polled.
-    let policy = load_policy(std::slice::from_ref(&rules_file), &[])
+    let latency_rules = dir.path().join("latency.rules");
+    std::fs::write(
+        &latency_rules,
+        "enforcement(unmatched_network=\"allow\")\n\
+         address_rule(addresses=[\"*.ruled.bench.test\"], transport=\"tcp\", decision=\"allow\")\n\
+         network_rule(host=\"refused.bench.test\", protocol=\"https\", decision=\"deny\")\n",
+    )
+    .unwrap();
+    let policy = load_policy(std::slice::from_ref(&latency_rules), &[])
         .unwrap()
         .policy;
     let mut session = Session::start(
@@ -135,6 +146,9 @@ fn main() {
             let hit: Vec<Duration> = (0..LATENCY_QUERIES)
                 .map(|_| ask(resolver, "hit.bench.test"))
                 .collect();
+            let refused: Vec<Duration> = (0..LATENCY_QUERIES)
+                .map(|_| ask(resolver, "refused.bench.test"))
+                .collect();
             let direct_qps = qps(upstream, "hit.bench.test");
             let resolver_qps = qps(resolver, "hit.bench.test");
             stop.store(true, Ordering::SeqCst);
@@ -143,6 +157,7 @@ fn main() {
                 median(miss),
                 median(ruled_miss),
                 median(hit),
+                median(refused),
                 direct_qps,
                 resolver_qps,
             )
@@ -151,7 +166,7 @@ fn main() {
     while !stop.load(Ordering::SeqCst) {
         session.poll_events(Duration::from_millis(10));
     }
-    let (direct_latency, miss, ruled_miss, hit, direct_qps, resolver_qps) =
+    let (direct_latency, miss, ruled_miss, hit, refused, direct_qps, resolver_qps) =
         measured.join().unwrap();
     drop(session);
 
@@ -194,6 +209,11 @@ fn main() {
         hit,
         ratio(hit, direct_latency)
     );
+    println!(
+        "| guard's resolver, a forbidden name (refused, the process looked up) | {:?} | x{:.2} |",
+        refused,
+        ratio(refused, direct_latency)
+    );
     println!("\n| queries per second ({QPS_CLIENTS} clients, {QPS_SECS} s) | answered/s | ratio |");
     println!("| --- | --- | --- |");
     println!("| the test name server (hickory-server) | {direct_qps:.0} | x1.00 |");
@@ -205,10 +225,11 @@ fn main() {
         "cycles": CYCLES,
         "direct": {"connects": direct.connects, "refused": direct.refused, "upstream_queries": direct.upstream_queries},
         "through_resolver": {"connects": through.connects, "refused": through.refused, "upstream_queries": through.upstream_queries},
-        "latency_ns": {"direct": direct_latency.as_nanos() as u64, "miss": miss.as_nanos() as u64, "ruled_miss": ruled_miss.as_nanos() as u64, "hit": hit.as_nanos() as u64},
+        "latency_ns": {"direct": direct_latency.as_nanos() as u64, "miss": miss.as_nanos() as u64, "ruled_miss": ruled_miss.as_nanos() as u64, "hit": hit.as_nanos() as u64, "refused": refused.as_nanos() as u64},
         "miss_ratio": ratio(miss, direct_latency),
         "ruled_miss_ratio": ratio(ruled_miss, direct_latency),
         "hit_ratio": ratio(hit, direct_latency),
+        "refused_ratio": ratio(refused, direct_latency),
         "qps": {"direct": direct_qps, "resolver": resolver_qps},
     });
     let out = bench_dir().join("resolver.json");

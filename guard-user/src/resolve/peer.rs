@@ -1,8 +1,9 @@
-//! Which process sent a query: the resolver sees only the peer's loopback address, so the socket
-//! is found by its local port in `/proc/net/{udp,tcp}{,6}` (its inode and owner), then the
-//! process that holds it by a look through `/proc/PID/fd`. Done for refused names only (what a
-//! record must name), and at most [`LOOKS_PER_SECOND`] times a second: past that a flood of
-//! queries is recorded with the owner's uid alone, so it cannot keep the resolver busy.
+//! Which process sent a query: the resolver sees only the peer's address, so the kernel is asked
+//! for that socket by its exact address pair (sock_diag: one lookup in the socket tables, not a
+//! walk of `/proc/net/{udp,tcp}`, which reads every hash bucket), which gives its inode and owner;
+//! then the process that holds it is found by a look through `/proc/PID/fd`. That look is made at
+//! most [`LOOKS_PER_SECOND`] times a second: past that a flood of queries is recorded with the
+//! owner's uid alone, so it cannot keep the resolver busy.
 
 use std::net::SocketAddr;
 use std::sync::Mutex;
@@ -27,9 +28,19 @@ pub struct QueryProcess {
     pub exe: String,
 }
 
-/// The process that holds the socket with local address `peer`, over TCP or UDP.
-pub fn process_of(peer: SocketAddr, tcp: bool) -> Option<QueryProcess> {
-    let (inode, uid) = socket_of(peer, tcp)?;
+/// The two ends of a query's socket.
+#[derive(Clone, Copy, Debug)]
+pub struct QuerySocket {
+    /// The program's end: where the query came from.
+    pub program: SocketAddr,
+    /// The resolver's end: where it arrived.
+    pub resolver: SocketAddr,
+    pub tcp: bool,
+}
+
+/// The process that holds the program's end of `query`.
+pub fn process_of(query: QuerySocket) -> Option<QueryProcess> {
+    let (inode, uid) = socket_of(query)?;
     let mut found = QueryProcess {
         uid,
         ..QueryProcess::default()
@@ -67,30 +78,61 @@ fn within_rate() -> bool {
     }
 }
 
-/// The inode and owner of the socket whose local port is `peer`'s, from the kernel's tables.
-fn socket_of(peer: SocketAddr, tcp: bool) -> Option<(u64, u32)> {
-    let protocol = if tcp { "tcp" } else { "udp" };
-    let table = match peer {
-        SocketAddr::V4(_) => format!("/proc/net/{protocol}"),
-        SocketAddr::V6(_) => format!("/proc/net/{protocol}6"),
-    };
-    let text = std::fs::read_to_string(table).ok()?;
-    find_socket(&text, peer.port())
-}
+/// The inode and owner of the program's end of `query`, asked of the kernel (sock_diag).
+fn socket_of(query: QuerySocket) -> Option<(u64, u32)> {
+    use netlink_packet_core::{NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload};
+    use netlink_packet_sock_diag::SockDiagMessage;
+    use netlink_packet_sock_diag::constants::{AF_INET, AF_INET6, IPPROTO_TCP, IPPROTO_UDP};
+    use netlink_packet_sock_diag::inet::{ExtensionFlags, InetRequest, SocketId, StateFlags};
+    use netlink_sys::{Socket, SocketAddr as NetlinkAddr, protocols::NETLINK_SOCK_DIAG};
 
-/// In a `/proc/net/{udp,tcp}` table, the (inode, uid) of the socket bound to local `port`.
-fn find_socket(table: &str, port: u16) -> Option<(u64, u32)> {
-    table.lines().skip(1).find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let local = fields.get(1)?;
-        let local_port = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
-        if local_port != port {
-            return None;
+    // TCP is looked up as the socket sees itself (source: its own end); UDP as a datagram to it
+    // would be addressed (source: the resolver's end), the kernel's historical swap.
+    let (source, destination) = if query.tcp {
+        (query.program, query.resolver)
+    } else {
+        (query.resolver, query.program)
+    };
+    let request = InetRequest {
+        family: if query.program.is_ipv4() {
+            AF_INET
+        } else {
+            AF_INET6
+        },
+        protocol: if query.tcp { IPPROTO_TCP } else { IPPROTO_UDP },
+        extensions: ExtensionFlags::empty(),
+        states: StateFlags::all(),
+        socket_id: SocketId {
+            source_port: source.port(),
+            destination_port: destination.port(),
+            source_address: source.ip(),
+            destination_address: destination.ip(),
+            interface_id: 0,
+            // INET_DIAG_NOCOOKIE: any socket with these addresses.
+            cookie: [0xff; 8],
+        },
+    };
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST;
+    let mut message = NetlinkMessage::new(header, SockDiagMessage::InetRequest(request).into());
+    message.finalize();
+    let mut bytes = vec![0; message.buffer_len()];
+    message.serialize(&mut bytes);
+    let mut socket = Socket::new(NETLINK_SOCK_DIAG).ok()?;
+    socket.bind_auto().ok()?;
+    socket.connect(&NetlinkAddr::new(0, 0)).ok()?;
+    socket.send(&bytes, 0).ok()?;
+    let mut reply = vec![0; 4096];
+    let length = socket.recv(&mut &mut reply[..], 0).ok()?;
+    let answer = NetlinkMessage::<SockDiagMessage>::deserialize(&reply[..length]).ok()?;
+    match answer.payload {
+        NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(response)) => {
+            Some((u64::from(response.header.inode), response.header.uid))
+                .filter(|(inode, _)| *inode != 0)
         }
-        let uid = fields.get(7)?.parse().ok()?;
-        let inode = fields.get(9)?.parse().ok()?;
-        (inode != 0).then_some((inode, uid))
-    })
+        // Not found (the program closed it already), or an error.
+        _ => None,
+    }
 }
 
 /// The first process with a descriptor on socket `inode`.
@@ -122,21 +164,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_socket_is_found_by_its_local_port() {
-        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
-                     123: 0100007F:0035 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 1111 2 0 0\n\
-                     124: 0100007F:D431 0100007F:0035 01 00000000:00000000 00:00000000 00000000  1000        0 2222 2 0 0\n";
-        assert_eq!(find_socket(table, 0xD431), Some((2222, 1000)));
-        assert_eq!(find_socket(table, 53), Some((1111, 0)));
-        assert_eq!(find_socket(table, 9), None);
-    }
-
-    #[test]
-    fn this_process_is_found_as_the_holder_of_its_socket() {
-        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let found = process_of(socket.local_addr().unwrap(), false).unwrap();
-        assert_eq!(found.pid, Some(std::process::id()));
+    fn this_process_is_found_as_the_holder_of_its_udp_and_tcp_sockets() {
         // SAFETY: getuid has no preconditions.
-        assert_eq!(found.uid, unsafe { libc::getuid() });
+        let uid = unsafe { libc::getuid() };
+        let resolver = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let program = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let query = QuerySocket {
+            program: program.local_addr().unwrap(),
+            resolver: resolver.local_addr().unwrap(),
+            tcp: false,
+        };
+        let found = process_of(query).unwrap();
+        assert_eq!((found.pid, found.uid), (Some(std::process::id()), uid));
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let program = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (_accepted, _) = listener.accept().unwrap();
+        let query = QuerySocket {
+            program: program.local_addr().unwrap(),
+            resolver: listener.local_addr().unwrap(),
+            tcp: true,
+        };
+        let found = process_of(query).unwrap();
+        assert_eq!((found.pid, found.uid), (Some(std::process::id()), uid));
+        // Gone: nothing is found (and nothing else is named).
+        let port = program.local_addr().unwrap();
+        drop(program);
+        let gone = QuerySocket {
+            program: (std::net::Ipv4Addr::LOCALHOST, 9).into(),
+            resolver: port,
+            tcp: true,
+        };
+        assert!(process_of(gone).is_none());
     }
 }

@@ -52,6 +52,9 @@ impl Shared {
 
 pub async fn udp(socket: Arc<UdpSocket>, shared: Arc<Shared>) {
     let mut buffer = vec![0u8; 65_535];
+    let Ok(local) = socket.local_addr() else {
+        return;
+    };
     loop {
         let Ok((n, peer)) = socket.recv_from(&mut buffer).await else {
             continue;
@@ -62,7 +65,12 @@ pub async fn udp(socket: Arc<UdpSocket>, shared: Arc<Shared>) {
         let query = buffer[..n].to_vec();
         let (socket, shared) = (socket.clone(), shared.clone());
         tokio::spawn(async move {
-            if let Some(reply) = answer(&shared, &query, false, peer).await {
+            let asker = peer::QuerySocket {
+                program: peer,
+                resolver: local,
+                tcp: false,
+            };
+            if let Some(reply) = answer(&shared, &query, asker).await {
                 let _ = socket.send_to(&reply, peer).await;
             }
             drop(permit);
@@ -81,6 +89,9 @@ pub async fn tcp(listener: TcpListener, shared: Arc<Shared>) {
 
 /// Length-prefixed messages, one after the other, until the program closes or goes idle.
 async fn tcp_connection(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+    let Ok(local) = stream.local_addr() else {
+        return;
+    };
     loop {
         let mut length = [0u8; 2];
         if !matches!(
@@ -99,7 +110,12 @@ async fn tcp_connection(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Sha
         let Ok(permit) = shared.in_flight.clone().acquire_owned().await else {
             return;
         };
-        let reply = answer(&shared, &query, true, peer).await;
+        let asker = peer::QuerySocket {
+            program: peer,
+            resolver: local,
+            tcp: true,
+        };
+        let reply = answer(&shared, &query, asker).await;
         drop(permit);
         let Some(reply) = reply else { return };
         let Ok(length) = u16::try_from(reply.len()) else {
@@ -113,8 +129,9 @@ async fn tcp_connection(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Sha
     }
 }
 
-/// The reply to one query from `peer` (`None`: not a query; nothing is sent back).
-async fn answer(shared: &Shared, bytes: &[u8], tcp: bool, peer: SocketAddr) -> Option<Vec<u8>> {
+/// The reply to one query from `asker` (`None`: not a query; nothing is sent back).
+async fn answer(shared: &Shared, bytes: &[u8], asker: peer::QuerySocket) -> Option<Vec<u8>> {
+    let tcp = asker.tcp;
     let query = Message::from_vec(bytes).ok()?;
     if query.metadata.message_type != MessageType::Query {
         return None;
@@ -134,7 +151,7 @@ async fn answer(shared: &Shared, bytes: &[u8], tcp: bool, peer: SocketAddr) -> O
         .unwrap_or(NameDecision::Unknown);
     if let NameDecision::Refuse(rule) = &decision {
         let refusal = shared.config.refusal;
-        let process = process_of(peer, tcp).await;
+        let process = process_of(asker).await;
         let _ = shared.events.send(ResolverEvent::Refused(RefusedName {
             name,
             query_type: question.query_type().to_string(),
@@ -151,7 +168,7 @@ async fn answer(shared: &Shared, bytes: &[u8], tcp: bool, peer: SocketAddr) -> O
         return reply_code(&query, code);
     }
     if decision == NameDecision::Held {
-        return stand_in_answer(shared, &query, name, peer, tcp).await;
+        return stand_in_answer(shared, &query, name, asker).await;
     }
     let dnssec_ok = query.edns.as_ref().is_some_and(|e| e.flags().dnssec_ok);
     let cached = shared
@@ -169,7 +186,7 @@ async fn answer(shared: &Shared, bytes: &[u8], tcp: bool, peer: SocketAddr) -> O
     }
     // Who asked is looked up while upstream answers: the record of a name that left the host
     // names the process that sent it.
-    let asker = spawn_process_of(peer, tcp);
+    let looked_up = spawn_process_of(asker);
     let (bytes, message) = match upstream::exchange(shared.config.upstream, bytes, id, tcp).await {
         Ok(answer) => answer,
         Err(err) => {
@@ -181,7 +198,7 @@ async fn answer(shared: &Shared, bytes: &[u8], tcp: bool, peer: SocketAddr) -> O
         }
     };
     let (addrs, ttl) = addresses(&message);
-    let process = asker.await.ok().flatten();
+    let process = looked_up.await.ok().flatten();
     let answered = Answered {
         name,
         query_type: question.query_type().to_string(),
@@ -221,8 +238,7 @@ async fn stand_in_answer(
     shared: &Shared,
     query: &Message,
     name: String,
-    peer: SocketAddr,
-    tcp: bool,
+    asker: peer::QuerySocket,
 ) -> Option<Vec<u8>> {
     use hickory_resolver::proto::rr::{Record, RecordType, rdata::A};
     let question = query.queries.first()?.clone();
@@ -255,7 +271,7 @@ async fn stand_in_answer(
         ttl: STAND_IN_KEPT,
         decision: NameDecision::Held,
         source: AnswerSource::StandIn,
-        process: process_of(peer, tcp).await,
+        process: process_of(asker).await,
     };
     if !hand_over(shared, answered).await {
         return reply_code(query, ResponseCode::ServFail);
@@ -268,16 +284,15 @@ const STAND_IN_TTL: Duration = Duration::from_secs(60);
 /// How long the owner's answer book keeps a stand-in after it was last answered.
 const STAND_IN_KEPT: Duration = Duration::from_secs(3600);
 
-/// The process that holds the socket `peer`, looked up off the runtime's threads.
+/// The process that sent a query, looked up off the runtime's threads.
 fn spawn_process_of(
-    peer: SocketAddr,
-    tcp: bool,
+    asker: peer::QuerySocket,
 ) -> tokio::task::JoinHandle<Option<peer::QueryProcess>> {
-    tokio::task::spawn_blocking(move || peer::process_of(peer, tcp))
+    tokio::task::spawn_blocking(move || peer::process_of(asker))
 }
 
-async fn process_of(peer: SocketAddr, tcp: bool) -> Option<peer::QueryProcess> {
-    spawn_process_of(peer, tcp).await.ok().flatten()
+async fn process_of(asker: peer::QuerySocket) -> Option<peer::QueryProcess> {
+    spawn_process_of(asker).await.ok().flatten()
 }
 
 /// `bytes` (the encoded `message`), or the message truncated when it is too big for the

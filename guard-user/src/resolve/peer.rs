@@ -78,8 +78,16 @@ fn within_rate() -> bool {
     }
 }
 
-/// The inode and owner of the program's end of `query`, asked of the kernel (sock_diag).
+/// The inode and owner of the program's end of `query`: asked of the kernel by its addresses,
+/// or, where sock_diag cannot answer for this protocol (a kernel built without `inet_diag`, or
+/// with it as a module that is not there), found in the `/proc/net` table by its port.
 fn socket_of(query: QuerySocket) -> Option<(u64, u32)> {
+    diagnosed(query).or_else(|| in_proc_table(query))
+}
+
+/// The socket the kernel's sock_diag finds for `query`: `None` when it is not found or
+/// sock_diag cannot look.
+fn diagnosed(query: QuerySocket) -> Option<(u64, u32)> {
     use netlink_packet_core::{NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload};
     use netlink_packet_sock_diag::SockDiagMessage;
     use netlink_packet_sock_diag::constants::{AF_INET, AF_INET6, IPPROTO_TCP, IPPROTO_UDP};
@@ -135,6 +143,29 @@ fn socket_of(query: QuerySocket) -> Option<(u64, u32)> {
     }
 }
 
+/// The program's end of `query` in `/proc/net/{udp,tcp}{,6}` (a walk of the whole table).
+fn in_proc_table(query: QuerySocket) -> Option<(u64, u32)> {
+    let protocol = if query.tcp { "tcp" } else { "udp" };
+    let family = if query.program.is_ipv4() { "" } else { "6" };
+    let table = std::fs::read_to_string(format!("/proc/net/{protocol}{family}")).ok()?;
+    find_socket(&table, query.program.port())
+}
+
+/// In a `/proc/net/{udp,tcp}` table, the (inode, uid) of the socket bound to local `port`.
+fn find_socket(table: &str, port: u16) -> Option<(u64, u32)> {
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let local = fields.get(1)?;
+        let local_port = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
+        if local_port != port {
+            return None;
+        }
+        let uid = fields.get(7)?.parse().ok()?;
+        let inode = fields.get(9)?.parse().ok()?;
+        (inode != 0).then_some((inode, uid))
+    })
+}
+
 /// The first process with a descriptor on socket `inode`.
 fn holder_of(inode: u64) -> Option<u32> {
     let wanted = format!("socket:[{inode}]");
@@ -162,6 +193,32 @@ fn holder_of(inode: u64) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_socket_is_found_in_a_proc_table_by_its_local_port() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
+                     123: 0100007F:0035 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 1111 2 0 0\n\
+                     124: 0100007F:D431 0100007F:0035 01 00000000:00000000 00:00000000 00000000  1000        0 2222 2 0 0\n";
+        assert_eq!(find_socket(table, 0xD431), Some((2222, 1000)));
+        assert_eq!(find_socket(table, 53), Some((1111, 0)));
+        assert_eq!(find_socket(table, 9), None);
+    }
+
+    #[test]
+    fn the_kernel_and_the_proc_table_name_the_same_socket() {
+        let resolver = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let program = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let query = QuerySocket {
+            program: program.local_addr().unwrap(),
+            resolver: resolver.local_addr().unwrap(),
+            tcp: false,
+        };
+        let from_table = in_proc_table(query).expect("in /proc/net/udp");
+        // Where this kernel has inet_diag, both ways agree.
+        if let Some(diagnosed) = diagnosed(query) {
+            assert_eq!(diagnosed, from_table);
+        }
+    }
 
     #[test]
     fn this_process_is_found_as_the_holder_of_its_udp_and_tcp_sockets() {

@@ -78,7 +78,8 @@ pub struct RunArgs {
     /// kernel's decision counters at exit).
     #[arg(skip)]
     pub verbose: bool,
-    /// Print each refusal as a JSON line on stderr instead of a sentence.
+    /// Print each refusal as a JSON line on stderr instead of a sentence, and each name guard's
+    /// resolver answered (`"kind":"dns"`: forwarded, or a stand-in) with the process that asked.
     #[arg(long)]
     pub json_events: bool,
     /// Run in a fresh scope of the guard daemon listening here: its policy applies and its

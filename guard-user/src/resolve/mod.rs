@@ -66,7 +66,9 @@ pub const CANNOT_SEE: [(&str, &str); 6] = [
     (
         "lookups over a local socket instead of port 53 (nscd, nss-resolve's varlink to \
          systemd-resolved)",
-        "never seen: the connects that follow are decided by address; the stub at \
+        "never seen: unless the policy's unmatched network default is allow, the unix \
+         socket itself is refused (no rule names it), so the C library asks DNS, which is \
+         redirected; under allow the connects that follow are decided by address. The stub at \
          127.0.0.53:53 is redirected like any DNS server",
     ),
     (

@@ -226,6 +226,9 @@ impl HostResolver for KnownAddresses<'_> {
                     name,
                 })
             })
+            // The kernel's table holds so many; past it a stand-in goes nowhere (refused), and
+            // the image still applies.
+            .take(guard_common::limits::MAX_STAND_INS as usize)
             .collect()
     }
 

@@ -333,6 +333,139 @@ fn next_event(
     panic!("no such event within 60 s; guard said: {seen:#?}");
 }
 
+/// `guard run --json-events` of a probe that looks `name` up, connects to port 443 of what it
+/// got, waits for the test to call [`KeptAnswerRun::finish`] and connects again to the same
+/// addresses (a program that keeps its answer), then looks the name up again and connects.
+struct KeptAnswerRun {
+    /// The run's rules ([`KeptAnswerRun::RULES`] at first).
+    rules: PathBuf,
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    reader: std::thread::JoinHandle<()>,
+    seen: Vec<String>,
+    approved: PathBuf,
+    _listener: TcpListener,
+    _dir: tempfile::TempDir,
+}
+
+impl KeptAnswerRun {
+    const RULES: &str = "enforcement(unmatched_network=\"prompt\")\n";
+
+    /// `name` is answered `address` by `dns`, and port 443 listens there.
+    fn start(dns: &TestDns, name: &str, address: Ipv4Addr) -> KeptAnswerRun {
+        dns.set_a(name, &[address], 60);
+        let listener = TcpListener::bind((address, 443)).expect("listening on port 443");
+        let dir = tempfile::tempdir().unwrap();
+        let rules = dir.path().join("run.rules");
+        std::fs::write(&rules, Self::RULES).unwrap();
+        let approved = dir.path().join("approved");
+        let probe = format!(
+            "DNS_PROBE_RETRY_AFTER={mark} {probe} {ASKED} {name} udp 1 443; \
+             {probe} {ASKED} {name} udp 1 443",
+            probe = dns_probe().display(),
+            mark = approved.display()
+        );
+        let mut child = Command::new(guard_bin())
+            .args(["run", "--json-events", "--rules"])
+            .arg(&rules)
+            .args(["--nameserver", &dns.addr().to_string()])
+            .args(["--", "sh", "-c", &probe])
+            .env_remove("GUARD_SOCKET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting guard run");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = tx.send(line);
+            }
+        });
+        KeptAnswerRun {
+            rules,
+            child,
+            lines,
+            reader,
+            seen: Vec::new(),
+            approved,
+            _listener: listener,
+            _dir: dir,
+        }
+    }
+
+    fn next_event(&mut self, wanted: impl Fn(&Value) -> bool) -> Value {
+        next_event(&self.lines, &mut self.seen, wanted)
+    }
+
+    /// Lets the probe go on; its two JSON lines, and every line guard said.
+    fn finish(mut self) -> (std::process::ExitStatus, Vec<Value>, Vec<String>) {
+        std::fs::write(&self.approved, "").unwrap();
+        let status = guard_tests::kernel::wait_status(&mut self.child, RUN_TIMEOUT);
+        let mut stdout = String::new();
+        std::io::Read::read_to_string(&mut self.child.stdout.take().unwrap(), &mut stdout).unwrap();
+        self.reader.join().unwrap();
+        let mut seen = self.seen;
+        seen.extend(self.lines.try_iter());
+        let results: Vec<Value> = stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        assert_eq!(results.len(), 2, "{stdout}; guard said: {seen:#?}");
+        (status, results, seen)
+    }
+}
+
+#[test]
+fn standalone_a_session_approval_of_a_stand_in_resolves_the_name_but_keeps_it_on_stand_ins() {
+    if !can_run() {
+        return;
+    }
+    let dns = TestDns::start();
+    let mut run = KeptAnswerRun::start(&dns, "api3.example.test", v4("127.0.1.10"));
+    let (rules, original) = (run.rules.clone(), KeptAnswerRun::RULES);
+    let asked = run.next_event(|e| e["kind"] == "connect");
+    let id = asked["ask"].as_u64().expect("an ask").to_string();
+    assert_eq!(
+        dns.queries("api3.example.test"),
+        0,
+        "asked upstream before the approval"
+    );
+    let out = Command::new(guard_bin())
+        .args(["approve", &id, "--session"])
+        .env_remove("GUARD_SOCKET")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(&rules).unwrap(),
+        original,
+        "no line written"
+    );
+    assert!(
+        dns.queries("api3.example.test") > 0,
+        "resolved once approved"
+    );
+    let (status, results, seen) = run.finish();
+    assert!(status.success(), "{status}; guard said: {seen:#?}");
+    let stand_in = results[0]["addresses"][0].as_str().unwrap_or_default();
+    assert!(stand_in.starts_with("198.18."), "{}", results[0]);
+    assert_eq!(
+        results[0]["retried"],
+        serde_json::json!({"connected": 1, "refused": 0, "reached": ["127.0.1.10"]}),
+        "guard said: {seen:#?}"
+    );
+    // No rule names the name: looked up again it is still answered with its stand-in, which the
+    // session's approval sends on.
+    assert_eq!(results[1]["addresses"], serde_json::json!([stand_in]));
+    assert_eq!(results[1]["connected"], 1, "{}", results[1]);
+}
+
 #[test]
 fn standalone_an_unknown_name_stays_on_the_host_until_approved_and_a_kept_stand_in_then_reaches_the_real_address()
  {
@@ -340,46 +473,9 @@ fn standalone_an_unknown_name_stays_on_the_host_until_approved_and_a_kept_stand_
         return;
     }
     let dns = TestDns::start();
-    let address = v4("127.0.1.9");
-    dns.set_a("api2.example.test", &[address], 60);
-    let _https = TcpListener::bind((address, 443)).expect("listening on 127.0.1.9:443");
-    let dir = tempfile::tempdir().unwrap();
-    let rules = dir.path().join("run.rules");
-    let original = "enforcement(unmatched_network=\"prompt\")\n";
-    std::fs::write(&rules, original).unwrap();
-    let approved = dir.path().join("approved");
-    // Ask, wait (bounded) for the answer and connect again to the address it was given (a
-    // program that keeps its answer), then look the name up again: one run, no re-run of guard.
-    let probe = format!(
-        "DNS_PROBE_RETRY_AFTER={mark} {probe} {ASKED} api2.example.test udp 1 443; \
-         {probe} {ASKED} api2.example.test udp 1 443",
-        probe = dns_probe().display(),
-        mark = approved.display()
-    );
-    let mut child = Command::new(guard_bin())
-        .args(["run", "--json-events", "--rules"])
-        .arg(&rules)
-        .args(["--nameserver", &dns.addr().to_string()])
-        .args(["--", "sh", "-c", &probe])
-        .env_remove("GUARD_SOCKET")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting guard run");
-    let stderr = child.stderr.take().unwrap();
-    let (tx, lines) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
-    let mut seen = Vec::new();
-    let asked = next_event(&lines, &mut seen, |e| e["kind"] == "connect");
+    let mut run = KeptAnswerRun::start(&dns, "api2.example.test", v4("127.0.1.9"));
+    let (rules, original) = (run.rules.clone(), KeptAnswerRun::RULES);
+    let asked = run.next_event(|e| e["kind"] == "connect");
     let id = asked["ask"]
         .as_u64()
         .unwrap_or_else(|| panic!("the refused connect made no ask: {asked}"));
@@ -441,17 +537,7 @@ fn standalone_an_unknown_name_stays_on_the_host_until_approved_and_a_kept_stand_
              api2.example.test\")\n"
         )
     );
-    std::fs::write(&approved, "").unwrap();
-    let status = guard_tests::kernel::wait_status(&mut child, RUN_TIMEOUT);
-    let mut stdout = String::new();
-    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
-    reader.join().unwrap();
-    seen.extend(lines.try_iter());
-    let results: Vec<Value> = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    assert_eq!(results.len(), 2, "{stdout}; guard said: {seen:#?}");
+    let (status, results, seen) = run.finish();
     assert_eq!(results[0]["refused"], 1, "{}", results[0]);
     let stand_in = results[0]["addresses"][0].as_str().unwrap_or_default();
     assert!(stand_in.starts_with("198.18."), "{}", results[0]);

@@ -745,12 +745,10 @@ fn report(
     }
 }
 
-/// `guard: refused DNS lookup of evil.test (A): policy forbids network_rule(...) (t.rules:2),
-/// answered REFUSED`.
 /// `guard: note: DNS lookup of api.example.com (A) by curl (pid 42) forwarded: 203.0.113.7`.
 fn answered_name_message(answered: &crate::resolve::Answered) -> String {
     let how = match answered.source {
-        crate::resolve::AnswerSource::Upstream => "forwarded",
+        crate::resolve::AnswerSource::Forwarded => "forwarded",
         crate::resolve::AnswerSource::StandIn => "kept on the host, answered with a stand-in",
     };
     let addresses = answered
@@ -783,6 +781,8 @@ fn asked_by(process: Option<&crate::resolve::peer::QueryProcess>) -> String {
     }
 }
 
+/// `guard: refused DNS lookup of evil.test (A): policy forbids network_rule(...) (t.rules:2),
+/// answered REFUSED`.
 pub fn refused_name_message(refused: &crate::resolve::RefusedName) -> String {
     let location = match (&refused.file, refused.line) {
         (Some(file), Some(line)) => format!(

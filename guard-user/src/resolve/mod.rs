@@ -136,11 +136,10 @@ pub struct Answered {
 }
 
 /// Where an answer came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AnswerSource {
     /// The name left the host: the upstream server answered it.
-    Upstream,
+    Forwarded,
     /// The name stayed on the host: it was answered with its stand-in (or no records).
     StandIn,
 }
@@ -148,7 +147,7 @@ pub enum AnswerSource {
 impl AnswerSource {
     pub fn as_str(self) -> &'static str {
         match self {
-            AnswerSource::Upstream => "forwarded",
+            AnswerSource::Forwarded => "forwarded",
             AnswerSource::StandIn => "stand_in",
         }
     }

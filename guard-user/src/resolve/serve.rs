@@ -205,7 +205,7 @@ async fn answer(shared: &Shared, bytes: &[u8], asker: peer::QuerySocket) -> Opti
         addrs,
         ttl,
         decision,
-        source: AnswerSource::Upstream,
+        source: AnswerSource::Forwarded,
         process,
     };
     if !hand_over(shared, answered).await {

@@ -1,6 +1,6 @@
 //! Stand-in addresses: under `unmatched_network="prompt"` guard's resolver answers a name no
-//! rule names with an address of [`STAND_IN_NET`] instead of asking upstream, so the name does
-//! not leave the host before a person approved it. A connect or send to a stand-in is decided
+//! rule names with an address of `guard_common::maps::STAND_IN_NET` instead of asking upstream,
+//! so the name does not leave the host before a person approved it. A connect or send to a stand-in is decided
 //! like any other (its ask names the name), and one that is let through goes to the real address
 //! the name resolved to once approved (`STAND_INS`, written by userspace): the call's address is
 //! rewritten here, in the cgroup connect and sendmsg programs, after the decision.

@@ -244,14 +244,12 @@ mod tests {
         };
         let found = process_of(query).unwrap();
         assert_eq!((found.pid, found.uid), (Some(std::process::id()), uid));
-        // Gone: nothing is found (and nothing else is named).
-        let port = program.local_addr().unwrap();
-        drop(program);
-        let gone = QuerySocket {
+        // An address pair no socket has: nothing is found, and no other process is named.
+        let nobody = QuerySocket {
             program: (std::net::Ipv4Addr::LOCALHOST, 9).into(),
-            resolver: port,
+            resolver: listener.local_addr().unwrap(),
             tcp: true,
         };
-        assert!(process_of(gone).is_none());
+        assert!(process_of(nobody).is_none());
     }
 }

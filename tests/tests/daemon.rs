@@ -1363,3 +1363,46 @@ fn approve_always_with_a_proposed_prefix_takes_it_only_under_the_references_rule
         "the prefix allows every argv below it"
     );
 }
+
+#[test]
+fn a_control_line_longer_than_the_limit_is_refused_whole_and_its_tail_never_runs() {
+    use std::io::{BufRead, BufReader, Write};
+    if !can_run() {
+        return;
+    }
+    let daemon = TestDaemon::start(&DaemonSetup::default());
+    let stream = std::os::unix::net::UnixStream::connect(&daemon.socket).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut stream = stream;
+    // Leading whitespace is valid JSON: cut after the limit, the tail alone is a whole request.
+    let amend = r#"{"v":1,"op":"amend","amendment":{"kind":"network","host":"tail-ran.test","protocol":"https","decision":"allow"}}"#;
+    let line = format!("{}{amend}\n", " ".repeat(64 * 1024 + 1));
+    stream.write_all(line.as_bytes()).unwrap();
+    stream.write_all(b"{\"v\":1,\"op\":\"prompts\"}\n").unwrap();
+    let mut first = String::new();
+    reader.read_line(&mut first).unwrap();
+    let first: Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(first["ok"], false, "the long line is refused: {first}");
+    assert!(
+        first["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("longer than 65536 bytes"),
+        "the refusal says why: {first}"
+    );
+    let mut second = String::new();
+    reader.read_line(&mut second).unwrap();
+    let second: Value = serde_json::from_str(&second).unwrap();
+    assert!(
+        second["ok"] == true && second.get("result").is_some(),
+        "the next response answers the next request, not the long line's tail: {second}"
+    );
+    let amendments = std::fs::read_to_string(daemon.amendments()).unwrap_or_default();
+    assert!(
+        !amendments.contains("tail-ran.test"),
+        "the tail of the refused line did not run: {amendments}"
+    );
+}

@@ -210,10 +210,18 @@ impl RunAsks {
         let _ = stream.set_write_timeout(Some(REQUEST_WAIT));
         let mut writer = stream.try_clone().ok()?;
         let mut line = String::new();
+        // One more byte than the limit, so a longer line is refused whole, never cut to fit.
         let read = BufReader::new(&stream)
-            .take(MAX_REQUEST_BYTES as u64)
+            .take(MAX_REQUEST_BYTES as u64 + 1)
             .read_line(&mut line);
         let (response, said) = match read {
+            Ok(_) if line.trim_end_matches('\n').len() > MAX_REQUEST_BYTES => (
+                ResponseLine::error(
+                    ErrorCode::BadRequest,
+                    format!("request longer than {MAX_REQUEST_BYTES} bytes: refused whole"),
+                ),
+                None,
+            ),
             Ok(_) => self.respond(session, &stream, &line),
             Err(err) => (
                 ResponseLine::error(ErrorCode::BadRequest, format!("reading the request: {err}")),

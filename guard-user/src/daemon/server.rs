@@ -223,19 +223,54 @@ async fn accept_loop(listener: UnixListener, tx: mpsc::Sender<Command>) {
 }
 
 /// Reads one line of at most [`MAX_REQUEST_BYTES`]; `None` at end of stream.
+///
+/// A longer line is refused whole: its bytes are skipped up to its newline (in constant memory),
+/// so no tail of it is ever read as a request of its own.
 async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
     reader: &mut R,
 ) -> Option<Result<String, String>> {
     let mut buf = Vec::new();
-    let mut limited = reader.take(MAX_REQUEST_BYTES as u64 + 1);
-    match limited.read_until(b'\n', &mut buf).await {
-        Ok(0) => None,
-        Ok(_) if buf.len() > MAX_REQUEST_BYTES => Some(Err(format!(
-            "request longer than {MAX_REQUEST_BYTES} bytes"
-        ))),
-        Ok(_) => Some(String::from_utf8(buf).map_err(|_| "request is not UTF-8".to_string())),
-        Err(err) => Some(Err(err.to_string())),
+    let mut too_long = false;
+    loop {
+        let chunk = match reader.fill_buf().await {
+            Ok(chunk) => chunk,
+            Err(err) => return Some(Err(err.to_string())),
+        };
+        if chunk.is_empty() {
+            // End of stream: a last line without its newline is still a line, unless too long.
+            if too_long {
+                return Some(Err(too_long_message()));
+            }
+            if buf.is_empty() {
+                return None;
+            }
+            return Some(String::from_utf8(buf).map_err(|_| "request is not UTF-8".to_string()));
+        }
+        let (line_part, ends) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(at) => (&chunk[..=at], true),
+            None => (chunk, false),
+        };
+        let taken = line_part.len();
+        if !too_long && buf.len() + taken > MAX_REQUEST_BYTES + 1 {
+            too_long = true;
+            buf = Vec::new();
+        }
+        if !too_long {
+            buf.extend_from_slice(line_part);
+        }
+        reader.consume(taken);
+        if ends {
+            return Some(if too_long {
+                Err(too_long_message())
+            } else {
+                String::from_utf8(buf).map_err(|_| "request is not UTF-8".to_string())
+            });
+        }
     }
+}
+
+fn too_long_message() -> String {
+    format!("request longer than {MAX_REQUEST_BYTES} bytes: refused whole")
 }
 
 fn parse_request(line: &str) -> Result<Request, ResponseLine> {
@@ -446,5 +481,49 @@ async fn audit_stream(
                 return;
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn lines(input: &[u8]) -> Vec<Result<String, String>> {
+        // A small buffer, so lines cross buffer refills as they do on a socket.
+        let mut reader = BufReader::with_capacity(7, input);
+        let mut out = Vec::new();
+        while let Some(line) = read_line(&mut reader).await {
+            out.push(line);
+            assert!(out.len() < 100, "bounded");
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_line_over_the_limit_is_refused_whole_and_the_next_line_is_read_as_itself() {
+        let mut input = vec![b' '; MAX_REQUEST_BYTES + 1];
+        input.extend_from_slice(b"{\"tail\":1}\n{\"next\":2}\n");
+        let got = lines(&input).await;
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(got[0].as_ref().unwrap_err().contains("refused whole"));
+        assert_eq!(got[1].as_deref(), Ok("{\"next\":2}\n"));
+    }
+
+    #[tokio::test]
+    async fn lines_at_the_limit_and_a_last_line_without_newline_are_read() {
+        let mut input = vec![b'a'; MAX_REQUEST_BYTES];
+        input.extend_from_slice(b"\nlast");
+        let got = lines(&input).await;
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].as_ref().unwrap().len(), MAX_REQUEST_BYTES + 1);
+        assert_eq!(got[1].as_deref(), Ok("last"));
+        let endless = vec![b'x'; 3 * MAX_REQUEST_BYTES];
+        let got = lines(&endless).await;
+        assert_eq!(got.len(), 1);
+        assert!(
+            got[0].is_err(),
+            "an endless line without newline is refused"
+        );
+        assert!(lines(b"").await.is_empty());
     }
 }

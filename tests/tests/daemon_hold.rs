@@ -93,6 +93,26 @@ fn a_held_curl_fails_with_the_message_after_guard_deny_or_the_timeout() {
         started.elapsed() >= Duration::from_secs(2),
         "it waited for the timeout"
     );
+    // One record each for how the held calls ended.
+    let ended = records_until(&daemon, "held_ended", |r| r.len() >= 2);
+    let outcomes: Vec<(&str, &str)> = ended
+        .iter()
+        .map(|r| {
+            (
+                r["outcome"].as_str().unwrap_or_default(),
+                r["action"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [("denied", "eperm"), ("expired", "eperm")],
+        "{ended:?}"
+    );
+    assert!(
+        ended.iter().all(|r| r["process"]["argv"][0] == "curl"),
+        "{ended:?}"
+    );
 }
 
 #[test]
@@ -172,4 +192,134 @@ fn a_held_connect_to_a_stand_in_goes_to_the_real_host_once_approved() {
     );
     // Resolved on approval (its A and AAAA records).
     assert!(dns.queries("held.example.test") > 0, "resolved on approval");
+}
+
+fn net_probe() -> String {
+    helper("net-probe", env!("CARGO_BIN_EXE_net-probe"))
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The daemon's audit records (`guard audit --json`) of `kind`, once `ready` holds for them
+/// (at most 10 s: records reach the log in batches).
+fn records_until(
+    daemon: &TestDaemon,
+    kind: &str,
+    ready: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = daemon.guard(&["audit", "--json"]);
+        let records: Vec<serde_json::Value> = text(&out.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .filter(|r: &serde_json::Value| r["type"] == kind)
+            .collect();
+        if ready(&records) || Instant::now() >= deadline {
+            return records;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_held_connect_from_a_worker_thread_waits_goes_on_when_approved_and_is_recorded_with_its_argv() {
+    if !can_run() {
+        return;
+    }
+    let port = http_server(1);
+    let daemon = daemon_asking_about(&[port], "");
+    let probe = net_probe();
+    let port_text = port.to_string();
+    let mut run = daemon.held_run(&[&probe, "thread", "tcp", "127.0.0.1", &port_text]);
+    let ask = daemon.pending_ask(&mut run);
+    assert_eq!(ask["record"]["port"], port, "{ask}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        run.try_wait().unwrap().is_none(),
+        "the worker thread's connect waits for the answer, it is not refused at once"
+    );
+    let id = ask["id"].as_u64().unwrap();
+    let out = daemon.guard(&["approve", &id.to_string(), "--once"]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    let (code, stdout, stderr) = finish_held(run);
+    assert_eq!((code, stdout.trim()), (0, "ok"), "{stderr}");
+
+    let held = records_until(&daemon, "decision", |r| !r.is_empty());
+    let held = held
+        .iter()
+        .find(|r| r["ask"] == id)
+        .unwrap_or_else(|| panic!("a decision record for ask {id}: {held:?}"));
+    assert_eq!(held["action"], "held", "{held}");
+    assert_eq!(held["held"], true, "{held}");
+    let argv = &held["process"]["argv"];
+    assert_eq!(argv[0], probe.as_str(), "the process's argv: {held}");
+    assert_eq!(argv[1], "thread", "{held}");
+    assert_ne!(
+        held["process"]["pid"], held["process"]["tid"],
+        "the record names the process and its worker thread: {held}"
+    );
+    let ended = records_until(&daemon, "held_ended", |r| !r.is_empty());
+    assert_eq!(ended.len(), 1, "one record for how it ended: {ended:?}");
+    let ended = &ended[0];
+    assert_eq!(ended["outcome"], "approved", "{ended}");
+    assert_eq!(ended["action"], "continue", "{ended}");
+    assert_eq!(ended["ask"], id, "{ended}");
+    assert_eq!(ended["process"]["argv"], *argv, "{ended}");
+    assert_eq!(ended["destination"]["port"], port, "{ended}");
+}
+
+#[test]
+fn a_held_connect_its_program_gives_up_never_connects_and_its_retry_connects_after_approval() {
+    if !can_run() {
+        return;
+    }
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let daemon = daemon_asking_about(&[port], "[asks]\ntimeout_secs = 60\n");
+    let probe = net_probe();
+    let port_text = port.to_string();
+    // The program's own timeout: a signal in 2 s ends its waiting connect.
+    let started = Instant::now();
+    let mut run = daemon.held_run(&[&probe, "alarm", "2", "tcp", "127.0.0.1", &port_text]);
+    let ask = daemon.pending_ask(&mut run);
+    let id = ask["id"].as_u64().unwrap();
+    let (code, stdout, stderr) = finish_held(run);
+    let took = started.elapsed();
+    assert_eq!(
+        (code, stdout.trim()),
+        (1, "errno 4"),
+        "the program gave up its connect (EINTR): {stderr}"
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "on its own schedule, not the ask's 60 s: {took:?}"
+    );
+    assert!(
+        listener.accept().is_err(),
+        "the given-up connect never reached the listener"
+    );
+    let ended = records_until(&daemon, "held_ended", |r| !r.is_empty());
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!(ended[0]["outcome"], "given_up", "{}", ended[0]);
+    assert_eq!(ended[0]["action"], "none", "{}", ended[0]);
+    let prompts = daemon.prompts();
+    assert!(
+        prompts.iter().any(|a| a["id"] == id),
+        "the ask stays open after the program gave up: {prompts:?}"
+    );
+    let out = daemon.guard(&["approve", &id.to_string(), "--once"]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    let (code, stdout, stderr) = daemon.run_in_scope(
+        std::path::Path::new(&probe),
+        &["tcp", "127.0.0.1", &port_text],
+    );
+    assert_eq!(
+        (code, stdout.trim()),
+        (0, "ok"),
+        "the retry connects: {stderr}"
+    );
+    listener.set_nonblocking(false).unwrap();
+    assert!(listener.accept().is_ok(), "the retry reached the listener");
 }

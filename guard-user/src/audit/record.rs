@@ -48,6 +48,9 @@ pub enum RecordType {
     /// guard's resolver answered a name: forwarded upstream (it left the host), or with a
     /// stand-in address (`details.answered`).
     DnsAnswered,
+    /// A held call ended (`details.outcome`: `approved`, `denied`, `expired`, `given_up` by the
+    /// program, or `released` by a stopping daemon), with how long it waited.
+    HeldEnded,
     /// A type this version does not know (a newer writer's).
     #[serde(other)]
     Unknown,
@@ -55,7 +58,7 @@ pub enum RecordType {
 
 impl RecordType {
     /// Every type this version writes.
-    pub const ALL: [RecordType; 15] = [
+    pub const ALL: [RecordType; 16] = [
         RecordType::Decision,
         RecordType::Ask,
         RecordType::AskExpired,
@@ -71,6 +74,7 @@ impl RecordType {
         RecordType::DaemonStop,
         RecordType::DnsRefused,
         RecordType::DnsAnswered,
+        RecordType::HeldEnded,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -90,6 +94,7 @@ impl RecordType {
             RecordType::DaemonStop => "daemon_stop",
             RecordType::DnsRefused => "dns_refused",
             RecordType::DnsAnswered => "dns_answered",
+            RecordType::HeldEnded => "held_ended",
             RecordType::Unknown => "unknown",
         }
     }

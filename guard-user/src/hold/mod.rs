@@ -317,6 +317,14 @@ impl Hold {
         }
     }
 
+    /// Whether held call `id` still waits in its syscall: `false` once the program gave it up
+    /// (a signal interrupted it, or the process ended).
+    pub fn still_waiting(&self, id: u64) -> bool {
+        self.listener
+            .get()
+            .is_some_and(|listener| listener.still_waiting(id))
+    }
+
     /// The kernel's image changed (a policy, an amendment, DNS answers, an approval): later
     /// calls are decided by `engine`, the new image's, by the kinds of twins this hold has.
     pub fn set_engine(&self, engine: &Arc<KernelEngine>, dns_redirected: bool) {
@@ -341,21 +349,42 @@ impl Drop for Hold {
 
 /// A copy of descriptor `fd` of process `pid` (`pidfd_getfd`: the descriptor the process has
 /// now, which a pid reused meanwhile could not pass off as its own).
+/// `pid` may be any thread's id (a held call's is its thread's): the descriptor table is the
+/// process's.
 pub fn copy_fd(pid: u32, fd: i32) -> io::Result<OwnedFd> {
-    // SAFETY: raw syscalls that return new descriptors (or -1), owned at once.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if pidfd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: just made.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
-    // SAFETY: as above.
+    let pidfd = open_pidfd(pid)?;
+    // SAFETY: a raw syscall that returns a new descriptor (or -1), owned at once.
     let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
     if copy < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: just made.
     Ok(unsafe { OwnedFd::from_raw_fd(copy as i32) })
+}
+
+/// A pidfd for task `tid`, a process or one of its threads.
+fn open_pidfd(tid: u32) -> io::Result<OwnedFd> {
+    /// `PIDFD_THREAD` (Linux 6.9): a pidfd for a thread that does not lead its process.
+    const PIDFD_THREAD: libc::c_long = libc::O_EXCL as libc::c_long;
+    let open = |pid: u32, flags: libc::c_long| {
+        // SAFETY: a raw syscall that returns a new descriptor (or -1), owned at once.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, flags) };
+        if fd < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            // SAFETY: just made.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+        }
+    };
+    match open(tid, PIDFD_THREAD) {
+        Err(err) if err.raw_os_error() == Some(libc::EINVAL) => {
+            // An older kernel: its leader's pidfd (the held call keeps the thread, and so its
+            // process, alive while it is read).
+            let tgid = event::thread_group(tid).ok_or(err)?;
+            open(tgid, 0)
+        }
+        result => result,
+    }
 }
 
 /// Writes `message` on the stderr of process `pid` (a held program), through its own open

@@ -30,6 +30,11 @@
 //!   SRC first (port 0): a connect to the unspecified address (0.0.0.0, `::`) goes to the
 //!   socket's own address.
 //!
+//! - `thread CALL ADDR PORT`: the same call from a thread other than the main one (Go, Java and
+//!   Node make their connects on worker threads).
+//! - `alarm SECS CALL ADDR PORT`: the same call with a SIGALRM in SECS whose handler does not
+//!   restart calls: a program's own timeout, which ends a call that is still waiting (EINTR).
+//!
 //! Anything else it cannot do (bad arguments, a socket it cannot make) exits 2 with a message.
 
 use std::io;
@@ -66,6 +71,38 @@ fn main() -> ExitCode {
     {
         return report(socket_kind(what, rest));
     }
+    if let [thread, call, addr, port] = args.as_slice()
+        && thread == "thread"
+    {
+        let target = match target(addr, port) {
+            Ok(target) => target,
+            Err(code) => return code,
+        };
+        let call = call.clone();
+        let worker = std::thread::spawn(move || one_call(&call, target, None));
+        return match worker.join() {
+            Ok(Ok(result)) => report(result),
+            Ok(Err(code)) => code,
+            Err(_) => ExitCode::from(2),
+        };
+    }
+    if let [alarm, secs, call, addr, port] = args.as_slice()
+        && alarm == "alarm"
+    {
+        let (target, Ok(secs)) = (target(addr, port), secs.parse::<u32>()) else {
+            eprintln!("net-probe: {secs:?} is not a number of seconds");
+            return ExitCode::from(2);
+        };
+        let target = match target {
+            Ok(target) => target,
+            Err(code) => return code,
+        };
+        interrupt_after(secs);
+        return match one_call(call, target, None) {
+            Ok(result) => report(result),
+            Err(code) => code,
+        };
+    }
     if let [from, source, call, addr, port] = args.as_slice()
         && from == "from"
     {
@@ -83,6 +120,29 @@ fn main() -> ExitCode {
     match one_call(call, target, None) {
         Ok(result) => report(result),
         Err(code) => code,
+    }
+}
+
+fn target(addr: &str, port: &str) -> Result<SocketAddr, ExitCode> {
+    match (addr.parse::<IpAddr>(), port.parse::<u16>()) {
+        (Ok(ip), Ok(port)) => Ok(SocketAddr::new(ip, port)),
+        _ => {
+            eprintln!("net-probe: {addr:?} is not an IP address or {port:?} not a port");
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+/// A SIGALRM in `secs` seconds whose handler does nothing and does not restart the call it
+/// interrupts (no `SA_RESTART`): the call fails with EINTR.
+fn interrupt_after(secs: u32) {
+    extern "C" fn nothing(_: libc::c_int) {}
+    // SAFETY: a zeroed sigaction with a handler that touches nothing; alarm takes a number.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = nothing as extern "C" fn(libc::c_int) as usize;
+        libc::sigaction(libc::SIGALRM, &action, std::ptr::null_mut());
+        libc::alarm(secs);
     }
 }
 

@@ -8,8 +8,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use serde_json::json;
+
 use super::Daemon;
 use crate::asks::AskState;
+use crate::audit::{AuditRecord, RecordType};
 use crate::compile::kernel_engine::KernelEngine;
 use crate::compile::prompts_udp;
 use crate::daemon::peer::PeerCredentials;
@@ -23,6 +26,34 @@ use crate::policy::approval::ApprovalPolicy;
 pub struct WaitingCall {
     pub ask: u64,
     pub held: HeldCall,
+    /// Its `decision` record (`action: "held"`): the `held_ended` record repeats who and what.
+    pub record: Option<AuditRecord>,
+}
+
+/// How a held call ended: `details.outcome` of its `held_ended` record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeldOutcome {
+    /// Approved: the call went on, and the kernel (which has the approval) let it through.
+    Approved,
+    Denied,
+    Expired,
+    /// The program stopped waiting (a signal interrupted the call, or it ended); its ask stays
+    /// open, so an approval still lets its retry through.
+    GivenUp,
+    /// The daemon stopped: the call went on, and the kernel decided it (a prompt is refused).
+    Released,
+}
+
+impl HeldOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HeldOutcome::Approved => "approved",
+            HeldOutcome::Denied => "denied",
+            HeldOutcome::Expired => "expired",
+            HeldOutcome::GivenUp => "given_up",
+            HeldOutcome::Released => "released",
+        }
+    }
 }
 
 /// Which calls the daemon would hold for a run: what its policy asks about, unless prompts are
@@ -136,35 +167,52 @@ impl Daemon {
                 (None, None) => self.reply_held(scope_id, &held, Reply::Continue),
                 (None, Some(ask)) => {
                     if let Some(scope) = self.scopes.by_id.get_mut(&scope_id) {
-                        scope.waiting.push(WaitingCall { ask, held });
+                        scope.waiting.push(WaitingCall {
+                            ask,
+                            held,
+                            record: taken.record,
+                        });
                     }
                 }
             }
         }
     }
 
-    /// Lets each held call whose ask was answered go on, or fail.
+    /// Lets each held call whose ask was answered go on, or fail; a call its program gave up
+    /// is let go of (its ask stays open).
     pub(super) fn settle_held(&mut self) {
         let mut done = Vec::new();
         for scope in self.scopes.by_id.values_mut() {
             let waiting = std::mem::take(&mut scope.waiting);
             for call in waiting {
-                match self.asks.state(call.ask) {
-                    Some(AskState::Pending) => scope.waiting.push(call),
-                    state => done.push((scope.id, call, state.cloned())),
+                let state = self.asks.state(call.ask);
+                if matches!(state, Some(AskState::Pending)) {
+                    let waits = scope
+                        .hold
+                        .as_ref()
+                        .is_some_and(|hold| hold.still_waiting(call.held.id));
+                    if waits {
+                        scope.waiting.push(call);
+                    } else {
+                        done.push((scope.id, call, None));
+                    }
+                } else {
+                    done.push((scope.id, call, Some(state.cloned())));
                 }
             }
         }
         for (scope_id, call, state) in done {
-            match state {
+            let outcome = match state {
+                None => HeldOutcome::GivenUp,
                 // The approval is in the kernel maps already: the BPF programs allow it.
-                Some(AskState::Approved { .. }) => {
-                    self.reply_held(scope_id, &call.held, Reply::Continue)
+                Some(Some(AskState::Approved { .. })) => {
+                    self.reply_held(scope_id, &call.held, Reply::Continue);
+                    HeldOutcome::Approved
                 }
-                state => {
-                    let how = match state {
-                        Some(AskState::Expired) => "expired unanswered",
-                        _ => "was denied",
+                Some(state) => {
+                    let (outcome, how) = match state {
+                        Some(AskState::Expired) => (HeldOutcome::Expired, "expired unanswered"),
+                        _ => (HeldOutcome::Denied, "was denied"),
                     };
                     let event = held_event(self.in_force.image(), scope_id, &call.held);
                     let message = format!(
@@ -173,9 +221,43 @@ impl Daemon {
                         call.ask
                     );
                     self.fail_held(scope_id, &call.held, &message);
+                    outcome
                 }
-            }
+            };
+            self.record_held_end(&call, outcome);
         }
+    }
+
+    /// The `held_ended` record of `call`: its `decision` record's who and what, with how the
+    /// call ended, what the program got and how long it waited.
+    fn record_held_end(&mut self, call: &WaitingCall, outcome: HeldOutcome) {
+        let mut record = call.record.clone().unwrap_or_default();
+        record.kind = RecordType::HeldEnded;
+        record.time = String::new();
+        record.ask = Some(call.ask);
+        record.action = Some(
+            match outcome {
+                HeldOutcome::Approved | HeldOutcome::Released => "continue",
+                HeldOutcome::Denied | HeldOutcome::Expired => {
+                    if call.held.refusal_errno() == libc::EACCES {
+                        "eacces"
+                    } else {
+                        "eperm"
+                    }
+                }
+                HeldOutcome::GivenUp => "none",
+            }
+            .into(),
+        );
+        record.details.remove("held");
+        record
+            .details
+            .insert("outcome".into(), json!(outcome.as_str()));
+        record.details.insert(
+            "waited_ms".into(),
+            json!(call.held.since.elapsed().as_millis() as u64),
+        );
+        self.audit.emit(record);
     }
 
     /// The policy or the destination tables changed: the holds decide later calls by them.
@@ -206,13 +288,18 @@ impl Daemon {
     /// The daemon stops: every waiting call continues, and the kernel decides it (a prompt is
     /// refused there), so none waits for an answer that can no longer come.
     pub(super) fn release_held(&mut self) {
+        let mut released = Vec::new();
         for scope in self.scopes.by_id.values_mut() {
             for call in std::mem::take(&mut scope.waiting) {
                 if let Some(hold) = scope.hold.as_ref() {
                     let _ = hold.reply(call.held.id, Reply::Continue);
                 }
+                released.push(call);
             }
             scope.hold = None;
+        }
+        for call in released {
+            self.record_held_end(&call, HeldOutcome::Released);
         }
     }
 

@@ -21,8 +21,8 @@ use super::scopes::{Membership, ScopeKind, Scopes, configured_cgroup, own_cgroup
 use crate::asks::Approvals;
 use crate::asks::{AskBook, AskTarget, Recorded};
 use crate::asks::{Described, blocked_request, describe};
-use crate::audit::RecordType;
 use crate::audit::filter::AuditFilter;
+use crate::audit::{AuditRecord, RecordType};
 use crate::authz::{Attributes, AuthzPolicy, REFUSED_IN_SCOPE, Request as AuthzRequest, Subject};
 use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
 use crate::compile::image::EnforcementImage;
@@ -86,6 +86,8 @@ struct TakenEvent {
     ask: Option<u64>,
     /// Why a prompt was refused at once instead of asked (`never`, a granular category off).
     rejected: Option<&'static str>,
+    /// The event's audit record (`None`: the daemon kept nothing of it).
+    record: Option<AuditRecord>,
 }
 
 impl TakenEvent {
@@ -95,6 +97,7 @@ impl TakenEvent {
             message: String::new(),
             ask: None,
             rejected: None,
+            record: None,
         }
     }
 }
@@ -695,6 +698,10 @@ impl Daemon {
         record.ask = ask_id;
         if held {
             record.details.insert("held".into(), Value::Bool(true));
+            if rejected.is_none() && ask_id.is_some() {
+                // It waits for the answer; its `held_ended` record says how it went on.
+                record.action = Some("held".into());
+            }
         }
         for (key, value) in sandbox_details.into_iter().flatten() {
             record.details.insert(key.into(), value);
@@ -708,11 +715,12 @@ impl Daemon {
                 self.notify_watchers(WatchEvent::Ask { ask });
             }
         }
-        self.audit.emit(record);
+        self.audit.emit(record.clone());
         TakenEvent {
             message,
             ask: ask_id,
             rejected,
+            record: Some(record),
         }
     }
 

@@ -38,6 +38,10 @@ pub const MAX_SCOPES: u32 = 1024;
 pub const MAX_TASKS: u32 = 16_384;
 /// Size of the event ring buffer, in bytes (a power of two, a multiple of the page size).
 pub const EVENTS_BYTES: u32 = 4 << 20;
+/// Events one scope may put in the ring buffer per second on each CPU while the ring is more
+/// than half full (a reader falling behind); past it the scope loses its own events (counted
+/// per scope), so the other half stays for the scopes within theirs. The ring holds ~4 600.
+pub const SCOPE_EVENTS_PER_SECOND: u64 = 512;
 /// `Verdict::rule` when no rule decided (the policy's unmatched default).
 pub const NO_RULE: u32 = u32::MAX;
 /// States a pattern table ([`crate::dfa`]) may have: its rows fill an array map of this size.

@@ -95,6 +95,23 @@ impl Verdict {
     }
 }
 
+/// One scope's share of the event ring buffer on one CPU (`SCOPE_EVENTS`, per CPU, keyed by the
+/// scope's cgroup id): the events it made this second, and what it put in and lost in all. A
+/// scope past [`crate::limits::SCOPE_EVENTS_PER_SECOND`] in a second while the ring is more
+/// than half full loses its own events (the decisions stand), so a flooding scope cannot fill
+/// the ring that every scope shares.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScopeEvents {
+    /// The boot-time second `in_second` counts in.
+    pub second: u64,
+    pub in_second: u64,
+    /// Events put in the ring buffer.
+    pub submitted: u64,
+    /// Events lost: past the scope's budget, or the ring buffer full.
+    pub lost: u64,
+}
+
 /// Settings the programs read on every decision (one entry, index 0).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -334,7 +351,10 @@ pub mod counter {
     /// Connects and sends to a stand-in address that were let through but had no real address
     /// to go to yet (refused with EPERM; the name is resolved once an approval covers it).
     pub const STAND_IN_UNMAPPED: u32 = 20;
-    pub const COUNT: u32 = 21;
+    /// Events a scope made past its share of the ring buffer in a second (lost, not put in the
+    /// ring; the decisions stand). Per scope in `SCOPE_EVENTS`.
+    pub const EVENTS_OVER_BUDGET: u32 = 21;
+    pub const COUNT: u32 = 22;
     /// The slots that count decisions that failed open: each should stay 0.
     pub const FAILED_OPEN: [u32; 3] = [EXEC_FAILED_OPEN, NET_FAILED_OPEN, FILE_FAILED_OPEN];
     pub const NAMES: [&str; COUNT as usize] = [
@@ -359,6 +379,7 @@ pub mod counter {
         "unix_allow",
         "unix_refused",
         "stand_in_unmapped",
+        "events_over_budget",
     ];
 }
 
@@ -452,6 +473,7 @@ mod tests {
     #[test]
     fn settings_stay_eight_bytes() {
         assert_eq!(core::mem::size_of::<Settings>(), 8);
+        assert_eq!(core::mem::size_of::<ScopeEvents>(), 32);
         // No padding: the kernel hashes every byte of the key.
         assert_eq!(core::mem::size_of::<UnixKey>(), 4 + UNIX_PATH_LEN);
     }

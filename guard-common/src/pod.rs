@@ -4,12 +4,13 @@ use crate::dfa::{DfaHeader, DfaRow};
 use crate::event::{Event, TaskInfo};
 use crate::maps::{
     ArgvEdge, ArgvNode, DnsOriginal, DnsRedirect, ExecIdentity, ExecName, KernelOffsets, LongToken,
-    Settings, UnixKey, Verdict,
+    ScopeEvents, Settings, UnixKey, Verdict,
 };
 
 // SAFETY: plain old data: repr(C), Copy, every bit pattern valid.
 unsafe impl aya::Pod for Verdict {}
 unsafe impl aya::Pod for Settings {}
+unsafe impl aya::Pod for ScopeEvents {}
 unsafe impl aya::Pod for DnsRedirect {}
 unsafe impl aya::Pod for DnsOriginal {}
 unsafe impl aya::Pod for ExecIdentity {}

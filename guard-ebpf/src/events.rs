@@ -8,10 +8,11 @@ use aya_ebpf::helpers::{
 };
 use guard_common::engine::outcome::{Counters, Outcome};
 use guard_common::event::{Event, TaskInfo, action, flag};
-use guard_common::limits::{ARGV_LEN, FILE_PATH_BUF};
-use guard_common::maps::{Settings, Verdict, counter};
+use guard_common::limits::{ARGV_LEN, EVENTS_BYTES, FILE_PATH_BUF, SCOPE_EVENTS_PER_SECOND};
+use guard_common::maps::{ScopeEvents, Settings, Verdict, counter};
 
-use crate::maps::{EVENTS, TASKS, count};
+use crate::maps::{EVENTS, SCOPE_EVENTS, TASKS, count};
+use crate::scope::current_scope;
 
 /// What a decision site knows about the call, beyond the current task.
 pub struct Subject<'a> {
@@ -62,14 +63,64 @@ pub fn conclude(
     ))
 }
 
+/// `bpf_ringbuf_query`: the bytes written and not yet read.
+const BPF_RB_AVAIL_DATA: u64 = 0;
+/// Past this many unread bytes (half the ring), only scopes within their share of events this
+/// second may add to it: the other half is kept for the scopes that are not flooding. Below it,
+/// every event goes in, so a reader that keeps up loses nothing of any scope.
+const RING_CONTENDED: u64 = EVENTS_BYTES as u64 / 2;
+
+/// The current scope's share of the ring buffer on this CPU, with this event counted in its
+/// second. `None` (no entry could be made, or no scope): the event is not held to a share.
+#[inline(always)]
+fn scope_share() -> Option<&'static mut ScopeEvents> {
+    let scope = current_scope();
+    if scope == 0 {
+        return None;
+    }
+    // SAFETY: a helper with no arguments.
+    let second = unsafe { bpf_ktime_get_boot_ns() } / 1_000_000_000;
+    if SCOPE_EVENTS.get_ptr_mut(&scope).is_none() {
+        let fresh = ScopeEvents {
+            second,
+            ..ScopeEvents::default()
+        };
+        let _ = SCOPE_EVENTS.insert(&scope, &fresh, 0);
+    }
+    // SAFETY: this CPU's value of a per-CPU entry; only this CPU writes it, and a program
+    // runs to its end without moving CPU.
+    let share = unsafe { &mut *SCOPE_EVENTS.get_ptr_mut(&scope)? };
+    if share.second != second {
+        share.second = second;
+        share.in_second = 0;
+    }
+    share.in_second += 1;
+    Some(share)
+}
+
 #[inline(always)]
 pub fn emit(subject: &Subject) {
-    // A full ring buffer loses the record, never the decision: the refusal stands (the caller
-    // enforces after emitting) and the loss is counted.
+    // A lost record never loses the decision: the refusal stands (the caller enforces after
+    // emitting), and the loss is counted, in all and for the scope.
+    let mut share = scope_share();
+    if let Some(share) = share.as_deref_mut()
+        && share.in_second > SCOPE_EVENTS_PER_SECOND
+        && EVENTS.query(BPF_RB_AVAIL_DATA) > RING_CONTENDED
+    {
+        share.lost += 1;
+        count(counter::EVENTS_OVER_BUDGET);
+        return;
+    }
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
+        if let Some(share) = share.as_deref_mut() {
+            share.lost += 1;
+        }
         count(counter::EVENTS_LOST);
         return;
     };
+    if let Some(share) = share {
+        share.submitted += 1;
+    }
     let event = entry.as_mut_ptr();
     let pid_tgid = bpf_get_current_pid_tgid();
     let uid_gid = bpf_get_current_uid_gid();

@@ -1,7 +1,7 @@
 //! The maps the programs share. Userspace (guard-user `kernel::maps`) is their one writer.
 
 use aya_ebpf::macros::map;
-use aya_ebpf::maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray, RingBuf};
+use aya_ebpf::maps::{Array, HashMap, LpmTrie, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf};
 use guard_common::dfa::{DFA_HEADER_ENTRIES, DFA_ROW_ENTRIES, DfaHeader, DfaRow, table};
 use guard_common::event::TaskInfo;
 
@@ -13,7 +13,7 @@ use guard_common::limits::{
 };
 use guard_common::maps::{
     ArgvEdge, ArgvNode, DestV4, DestV6, DnsOriginal, DnsRedirect, ExecIdentity, ExecName,
-    LongToken, Settings, UnixKey, Verdict, counter,
+    LongToken, ScopeEvents, Settings, UnixKey, Verdict, counter,
 };
 
 #[map]
@@ -84,6 +84,12 @@ pub static TASKS: LruHashMap<u32, TaskInfo> = LruHashMap::with_max_entries(MAX_T
 
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES, 0);
+
+/// Each scope's share of `EVENTS` (`guard_common::maps::ScopeEvents`), per CPU: LRU, so a
+/// scope that is gone gives its entry up.
+#[map]
+pub static SCOPE_EVENTS: LruPerCpuHashMap<u64, ScopeEvents> =
+    LruPerCpuHashMap::with_max_entries(MAX_SCOPES, 0);
 
 #[map]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);

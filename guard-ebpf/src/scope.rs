@@ -11,9 +11,16 @@ use crate::maps::SCOPES;
 
 #[inline(always)]
 pub fn current_in_scope() -> bool {
+    current_scope() != 0
+}
+
+/// The cgroup id of the current process's scope: the deepest listed cgroup on its way down, if
+/// that listing puts it in scope; 0 when it is not in scope.
+#[inline(always)]
+pub fn current_scope() -> u64 {
     // Nothing listed on the way down: not in scope (fails open; processes outside every scope
     // are none of guard's business).
-    let mut in_scope = false;
+    let mut scope = 0;
     let mut level = 0;
     // Levels past MAX_SCOPE_DEPTH are not looked at: a listing that deep is ignored, so a scope
     // there fails open and an exemption there fails closed (the shallower listing decides).
@@ -26,9 +33,9 @@ pub fn current_in_scope() -> bool {
         }
         // SAFETY: lookup of a plain u64 key.
         if let Some(value) = unsafe { SCOPES.get(&id) } {
-            in_scope = *value != 0;
+            scope = if *value != 0 { id } else { 0 };
         }
         level += 1;
     }
-    in_scope
+    scope
 }

@@ -747,6 +747,8 @@ fn an_amendment_interrupted_by_kill_9_leaves_the_file_parseable() {
             daemon.spawn();
         }
         let socket = daemon.socket.clone();
+        let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let answered_here = answered.clone();
         let writer = std::thread::spawn(move || {
             // As fast as the daemon takes them, until it dies (bounded: 5 000 requests).
             let Ok(stream) = std::os::unix::net::UnixStream::connect(&socket) else {
@@ -767,10 +769,18 @@ fn an_amendment_interrupted_by_kill_9_leaves_the_file_parseable() {
                     break;
                 }
                 done += 1;
+                answered_here.store(done, std::sync::atomic::Ordering::Relaxed);
             }
             done
         });
-        std::thread::sleep(Duration::from_millis(150 + 70 * round as u64));
+        // Killed mid-stream: once the first amendment is in (a loaded machine starts slowly;
+        // at most 10 s), then a little later each round.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while answered.load(std::sync::atomic::Ordering::Relaxed) == 0 && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(20 + 70 * round as u64));
         daemon.stop_with(libc::SIGKILL);
         let done = writer.join().unwrap();
         assert!(
@@ -1404,5 +1414,99 @@ fn a_control_line_longer_than_the_limit_is_refused_whole_and_its_tail_never_runs
     assert!(
         !amendments.contains("tail-ran.test"),
         "the tail of the refused line did not run: {amendments}"
+    );
+}
+
+#[test]
+fn a_flooding_scope_loses_only_its_own_events_and_asks_and_another_scope_keeps_every_one() {
+    if !can_run() {
+        return;
+    }
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "enforcement(unmatched_network=\"prompt\")\n".to_string(),
+        extra_config: "[asks]\nmax_pending_per_scope = 16\n".to_string(),
+        ..Default::default()
+    });
+    // One scope sends to 100 000 destinations of its own as fast as it can (each a new ask):
+    // faster than the daemon reads, so the ring buffer fills past half and the scope's share
+    // runs out.
+    let log = daemon.dir.path().join("paced.log");
+    let probe = net_probe();
+    let flood = daemon
+        .guard_command(&[
+            "run",
+            "--",
+            probe.to_str().unwrap(),
+            "paced",
+            "127.88",
+            "100000",
+            "1",
+            log.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Meanwhile another scope makes five refused connects, each to a port of its own.
+    std::thread::sleep(Duration::from_millis(300));
+    let ports: Vec<u64> = (42_100..42_105).collect();
+    for port in &ports {
+        let port = port.to_string();
+        let (code, stdout, stderr) = run_probe(&daemon, &["udp-connect", "127.0.0.1", &port]);
+        assert_eq!((code, stdout.trim()), (1, "errno 1"), "{stderr}");
+    }
+    let flooded = guard_tests::kernel::wait_output(flood, Duration::from_secs(60));
+    let flooded = text(&flooded.stdout);
+    assert!(flooded.starts_with("sent 100000"), "{flooded}");
+
+    // The quiet scope's five asks are there, and every one of its refusals is recorded.
+    let prompts = daemon.prompts();
+    let quiet_asks = prompts
+        .iter()
+        .filter(|a| ports.iter().any(|p| a["record"]["port"] == *p))
+        .count();
+    assert_eq!(quiet_asks, 5, "the quiet scope's asks: {prompts:?}");
+    assert!(
+        prompts.len() <= 16 + 5,
+        "the flooding scope has at most its 16 asks pending: {} in all",
+        prompts.len()
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let (quiet_records, scope_losses) = loop {
+        let records = audit(&daemon);
+        let quiet = records
+            .iter()
+            .filter(|r| {
+                r["type"] == "decision" && ports.iter().any(|p| r["destination"]["port"] == *p)
+            })
+            .count();
+        let losses: Vec<Value> = records
+            .into_iter()
+            .filter(|r| r["type"] == "scope_loss")
+            .collect();
+        if (quiet == 5 && !losses.is_empty()) || std::time::Instant::now() >= deadline {
+            break (quiet, losses);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(quiet_records, 5, "no event of the quiet scope was lost");
+    assert!(
+        !scope_losses.is_empty(),
+        "the flood's losses are recorded under its scope"
+    );
+    let cgroups: std::collections::HashSet<&str> = scope_losses
+        .iter()
+        .filter_map(|r| r["cgroup"].as_str())
+        .collect();
+    assert_eq!(cgroups.len(), 1, "one scope lost events: {scope_losses:?}");
+    let lost: u64 = scope_losses
+        .iter()
+        .map(|r| r["scope_events_lost"].as_u64().unwrap_or(0))
+        .sum();
+    let status = daemon.json(&["status", "--json"]);
+    assert_eq!(
+        Some(lost),
+        status["events_lost"].as_u64(),
+        "every event lost was the flooding scope's"
     );
 }

@@ -163,12 +163,17 @@ fn key(target: &AskTarget) -> String {
 const KEEP_RESOLVED: Duration = Duration::from_secs(600);
 /// The most asks kept; the oldest resolved ones go first.
 const MAX_ASKS: usize = 10_000;
+/// The most asks one scope may have pending at once (`[asks] max_pending_per_scope`): past it
+/// a new prompt of that scope is refused at once, so one flooding scope cannot bury the asks
+/// of the others.
+pub const PENDING_PER_SCOPE: usize = 64;
 
 pub struct AskBook {
     asks: BTreeMap<u64, Ask>,
     next_id: u64,
     dedupe: Duration,
     timeout: Duration,
+    pending_per_scope: usize,
 }
 
 /// What [`AskBook::record`] did.
@@ -177,12 +182,18 @@ pub enum Recorded {
     New(u64),
     /// An identical ask is pending (or was answered within the dedupe window): counted there.
     Repeat(u64),
+    /// Not asked: the scope has as many asks pending as it may (the prompt is refused at once).
+    Full {
+        pending: usize,
+    },
 }
 
 impl Recorded {
-    pub fn id(self) -> u64 {
+    /// The ask it became, if it became one.
+    pub fn id(self) -> Option<u64> {
         match self {
-            Recorded::New(id) | Recorded::Repeat(id) => id,
+            Recorded::New(id) | Recorded::Repeat(id) => Some(id),
+            Recorded::Full { .. } => None,
         }
     }
 }
@@ -194,7 +205,22 @@ impl AskBook {
             next_id: 1,
             dedupe,
             timeout,
+            pending_per_scope: PENDING_PER_SCOPE,
         }
+    }
+
+    /// At most `limit` asks pending per scope (at least one).
+    pub fn with_pending_per_scope(mut self, limit: usize) -> Self {
+        self.pending_per_scope = limit.max(1);
+        self
+    }
+
+    /// The asks pending for scope `scope`.
+    pub fn pending_in_scope(&self, scope: u64) -> usize {
+        self.asks
+            .values()
+            .filter(|a| a.scope == scope && a.is_pending())
+            .count()
     }
 
     pub fn record(
@@ -221,6 +247,10 @@ impl AskBook {
             ask.scope = scope;
             ask.from_run = from_run;
             return Recorded::Repeat(ask.id);
+        }
+        let pending = self.pending_in_scope(scope);
+        if pending >= self.pending_per_scope {
+            return Recorded::Full { pending };
         }
         let id = self.next_id;
         self.next_id += 1;
@@ -399,6 +429,43 @@ mod tests {
             t0 + Duration::from_secs(200),
         );
         assert_eq!(later, Recorded::New(3));
+    }
+
+    #[test]
+    fn a_flooding_scope_fills_only_its_own_share_of_pending_asks() {
+        let t0 = Instant::now();
+        let mut book = AskBook::new(Duration::from_secs(60), Duration::from_secs(300))
+            .with_pending_per_scope(3);
+        let tokens: Vec<String> = (0..20).map(|i| format!("cmd{i}")).collect();
+        let flood: Vec<Recorded> = tokens
+            .iter()
+            .map(|t| book.record(exec(&[t]), record(), "m".into(), (7, true), t0))
+            .collect();
+        assert_eq!(flood.iter().filter_map(|r| r.id()).count(), 3);
+        assert_eq!(flood[3], Recorded::Full { pending: 3 });
+        // A repeat of a pending ask is still counted on it; another scope still asks.
+        assert_eq!(
+            book.record(exec(&["cmd0"]), record(), "m".into(), (7, true), t0),
+            Recorded::Repeat(1)
+        );
+        assert_eq!(
+            book.record(exec(&["other"]), record(), "m".into(), (9, true), t0),
+            Recorded::New(4)
+        );
+        // An answer makes room in its scope.
+        book.resolve(
+            1,
+            AskState::Denied {
+                always: false,
+                by: "root".into(),
+            },
+            t0,
+        );
+        assert_eq!(
+            book.record(exec(&["cmd5"]), record(), "m".into(), (7, true), t0),
+            Recorded::New(5)
+        );
+        assert_eq!(book.pending_in_scope(7), 3);
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub enum RecordType {
     ControlAllowed,
     /// Records were lost: the kernel's ring buffer was full, or the writer fell behind.
     Loss,
+    /// One scope's kernel events were lost (past its share of a ring buffer more than half
+    /// full, or the ring full): `cgroup`, `scope_events_lost`, `scope_events_lost_total`.
+    ScopeLoss,
     DaemonStart,
     DaemonStop,
     /// guard's resolver refused a name the policy forbids (it never left the host).
@@ -58,7 +61,7 @@ pub enum RecordType {
 
 impl RecordType {
     /// Every type this version writes.
-    pub const ALL: [RecordType; 16] = [
+    pub const ALL: [RecordType; 17] = [
         RecordType::Decision,
         RecordType::Ask,
         RecordType::AskExpired,
@@ -70,6 +73,7 @@ impl RecordType {
         RecordType::ControlRefused,
         RecordType::ControlAllowed,
         RecordType::Loss,
+        RecordType::ScopeLoss,
         RecordType::DaemonStart,
         RecordType::DaemonStop,
         RecordType::DnsRefused,
@@ -90,6 +94,7 @@ impl RecordType {
             RecordType::ControlRefused => "control_refused",
             RecordType::ControlAllowed => "control_allowed",
             RecordType::Loss => "loss",
+            RecordType::ScopeLoss => "scope_loss",
             RecordType::DaemonStart => "daemon_start",
             RecordType::DaemonStop => "daemon_stop",
             RecordType::DnsRefused => "dns_refused",

@@ -159,7 +159,7 @@ pub fn severity(record: &AuditRecord) -> Severity {
             _ => Severity::Info,
         },
         RecordType::ControlRefused => Severity::Warning,
-        RecordType::Loss => Severity::Err,
+        RecordType::Loss | RecordType::ScopeLoss => Severity::Err,
         _ => Severity::Info,
     }
 }

@@ -428,7 +428,18 @@ pub fn status(args: &StatusArgs) -> ExitCode {
     );
     println!("{bold}scopes{bold:#}");
     for scope in &status.scopes {
-        println!("  {:<8} {}", scope.kind.as_str(), scope.cgroup);
+        let lost = if scope.events_lost > 0 {
+            format!(", {} lost", scope.events_lost)
+        } else {
+            String::new()
+        };
+        println!(
+            "  {:<8} {}  ({} events{lost}, {} asks pending)",
+            scope.kind.as_str(),
+            scope.cgroup,
+            scope.events_submitted,
+            scope.asks_pending
+        );
     }
     println!("{bold}rules{bold:#}");
     for file in &status.rules {

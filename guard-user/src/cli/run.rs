@@ -414,14 +414,12 @@ pub fn run(args: &RunArgs) -> ExitCode {
         );
     }
     if let Ok(counters) = session.enforcer().counters() {
-        let lost = counters
-            .iter()
-            .find(|(name, _)| *name == "events_lost")
-            .map_or(0, |(_, n)| *n);
+        let lost = crate::kernel::maps::events_lost(&counters);
         if lost > 0 {
             eprintln!(
-                "guard: warning: {lost} kernel events were lost to a full ring buffer (the \
-                 decisions were enforced; only their messages are missing)"
+                "guard: warning: {lost} kernel events were lost to a full ring buffer or past \
+                 the run's share of it (the decisions were enforced; only their messages are \
+                 missing)"
             );
         }
         for (hook, n) in crate::kernel::maps::failed_open(&counters) {

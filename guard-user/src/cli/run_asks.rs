@@ -132,7 +132,8 @@ impl RunAsks {
             (session.scope().id(), true),
             now,
         );
-        let id = recorded.id();
+        // A full book (this run's share of pending asks): refused at once, as without an ask.
+        let id = recorded.id()?;
         Some(Asked {
             id,
             answers,

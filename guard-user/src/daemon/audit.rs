@@ -161,6 +161,8 @@ pub struct AuditTrail {
     /// Records the writer's queue had no room for.
     writer_lost: u64,
     reported: LossCounts,
+    /// Each scope's kernel events lost, as last reported in a `loss` record.
+    scope_lost_reported: HashMap<u64, u64>,
     /// Records sent to followers that had no room for them.
     pub follower_missed: u64,
 }
@@ -188,6 +190,7 @@ impl AuditTrail {
             cgroup_root: crate::kernel::scope::cgroup2_root().ok(),
             writer_lost: 0,
             reported: LossCounts::default(),
+            scope_lost_reported: HashMap::new(),
             follower_missed: 0,
         };
         (trail, error)
@@ -349,6 +352,32 @@ impl AuditTrail {
         if self.writer_lost == lost_before {
             self.reported = now;
         }
+    }
+
+    /// A `scope_loss` record for each scope that lost kernel events since the last report (past its
+    /// share of the ring buffer, or the ring full): `(cgroup id, cgroup path, lost in all)`.
+    /// It says whose events were lost, so one scope's flood is not read as another's silence.
+    pub fn account_scope_losses(&mut self, scopes: &[(u64, &std::path::Path, u64)]) {
+        for &(id, path, total) in scopes {
+            let before = self.scope_lost_reported.get(&id).copied().unwrap_or(0);
+            if total <= before {
+                continue;
+            }
+            let mut record = base(RecordType::ScopeLoss, "root");
+            let cgroup = self.cgroup_name(id, path);
+            record.details.insert("cgroup".into(), cgroup.into());
+            record.details.insert("cgroup_id".into(), id.into());
+            record
+                .details
+                .insert("scope_events_lost".into(), (total - before).into());
+            record
+                .details
+                .insert("scope_events_lost_total".into(), total.into());
+            self.emit(record);
+            self.scope_lost_reported.insert(id, total);
+        }
+        let live: std::collections::HashSet<u64> = scopes.iter().map(|s| s.0).collect();
+        self.scope_lost_reported.retain(|id, _| live.contains(id));
     }
 
     /// For `guard status`.

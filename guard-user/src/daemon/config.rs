@@ -88,6 +88,9 @@ pub struct AskConfig {
     /// sandbox_approval=BOOL` (a `false` category is refused at once) or `untrusted` (every exec
     /// that is not known-safe asks).
     pub approval: String,
+    /// The most asks one scope may have pending at once; past it a new prompt of that scope is
+    /// refused at once (a repeat of a pending ask is still counted on it).
+    pub max_pending_per_scope: usize,
 }
 
 impl AskConfig {
@@ -268,6 +271,7 @@ impl Default for AskConfig {
             dedupe_secs: 60,
             once_secs: 60,
             approval: "on-request".to_string(),
+            max_pending_per_scope: crate::asks::book::PENDING_PER_SCOPE,
         }
     }
 }

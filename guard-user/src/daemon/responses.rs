@@ -50,6 +50,15 @@ pub struct ScopeStatus {
     pub cgroup_id: u64,
     /// A `guard run` client is reading its refusals.
     pub streaming: bool,
+    /// Its asks pending (at most `[asks] max_pending_per_scope`).
+    #[serde(default)]
+    pub asks_pending: usize,
+    /// Events its processes put in the kernel's ring buffer, and lost (past the scope's share
+    /// of it, or the ring full): one scope's flood loses its own events, not another's.
+    #[serde(default)]
+    pub events_submitted: u64,
+    #[serde(default)]
+    pub events_lost: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -361,6 +370,9 @@ mod tests {
                 cgroup: "/sys/fs/cgroup/guard/run-1".into(),
                 cgroup_id: 9,
                 streaming: true,
+                asks_pending: 1,
+                events_submitted: 12,
+                events_lost: 0,
             }],
             rules: vec![RulesFile {
                 file: "team.rules".into(),

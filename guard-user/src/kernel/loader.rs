@@ -575,6 +575,13 @@ impl Enforcer {
         self.maps.apply_destinations(&mut self.ebpf, image)
     }
 
+    /// What each scope put in the event ring buffer and lost, by its cgroup id.
+    pub fn scope_events(
+        &self,
+    ) -> Result<std::collections::HashMap<u64, super::maps::ScopeEventCounts>> {
+        super::maps::read_scope_events(&self.ebpf)
+    }
+
     /// Per-CPU counters summed: `(name, value)` in `guard_common::maps::counter` order.
     pub fn counters(&self) -> Result<Vec<(&'static str, u64)>> {
         super::maps::read_counters(&self.ebpf)

@@ -359,6 +359,43 @@ pub fn read_counters(ebpf: &Ebpf) -> Result<Vec<(&'static str, u64)>> {
     Ok(out)
 }
 
+/// Kernel events lost, from summed counters: the ring buffer full, or a scope past its share.
+pub fn events_lost(counters: &[(&'static str, u64)]) -> u64 {
+    counters
+        .iter()
+        .filter(|(name, _)| matches!(*name, "events_lost" | "events_over_budget"))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// What each scope put in the event ring buffer and lost (past its share, or the ring full),
+/// summed over CPUs, by the scope's cgroup id.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScopeEventCounts {
+    pub submitted: u64,
+    pub lost: u64,
+}
+
+pub fn read_scope_events(ebpf: &Ebpf) -> Result<HashMap<u64, ScopeEventCounts>> {
+    let map = ebpf
+        .map("SCOPE_EVENTS")
+        .ok_or_else(|| anyhow!("no SCOPE_EVENTS map"))?;
+    let shares: aya::maps::PerCpuHashMap<_, u64, guard_common::maps::ScopeEvents> =
+        aya::maps::PerCpuHashMap::try_from(map)?;
+    let mut out = HashMap::new();
+    for entry in shares.iter() {
+        let (scope, per_cpu) = entry.context("reading SCOPE_EVENTS")?;
+        let counts = per_cpu
+            .iter()
+            .fold(ScopeEventCounts::default(), |sum, cpu| ScopeEventCounts {
+                submitted: sum.submitted + cpu.submitted,
+                lost: sum.lost + cpu.lost,
+            });
+        out.insert(scope, counts);
+    }
+    Ok(out)
+}
+
 /// The decisions that failed open, per hook (`exec`, `net`, `file`), from summed counters: each
 /// is a call the programs let through undecided because kernel memory could not be read.
 pub fn failed_open(counters: &[(&'static str, u64)]) -> Vec<(&'static str, u64)> {

@@ -230,7 +230,8 @@ impl Daemon {
             in_force,
             events,
             scopes: Scopes::new(&config.run_cgroup)?,
-            asks: AskBook::new(config.asks.dedupe(), config.asks.timeout()),
+            asks: AskBook::new(config.asks.dedupe(), config.asks.timeout())
+                .with_pending_per_scope(config.asks.max_pending_per_scope),
             approvals: Approvals::default(),
             watchers: Vec::new(),
             audit,
@@ -299,16 +300,27 @@ impl Daemon {
             self.in_force.enforcer_mut().exempt_scope(id)?;
         }
         for path in self.scopes.leftover_runs() {
-            let _ = self.scopes.insert(
+            if let Ok(id) = self.scopes.insert(
                 ScopeKind::Run {
                     uid: 0,
                     argv: Vec::new(),
                     adopted: true,
                 },
                 path,
-            );
+            ) {
+                self.list_run_scope(id);
+            }
         }
         Ok(())
+    }
+
+    /// Lists a run's own cgroup in scope (its parent, listed already, keeps it enforced): the
+    /// kernel then counts its events under its own id, so its share of the event ring buffer
+    /// is its own ([`guard_common::maps::ScopeEvents`]).
+    fn list_run_scope(&mut self, id: u64) {
+        if let Err(err) = self.in_force.enforcer_mut().add_scope(id) {
+            tracing::warn!("run scope {id} shares its parent's event budget: {err:#}");
+        }
     }
 
     /// Compiles the policy with the approvals on top and updates the maps.
@@ -531,7 +543,10 @@ impl Daemon {
             self.notify_watchers(WatchEvent::Resolved { ask });
         }
         let mut changed = self.approvals.expire(now);
+        // Before a finished run's scope goes: its last losses are said under its name.
+        self.account_scope_losses();
         for id in self.scopes.end_finished_runs() {
+            let _ = self.in_force.enforcer_mut().remove_scope(id);
             changed |= self.approvals.end_scope(id);
         }
         if changed && let Err(err) = self.rebuild() {
@@ -550,14 +565,27 @@ impl Daemon {
             }
         }
         self.audit.prune();
+        // Events lost in the kernel: the ring full, or a scope past its share of it.
         let ring_lost = self
             .in_force
             .enforcer()
             .counters()
-            .ok()
-            .and_then(|c| c.into_iter().find(|(name, _)| *name == "events_lost"))
-            .map_or(0, |(_, n)| n);
+            .map(|counters| crate::kernel::maps::events_lost(&counters))
+            .unwrap_or(0);
         self.audit.account_losses(ring_lost);
+    }
+
+    /// A `scope_loss` record for each scope that lost kernel events since the last.
+    fn account_scope_losses(&mut self) {
+        if let Ok(events) = self.in_force.enforcer().scope_events() {
+            let scopes: Vec<(u64, &std::path::Path, u64)> = self
+                .scopes
+                .by_id
+                .values()
+                .filter_map(|s| Some((s.id, s.path.as_path(), events.get(&s.id)?.lost)))
+                .collect();
+            self.audit.account_scope_losses(&scopes);
+        }
     }
 
     /// Each kernel event: an ask for a `prompt`, the message to the run it came from, an audit
@@ -643,9 +671,15 @@ impl Daemon {
                 (event.cgroup_id, from_run),
                 now,
             );
-            ask_id = Some(recorded.id());
-            if let Recorded::New(id) = recorded {
-                new_ask = Some(id);
+            ask_id = recorded.id();
+            match recorded {
+                Recorded::New(id) => new_ask = Some(id),
+                Recorded::Full { pending } => {
+                    message.push_str(&format!(
+                        " (not asked: this scope has {pending} asks pending; answer those first)"
+                    ));
+                }
+                Recorded::Repeat(_) => {}
             }
         }
         if let Some(listener) = self
@@ -861,6 +895,7 @@ impl Daemon {
             .scopes
             .create_run(peer.uid, argv.clone(), pid)
             .map_err(|e| (ErrorCode::Failed, format!("{e:#}")))?;
+        self.list_run_scope(id);
         let scope = self.scopes.by_id.get_mut(&id).expect("just inserted");
         scope.listener = stream.map(super::run_stream::RunStream::new);
         let path = scope.path.display().to_string();

@@ -16,15 +16,22 @@ impl Daemon {
                 .unwrap_or_else(|| "<approvals>".to_string());
             *per_file.entry(file).or_default() += 1;
         }
+        let events = self.in_force.enforcer().scope_events().unwrap_or_default();
         let scopes = self
             .scopes
             .by_id
             .values()
-            .map(|s| ScopeStatus {
-                kind: s.kind.clone(),
-                cgroup: s.path.display().to_string(),
-                cgroup_id: s.id,
-                streaming: s.listener.is_some(),
+            .map(|s| {
+                let counted = events.get(&s.id).copied().unwrap_or_default();
+                ScopeStatus {
+                    kind: s.kind.clone(),
+                    cgroup: s.path.display().to_string(),
+                    cgroup_id: s.id,
+                    streaming: s.listener.is_some(),
+                    asks_pending: self.asks.pending_in_scope(s.id),
+                    events_submitted: counted.submitted,
+                    events_lost: counted.lost,
+                }
             })
             .collect();
         let now = Instant::now();
@@ -45,6 +52,7 @@ impl Daemon {
             })
             .collect();
         let summed = self.in_force.enforcer().counters().unwrap_or_default();
+        let events_lost = crate::kernel::maps::events_lost(&summed);
         let failed_open = crate::kernel::maps::failed_open(&summed)
             .into_iter()
             .map(|(hook, n)| (hook.to_string(), n))
@@ -69,7 +77,7 @@ impl Daemon {
             resolver: self.resolver_status(),
             asks_pending: self.asks.pending_count(),
             approvals: self.approvals.list().to_vec(),
-            events_lost: counters.get("events_lost").copied().unwrap_or(0),
+            events_lost,
             counters,
             failed_open,
             audit: self.audit.status(),

@@ -544,3 +544,128 @@ fn codex_reads_the_lines_guard_appends() {
         "Codex allowed only {decided} amended commands"
     );
 }
+
+/// Files Codex refuses, each with its own error: both tools must print the same error.
+const REFUSED_FILES: &[(&str, &str)] = &[
+    ("syntax.rules", "prefix_rule(pattern = [\"git\", \"push\"\n"),
+    ("expression.rules", "x = 1 +\n"),
+    (
+        "decision.rules",
+        "prefix_rule(pattern = [\"git\"], decision = \"deny\")\n",
+    ),
+    ("empty_pattern.rules", "prefix_rule(pattern = [])\n"),
+    (
+        "empty_alternatives.rules",
+        "prefix_rule(pattern = [\"git\", []])\n",
+    ),
+    (
+        "pattern_type.rules",
+        "prefix_rule(pattern = [\"git\", 3])\n",
+    ),
+    (
+        "justification.rules",
+        "prefix_rule(pattern = [\"git\"], justification = \"\")\n",
+    ),
+    (
+        "example_type.rules",
+        "prefix_rule(pattern = [\"git\"], match = [3])\n",
+    ),
+    (
+        "example_shell.rules",
+        "prefix_rule(pattern = [\"git\"], match = [\"git 'x\"])\n",
+    ),
+    (
+        "unknown_builtin.rules",
+        "prefix_rule(pattern = [\"git\"])\nprefix_rul(pattern = [\"x\"])\n",
+    ),
+    (
+        "guard_enforcement.rules",
+        "enforcement(unmatched_network = \"prompt\")\n",
+    ),
+    ("guard_rule_set.rules", "rule_set(deny = [\"bash(rm*)\"])\n"),
+    (
+        "guard_audit_only.rules",
+        "prefix_rule(pattern = [\"git\"], audit_only = True)\n",
+    ),
+    (
+        "host_relative.rules",
+        "host_executable(name = \"git\", paths = [\"bin/git\"])\n",
+    ),
+    (
+        "host_name.rules",
+        "host_executable(name = \"/usr/bin/git\", paths = [\"/usr/bin/git\"])\n",
+    ),
+    (
+        "network_protocol.rules",
+        "network_rule(host = \"a.example\", protocol = \"ftp\", decision = \"allow\")\n",
+    ),
+    (
+        "network_host.rules",
+        "network_rule(host = \"*.example.com\", protocol = \"https\", decision = \"allow\")\n",
+    ),
+    (
+        "match.rules",
+        "prefix_rule(pattern = [\"git\", [\"push\", \"pull\"]], decision = \"prompt\", match = [\"git fetch\", [\"git\", \"log\"]])\n",
+    ),
+    (
+        "not_match.rules",
+        "prefix_rule(pattern = [[\"rm\", \"shred\"], \"-rf\"], not_match = [\"shred -rf /\"])\n",
+    ),
+    (
+        "not_match_host.rules",
+        "host_executable(name = \"git\", paths = [\"/usr/bin/git\"])\nprefix_rule(pattern = [\"git\"], not_match = [[\"/usr/bin/git\", \"x\"]])\n",
+    ),
+];
+
+#[test]
+fn errors_are_the_codex_clis_errors() {
+    let Some(codex) = install::codex() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temporary folder");
+    let worker = WORKERS + 2;
+    std::fs::write(
+        dir.path().join("good.rules"),
+        "prefix_rule(pattern = [\"git\"])\n",
+    )
+    .expect("write good.rules");
+    std::fs::create_dir(dir.path().join("folder.rules")).expect("create a folder");
+    std::fs::write(dir.path().join("latin1.rules"), b"# caf\xe9\n").expect("write latin1");
+    let mut refused = vec!["missing.rules", "folder.rules", "latin1.rules"];
+    for (name, contents) in REFUSED_FILES {
+        std::fs::write(dir.path().join(name), contents).expect("write rules");
+        refused.push(name);
+    }
+    for name in refused {
+        // Alone, and after a file that loads (the error names the file that failed).
+        for args in [
+            vec!["-r", name, "git", "push"],
+            vec!["-r", "good.rules", "--rules", name, "--pretty", "git"],
+        ] {
+            let args: Vec<String> = args.into_iter().map(String::from).collect();
+            let theirs = run(&codex, dir.path(), worker, &args);
+            assert_eq!(theirs.code, Some(1), "codex accepted {name}: {theirs:?}");
+            assert_eq!(theirs, run(guard(), dir.path(), worker, &args), "{args:?}");
+        }
+    }
+    // Usage errors: the same text and status, but for the program's name in `Usage:`.
+    for args in [
+        vec!["git", "push"],
+        vec!["-r", "good.rules"],
+        vec!["-r"],
+        vec!["--pretty=yes", "-r", "good.rules", "git"],
+        vec!["--no-such-flag", "-r", "good.rules", "git"],
+    ] {
+        let args: Vec<String> = args.into_iter().map(String::from).collect();
+        let theirs = run(&codex, dir.path(), worker, &args);
+        let ours = run(guard(), dir.path(), worker, &args);
+        assert_eq!(theirs.code, Some(2), "{args:?}: {theirs:?}");
+        assert_eq!(ours.code, theirs.code, "{args:?}");
+        assert_eq!(ours.stdout, theirs.stdout, "{args:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&ours.stderr),
+            String::from_utf8_lossy(&theirs.stderr).replace("codex execpolicy", "guard execpolicy"),
+            "{args:?}"
+        );
+    }
+}

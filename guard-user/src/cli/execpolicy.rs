@@ -3,7 +3,8 @@
 //! other. guard's own `guard check --json` is a different, richer contract (docs/json.md).
 //!
 //! Like Codex, every `--rules` PATH is one file read and parsed in the order given (no folders,
-//! no overlays, no fallback), and only prefix rules answer.
+//! no overlays, no fallback), in Codex's language alone (guard's additions are unknown names
+//! there), and only prefix rules answer.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -124,10 +125,11 @@ fn check(args: &ExecPolicyCheckArgs) -> CheckOutput {
     }
 }
 
-/// Reads and parses the files in order with one parser, as Codex does: the file names its
-/// errors and rule origins as given.
+/// Reads and parses the files in order with one parser that knows Codex's builtins only, as
+/// Codex does: a file using guard's additions fails as it fails in Codex, and each file is
+/// named in errors as given.
 fn load(paths: &[PathBuf]) -> Result<Policy, String> {
-    let mut parser = PolicyParser::new();
+    let mut parser = PolicyParser::codex();
     for path in paths {
         let shown = path.display();
         let contents = std::fs::read_to_string(path)
@@ -178,8 +180,8 @@ struct PrefixRuleMatchJson {
     justification: Option<String>,
 }
 
-/// The matches in Codex's JSON. Only prefix rules exist in Codex's policy: the matches of guard's
-/// own additions (rule sets, legacy policies) are left out here and shown by `guard check`.
+/// The matches in Codex's JSON. Only prefix rules exist in Codex's policy (the parser refuses
+/// guard's rule sets, and legacy policies are not read), so nothing else is shown.
 pub fn codex_json(matches: &[RuleMatch], pretty: bool) -> String {
     let matched_rules: Vec<CodexMatch> = matches
         .iter()

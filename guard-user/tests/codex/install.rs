@@ -89,11 +89,21 @@ fn find_or_install(dir: &Path) -> Result<PathBuf, String> {
             use std::io::Read;
             let _ = pipe.read_to_string(&mut stderr);
         }
-        let last = stderr.lines().rev().find(|l| !l.trim().is_empty());
+        // npm's first lines say what failed (`npm error code ECONNREFUSED`, ...); its last only
+        // where its log is.
+        let said: Vec<&str> = stderr
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.contains("complete log"))
+            .take(2)
+            .collect();
         let _ = std::fs::remove_dir_all(&partial);
         return Err(format!(
             "`npm install {package}` failed ({status}); the npm registry cannot be reached: {}",
-            last.unwrap_or("no output")
+            if said.is_empty() {
+                "no output".to_string()
+            } else {
+                said.join(" / ")
+            }
         ));
     }
     if let Some(parent) = dir.parent() {

@@ -648,6 +648,16 @@ fn errors_are_the_codex_clis_errors() {
             assert_eq!(theirs, run(guard(), dir.path(), worker, &args), "{args:?}");
         }
     }
+    // Codex's configuration overrides are accepted and change nothing.
+    for args in [
+        vec!["-c", "model=\"o3\"", "-r", "good.rules", "git"],
+        vec!["-r", "good.rules", "--config", "=", "git", "-c", "x"],
+    ] {
+        let args: Vec<String> = args.into_iter().map(String::from).collect();
+        let theirs = run(&codex, dir.path(), worker, &args);
+        assert_eq!(theirs.code, Some(0), "{args:?}: {theirs:?}");
+        assert_eq!(theirs, run(guard(), dir.path(), worker, &args), "{args:?}");
+    }
     // Usage errors: the same text and status, but for the program's name in `Usage:`.
     for args in [
         vec!["git", "push"],

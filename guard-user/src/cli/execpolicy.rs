@@ -51,10 +51,12 @@ pub struct ExecPolicyCheckArgs {
     /// Accepted as Codex accepts it (a `~/.codex/config.toml` override); it changes nothing here.
     #[arg(short = 'c', long = "config", value_name = "key=value")]
     config: Vec<String>,
-    /// Accepted as Codex accepts it (a Codex feature); it changes nothing here.
+    /// Accepted for Codex's command lines (a Codex feature flag); any name, and it changes
+    /// nothing here (Codex refuses a name that is not one of its flags).
     #[arg(long = "enable", value_name = "FEATURE")]
     enable: Vec<String>,
-    /// Accepted as Codex accepts it (a Codex feature); it changes nothing here.
+    /// Accepted for Codex's command lines (a Codex feature flag); any name, and it changes
+    /// nothing here (Codex refuses a name that is not one of its flags).
     #[arg(long = "disable", value_name = "FEATURE")]
     disable: Vec<String>,
     /// Command tokens to check against the policy

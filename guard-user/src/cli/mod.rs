@@ -8,6 +8,7 @@ mod check;
 mod control;
 mod daemon;
 mod doctor;
+pub mod execpolicy;
 mod inherited_fds;
 mod legacy;
 mod logging;
@@ -38,6 +39,7 @@ approvals as amendment lines, and holds the policy in the kernel for the command
 const AFTER_HELP: &str = "Examples:
   guard check --rules my.rules -- git push origin main
   guard check --json --fallback heuristics --split-shell -- bash -lc 'ls && rm -rf build'
+  guard execpolicy check --rules ~/.codex/rules/default.rules git push   # the Codex CLI's JSON
   sudo guard run --rules my.rules -- make deploy
   sudo guard doctor
   guard policy validate ~/.config/guard/rules
@@ -84,6 +86,9 @@ struct Cli {
 enum Command {
     /// Evaluate a command against the policy and explain the decision.
     Check(check::CheckArgs),
+    /// The Codex CLI's `execpolicy check`: its arguments, JSON, errors and exit codes.
+    #[command(subcommand)]
+    Execpolicy(execpolicy::ExecPolicyCommand),
     /// Validate, show and classify policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
@@ -192,6 +197,7 @@ pub fn main() -> ExitCode {
     output::choose_error_format(&std::env::args().collect::<Vec<_>>());
     match cli.command {
         Command::Check(args) => check::run(&args),
+        Command::Execpolicy(command) => execpolicy::run(command),
         Command::Policy(command) => policy::run(command),
         Command::Authz(command) => authz::run(command),
         Command::AllowPrefix(args) => amend::allow_prefix(&args),

@@ -3,6 +3,7 @@
 //! `address_rule` and `enforcement` (plus `prefix_rule(audit_only=...)`), and the seed's
 //! `rule_set(deny=, ask=, allow=)`. They record rules as a
 //! side effect; a reference file never calls guard's additions, so it keeps its meaning.
+//! [`PolicyParser::codex`] knows the reference's builtins alone, as the reference does.
 //!
 //! One [`PolicyParser`] reads any number of files in order and builds one [`Policy`]; examples
 //! (`match` / `not_match`) are checked when each file finishes, against that file's own rules.
@@ -39,6 +40,8 @@ use super::sandbox::{SandboxMode, SandboxSetting};
 #[derive(Default)]
 pub struct PolicyParser {
     builder: RefCell<PolicyBuilder>,
+    /// Only the Codex CLI's builtins (`PolicyParser::codex`): guard's own are unknown names.
+    codex_only: bool,
 }
 
 /// What the builtins have recorded so far.
@@ -60,6 +63,16 @@ impl PolicyParser {
         Self::default()
     }
 
+    /// A parser that knows only the Codex CLI's builtins, `prefix_rule` (without guard's
+    /// `audit_only`), `network_rule` and `host_executable`, so a file Codex refuses is refused
+    /// with Codex's error (`guard execpolicy check`).
+    pub fn codex() -> Self {
+        PolicyParser {
+            codex_only: true,
+            ..Self::default()
+        }
+    }
+
     /// Parses one file. `identifier` (its path) is what error locations and rule origins name.
     pub fn parse(&mut self, identifier: &str, contents: &str) -> Result<()> {
         let first_pending = self.builder.borrow().pending_examples.len();
@@ -67,7 +80,17 @@ impl PolicyParser {
         dialect.enable_f_strings = true;
         let ast = AstModule::parse(identifier, contents.to_string(), &dialect)
             .map_err(PolicyError::Starlark)?;
-        let globals = GlobalsBuilder::standard().with(policy_builtins).build();
+        let globals = if self.codex_only {
+            GlobalsBuilder::standard()
+                .with(shared_builtins)
+                .with(codex_prefix_rule)
+                .build()
+        } else {
+            GlobalsBuilder::standard()
+                .with(shared_builtins)
+                .with(guard_builtins)
+                .build()
+        };
         Module::with_temp_heap(|module| {
             let mut eval = Evaluator::new(&module);
             eval.extra = Some(&self.builder);
@@ -367,63 +390,87 @@ fn parse_host_executable_path(name: &str, value: Value<'_>) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// What `prefix_rule(...)` records: its pattern expanded by first token, and its examples to
+/// check when the file ends.
+#[allow(clippy::too_many_arguments)]
+fn record_prefix_rule<'v>(
+    pattern: UnpackList<Value<'v>>,
+    decision: Option<&'v str>,
+    r#match: Option<UnpackList<Value<'v>>>,
+    not_match: Option<UnpackList<Value<'v>>>,
+    justification: Option<&'v str>,
+    audit_only: bool,
+    eval: &mut Evaluator<'v, '_, '_>,
+) -> anyhow::Result<NoneType> {
+    let decision = decision.map_or(Ok(Decision::Allow), parse_decision)?;
+    let justification = parse_justification(justification)?;
+    let tokens = parse_pattern(pattern)?;
+    let matches = r#match.map(parse_examples).transpose()?.unwrap_or_default();
+    let not_matches = not_match
+        .map(parse_examples)
+        .transpose()?
+        .unwrap_or_default();
+    let location = location_of_call(eval);
+    let origin = origin_of(&location);
+
+    let (first, rest) = tokens.split_first().expect("parse_pattern refuses []");
+    let rest: Arc<[PatternToken]> = rest.into();
+    // One rule per first-position alternative (duplicates kept): rules are indexed by it.
+    let expansions: Vec<PrefixRule> = first
+        .alternatives()
+        .iter()
+        .map(|program| PrefixRule {
+            id: RuleId(0),
+            pattern: PrefixPattern {
+                first: program.as_str().into(),
+                rest: rest.clone(),
+            },
+            decision,
+            justification: justification.clone(),
+            origin: origin.clone(),
+            audit_only,
+        })
+        .collect();
+    let mut builder = policy_builder(eval);
+    if !matches.is_empty() || !not_matches.is_empty() {
+        builder.pending_examples.push(PendingExamples {
+            rules: expansions.clone(),
+            matches,
+            not_matches,
+            location,
+        });
+    }
+    builder.prefix_rules.extend(expansions);
+    Ok(NoneType)
+}
+
+/// The Codex CLI's `prefix_rule(pattern, decision="allow", match=[], not_match=[],
+/// justification=None)`.
 #[starlark_module]
-fn policy_builtins(globals: &mut GlobalsBuilder) {
-    /// `prefix_rule(pattern, decision="allow", match=[], not_match=[], justification=None,
-    /// audit_only=False)`. `audit_only` is guard's: the kernel records the decision and lets
-    /// the exec through.
+fn codex_prefix_rule(globals: &mut GlobalsBuilder) {
     fn prefix_rule<'v>(
         pattern: UnpackList<Value<'v>>,
         decision: Option<&'v str>,
         r#match: Option<UnpackList<Value<'v>>>,
         not_match: Option<UnpackList<Value<'v>>>,
         justification: Option<&'v str>,
-        audit_only: Option<bool>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<NoneType> {
-        let audit_only = audit_only.unwrap_or(false);
-        let decision = decision.map_or(Ok(Decision::Allow), parse_decision)?;
-        let justification = parse_justification(justification)?;
-        let tokens = parse_pattern(pattern)?;
-        let matches = r#match.map(parse_examples).transpose()?.unwrap_or_default();
-        let not_matches = not_match
-            .map(parse_examples)
-            .transpose()?
-            .unwrap_or_default();
-        let location = location_of_call(eval);
-        let origin = origin_of(&location);
-
-        let (first, rest) = tokens.split_first().expect("parse_pattern refuses []");
-        let rest: Arc<[PatternToken]> = rest.into();
-        // One rule per first-position alternative (duplicates kept): rules are indexed by it.
-        let expansions: Vec<PrefixRule> = first
-            .alternatives()
-            .iter()
-            .map(|program| PrefixRule {
-                id: RuleId(0),
-                pattern: PrefixPattern {
-                    first: program.as_str().into(),
-                    rest: rest.clone(),
-                },
-                decision,
-                justification: justification.clone(),
-                origin: origin.clone(),
-                audit_only,
-            })
-            .collect();
-        let mut builder = policy_builder(eval);
-        if !matches.is_empty() || !not_matches.is_empty() {
-            builder.pending_examples.push(PendingExamples {
-                rules: expansions.clone(),
-                matches,
-                not_matches,
-                location,
-            });
-        }
-        builder.prefix_rules.extend(expansions);
-        Ok(NoneType)
+        record_prefix_rule(
+            pattern,
+            decision,
+            r#match,
+            not_match,
+            justification,
+            false,
+            eval,
+        )
     }
+}
 
+/// The builtins the Codex CLI and guard share: `network_rule` and `host_executable`.
+#[starlark_module]
+fn shared_builtins(globals: &mut GlobalsBuilder) {
     /// `network_rule(host, protocol, decision, justification=None)`
     fn network_rule<'v>(
         host: &'v str,
@@ -445,6 +492,53 @@ fn policy_builtins(globals: &mut GlobalsBuilder) {
             origin,
         });
         Ok(NoneType)
+    }
+
+    /// `host_executable(name, paths)`: the absolute paths through which `name`'s rules apply.
+    fn host_executable<'v>(
+        name: &'v str,
+        paths: UnpackList<Value<'v>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<NoneType> {
+        validate_host_executable_name(name)?;
+        let mut parsed: Vec<PathBuf> = Vec::new();
+        for value in paths.items {
+            let path = parse_host_executable_path(name, value)?;
+            if !parsed.contains(&path) {
+                parsed.push(path);
+            }
+        }
+        policy_builder(eval)
+            .host_executables
+            .insert(name.to_string(), parsed.into());
+        Ok(NoneType)
+    }
+}
+
+/// guard's builtins: `prefix_rule` with `audit_only`, and its kernel-only additions.
+#[starlark_module]
+fn guard_builtins(globals: &mut GlobalsBuilder) {
+    /// `prefix_rule(pattern, decision="allow", match=[], not_match=[], justification=None,
+    /// audit_only=False)`. `audit_only` is guard's: the kernel records the decision and lets
+    /// the exec through.
+    fn prefix_rule<'v>(
+        pattern: UnpackList<Value<'v>>,
+        decision: Option<&'v str>,
+        r#match: Option<UnpackList<Value<'v>>>,
+        not_match: Option<UnpackList<Value<'v>>>,
+        justification: Option<&'v str>,
+        audit_only: Option<bool>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<NoneType> {
+        record_prefix_rule(
+            pattern,
+            decision,
+            r#match,
+            not_match,
+            justification,
+            audit_only.unwrap_or(false),
+            eval,
+        )
     }
 
     /// `address_rule(addresses, decision, ports=None, transport="any", justification=None,
@@ -576,26 +670,6 @@ fn policy_builtins(globals: &mut GlobalsBuilder) {
             writable,
             from,
         });
-        Ok(NoneType)
-    }
-
-    /// `host_executable(name, paths)`: the absolute paths through which `name`'s rules apply.
-    fn host_executable<'v>(
-        name: &'v str,
-        paths: UnpackList<Value<'v>>,
-        eval: &mut Evaluator<'v, '_, '_>,
-    ) -> anyhow::Result<NoneType> {
-        validate_host_executable_name(name)?;
-        let mut parsed: Vec<PathBuf> = Vec::new();
-        for value in paths.items {
-            let path = parse_host_executable_path(name, value)?;
-            if !parsed.contains(&path) {
-                parsed.push(path);
-            }
-        }
-        policy_builder(eval)
-            .host_executables
-            .insert(name.to_string(), parsed.into());
         Ok(NoneType)
     }
 }

@@ -363,7 +363,7 @@ prefix_rule(pattern=["git", "log"], match=["git status"])
     .unwrap_err();
     assert_eq!(
         err.to_string(),
-        r#"expected every example to match at least one rule. rules: ["PrefixRule { pattern: PrefixPattern { first: \"git\", rest: [Single(\"log\")] }, decision: Allow, justification: None }"]; unmatched examples: ["git status"]"#
+        r#"expected every example to match at least one rule. rules: ["PrefixRule { pattern: PrefixPattern { canonical_matching: false, first: \"git\", rest: [Single(\"log\")] }, decision: Allow, justification: None }"]; unmatched examples: ["git status"]"#
     );
     assert_eq!(err.location().unwrap().start.line, 3);
     // Every expansion counts, and every unmatched example is listed, shell-quoted.

@@ -61,10 +61,23 @@ impl PatternToken {
 }
 
 /// A prefix pattern whose first token is fixed: rules are indexed by it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct PrefixPattern {
     pub first: Arc<str>,
     pub rest: Arc<[PatternToken]>,
+}
+
+/// The reference's derived `Debug` shape (example-validation errors quote it). Its
+/// `canonical_matching` is set only by rules from Codex's managed TOML requirements, never by a
+/// `.rules` file, so it is always `false` here.
+impl fmt::Debug for PrefixPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PrefixPattern")
+            .field("canonical_matching", &false)
+            .field("first", &self.first)
+            .field("rest", &self.rest)
+            .finish()
+    }
 }
 
 impl PrefixPattern {
@@ -654,7 +667,7 @@ mod tests {
         };
         assert_eq!(
             format!("{rule:?}"),
-            r#"PrefixRule { pattern: PrefixPattern { first: "git", rest: [Single("status")] }, decision: Allow, justification: None }"#
+            r#"PrefixRule { pattern: PrefixPattern { canonical_matching: false, first: "git", rest: [Single("status")] }, decision: Allow, justification: None }"#
         );
         let m = RuleMatch::PrefixRuleMatch {
             matched_prefix: argv(&["git", "status"]),

@@ -8,6 +8,7 @@ mod check;
 mod control;
 mod daemon;
 mod doctor;
+mod hook;
 mod inherited_fds;
 mod legacy;
 mod logging;
@@ -41,6 +42,7 @@ const AFTER_HELP: &str = "Examples:
   sudo guard run --rules my.rules -- make deploy
   sudo guard doctor
   guard policy validate ~/.config/guard/rules
+  guard hook claude-code --rules my.rules < call.json   # a Claude Code PreToolUse hook
   guard allow-prefix --rules-file ~/.config/guard/rules/default.rules -- cargo test
   guard allow-host api.github.com --protocol https --rules-file ~/.config/guard/rules/default.rules
 
@@ -84,6 +86,9 @@ struct Cli {
 enum Command {
     /// Evaluate a command against the policy and explain the decision.
     Check(check::CheckArgs),
+    /// Agent hooks: decide an agent's proposed commands with the policy before they run.
+    #[command(subcommand)]
+    Hook(hook::HookCommand),
     /// Validate, show and classify policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
@@ -192,6 +197,7 @@ pub fn main() -> ExitCode {
     output::choose_error_format(&std::env::args().collect::<Vec<_>>());
     match cli.command {
         Command::Check(args) => check::run(&args),
+        Command::Hook(command) => hook::run(command),
         Command::Policy(command) => policy::run(command),
         Command::Authz(command) => authz::run(command),
         Command::AllowPrefix(args) => amend::allow_prefix(&args),

@@ -58,6 +58,7 @@ With the daemon (`sudo systemctl start guard`, or `sudo guard daemon`):
 
 Exit status: 0 when the command ran (whatever the decision), 2 on a policy or usage error;
 `guard run` exits with the status of the command it ran; `guard authz check` exits 1 on deny;
+`guard hook claude-code` exits 1 on input it cannot read (Claude Code goes on without it);
 the daemon's clients exit 3 when the daemon refuses the request, 4 when no daemon answers.";
 
 /// `guard --version`: the release and the commit it was built from.

@@ -39,10 +39,17 @@ fn commit() {
     };
     let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=GUARD_COMMIT={commit}");
-    if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
-        let dir = std::path::Path::new(&dir);
-        for file in ["HEAD", "refs/heads", "packed-refs"] {
-            println!("cargo:rerun-if-changed={}", dir.join(file).display());
+    // HEAD, the checked-out branch's own ref (not every branch's: another checkout's commit must
+    // not rebuild this one) and packed-refs. `--git-path` names each where git keeps it: in a
+    // linked worktree HEAD is the worktree's and the refs the main checkout's (a path that does
+    // not exist reruns this on every build, so only those that exist are named: packed-refs
+    // often does not, and packing refs removes the branch's file, which reruns it).
+    let branch = git(&["symbolic-ref", "-q", "HEAD"]);
+    for file in ["HEAD", "packed-refs"].into_iter().chain(branch.as_deref()) {
+        if let Some(path) = git(&["rev-parse", "--path-format=absolute", "--git-path", file])
+            && std::path::Path::new(&path).exists()
+        {
+            println!("cargo:rerun-if-changed={path}");
         }
     }
 }

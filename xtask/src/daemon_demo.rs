@@ -1,8 +1,10 @@
 //! The end of `cargo xtask run`: the same embedded default policy held by a `guard daemon`, a
 //! command whose prompted exec is held while it asks, the ask listed and approved once, and the
-//! held command going on. Everything lives
-//! in a temporary folder (state, socket, pins on a private bpffs, a cgroup of its own), and is
-//! stopped, released and removed at the end whatever happened.
+//! held command going on. Everything lives in a temporary folder (state, socket, pins on a
+//! private bpffs, a cgroup of its own), so nothing a real daemon on the host uses is touched;
+//! at the end, whatever happened, the daemon is stopped, its pinned programs released, the bpffs
+//! unmounted, its cgroups and the folder removed, and the demo says so (and fails if anything is
+//! left).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -19,7 +21,11 @@ struct Demo {
     socket: PathBuf,
     pins: PathBuf,
     run_cgroup: String,
+    /// Whether `pins` is a bpffs mounted by the demo (to release and unmount).
+    mounted: bool,
     daemon: Option<Child>,
+    /// Set once `release` ran: `Drop` releases only what an early return left.
+    released: bool,
 }
 
 impl Demo {
@@ -43,30 +49,139 @@ impl Demo {
     }
 }
 
-impl Drop for Demo {
-    fn drop(&mut self) {
+impl Demo {
+    /// Stops the daemon and releases everything the demo loaded or made, in that order (pins
+    /// go once no daemon can pin again; the bpffs once its pins are gone; cgroups once their
+    /// processes are). Returns what it did and, separately, what is still there.
+    fn release(&mut self) -> (Vec<String>, Vec<String>) {
+        self.released = true;
+        let mut done = Vec::new();
         if let Some(mut daemon) = self.daemon.take() {
+            let pid = daemon.id();
             // SAFETY: signalling our own child.
-            unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
-            let _ = daemon.wait();
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            // It stops within a second on SIGTERM; past 10 s it is killed.
+            match wait_bounded(&mut daemon, Duration::from_secs(10)) {
+                Ok(status) => done.push(format!("stopped guard daemon (pid {pid}): {status}")),
+                Err(_) => done.push(format!("killed guard daemon (pid {pid}): no stop in 10 s")),
+            }
         }
-        let _ = Command::new(&self.guard)
-            .args(["release", "--pin-dir"])
-            .arg(self.pins.join("guard"))
-            .stdout(Stdio::null())
-            .status();
-        let _ = Command::new("umount").arg(&self.pins).status();
+        if self.mounted {
+            let pin_dir = self.pins.join("guard");
+            // The demo daemon's pins only: `--pin-dir` names its private folder, and its socket
+            // is asked (it is stopped) so a daemon of the host is never the one released.
+            let released = Command::new(&self.guard)
+                .args(["release", "--pin-dir"])
+                .arg(&pin_dir)
+                .arg("--socket")
+                .arg(&self.socket)
+                .stderr(Stdio::inherit())
+                .output();
+            match released {
+                Ok(out) => done.extend(
+                    String::from_utf8_lossy(&out.stdout)
+                        .lines()
+                        .map(|line| format!("guard release: {line}")),
+                ),
+                Err(err) => done.push(format!("guard release did not run: {err}")),
+            }
+            if Command::new("umount")
+                .arg(&self.pins)
+                .status()
+                .is_ok_and(|s| s.success())
+            {
+                self.mounted = false;
+                done.push(format!(
+                    "unmounted the demo's bpffs at {}",
+                    self.pins.display()
+                ));
+            }
+        }
         if let Some(root) = cgroup2_root() {
             let parent = root.join(&self.run_cgroup);
-            if let Ok(entries) = std::fs::read_dir(&parent) {
-                for entry in entries.filter_map(Result::ok) {
-                    let _ = std::fs::remove_dir(entry.path());
+            if parent.exists() {
+                let scopes = remove_cgroup_tree(&parent);
+                if !parent.exists() {
+                    done.push(format!(
+                        "removed the cgroup {} and its {scopes} run scope(s)",
+                        parent.display()
+                    ));
                 }
             }
-            let _ = std::fs::remove_dir(parent);
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if std::fs::remove_dir_all(&self.dir).is_ok() {
+            done.push(format!("removed {}", self.dir.display()));
+        }
+        (done, self.left_behind())
     }
+
+    /// What of the demo is still on the machine: the daemon's pins or their bpffs, its cgroup,
+    /// its folder.
+    fn left_behind(&self) -> Vec<String> {
+        let mut left = Vec::new();
+        if mounted_at(&self.pins) {
+            left.push(format!("a bpffs mounted at {}", self.pins.display()));
+        }
+        if let Some(root) = cgroup2_root() {
+            let parent = root.join(&self.run_cgroup);
+            if parent.exists() {
+                left.push(format!("the cgroup {}", parent.display()));
+            }
+        }
+        if self.dir.exists() {
+            left.push(format!("the folder {}", self.dir.display()));
+        }
+        left
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        // An early return (an error): release all the same, and say what.
+        let (done, left) = self.release();
+        for line in done {
+            println!("released: {line}");
+        }
+        for thing in left {
+            eprintln!("left behind: {thing}");
+        }
+    }
+}
+
+/// Removes the cgroup at `path` and the cgroups below it (deepest first, at most 4 levels: the
+/// daemon makes one); the number of cgroups removed below it.
+fn remove_cgroup_tree(path: &Path) -> usize {
+    fn remove(path: &Path, depth: usize) -> usize {
+        let mut removed = 0;
+        if depth < 4
+            && let Ok(entries) = std::fs::read_dir(path)
+        {
+            for entry in entries.filter_map(Result::ok) {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    removed += remove(&entry.path(), depth + 1);
+                    if std::fs::remove_dir(entry.path()).is_ok() {
+                        removed += 1;
+                    }
+                }
+            }
+        }
+        removed
+    }
+    let removed = remove(path, 0);
+    let _ = std::fs::remove_dir(path);
+    removed
+}
+
+/// Whether a file system is mounted at `path` (/proc/self/mountinfo).
+fn mounted_at(path: &Path) -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|mounts| {
+        mounts
+            .lines()
+            .any(|line| line.split_whitespace().nth(4) == Some(&*path.to_string_lossy()))
+    })
 }
 
 /// The id of the first ask the daemon lists, once there is one (at most 30 s); an error when
@@ -124,7 +239,9 @@ pub fn run(guard: &Path) -> Result<i32> {
         pins: dir.join("bpffs"),
         run_cgroup: format!("guard-demo-{}", std::process::id()),
         dir,
+        mounted: false,
         daemon: None,
+        released: false,
     };
     std::fs::create_dir_all(&demo.pins)?;
     let mounted = Command::new("mount")
@@ -134,6 +251,7 @@ pub fn run(guard: &Path) -> Result<i32> {
     if !mounted.success() {
         bail!("mount -t bpf failed (the daemon demo needs root)");
     }
+    demo.mounted = true;
     let config = demo.dir.join("guard.toml");
     std::fs::write(
         &config,
@@ -200,5 +318,15 @@ pub fn run(guard: &Path) -> Result<i32> {
     demo.guard(&[
         "audit", "--type", "decision", "--type", "ask", "--type", "approval",
     ])?;
+    println!();
+    println!("=== the demo releases what it loaded");
+    let (done, left) = demo.release();
+    for line in done {
+        println!("{line}");
+    }
+    if !left.is_empty() {
+        bail!("the demo left behind: {}", left.join("; "));
+    }
+    println!("nothing of the demo is left: no pins, no bpffs, no cgroup, no folder");
     Ok(0)
 }

@@ -19,9 +19,9 @@ use anyhow::{Context, Result, bail};
 use crate::cmd;
 
 /// The subcommands that get a page of their own.
-const MAN_PAGES: [&str; 12] = [
-    "check", "policy", "run", "doctor", "daemon", "prompts", "approve", "deny", "reload", "status",
-    "audit", "replay",
+const MAN_PAGES: [&str; 13] = [
+    "check", "hook", "policy", "run", "doctor", "daemon", "prompts", "approve", "deny", "reload",
+    "status", "audit", "replay",
 ];
 
 pub fn build() -> Result<PathBuf> {

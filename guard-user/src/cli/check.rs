@@ -92,8 +92,9 @@ impl TransportArg {
     }
 }
 
+/// The decision for a command no rule matches, as `--fallback` names it (also `guard hook`'s).
 #[derive(Clone, Copy, Debug, ValueEnum)]
-enum FallbackArg {
+pub(super) enum FallbackArg {
     Allow,
     Prompt,
     Forbidden,
@@ -101,7 +102,7 @@ enum FallbackArg {
 }
 
 impl FallbackArg {
-    fn decide(self, cmd: &[String]) -> Decision {
+    pub(super) fn decide(self, cmd: &[String]) -> Decision {
         match self {
             FallbackArg::Allow => Decision::Allow,
             FallbackArg::Prompt => Decision::Prompt,
@@ -112,9 +113,9 @@ impl FallbackArg {
 }
 
 /// One evaluated command and the matches it got.
-struct CommandResult {
-    command: Vec<String>,
-    matches: Vec<RuleMatch>,
+pub(super) struct CommandResult {
+    pub(super) command: Vec<String>,
+    pub(super) matches: Vec<RuleMatch>,
 }
 
 pub fn run(args: &CheckArgs) -> ExitCode {
@@ -203,6 +204,17 @@ fn evaluate(policy: &Policy, args: &CheckArgs, commands: Vec<Vec<String>>) -> Ve
     let options = MatchOptions {
         resolve_host_executables: args.resolve_host_executables,
     };
+    evaluate_commands(policy, fallback, options, commands)
+}
+
+/// Each command's matches (a shell script's parts are evaluated one by one), with `fallback`
+/// deciding a command no rule matches.
+pub(super) fn evaluate_commands(
+    policy: &Policy,
+    fallback: Option<Fallback<'_>>,
+    options: MatchOptions,
+    commands: Vec<Vec<String>>,
+) -> Vec<CommandResult> {
     commands
         .into_iter()
         .map(|command| CommandResult {

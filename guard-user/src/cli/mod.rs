@@ -9,6 +9,7 @@ mod control;
 mod daemon;
 mod doctor;
 pub mod execpolicy;
+mod hook;
 mod inherited_fds;
 mod legacy;
 mod logging;
@@ -43,6 +44,7 @@ const AFTER_HELP: &str = "Examples:
   sudo guard run --rules my.rules -- make deploy
   sudo guard doctor
   guard policy validate ~/.config/guard/rules
+  guard hook claude-code --rules my.rules < call.json   # a Claude Code PreToolUse hook
   guard allow-prefix --rules-file ~/.config/guard/rules/default.rules -- cargo test
   guard allow-host api.github.com --protocol https --rules-file ~/.config/guard/rules/default.rules
 
@@ -58,6 +60,7 @@ With the daemon (`sudo systemctl start guard`, or `sudo guard daemon`):
 
 Exit status: 0 when the command ran (whatever the decision), 2 on a policy or usage error;
 `guard run` exits with the status of the command it ran; `guard authz check` exits 1 on deny;
+`guard hook claude-code` exits 1 on input it cannot read (Claude Code goes on without it);
 the daemon's clients exit 3 when the daemon refuses the request, 4 when no daemon answers.";
 
 /// `guard --version`: the release and the commit it was built from.
@@ -89,6 +92,9 @@ enum Command {
     /// The Codex CLI's `execpolicy check`: its arguments, JSON, errors and exit codes.
     #[command(subcommand)]
     Execpolicy(execpolicy::ExecPolicyCommand),
+    /// Agent hooks: decide an agent's proposed commands with the policy before they run.
+    #[command(subcommand)]
+    Hook(hook::HookCommand),
     /// Validate, show and classify policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
@@ -198,6 +204,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Check(args) => check::run(&args),
         Command::Execpolicy(command) => execpolicy::run(command),
+        Command::Hook(command) => hook::run(command),
         Command::Policy(command) => policy::run(command),
         Command::Authz(command) => authz::run(command),
         Command::AllowPrefix(args) => amend::allow_prefix(&args),

@@ -298,6 +298,9 @@ impl Enforcer {
                 }
             }
         }
+        // By name: aya keeps its programs in a hash map, and a scrape should read the same way
+        // each time.
+        out.sort_by(|a, b| a.name.cmp(&b.name));
         out
     }
 

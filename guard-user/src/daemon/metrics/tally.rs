@@ -16,7 +16,7 @@ pub struct Tally {
     /// Kernel events read: `(kind, decision, scope)` → count.
     pub decisions: BTreeMap<(&'static str, &'static str, &'static str), u64>,
     /// Of those, calls refused (a `prompt` or `forbidden` decision that was enforced, not
-    /// audit-only): `(kind, scope)` → count.
+    /// audit-only, and not a call held for its answer): `(kind, scope)` → count.
     pub refusals: BTreeMap<(&'static str, &'static str), u64>,
     /// Asks raised (a repeat folded into a pending ask is not a new one).
     pub asks_raised: u64,
@@ -37,14 +37,15 @@ pub const ASK_ENDINGS: [&str; 6] = [
 ];
 
 impl Tally {
-    /// One kernel event the daemon took, from a scope of kind `scope`.
-    pub fn event(&mut self, event: &KernelEvent, scope: &'static str) {
+    /// One kernel event the daemon took, from a scope of kind `scope`. `held`: the call waits
+    /// in its syscall for the ask's answer (a run's hold), so it is not (yet) a refusal.
+    pub fn event(&mut self, event: &KernelEvent, scope: &'static str, held: bool) {
         let kind = event.kind.as_str();
         *self
             .decisions
             .entry((kind, event.decision.as_str(), scope))
             .or_default() += 1;
-        if event.decision != guard_common::Decision::Allow && !event.audit_only {
+        if event.decision != guard_common::Decision::Allow && !event.audit_only && !held {
             *self.refusals.entry((kind, scope)).or_default() += 1;
         }
     }

@@ -639,7 +639,7 @@ impl Daemon {
         };
         let (sandbox_line, sandbox_details) = sandbox.unzip();
         let scope = self.scopes.label_of(event.cgroup_id);
-        self.tally.event(&event, scope);
+        self.tally.event(&event, scope, held);
         let answered = self.answered_names(&event);
         let Described {
             mut message,

@@ -34,7 +34,7 @@ const KERNEL_DECISIONS: [(&str, &str, &str); 12] = [
 
 /// The kernel's other counters, each a metric of its own: `(counter, metric, help)`. The
 /// `*_failed_open` ones are `guard_failed_open_total{hook}` (from `failed_open`).
-const KERNEL_OTHERS: [(&str, &str, &str); 6] = [
+const KERNEL_OTHERS: [(&str, &str, &str); 7] = [
     (
         "audit_only",
         "guard_kernel_audit_only",
@@ -49,6 +49,12 @@ const KERNEL_OTHERS: [(&str, &str, &str); 6] = [
         "events_lost",
         "guard_events_lost",
         "Events lost because the ring buffer was full (the decisions still held).",
+    ),
+    (
+        "events_over_budget",
+        "guard_events_over_budget",
+        "Events a scope made past its share of the ring buffer in a second (lost; the decisions \
+         still held).",
     ),
     (
         "argv_unreadable",
@@ -405,6 +411,9 @@ pub(crate) mod tests {
                     cgroup: "/sys/fs/cgroup/guard-daemon".into(),
                     cgroup_id: 7,
                     streaming: false,
+                    asks_pending: 0,
+                    events_submitted: 0,
+                    events_lost: 0,
                 }],
                 rules: vec![],
                 unresolved_hosts: vec![],

@@ -400,8 +400,10 @@ struct SizeResult {
     image: String,
     /// Per round, from the kernel's BPF run-time statistics: [exec tracepoint ns per measured
     /// exec (every exec on the machine in that time counted against ours), its ns per run, the
-    /// connect4 hook's ns per connect].
-    bpf: Vec<[f64; 3]>,
+    /// connect4 hook's ns per connect], then what keeping the statistics costs, as elapsed time
+    /// per operation in the scope: [exec with them off, exec with them on, connect off, connect
+    /// on] (NaN when something else had them on).
+    bpf: Vec<[f64; 7]>,
 }
 
 /// Quiet time after a session starts and after it is dropped, before anything is measured: the
@@ -555,9 +557,10 @@ fn measure_in_session(
 }
 
 /// What guard's programs themselves cost per operation, from the kernel's run-time statistics
-/// (enabled only for this block, whose timings are not kept: the statistics add a clock read
-/// per program run). Leaves the worker in the scope.
-fn bpf_run_time(worker: &mut Worker, options: &Options, session: &mut Session) -> Result<[f64; 3]> {
+/// (enabled only for this block), and what keeping those statistics costs the operations: the
+/// block's timings against the same operations in the same scope with them off, just before
+/// and just after (their mean). Leaves the worker in the scope.
+fn bpf_run_time(worker: &mut Worker, options: &Options, session: &mut Session) -> Result<[f64; 7]> {
     let ids = session.program_ids();
     let id = |name: &str| {
         ids.iter()
@@ -581,14 +584,34 @@ fn bpf_run_time(worker: &mut Worker, options: &Options, session: &mut Session) -
     );
     let scope = session.scope().path();
     worker.join(&scope.join("cgroup.procs"), scope)?;
-    let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
+    // "Off" only when nothing else on the machine keeps them on (the sysctl says whether any
+    // holder has them on).
+    let stats_off = || {
+        std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").is_ok_and(|t| t.trim() == "0")
+    };
+    let off_before = stats_off();
+    let exec_off_1 = worker.measure(Op::Exec, exec_k)?.0;
+    let connect_off_1 = worker.measure(Op::Connect, connect_k)?.0;
+    let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .context("enabling BPF run-time statistics")?;
     let exec_before = read(exec_id)?;
-    worker.measure(Op::Exec, exec_k)?;
+    let exec_on = worker.measure(Op::Exec, exec_k)?.0;
     let exec_after = read(exec_id)?;
     let connect_before = read(connect_id)?;
-    worker.measure(Op::Connect, connect_k)?;
+    let connect_on = worker.measure(Op::Connect, connect_k)?.0;
     let connect_after = read(connect_id)?;
+    drop(stats);
+    let off_after = stats_off();
+    let connect_off_2 = worker.measure(Op::Connect, connect_k)?.0;
+    let exec_off_2 = worker.measure(Op::Exec, exec_k)?.0;
+    let (exec_off, connect_off) = if off_before && off_after {
+        (
+            (exec_off_1 + exec_off_2) / 2.0,
+            (connect_off_1 + connect_off_2) / 2.0,
+        )
+    } else {
+        (f64::NAN, f64::NAN)
+    };
     let exec_time = (exec_after.0 - exec_before.0) as f64;
     let exec_runs = (exec_after.1 - exec_before.1).max(1) as f64;
     let connect_runs = connect_after.1 - connect_before.1;
@@ -599,6 +622,10 @@ fn bpf_run_time(worker: &mut Worker, options: &Options, session: &mut Session) -
         exec_time / exec_k as f64,
         exec_time / exec_runs,
         (connect_after.0 - connect_before.0) as f64 / connect_k as f64,
+        exec_off,
+        exec_on,
+        connect_off,
+        connect_on,
     ])
 }
 
@@ -748,6 +775,25 @@ fn report(results: &[SizeResult], options: &Options, backend: Backend) -> Result
                 format_ns(ns),
                 100.0 * ns / unguarded(op)
             );
+        }
+    }
+    for (off, label) in [
+        (
+            3,
+            "exec in the scope with BPF stats on ÷ off (what keeping them costs)",
+        ),
+        (5, "connect in the scope with BPF stats on ÷ off"),
+    ] {
+        let _ = write!(table, "\n| {label} |");
+        for r in results {
+            let kept: Vec<&[f64; 7]> = r.bpf.iter().filter(|b| !b[off].is_nan()).collect();
+            if kept.is_empty() {
+                table.push_str(" (something else kept them on) |");
+                continue;
+            }
+            let on = median(&kept.iter().map(|b| b[off + 1]).collect::<Vec<_>>());
+            let off = median(&kept.iter().map(|b| b[off]).collect::<Vec<_>>());
+            let _ = write!(table, " ×{:.2} ({}) |", on / off, format_ns(on));
         }
     }
     table.push_str("\n| session start: compile + load + fill maps + scope (median) |");

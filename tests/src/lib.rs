@@ -2,5 +2,6 @@
 pub mod daemon;
 pub mod dns;
 pub mod kernel;
+pub mod prometheus;
 pub mod rsyslog;
 pub mod unit;

@@ -145,6 +145,19 @@ pub const ITEMS: &[Item] = &[
         },
     },
     Item {
+        // tests/tests/daemon_metrics.rs has a private Prometheus server (its own config, port and
+        // storage in a temporary folder) scrape the daemon's /metrics; only the program is
+        // needed, never the system service.
+        name: "prometheus (a private server scrapes the daemon's metrics)",
+        need: Need::Test,
+        present: prometheus_present,
+        fix: Fix::AptNoServices {
+            package: "prometheus",
+            daemon: "prometheus",
+            unit: "prometheus.service",
+        },
+    },
+    Item {
         // tests/tests/run_fds.rs starts a tmux server outside a scope and shows that a command
         // inside cannot have it run anything (its socket is on guard's built-in refused list).
         name: "tmux (a server outside the scope, for the unix socket tests)",
@@ -382,6 +395,11 @@ fn c_compiler_present() -> bool {
 /// `rsyslogd` on `PATH`, or in `/usr/sbin` (which a user's `PATH` may leave out).
 fn rsyslogd_present() -> bool {
     find_on_path("rsyslogd").is_some() || is_executable(Path::new("/usr/sbin/rsyslogd"))
+}
+
+/// `prometheus` on `PATH`, or in `/usr/bin` (Debian's package puts it there).
+fn prometheus_present() -> bool {
+    find_on_path("prometheus").is_some() || is_executable(Path::new("/usr/bin/prometheus"))
 }
 
 /// Debian's hook for "may this service start now?": invoke-rc.d and deb-systemd-invoke, which

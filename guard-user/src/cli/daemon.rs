@@ -15,7 +15,8 @@ use crate::daemon::config::{Config, DEFAULT_CONFIG};
 <state-dir>/rules/default.rules, then the --overlay paths), holds it in the kernel for its scopes \
 (the host with `scope.host = true`, the cgroups in `scope.cgroups`, and every `guard run` it \
 starts), and answers on the control socket. Flags override the config file; every key of the \
-file and its default is in packaging/guard.toml.
+file and its default is in packaging/guard.toml. With `[metrics] listen = \"IP:PORT\"` (or
+--metrics) it serves Prometheus metrics at http://IP:PORT/metrics (docs/daemon.md, \"Metrics\").
 
 Signals: SIGHUP re-reads the policy (a policy that fails to load keeps the old one); SIGTERM
 stops the daemon within a second. The programs stay pinned in the kernel after it stops, so
@@ -24,6 +25,7 @@ enforcement goes on until the next daemon takes over; `guard release` detaches t
 Examples:
   sudo guard daemon                                   # /etc/guard/guard.toml, or the defaults
   sudo guard daemon --rules /etc/guard/rules --socket /run/guard/guard.sock
+  sudo guard daemon --metrics 127.0.0.1:9477          # then: curl -s 127.0.0.1:9477/metrics
   sudo systemctl enable --now guard                   # packaging/guard.service"
 )]
 pub struct DaemonArgs {
@@ -51,6 +53,10 @@ pub struct DaemonArgs {
     /// Resolve host names with this DNS server (IP:PORT) instead of the system's.
     #[arg(long, value_name = "IP:PORT")]
     nameserver: Option<SocketAddr>,
+    /// Serve Prometheus metrics at http://IP:PORT/metrics (replaces the config's
+    /// `[metrics] listen`; no authentication: use loopback or a management interface).
+    #[arg(long, value_name = "IP:PORT")]
+    metrics: Option<SocketAddr>,
 }
 
 /// The config file and the flags over it.
@@ -80,6 +86,9 @@ fn config_from(args: &DaemonArgs) -> anyhow::Result<Config> {
     }
     if args.nameserver.is_some() {
         config.nameserver = args.nameserver;
+    }
+    if args.metrics.is_some() {
+        config.metrics.listen = args.metrics;
     }
     config.validate()?;
     Ok(config)

@@ -27,7 +27,7 @@ use crate::audit::record::{
 use crate::audit::writer::{AuditWriter, WriterConfig};
 use crate::authz::{Attributes, AuthzPolicy, Request as AuthzRequest, Subject};
 use crate::compile::image::EnforcementImage;
-use crate::kernel::events::{Action, EventKind, KernelEvent};
+use crate::kernel::events::{Action, KernelEvent};
 use crate::session::destination_host;
 
 /// Who may read which records: the authorization policy's `audit` action on entity `audit`,
@@ -432,18 +432,7 @@ impl AuditTrail {
         let mut record = base(RecordType::Decision, &user);
         record.time = crate::asks::timestamp(event.time);
         record.decision = Some(event.decision.as_str().to_string());
-        record.event = Some(
-            match event.kind {
-                EventKind::Exec => "exec",
-                EventKind::Connect => "connect",
-                EventKind::Sendmsg => "sendmsg",
-                EventKind::Read => "read",
-                EventKind::Write => "write",
-                EventKind::Socket => "socket",
-                EventKind::Unix => "unix",
-            }
-            .to_string(),
-        );
+        record.event = Some(event.kind.as_str().to_string());
         record.action = Some(
             match event.action {
                 Action::None => "none",

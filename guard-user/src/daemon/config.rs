@@ -53,6 +53,8 @@ pub struct Config {
     pub asks: AskConfig,
     /// The write confinement of every `guard run` under the daemon (`[sandbox]`).
     pub sandbox: SandboxSection,
+    /// Prometheus metrics over HTTP (`[metrics]`); off unless `listen` is set.
+    pub metrics: MetricsSection,
     /// Extra attributes for the authorization policy, per user name:
     /// `[users.alice] email = "alice@example.com"` and `attrs = { team = ["infra"] }`.
     pub users: BTreeMap<String, UserConfig>,
@@ -198,6 +200,15 @@ impl Default for ResolverSection {
     }
 }
 
+/// `[metrics]`: the daemon's Prometheus metrics (text exposition at `http://LISTEN/metrics`,
+/// no authentication: listen on loopback or a management interface).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsSection {
+    /// `IP:PORT` to serve `/metrics` on; unset: no metrics listener.
+    pub listen: Option<SocketAddr>,
+}
+
 /// `[sandbox]`: the sandbox mode each `guard run` under the daemon holds for its command
 /// (`guard run --sandbox`'s modes); empty: the rules' `sandbox(...)`, else none.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -257,6 +268,7 @@ impl Default for Config {
             scope: ScopeConfig::default(),
             asks: AskConfig::default(),
             sandbox: SandboxSection::default(),
+            metrics: MetricsSection::default(),
             users: BTreeMap::new(),
             file: None,
         }

@@ -12,6 +12,7 @@
 pub mod audit;
 pub mod client;
 pub mod config;
+pub mod metrics;
 pub mod peer;
 pub mod protocol;
 pub mod responses;

@@ -109,7 +109,15 @@ pub struct Scopes {
     runs_parent: PathBuf,
     next_run: u64,
     run_prefix: String,
+    /// The cgroups below the configured ones, by id (see [`Scopes::label_of`]), and when the
+    /// map was last made.
+    below: (BTreeMap<u64, &'static str>, Option<std::time::Instant>),
 }
+
+/// The most cgroups below the configured scopes that [`Scopes::label_of`] looks through.
+const BELOW_LIMIT: usize = 4096;
+/// How often at most the folders below the configured scopes are looked through again.
+const BELOW_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Scopes {
     /// `parent_name`: the run scopes' parent under the cgroup2 root (created if missing).
@@ -126,6 +134,7 @@ impl Scopes {
             runs_parent,
             next_run: 1,
             run_prefix: format!("run-{started}-{}", std::process::id()),
+            below: (BTreeMap::new(), None),
         })
     }
 
@@ -152,6 +161,69 @@ impl Scopes {
             }
         }
         Membership::None
+    }
+
+    /// The kind of scope a kernel event from cgroup `id` came from, for the metrics' `scope`
+    /// label: `host`, `cgroup`, `run`, or `unknown` (a bounded set). A scope's own cgroup is
+    /// known by its id; one below a configured cgroup (or the runs' parent) is found by looking
+    /// through their folders, at most once a second and [`BELOW_LIMIT`] folders deep; any other
+    /// cgroup is only in the host-wide scope.
+    pub fn label_of(&mut self, id: u64) -> &'static str {
+        if let Some(scope) = self.by_id.get(&id) {
+            return scope_label(&scope.kind);
+        }
+        if let Some(label) = self.below.0.get(&id) {
+            return label;
+        }
+        let stale = self.below.1.is_none_or(|at| at.elapsed() >= BELOW_REFRESH);
+        let nested = self
+            .by_id
+            .values()
+            .any(|s| matches!(s.kind, ScopeKind::Cgroup | ScopeKind::Runs));
+        if stale && nested {
+            self.below = (self.folders_below(), Some(std::time::Instant::now()));
+            if let Some(label) = self.below.0.get(&id) {
+                return label;
+            }
+        }
+        if self
+            .by_id
+            .values()
+            .any(|s| matches!(s.kind, ScopeKind::Host))
+        {
+            "host"
+        } else {
+            "unknown"
+        }
+    }
+
+    /// Every cgroup below a configured cgroup or the runs' parent, by id, with its label.
+    fn folders_below(&self) -> BTreeMap<u64, &'static str> {
+        use std::os::unix::fs::MetadataExt;
+        let mut found = BTreeMap::new();
+        let mut todo: Vec<(PathBuf, &'static str)> = self
+            .by_id
+            .values()
+            .filter(|s| matches!(s.kind, ScopeKind::Cgroup | ScopeKind::Runs))
+            .map(|s| (s.path.clone(), scope_label(&s.kind)))
+            .collect();
+        while let Some((folder, label)) = todo.pop() {
+            let Ok(entries) = std::fs::read_dir(&folder) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                if found.len() >= BELOW_LIMIT {
+                    return found;
+                }
+                if let Ok(meta) = entry.metadata()
+                    && meta.is_dir()
+                {
+                    found.insert(meta.ino(), label);
+                    todo.push((entry.path(), label));
+                }
+            }
+        }
+        found
     }
 
     pub fn runs_parent(&self) -> &Path {
@@ -225,6 +297,15 @@ impl Scopes {
             }
         }
         finished
+    }
+}
+
+/// A scope kind as the metrics' `scope` label: a run and the runs' parent are both `run`.
+fn scope_label(kind: &ScopeKind) -> &'static str {
+    match kind {
+        ScopeKind::Host => "host",
+        ScopeKind::Cgroup => "cgroup",
+        ScopeKind::Runs | ScopeKind::Run { .. } => "run",
     }
 }
 

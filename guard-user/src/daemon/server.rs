@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::audit::HistoryRead;
 use super::config::Config;
+use super::metrics::http::ReadingRequest;
 use super::peer::PeerCredentials;
 use super::protocol::{
     ErrorCode, MAX_REQUEST_BYTES, PROTOCOL_VERSION, Request, RequestLine, ResponseLine, is_flush,
@@ -72,6 +73,33 @@ async fn next_held_scope(scopes: &mut Option<mpsc::UnboundedReceiver<u64>>) -> O
     }
 }
 
+/// The next scrape's request for a reading; never, without a metrics listener.
+async fn next_reading_request(
+    requests: &mut Option<mpsc::Receiver<ReadingRequest>>,
+) -> Option<ReadingRequest> {
+    match requests {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Binds `[metrics] listen` and serves `/metrics` there; the receiver takes its requests for a
+/// reading.
+async fn serve_metrics(address: std::net::SocketAddr) -> Result<mpsc::Receiver<ReadingRequest>> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| {
+            format!(
+                "[metrics] listen = \"{address}\": cannot listen there (in use, or not an address \
+             of this host); choose another IP:PORT or remove the key"
+            )
+        })?;
+    let (tx, rx) = mpsc::channel(4);
+    tokio::spawn(super::metrics::http::serve(listener, tx));
+    tracing::info!("serving metrics on http://{address}/metrics");
+    Ok(rx)
+}
+
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn serve(config: Config) -> Result<()> {
     // Before anything else: a second daemon must not take over the first one's pins.
@@ -89,6 +117,10 @@ pub async fn serve(config: Config) -> Result<()> {
     let socket_path = daemon.config.socket.clone();
     let (tx, mut rx) = mpsc::channel::<Command>(64);
     tokio::spawn(accept_loop(listener, tx));
+    let mut readings = match daemon.config.metrics.listen {
+        Some(address) => Some(serve_metrics(address).await?),
+        None => None,
+    };
 
     // A duplicate of the ring buffer's fd for the runtime to poll: the daemon keeps the reader.
     // SAFETY: the fd is the daemon's ring buffer, open for the daemon's lifetime.
@@ -142,6 +174,9 @@ pub async fn serve(config: Config) -> Result<()> {
             }
             // A held call waits in its syscall: before kernel events, after requests.
             Some(scope) = next_held_scope(&mut held_calls) => daemon.on_held(scope),
+            Some(reply) = next_reading_request(&mut readings) => {
+                let _ = reply.send(daemon.metrics());
+            }
             ready = ring.readable() => {
                 // A bounded batch, so requests get their turn under a flood of events; the
                 // readiness is cleared only when the buffer is empty.

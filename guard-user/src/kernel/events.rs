@@ -29,6 +29,19 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// Its name in records and metrics (the JSON spelling).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Exec => "exec",
+            EventKind::Connect => "connect",
+            EventKind::Sendmsg => "sendmsg",
+            EventKind::Read => "read",
+            EventKind::Write => "write",
+            EventKind::Socket => "socket",
+            EventKind::Unix => "unix",
+        }
+    }
+
     /// A file event: the subject is a path, not a command or a destination.
     pub fn is_file(self) -> bool {
         matches!(self, EventKind::Read | EventKind::Write)

@@ -112,6 +112,24 @@ where
 }
 
 /// guard's programs, loaded and attached, and the maps they decide from.
+/// One program's run statistics ([`Enforcer::program_run_stats`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProgramRunStats {
+    /// The program's name in guard's object (its function name).
+    pub name: String,
+    pub run_time: std::time::Duration,
+    pub run_count: u64,
+}
+
+/// Whether the kernel keeps BPF programs' run time and count (`kernel.bpf_stats_enabled`, on
+/// while the sysctl is 1 or any process holds a `BPF_ENABLE_STATS` fd); `None` when the sysctl
+/// cannot be read (e.g. under the unit's `ProcSubset=pid`).
+pub fn bpf_stats_enabled() -> Option<bool> {
+    std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
+        .ok()
+        .map(|text| text.trim() != "0")
+}
+
 pub struct Enforcer {
     ebpf: Ebpf,
     backend: Backend,
@@ -249,6 +267,41 @@ impl Enforcer {
             .as_ref()
             .map(super::unix_hooks::UnixHooks::ids)
             .unwrap_or_default()
+    }
+
+    /// Each loaded program's accumulated run time and run count, as the kernel keeps them in
+    /// its program info while BPF statistics are on ([`bpf_stats_enabled`]); while they are off
+    /// both stay where they were (0 if they were never on).
+    pub fn program_run_stats(&self) -> Vec<ProgramRunStats> {
+        let mut out: Vec<ProgramRunStats> = self
+            .ebpf
+            .programs()
+            .filter_map(|(name, program)| {
+                let info = program.info().ok()?;
+                Some(ProgramRunStats {
+                    name: name.to_string(),
+                    run_time: info.run_time(),
+                    run_count: info.run_count(),
+                })
+            })
+            .collect();
+        let raw = self.raw_program_ids();
+        if !raw.is_empty() {
+            // Loaded outside aya (kernel::unix_hooks): found by id among the host's programs.
+            for info in aya::programs::loaded_programs().flatten() {
+                if let Some((name, _)) = raw.iter().find(|(_, id)| *id == info.id()) {
+                    out.push(ProgramRunStats {
+                        name: name.clone(),
+                        run_time: info.run_time(),
+                        run_count: info.run_count(),
+                    });
+                }
+            }
+        }
+        // By name: aya keeps its programs in a hash map, and a scrape should read the same way
+        // each time.
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
     }
 
     /// Whether this kernel has the unix socket hooks (6.7+): without them no connect or send

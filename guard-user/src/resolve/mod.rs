@@ -30,6 +30,7 @@ pub mod names;
 pub mod peer;
 mod serve;
 pub mod stand_ins;
+pub mod stats;
 pub mod thread;
 pub mod upstream;
 
@@ -194,6 +195,7 @@ pub struct ResolverConfig {
 /// port for all four. Dropping it stops every listener.
 pub struct Resolver {
     port: u16,
+    stats: Arc<stats::ResolverStats>,
     /// Aborted when dropped.
     _tasks: JoinSet<()>,
 }
@@ -248,6 +250,7 @@ impl Resolver {
         let (udp, tcp) = bind_loopback().await?;
         let port = udp[0].local_addr()?.port();
         let shared = Arc::new(serve::Shared::new(config, names, events));
+        let stats = shared.stats.clone();
         let mut tasks = JoinSet::new();
         for socket in udp {
             tasks.spawn(serve::udp(Arc::new(socket), shared.clone()));
@@ -257,6 +260,7 @@ impl Resolver {
         }
         Ok(Resolver {
             port,
+            stats,
             _tasks: tasks,
         })
     }
@@ -264,6 +268,11 @@ impl Resolver {
     /// The port it listens on (127.0.0.1 and ::1, UDP and TCP).
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Its queries by outcome and their latency so far.
+    pub fn stats(&self) -> stats::ResolverSnapshot {
+        self.stats.snapshot()
     }
 }
 

@@ -14,6 +14,7 @@ use tokio::time::timeout;
 use super::cache::AnswerCache;
 use super::names::{NameDecision, NamePolicy};
 use super::stand_ins::StandIns;
+use super::stats::{Outcome, ResolverStats};
 use super::{
     ANSWER_WAIT, AnswerSource, Answered, RefusedName, ResolverConfig, ResolverEvent, peer, upstream,
 };
@@ -31,6 +32,8 @@ pub struct Shared {
     cache: Mutex<AnswerCache>,
     stand_ins: Mutex<StandIns>,
     in_flight: Arc<Semaphore>,
+    /// Queries by outcome and their latency (the daemon's metrics read them).
+    pub stats: Arc<ResolverStats>,
 }
 
 impl Shared {
@@ -46,6 +49,7 @@ impl Shared {
             cache: Mutex::new(AnswerCache::default()),
             stand_ins: Mutex::new(StandIns::default()),
             in_flight: Arc::new(Semaphore::new(IN_FLIGHT)),
+            stats: Arc::default(),
         }
     }
 }
@@ -60,6 +64,7 @@ pub async fn udp(socket: Arc<UdpSocket>, shared: Arc<Shared>) {
             continue;
         };
         let Ok(permit) = shared.in_flight.clone().try_acquire_owned() else {
+            shared.stats.count(Outcome::Dropped);
             continue;
         };
         let query = buffer[..n].to_vec();
@@ -129,8 +134,26 @@ async fn tcp_connection(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Sha
     }
 }
 
-/// The reply to one query from `asker` (`None`: not a query; nothing is sent back).
+/// The reply to one query from `asker` (`None`: not a query; nothing is sent back), counted
+/// and timed in the resolver's stats.
 async fn answer(shared: &Shared, bytes: &[u8], asker: peer::QuerySocket) -> Option<Vec<u8>> {
+    let started = Instant::now();
+    let mut outcome = Outcome::Malformed;
+    let reply = reply_to(shared, bytes, asker, &mut outcome).await;
+    match outcome {
+        Outcome::Malformed => shared.stats.count(outcome),
+        _ => shared.stats.answered(outcome, started.elapsed()),
+    }
+    reply
+}
+
+/// [`answer`]'s work; sets `outcome` to how the query was answered.
+async fn reply_to(
+    shared: &Shared,
+    bytes: &[u8],
+    asker: peer::QuerySocket,
+    outcome: &mut Outcome,
+) -> Option<Vec<u8>> {
     let tcp = asker.tcp;
     let query = Message::from_vec(bytes).ok()?;
     if query.metadata.message_type != MessageType::Query {
@@ -150,6 +173,7 @@ async fn answer(shared: &Shared, bytes: &[u8], asker: peer::QuerySocket) -> Opti
         .map(|names| names.decide(&name))
         .unwrap_or(NameDecision::Unknown);
     if let NameDecision::Refuse(rule) = &decision {
+        *outcome = Outcome::Refused;
         let refusal = shared.config.refusal;
         let process = process_of(asker).await;
         let _ = shared.events.send(ResolverEvent::Refused(RefusedName {
@@ -168,6 +192,7 @@ async fn answer(shared: &Shared, bytes: &[u8], asker: peer::QuerySocket) -> Opti
         return reply_code(&query, code);
     }
     if decision == NameDecision::Held {
+        *outcome = Outcome::StandIn;
         return stand_in_answer(shared, &query, name, asker).await;
     }
     let dnssec_ok = query.edns.as_ref().is_some_and(|e| e.flags().dnssec_ok);
@@ -179,6 +204,7 @@ async fn answer(shared: &Shared, bytes: &[u8], asker: peer::QuerySocket) -> Opti
     // A kept answer's addresses were put in force before it was first answered, and stay there
     // past its TTL (plus a grace period), so it goes back at once.
     if let Some(message) = cached {
+        *outcome = Outcome::Cached;
         return message
             .to_vec()
             .ok()
@@ -187,6 +213,7 @@ async fn answer(shared: &Shared, bytes: &[u8], asker: peer::QuerySocket) -> Opti
     // Who asked is looked up while upstream answers: the record of a name that left the host
     // names the process that sent it.
     let looked_up = spawn_process_of(asker);
+    *outcome = Outcome::Failed;
     let (bytes, message) = match upstream::exchange(shared.config.upstream, bytes, id, tcp).await {
         Ok(answer) => answer,
         Err(err) => {
@@ -211,6 +238,7 @@ async fn answer(shared: &Shared, bytes: &[u8], asker: peer::QuerySocket) -> Opti
     if !hand_over(shared, answered).await {
         return reply_code(&query, ResponseCode::ServFail);
     }
+    *outcome = Outcome::Forwarded;
     if let Ok(mut cache) = shared.cache.lock() {
         cache.put(&question, dnssec_ok, &message, ttl);
     }

@@ -70,6 +70,7 @@ impl Daemon {
         if let Some(resolved) = self.asks.resolve(id, state, Instant::now()) {
             self.notify_watchers(WatchEvent::Resolved { ask: resolved });
         }
+        self.tally.ask_ended(mode.as_str());
         self.audit.emit(answer_record(
             &ask,
             RecordType::Approval,
@@ -171,6 +172,8 @@ impl Daemon {
             self.notify_watchers(WatchEvent::Resolved { ask: resolved });
         }
         let mode = if always { "always" } else { "once" };
+        self.tally
+            .ask_ended(if always { "deny_always" } else { "deny" });
         self.audit.emit(answer_record(
             &ask,
             RecordType::Denial,

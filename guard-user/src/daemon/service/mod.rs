@@ -44,6 +44,7 @@ use crate::session::describe_event;
 
 mod answers;
 mod held;
+mod metrics;
 mod status;
 
 pub use held::WaitingCall;
@@ -68,6 +69,8 @@ pub struct Daemon {
     approvals: Approvals,
     watchers: Vec<UnboundedSender<String>>,
     audit: AuditTrail,
+    /// What the metrics count that only the daemon can label.
+    tally: crate::daemon::metrics::tally::Tally,
     started: Instant,
     generation: PathBuf,
     /// Why the last reload failed, until one succeeds.
@@ -235,6 +238,7 @@ impl Daemon {
             approvals: Approvals::default(),
             watchers: Vec::new(),
             audit,
+            tally: Default::default(),
             started: Instant::now(),
             generation: PathBuf::new(),
             last_reload_error: None,
@@ -534,6 +538,7 @@ impl Daemon {
         for ask in self.asks.expire(now) {
             let mut record = ask.origin.clone().unwrap_or_default();
             record.kind = RecordType::AskExpired;
+            self.tally.ask_ended("expired");
             record.time = String::new();
             record.ask = Some(ask.id);
             record
@@ -633,6 +638,8 @@ impl Daemon {
             None => None,
         };
         let (sandbox_line, sandbox_details) = sandbox.unzip();
+        let scope = self.scopes.label_of(event.cgroup_id);
+        self.tally.event(&event, scope, held);
         let answered = self.answered_names(&event);
         let Described {
             mut message,
@@ -673,7 +680,10 @@ impl Daemon {
             );
             ask_id = recorded.id();
             match recorded {
-                Recorded::New(id) => new_ask = Some(id),
+                Recorded::New(id) => {
+                    new_ask = Some(id);
+                    self.tally.asks_raised += 1;
+                }
                 Recorded::Full { pending } => {
                     message.push_str(&format!(
                         " (not asked: this scope has {pending} asks pending; answer those first)"
@@ -814,6 +824,7 @@ impl Daemon {
                             self.authz_source
                         )
                     };
+                self.tally.control_refused += 1;
                 self.audit.record(
                     RecordType::ControlRefused,
                     &subject.sub,

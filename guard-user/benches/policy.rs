@@ -329,7 +329,7 @@ fn peak_rss() {
             usage
         };
         println!(
-            "peak_rss: guard check over {size} prefix rules: {:.1} MiB",
+            "peak_rss: guard check over {size} prefix rules: at most {:.1} MiB",
             usage.ru_maxrss as f64 / 1024.0
         );
     }
@@ -337,8 +337,9 @@ fn peak_rss() {
 }
 
 fn benches(c: &mut Criterion) {
-    // First, while this process is small: a child's peak RSS includes its parent's at the
-    // spawn (the memory they share until the exec).
+    // First, while this process is smallest: a child's peak RSS includes its parent's at the
+    // spawn (the memory they share until the exec), so the figures are upper bounds; the
+    // 100-rule one shows how much of them is the parent's.
     peak_rss();
     let policies = policies();
     bench_parse(c, &policies);

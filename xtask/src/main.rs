@@ -88,7 +88,8 @@ enum Task {
         kernel_args: Vec<String>,
     },
     /// Setup, then the benchmarks: `cargo bench -p guard-user --bench policy` (criterion: parse
-    /// and check times), then `cargo bench -p guard-tests --bench enforcement` (what kernel
+    /// and check times, the check ratio of 100 000 rules ÷ 100, and `guard check`'s peak
+    /// RSS), then `cargo bench -p guard-tests --bench enforcement` (what kernel
     /// enforcement costs fork+exec, a loopback connect and getppid with 10 to 100 000 rules;
     /// needs root, else it says why and is skipped; results also in
     /// target/bench/enforcement.json), then `cargo bench -p guard-tests --bench resolver`

@@ -74,14 +74,11 @@ impl Policy {
         fallback: Option<Fallback<'_>>,
         options: MatchOptions,
     ) -> Vec<RuleMatch> {
-        let mut matches: Vec<RuleMatch> = match cmd.first() {
-            Some(program) => self
-                .rules_for_program(program)
-                .iter()
-                .filter_map(|rule| rule.matches(cmd))
-                .collect(),
-            None => Vec::new(),
-        };
+        let mut matches: Vec<RuleMatch> = self
+            .candidate_rules(cmd)
+            .into_iter()
+            .filter_map(|rule| rule.matches(cmd))
+            .collect();
         if matches.is_empty() && options.resolve_host_executables {
             matches = self.matches_through_host_executable(cmd);
         }
@@ -155,8 +152,7 @@ impl Policy {
         let Some(name) = executable_name(&path) else {
             return Vec::new();
         };
-        let rules = self.rules_for_program(name);
-        if rules.is_empty() {
+        if !self.has_rules_for_program(name) {
             return Vec::new();
         }
         if let Some(allowed) = self.host_executables().get(name)
@@ -167,8 +163,8 @@ impl Policy {
         let renamed: Vec<String> = std::iter::once(name.to_string())
             .chain(cmd[1..].iter().cloned())
             .collect();
-        rules
-            .iter()
+        self.candidate_rules(&renamed)
+            .into_iter()
             .filter_map(|rule| rule.matches(&renamed))
             .map(|mut found| {
                 if let RuleMatch::PrefixRuleMatch {
@@ -252,8 +248,8 @@ impl Policy {
         if program.starts_with('/') {
             let path = super::paths::normalize_lexically(std::path::Path::new(program));
             matches.extend(
-                self.rules_for_program(&path.to_string_lossy())
-                    .iter()
+                self.candidate_rules(&[path.to_string_lossy()])
+                    .into_iter()
                     .filter(|rule| rule.pattern.rest.is_empty()),
             );
         }
@@ -284,7 +280,7 @@ impl Policy {
         let mut by_name: Vec<&Arc<PrefixRule>> = Vec::new();
         for (i, renamed) in readings.iter().enumerate() {
             let applet = multi_call && i == readings.len() - 1;
-            for rule in self.rules_for_program(&renamed[0]) {
+            for rule in self.candidate_rules(renamed) {
                 // The file's own name reads every rule; the split reading argv rules only (a
                 // one-token rule for `ssh` is not one for `ssh-keygen`); the applet reading the
                 // rules that ask or forbid, as the kernel holds them (`[busybox, X, ...]`).

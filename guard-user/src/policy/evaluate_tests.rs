@@ -358,8 +358,12 @@ fn rules_for_one_program_are_found_without_scanning_others() {
     }
     src.push_str("prefix_rule(pattern=[\"target\", \"x\"], decision=\"prompt\")\n");
     let policy = parse(&src);
-    assert_eq!(policy.rules_for_program("target").len(), 1);
-    assert!(policy.rules_for_program("missing").is_empty());
+    let reached = policy.candidate_rules(&argv("target x --flag"));
+    assert_eq!(reached.len(), 1);
+    assert_eq!(reached[0].program(), "target");
+    assert!(policy.candidate_rules(&argv("missing x")).is_empty());
+    assert!(policy.has_rules_for_program("p7"));
+    assert!(!policy.has_rules_for_program("missing"));
     assert_eq!(
         policy.check(&argv("target x"), None).decision,
         Some(Decision::Prompt)

@@ -3,6 +3,7 @@
 pub mod address;
 pub mod amend;
 pub mod approval;
+mod chunks;
 pub mod destination;
 pub mod error;
 mod evaluate;
@@ -18,6 +19,7 @@ pub mod protected;
 pub mod reason;
 pub mod render;
 pub mod rule;
+mod rule_index;
 pub mod rule_set;
 pub mod sandbox;
 pub mod shell;

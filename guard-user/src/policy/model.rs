@@ -12,17 +12,18 @@ use super::rule::{
     AddressRule, Decision, EnforcementOverrides, EnforcementSettings, NetworkProtocol, NetworkRule,
     PatternToken, PrefixPattern, PrefixRule, RuleId,
 };
+use super::rule_index::PrefixIndex;
 use super::rule_set::{RuleSet, RuleSetDecision, Tool, strongest};
 
 /// A loaded policy.
 ///
-/// Prefix rules are kept twice: in load order (what `policy show` lists and the kernel compiles,
-/// where a rule's [`RuleId`] is its index) and grouped by first token, so checking a command
-/// costs the same however many rules other programs have.
+/// Prefix rules are kept in load order (what `policy show` lists and the kernel compiles, where a
+/// rule's [`RuleId`] is its index) and indexed by a token trie ([`PrefixIndex`]), so checking a
+/// command costs the same however many rules the policy has.
 #[derive(Clone, Debug, Default)]
 pub struct Policy {
     prefix_rules: Vec<Arc<PrefixRule>>,
-    rules_by_program: HashMap<String, Vec<Arc<PrefixRule>>>,
+    prefix_index: PrefixIndex,
     network_rules: Vec<NetworkRule>,
     host_executables: HashMap<String, Arc<[PathBuf]>>,
     /// guard's own `address_rule`s, in load order (a rule's id is its index).
@@ -83,7 +84,7 @@ impl Policy {
 
     /// Builds a policy from rules in load order; ids are assigned here, by position.
     pub fn from_parts(
-        prefix_rules: impl IntoIterator<Item = PrefixRule>,
+        prefix_rules: impl IntoIterator<Item = impl Into<Arc<PrefixRule>>>,
         network_rules: Vec<NetworkRule>,
         host_executables: HashMap<String, Arc<[PathBuf]>>,
     ) -> Self {
@@ -93,18 +94,16 @@ impl Policy {
             ..Policy::default()
         };
         for rule in prefix_rules {
-            policy.push_prefix_rule(rule);
+            policy.push_prefix_rule(rule.into());
         }
         policy
     }
 
-    fn push_prefix_rule(&mut self, mut rule: PrefixRule) {
-        rule.id = RuleId(self.prefix_rules.len() as u32);
-        let rule = Arc::new(rule);
-        self.rules_by_program
-            .entry(rule.program().to_string())
-            .or_default()
-            .push(rule.clone());
+    fn push_prefix_rule(&mut self, mut rule: Arc<PrefixRule>) {
+        let position = self.prefix_rules.len() as u32;
+        // Unshared when it comes from the parser; a rule another policy holds is copied.
+        Arc::make_mut(&mut rule).id = RuleId(position);
+        self.prefix_index.insert(position, &rule);
         self.prefix_rules.push(rule);
     }
 
@@ -113,12 +112,20 @@ impl Policy {
         &self.prefix_rules
     }
 
-    /// The rules whose first token is `program`, in definition order.
-    pub fn rules_for_program(&self, program: &str) -> &[Arc<PrefixRule>] {
-        self.rules_by_program
-            .get(program)
-            .map(Vec::as_slice)
-            .unwrap_or_default()
+    /// The rules the index reaches for `cmd`, in load order: every rule that matches `cmd` is
+    /// among them, and few others (a rule with many alternatives, or one that stops short);
+    /// confirm each with [`PrefixRule::matches`].
+    pub fn candidate_rules<S: AsRef<str>>(&self, cmd: &[S]) -> Vec<&Arc<PrefixRule>> {
+        self.prefix_index
+            .candidates(cmd)
+            .into_iter()
+            .map(|position| &self.prefix_rules[position as usize])
+            .collect()
+    }
+
+    /// Whether any prefix rule's first token is `program`.
+    pub fn has_rules_for_program(&self, program: &str) -> bool {
+        self.prefix_index.has_program(program)
     }
 
     pub fn network_rules(&self) -> &[NetworkRule] {
@@ -228,7 +235,7 @@ impl Policy {
         let (first, rest) = prefix
             .split_first()
             .ok_or_else(|| PolicyError::InvalidPattern("prefix cannot be empty".to_string()))?;
-        self.push_prefix_rule(PrefixRule {
+        self.push_prefix_rule(Arc::new(PrefixRule {
             id: RuleId(0),
             pattern: PrefixPattern {
                 first: first.as_str().into(),
@@ -238,7 +245,7 @@ impl Policy {
             justification: None,
             origin: None,
             audit_only: false,
-        });
+        }));
         Ok(())
     }
 

@@ -9,12 +9,12 @@
 //! (`match` / `not_match`) are checked when each file finishes, against that file's own rules.
 
 use std::cell::{RefCell, RefMut};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use starlark::any::ProvidesStaticType;
-use starlark::environment::{GlobalsBuilder, Module};
+use starlark::environment::{Globals, GlobalsBuilder, Module};
 use starlark::eval::Evaluator;
 use starlark::starlark_module;
 use starlark::syntax::{AstModule, Dialect};
@@ -23,6 +23,7 @@ use starlark::values::list::{ListRef, UnpackList};
 use starlark::values::none::NoneType;
 
 use super::address::{parse_address_target, parse_port, parse_transport};
+use super::chunks::statement_chunks;
 use super::error::{ErrorLocation, PolicyError, Result};
 use super::examples::{PendingExamples, parse_examples};
 use super::host::normalize_network_host;
@@ -47,7 +48,10 @@ pub struct PolicyParser {
 /// What the builtins have recorded so far.
 #[derive(Debug, Default, ProvidesStaticType)]
 struct PolicyBuilder {
-    prefix_rules: Vec<PrefixRule>,
+    /// Shared, so the policy takes them without a copy.
+    prefix_rules: Vec<Arc<PrefixRule>>,
+    /// One copy of each file name and program the prefix rules repeat.
+    shared_text: HashSet<Arc<str>>,
     network_rules: Vec<NetworkRule>,
     host_executables: HashMap<String, Arc<[PathBuf]>>,
     address_rules: Vec<AddressRule>,
@@ -75,11 +79,18 @@ impl PolicyParser {
 
     /// Parses one file. `identifier` (its path) is what error locations and rule origins name.
     pub fn parse(&mut self, identifier: &str, contents: &str) -> Result<()> {
+        self.parse_in_runs_of(identifier, contents, RUN_BYTES)
+    }
+
+    /// [`PolicyParser::parse`], reading a file of more than `run_bytes` in runs of about that
+    /// size.
+    fn parse_in_runs_of(
+        &mut self,
+        identifier: &str,
+        contents: &str,
+        run_bytes: usize,
+    ) -> Result<()> {
         let first_pending = self.builder.borrow().pending_examples.len();
-        let mut dialect = Dialect::Extended.clone();
-        dialect.enable_f_strings = true;
-        let ast = AstModule::parse(identifier, contents.to_string(), &dialect)
-            .map_err(PolicyError::Starlark)?;
         let globals = if self.codex_only {
             GlobalsBuilder::standard()
                 .with(shared_builtins)
@@ -91,14 +102,78 @@ impl PolicyParser {
                 .with(guard_builtins)
                 .build()
         };
+        // A large file is read a run of statements at a time (its whole syntax tree would be
+        // the peak of guard's memory); anything that reading cannot vouch for is read again
+        // whole, from the state before the file, so both readings mean the same.
+        let read_in_runs = contents.len() > run_bytes && !contents.contains("@starlark-rust") && {
+            let mark = self.builder.borrow().mark();
+            let read = self.eval_in_runs(identifier, contents, &globals, run_bytes);
+            if !read {
+                self.builder.borrow_mut().rewind(mark);
+            }
+            read
+        };
+        if !read_in_runs {
+            self.eval_whole(identifier, contents, &globals)?;
+        }
+        self.builder.borrow().check_examples_from(first_pending)
+    }
+
+    fn eval_whole(&self, identifier: &str, contents: &str, globals: &Globals) -> Result<()> {
+        let ast = AstModule::parse(identifier, contents.to_string(), &rules_dialect())
+            .map_err(PolicyError::Starlark)?;
         Module::with_temp_heap(|module| {
             let mut eval = Evaluator::new(&module);
             eval.extra = Some(&self.builder);
-            eval.eval_module(ast, &globals)
+            eval.eval_module(ast, globals)
                 .map(drop)
                 .map_err(PolicyError::Starlark)
-        })?;
-        self.builder.borrow().check_examples_from(first_pending)
+        })
+    }
+
+    /// Evaluates `contents` one run of top-level statements after another, each run parsed
+    /// with blank lines before it so its lines keep their numbers. Runs share a module while it
+    /// holds names (a later run may read them); after a run that leaves it without any, the
+    /// next run starts a fresh one and what the earlier runs allocated is freed. False when a
+    /// run fails, or when a top-level name shadows a builtin (a run before the binding would
+    /// have read the builtin, where the whole file reads the module's variable).
+    fn eval_in_runs(
+        &self,
+        identifier: &str,
+        contents: &str,
+        globals: &Globals,
+        run_bytes: usize,
+    ) -> bool {
+        let dialect = rules_dialect();
+        let builtins: HashSet<&str> = globals.names().map(|name| name.as_str()).collect();
+        let mut runs = statement_chunks(contents, run_bytes).into_iter();
+        loop {
+            let read = Module::with_temp_heap(|module| {
+                for run in runs.by_ref() {
+                    let mut text = "\n".repeat(run.lines_before);
+                    text.push_str(run.text);
+                    let Ok(ast) = AstModule::parse(identifier, text, &dialect) else {
+                        return ModuleEnd::Read(false);
+                    };
+                    let mut eval = Evaluator::new(&module);
+                    eval.extra = Some(&self.builder);
+                    if eval.eval_module(ast, globals).is_err() {
+                        return ModuleEnd::Read(false);
+                    }
+                    if module.names_and_visibilities().next().is_none() {
+                        return ModuleEnd::Empty;
+                    }
+                }
+                ModuleEnd::Read(
+                    !module
+                        .names_and_visibilities()
+                        .any(|(name, _)| builtins.contains(name.as_str())),
+                )
+            });
+            if let ModuleEnd::Read(read) = read {
+                return read;
+            }
+        }
     }
 
     pub fn build(self) -> Policy {
@@ -125,7 +200,74 @@ impl PolicyParser {
     }
 }
 
+/// Files above this many bytes are read in runs of about this size ([`statement_chunks`]).
+const RUN_BYTES: usize = 128 * 1024;
+
+fn rules_dialect() -> Dialect {
+    let mut dialect = Dialect::Extended.clone();
+    dialect.enable_f_strings = true;
+    dialect
+}
+
+/// Why [`PolicyParser::eval_in_runs`] let a module go.
+enum ModuleEnd {
+    /// A run left it without names: the next run may take a fresh one.
+    Empty,
+    /// The file is read (true) or the runs cannot vouch for it (false).
+    Read(bool),
+}
+
+/// How much a [`PolicyBuilder`] held at one point, to go back to it.
+struct BuilderMark {
+    prefix_rules: usize,
+    network_rules: usize,
+    host_executables: HashMap<String, Arc<[PathBuf]>>,
+    address_rules: usize,
+    unix_rules: usize,
+    enforcement: EnforcementOverrides,
+    rule_sets: usize,
+    sandbox: Option<SandboxSetting>,
+    pending_examples: usize,
+}
+
 impl PolicyBuilder {
+    /// `text` as the one copy every rule that repeats it holds.
+    fn share(&mut self, text: &str) -> Arc<str> {
+        if let Some(shared) = self.shared_text.get(text) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = text.into();
+        self.shared_text.insert(shared.clone());
+        shared
+    }
+
+    fn mark(&self) -> BuilderMark {
+        BuilderMark {
+            prefix_rules: self.prefix_rules.len(),
+            network_rules: self.network_rules.len(),
+            host_executables: self.host_executables.clone(),
+            address_rules: self.address_rules.len(),
+            unix_rules: self.unix_rules.len(),
+            enforcement: self.enforcement,
+            rule_sets: self.rule_sets.len(),
+            sandbox: self.sandbox.clone(),
+            pending_examples: self.pending_examples.len(),
+        }
+    }
+
+    /// Forgets everything recorded since `mark` was taken.
+    fn rewind(&mut self, mark: BuilderMark) {
+        self.prefix_rules.truncate(mark.prefix_rules);
+        self.network_rules.truncate(mark.network_rules);
+        self.host_executables = mark.host_executables;
+        self.address_rules.truncate(mark.address_rules);
+        self.unix_rules.truncate(mark.unix_rules);
+        self.enforcement = mark.enforcement;
+        self.rule_sets.truncate(mark.rule_sets);
+        self.sandbox = mark.sandbox;
+        self.pending_examples.truncate(mark.pending_examples);
+    }
+
     /// Checks the examples of the rules defined since `first`, each against a policy of only
     /// its own expansions and the host executables known now (docs/policy-language.md §1.5).
     fn check_examples_from(&self, first: usize) -> Result<()> {
@@ -411,7 +553,12 @@ fn record_prefix_rule<'v>(
         .transpose()?
         .unwrap_or_default();
     let location = location_of_call(eval);
-    let origin = origin_of(&location);
+    let mut builder = policy_builder(eval);
+    // One copy of the file's name and of each program name, shared by the rules.
+    let origin = location.as_ref().map(|loc| RuleOrigin {
+        file: builder.share(loc.path.as_str()),
+        line: loc.start.line,
+    });
 
     let (first, rest) = tokens.split_first().expect("parse_pattern refuses []");
     let rest: Arc<[PatternToken]> = rest.into();
@@ -422,7 +569,7 @@ fn record_prefix_rule<'v>(
         .map(|program| PrefixRule {
             id: RuleId(0),
             pattern: PrefixPattern {
-                first: program.as_str().into(),
+                first: builder.share(program),
                 rest: rest.clone(),
             },
             decision,
@@ -431,7 +578,6 @@ fn record_prefix_rule<'v>(
             audit_only,
         })
         .collect();
-    let mut builder = policy_builder(eval);
     if !matches.is_empty() || !not_matches.is_empty() {
         builder.pending_examples.push(PendingExamples {
             rules: expansions.clone(),
@@ -440,7 +586,9 @@ fn record_prefix_rule<'v>(
             location,
         });
     }
-    builder.prefix_rules.extend(expansions);
+    builder
+        .prefix_rules
+        .extend(expansions.into_iter().map(Arc::new));
     Ok(NoneType)
 }
 

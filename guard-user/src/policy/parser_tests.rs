@@ -509,3 +509,145 @@ fn sandbox_sets_the_write_confinement_and_the_last_call_wins() {
     );
     assert!(parse_err("sandbox(mode=\"external\")").contains("not a mode"));
 }
+
+// --- large files, read a run of statements at a time ---------------------------------------
+
+/// `rules` generated rules in the shapes real files use (variables, a helper, loops, f-strings,
+/// comments, calls over several lines), then `tail`: 4 prefix rules per 4 (the helper's, an
+/// alternative's, a loop's two) and a network rule; 200 rules make about 3 runs of [`RUN`].
+fn large_source(rules: usize, tail: &str) -> String {
+    let mut src =
+        String::from("BASE = \"tool\"\ndef helper(n):\n    return [BASE + str(n), \"x\"]\n");
+    for i in 0..rules {
+        match i % 4 {
+            0 => src.push_str(&format!("prefix_rule(pattern=helper({i}), decision=\"prompt\")\n")),
+            1 => src.push_str(&format!(
+                "# rule {i}\nprefix_rule(\n    pattern=[f\"p{i}\", [\"a\", \"b\"]],\n    justification=\"\"\"line one\nline two {i}\"\"\",\n)\n"
+            )),
+            2 => src.push_str(&format!(
+                "for sub in [\"s1\", \"s2\"]:\n    prefix_rule(pattern=[\"q{i}\", sub], decision=\"forbidden\")\n"
+            )),
+            _ => src.push_str(&format!("network_rule(host=\"h{i}.example.com\", protocol=\"https\", decision=\"allow\")\n")),
+        }
+    }
+    src.push_str(tail);
+    src
+}
+
+/// The run size of these tests: small, so small sources make several runs.
+const RUN: usize = 4096;
+
+fn parse_in_runs(src: &str) -> Result<Policy> {
+    let mut parser = PolicyParser::new();
+    parser.parse_in_runs_of("test.rules", src, RUN)?;
+    Ok(parser.build())
+}
+
+/// What the whole file read at once gives: the reading runs must give the same.
+fn parse_whole(src: &str) -> Result<Policy> {
+    let parser = PolicyParser::new();
+    let globals = GlobalsBuilder::standard().with(policy_builtins).build();
+    parser.eval_whole("test.rules", src, &globals)?;
+    parser.builder.borrow().check_examples_from(0)?;
+    Ok(parser.build())
+}
+
+/// Whether the runs alone could read `src` (no whole reading after them).
+fn runs_vouch_for(src: &str) -> bool {
+    let globals = GlobalsBuilder::standard().with(policy_builtins).build();
+    PolicyParser::new().eval_in_runs("test.rules", src, &globals, RUN)
+}
+
+fn same_policy(runs: &Policy, whole: &Policy) {
+    assert_eq!(runs.prefix_rules(), whole.prefix_rules());
+    assert_eq!(runs.network_rules(), whole.network_rules());
+}
+
+#[test]
+fn a_large_file_read_in_runs_is_the_file_read_whole() {
+    let src = large_source(300, "prefix_rule(pattern=[\"last\"], match=[\"last x\"])\n");
+    assert!(super::statement_chunks(&src, RUN).len() > 2);
+    assert!(runs_vouch_for(&src));
+    let runs = parse_in_runs(&src).unwrap();
+    same_policy(&runs, &parse_whole(&src).unwrap());
+    assert_eq!(runs.prefix_rules().len(), 301);
+    // Origins keep their lines across runs: the last rule is on the file's last line.
+    let last = runs.prefix_rules().last().unwrap();
+    assert_eq!(last.origin.as_ref().unwrap().line, src.lines().count());
+}
+
+#[test]
+fn a_large_file_that_runs_cannot_vouch_for_is_read_whole() {
+    // A helper that reads a variable bound at the end: a run before the binding cannot
+    // compile it, the whole file can.
+    let late = format!("{}\ndef late():\n    return LATE\n", large_source(10, ""));
+    let src = format!(
+        "{late}{}LATE = [\"z\"]\nprefix_rule(pattern=late())\n",
+        large_source(200, "")
+    );
+    assert!(super::statement_chunks(&src, RUN).len() > 2);
+    assert!(!runs_vouch_for(&src));
+    let runs = parse_in_runs(&src).unwrap();
+    same_policy(&runs, &parse_whole(&src).unwrap());
+    assert_eq!(runs.prefix_rules().last().unwrap().program(), "z");
+
+    // A builtin's name bound at the end: read whole, the early `len` is that unbound variable.
+    let shadowed = format!("n = len([1])\n{}len = 3\n", large_source(200, ""));
+    assert!(!runs_vouch_for(&shadowed));
+    let runs_err = parse_in_runs(&shadowed).unwrap_err().to_string();
+    let whole_err = parse_whole(&shadowed).unwrap_err().to_string();
+    assert_eq!(runs_err, whole_err);
+    assert!(runs_err.contains("len"), "{runs_err}");
+}
+
+#[test]
+fn an_error_in_a_late_run_is_the_whole_file_s_error_and_leaves_nothing_behind() {
+    let src = large_source(200, "prefix_rule(pattern=[\"x\"], decision=\"maybe\")\n");
+    let mut parser = PolicyParser::new();
+    parser
+        .parse("first.rules", "prefix_rule(pattern=[\"kept\"])\n")
+        .unwrap();
+    let err = parser
+        .parse_in_runs_of("test.rules", &src, RUN)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(err, parse_whole(&src).unwrap_err().to_string());
+    assert!(
+        err.contains(&format!("test.rules:{}", src.lines().count())),
+        "{err}"
+    );
+    // Only what the whole reading recorded before its error stays; the rules of the runs read
+    // first are gone, so nothing is recorded twice.
+    let policy = parser.build();
+    assert_eq!(policy.prefix_rules()[0].program(), "kept");
+    assert_eq!(policy.prefix_rules().len(), 1 + 200);
+}
+
+/// `rules` calls and nothing bound: each run leaves the module empty, so the next takes a
+/// fresh one.
+fn calls_only(rules: usize) -> String {
+    (0..rules)
+        .map(|i| format!("prefix_rule(pattern=[\"c{i}\", [\"a\", \"b\"]], decision=\"prompt\")\n"))
+        .collect()
+}
+
+#[test]
+fn runs_that_bind_nothing_each_take_a_fresh_module_and_read_as_the_whole_file() {
+    let src = calls_only(300);
+    assert!(super::statement_chunks(&src, RUN).len() > 2);
+    assert!(runs_vouch_for(&src));
+    let runs = parse_in_runs(&src).unwrap();
+    same_policy(&runs, &parse_whole(&src).unwrap());
+    assert_eq!(runs.prefix_rules().len(), 300);
+
+    // A builtin read in an early module and bound in a later one is still caught.
+    let shadowed = format!(
+        "prefix_rule(pattern=[str(len([1]))])\n{}len = 3\n",
+        calls_only(300)
+    );
+    assert!(!runs_vouch_for(&shadowed));
+    assert_eq!(
+        parse_in_runs(&shadowed).unwrap_err().to_string(),
+        parse_whole(&shadowed).unwrap_err().to_string()
+    );
+}

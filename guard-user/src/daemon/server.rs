@@ -222,8 +222,9 @@ async fn accept_loop(listener: UnixListener, tx: mpsc::Sender<Command>) {
     }
 }
 
-/// Reads one line of at most [`MAX_REQUEST_BYTES`]; `None` at end of stream.
-async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
+/// Reads one line of at most [`MAX_REQUEST_BYTES`]; `None` at end of stream. Public, with
+/// [`parse_request`], for the control-socket fuzz target (`fuzz/fuzz_targets/control_request.rs`).
+pub async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
     reader: &mut R,
 ) -> Option<Result<String, String>> {
     let mut buf = Vec::new();
@@ -238,7 +239,8 @@ async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
     }
 }
 
-fn parse_request(line: &str) -> Result<Request, ResponseLine> {
+/// A request line's request, or the error response that says what is wrong with it.
+pub fn parse_request(line: &str) -> Result<Request, ResponseLine> {
     let value: Value = serde_json::from_str(line).map_err(|e| {
         ResponseLine::error(
             ErrorCode::BadRequest,

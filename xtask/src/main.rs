@@ -1,8 +1,8 @@
 //! `cargo xtask <command>`: what cargo cannot do alone (the alias is in `.cargo/config.toml`).
 //!
 //! - `setup`: check (and install, where it can) what the machine needs.
-//! - `test`: setup, then the tests, the benchmarks' build, clippy, rustfmt, the package and
-//!   `vm-test`.
+//! - `test`: setup, then the tests, the benchmarks' build, clippy, rustfmt, the fuzz targets
+//!   (a bounded run of each), the package and `vm-test`.
 //! - `deb`: setup, then the Debian package (target/dist), checked unpacked.
 //! - `vm-test`: the kernel integration tests in a qemu VM whose kernel allows BPF LSM.
 //! - `bench`: setup, then the policy and kernel enforcement benchmarks.
@@ -12,6 +12,7 @@ mod cmd;
 mod daemon_demo;
 mod deb;
 mod disk;
+mod fuzz;
 mod setup;
 mod test_counts;
 mod vm;
@@ -36,7 +37,8 @@ enum Task {
     /// Idempotent: prints one line per item, `ok` or `installed`.
     Setup,
     /// Setup, then `cargo test` on the host crates, a build of the benchmarks, clippy
-    /// (`-D warnings`), `cargo fmt --check`, the Debian package (`deb`, checked unpacked) and
+    /// (`-D warnings`), `cargo fmt --check`, the fuzz targets of `fuzz/` (built with nightly,
+    /// 20 s each over the committed corpus), the Debian package (`deb`, checked unpacked) and
     /// `vm-test`. Every step runs; fails if any step
     /// failed. The closing `tests:` line counts the VM's tests too.
     ///
@@ -188,6 +190,18 @@ fn test(args: &[String]) -> Result<i32> {
             ])),
         ),
         ("rustfmt", cmd::cargo(["fmt", "--all", "--", "--check"])),
+        // fuzz/ is a workspace of its own, which `--all` does not reach.
+        (
+            "rustfmt (fuzz/)",
+            cmd::cargo([
+                "fmt",
+                "--manifest-path",
+                "fuzz/Cargo.toml",
+                "--all",
+                "--",
+                "--check",
+            ]),
+        ),
     ];
     let mut failed = Vec::new();
     let mut counts = test_counts::TestCounts::default();
@@ -214,6 +228,13 @@ fn test(args: &[String]) -> Result<i32> {
                 failed.push(name);
             }
         }
+    }
+    // Bad input, fuzzed: each target a bounded time over its committed corpus.
+    eprintln!("==> fuzz");
+    if let Err(err) = fuzz::run(&target) {
+        eprintln!("==> fuzz: FAILED ({err:#})");
+        disk::report(&target);
+        failed.push("fuzz");
     }
     // The Debian package builds and holds what it should (a release build).
     eprintln!("==> package");

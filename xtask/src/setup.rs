@@ -133,6 +133,14 @@ pub const ITEMS: &[Item] = &[
         fix: Fix::Rustup(&["component", "add", "rustfmt"]),
     },
     Item {
+        // The `fuzz` step of `cargo xtask test` builds and runs fuzz/'s targets with it (on
+        // nightly, which is already needed). Installed into $CARGO_HOME/bin: about a minute.
+        name: "cargo-fuzz 0.13.1",
+        need: Need::Test,
+        present: cargo_fuzz_present,
+        fix: Fix::CargoInstall(&["cargo-fuzz@0.13.1", "--locked"]),
+    },
+    Item {
         // tests/tests/audit_syslog.rs sends records to an rsyslogd of its own (tests/src/rsyslog.rs:
         // its own config, ports and folder); only the program is needed, not the system service.
         name: "rsyslog (rsyslogd, for the syslog tests)",
@@ -540,6 +548,19 @@ fn nightly_llvm_major() -> Option<u32> {
         .lines()
         .find_map(|l| l.strip_prefix("LLVM version: "))?;
     version.split('.').next()?.trim().parse().ok()
+}
+
+/// The cargo-fuzz `cargo xtask setup` installs (also in its [`ITEMS`] entry).
+const CARGO_FUZZ_VERSION: &str = "0.13.1";
+
+fn cargo_fuzz_present() -> bool {
+    cmd::cargo(["fuzz", "--version"])
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|out| {
+            out.status.success()
+                && String::from_utf8_lossy(&out.stdout).contains(CARGO_FUZZ_VERSION)
+        })
 }
 
 fn cargo_subcommand_works(subcommand: &str) -> bool {

@@ -257,11 +257,12 @@ async fn accept_loop(listener: UnixListener, tx: mpsc::Sender<Command>) {
     }
 }
 
-/// Reads one line of at most [`MAX_REQUEST_BYTES`]; `None` at end of stream.
+/// Reads one line of at most [`MAX_REQUEST_BYTES`]; `None` at end of stream. Public, with
+/// [`parse_request`], for the control-socket fuzz target (`fuzz/fuzz_targets/control_request.rs`).
 ///
 /// A longer line is refused whole: its bytes are skipped up to its newline (in constant memory),
 /// so no tail of it is ever read as a request of its own.
-async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
+pub async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
     reader: &mut R,
 ) -> Option<Result<String, String>> {
     let mut buf = Vec::new();
@@ -308,7 +309,8 @@ fn too_long_message() -> String {
     format!("request longer than {MAX_REQUEST_BYTES} bytes: refused whole")
 }
 
-fn parse_request(line: &str) -> Result<Request, ResponseLine> {
+/// A request line's request, or the error response that says what is wrong with it.
+pub fn parse_request(line: &str) -> Result<Request, ResponseLine> {
     let value: Value = serde_json::from_str(line).map_err(|e| {
         ResponseLine::error(
             ErrorCode::BadRequest,

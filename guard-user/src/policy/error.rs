@@ -67,6 +67,10 @@ pub enum PolicyError {
         example: String,
         location: Option<ErrorLocation>,
     },
+    /// The evaluation ran past a bound on its steps or memory (`parser::MAX_EVALUATION_STEPS`,
+    /// `parser::MAX_EVALUATION_HEAP`).
+    #[error("rules file too costly to evaluate: {0}")]
+    OverBound(String),
     /// Syntax errors, type errors and the errors above when raised inside a builtin.
     #[error("starlark error: {0}")]
     Starlark(starlark::Error),

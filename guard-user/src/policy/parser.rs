@@ -125,9 +125,12 @@ impl PolicyParser {
         Module::with_temp_heap(|module| {
             let mut eval = Evaluator::new(&module);
             eval.extra = Some(&self.builder);
+            eval.set_max_tick_count(MAX_EVALUATION_STEPS)
+                .and_then(|()| eval.set_max_heap_size(MAX_EVALUATION_HEAP))
+                .expect("a fresh evaluator takes non-zero limits");
             eval.eval_module(ast, globals)
                 .map(drop)
-                .map_err(PolicyError::Starlark)
+                .map_err(|err| over_bound(&eval).unwrap_or(PolicyError::Starlark(err)))
         })
     }
 
@@ -157,6 +160,10 @@ impl PolicyParser {
                     };
                     let mut eval = Evaluator::new(&module);
                     eval.extra = Some(&self.builder);
+                    // The same bounds, per run (a failed run is read again whole, bounded).
+                    eval.set_max_tick_count(MAX_EVALUATION_STEPS)
+                        .and_then(|()| eval.set_max_heap_size(MAX_EVALUATION_HEAP))
+                        .expect("a fresh evaluator takes non-zero limits");
                     if eval.eval_module(ast, globals).is_err() {
                         return ModuleEnd::Read(false);
                     }
@@ -228,6 +235,35 @@ struct BuilderMark {
     rule_sets: usize,
     sandbox: Option<SandboxSetting>,
     pending_examples: usize,
+}
+
+/// Calls and loop steps one file's evaluation may take. A rules file declares rules: the
+/// embedded default takes a few hundred, and a file with thousands of rules a few thousand; a
+/// loop that never ends (`for` over a huge `range`, deep recursion) stops here instead.
+pub const MAX_EVALUATION_STEPS: u64 = 1_000_000;
+/// Bytes one file's Starlark heap may reach (checked every thousand steps, so a loop that grows a
+/// value stops here instead of taking the machine's memory).
+pub const MAX_EVALUATION_HEAP: usize = 128 << 20;
+
+/// The error for an evaluation stopped by [`MAX_EVALUATION_STEPS`] or [`MAX_EVALUATION_HEAP`],
+/// saying what to change; `None` when neither bound was passed.
+fn over_bound(eval: &Evaluator<'_, '_, '_>) -> Option<PolicyError> {
+    // starlark checks both every thousand steps; these are its own measures.
+    let steps = eval.get_total_tick_count();
+    if steps > MAX_EVALUATION_STEPS {
+        return Some(PolicyError::OverBound(format!(
+            "the file ran more than {MAX_EVALUATION_STEPS} calls and loop steps ({steps}) \
+             without finishing; a rules file declares rules: shorten the loop or recursion"
+        )));
+    }
+    let heap = eval.heap().peak_allocated_bytes() + eval.frozen_heap().allocated_bytes();
+    (heap > MAX_EVALUATION_HEAP).then(|| {
+        PolicyError::OverBound(format!(
+            "the file's values grew past {} MiB; a rules file declares rules: build smaller \
+             lists and strings",
+            MAX_EVALUATION_HEAP >> 20
+        ))
+    })
 }
 
 impl PolicyBuilder {

@@ -651,3 +651,37 @@ fn runs_that_bind_nothing_each_take_a_fresh_module_and_read_as_the_whole_file() 
         parse_whole(&shadowed).unwrap_err().to_string()
     );
 }
+
+/// A file that loops for ever, recurses without end or grows a value in a loop stops with an
+/// error that says so (found by the `rules_file` fuzz target's bounds: a generated file must not
+/// hang or take the machine's memory).
+#[test]
+fn an_evaluation_that_does_not_end_stops_at_its_bounds() {
+    let started = std::time::Instant::now();
+    let endless = parse_err("for i in range(2000000000):\n    pass\n");
+    assert!(
+        endless.contains("more than 1000000 calls and loop steps"),
+        "{endless}"
+    );
+    let deep = parse_err("def f(n):\n    return [f(n + 1) for _ in range(2)]\nf(0)\n");
+    assert!(deep.contains("starlark error"), "{deep}");
+    let growing = parse_err(
+        "s = \"x\" * 65536\nxs = []\nfor i in range(2000000000):\n    xs.append(s + \"y\")\n",
+    );
+    assert!(growing.contains("grew past 128 MiB"), "{growing}");
+    // Each stops at its bound, long before it would have finished.
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+}
+
+#[test]
+fn a_policy_takes_far_fewer_steps_than_the_bound() {
+    let mut rules = String::new();
+    for i in 0..5000 {
+        rules.push_str(&format!(
+            "prefix_rule(pattern = [\"tool{i}\", \"run\"], decision = \"allow\")\n"
+        ));
+    }
+    rules.push_str("[prefix_rule(pattern = [f\"gen{i}\"]) for i in range(5000)]\n");
+    let policy = parse(&rules).expect("a large policy stays inside the bounds");
+    assert_eq!(decision(&policy, "gen4999"), Some(Decision::Allow));
+}

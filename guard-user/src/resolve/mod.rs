@@ -24,11 +24,11 @@
 //! hand.
 
 pub mod answers;
-mod cache;
+pub mod cache;
 pub mod hosts_file;
 pub mod names;
 pub mod peer;
-mod serve;
+pub mod serve;
 pub mod stand_ins;
 pub mod stats;
 pub mod thread;

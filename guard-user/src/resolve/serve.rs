@@ -1,11 +1,15 @@
 //! The listeners and one query's way through the resolver (the steps are in the module above).
+//! The steps that only read and write messages ([`read_query`], [`refusal_reply`],
+//! [`stand_in_reply`], [`addresses`], [`fit`]) are functions of their own, without I/O: the
+//! resolver fuzz target (`fuzz/fuzz_targets/resolver.rs`) runs them on arbitrary packets.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use hickory_resolver::proto::op::{Message, MessageType, OpCode, ResponseCode};
-use hickory_resolver::proto::rr::RData;
+use hickory_resolver::proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_resolver::proto::rr::rdata::A;
+use hickory_resolver::proto::rr::{RData, Record, RecordType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::{Semaphore, oneshot};
@@ -134,6 +138,37 @@ async fn tcp_connection(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Sha
     }
 }
 
+/// A packet from a scope, read ([`read_query`]): a query for a name, to decide.
+pub struct NameQuery {
+    pub query: Message,
+    /// The first question (the one a resolver answers).
+    pub question: Query,
+    /// Its name as the policy reads it: lower case, no trailing dot.
+    pub name: String,
+}
+
+/// Reads a packet a program sent to the resolver, without I/O: a query for a name (`Ok`), or
+/// what goes back at once (`Err`): `Some` reply (FORMERR for a query without a question,
+/// NOTIMP for another opcode) or `None`, nothing (not a DNS query).
+pub fn read_query(bytes: &[u8]) -> Result<NameQuery, Option<Vec<u8>>> {
+    let query = Message::from_vec(bytes).map_err(|_| None)?;
+    if query.metadata.message_type != MessageType::Query {
+        return Err(None);
+    }
+    let Some(question) = query.queries.first().cloned() else {
+        return Err(reply_code(&query, ResponseCode::FormErr));
+    };
+    if query.metadata.op_code != OpCode::Query {
+        return Err(reply_code(&query, ResponseCode::NotImp));
+    }
+    let name = normalise(&question.name().to_ascii());
+    Ok(NameQuery {
+        query,
+        question,
+        name,
+    })
+}
+
 /// The reply to one query from `asker` (`None`: not a query; nothing is sent back), counted
 /// and timed in the resolver's stats.
 async fn answer(shared: &Shared, bytes: &[u8], asker: peer::QuerySocket) -> Option<Vec<u8>> {
@@ -155,18 +190,15 @@ async fn reply_to(
     outcome: &mut Outcome,
 ) -> Option<Vec<u8>> {
     let tcp = asker.tcp;
-    let query = Message::from_vec(bytes).ok()?;
-    if query.metadata.message_type != MessageType::Query {
-        return None;
-    }
-    let id = query.metadata.id;
-    let Some(question) = query.queries.first().cloned() else {
-        return reply_code(&query, ResponseCode::FormErr);
+    let NameQuery {
+        query,
+        question,
+        name,
+    } = match read_query(bytes) {
+        Ok(read) => read,
+        Err(reply) => return reply,
     };
-    if query.metadata.op_code != OpCode::Query {
-        return reply_code(&query, ResponseCode::NotImp);
-    }
-    let name = normalise(&question.name().to_ascii());
+    let id = query.metadata.id;
     let decision = shared
         .names
         .read()
@@ -185,11 +217,7 @@ async fn reply_to(
             line: rule.origin.as_ref().map(|o| o.line),
             process,
         }));
-        let code = match refusal {
-            super::Refusal::Refused => ResponseCode::Refused,
-            super::Refusal::Nxdomain => ResponseCode::NXDomain,
-        };
-        return reply_code(&query, code);
+        return refusal_reply(&query, refusal);
     }
     if decision == NameDecision::Held {
         *outcome = Outcome::StandIn;
@@ -268,7 +296,6 @@ async fn stand_in_answer(
     name: String,
     asker: peer::QuerySocket,
 ) -> Option<Vec<u8>> {
-    use hickory_resolver::proto::rr::{Record, RecordType, rdata::A};
     let question = query.queries.first()?.clone();
     let stand_in = (question.query_type() == RecordType::A)
         .then(|| {
@@ -279,17 +306,6 @@ async fn stand_in_answer(
                 .map(|mut s| s.address_for(&name))
         })
         .flatten();
-    let mut reply = Message::response(query.metadata.id, query.metadata.op_code);
-    reply.metadata.recursion_desired = query.metadata.recursion_desired;
-    reply.metadata.recursion_available = true;
-    reply.add_queries(query.queries.iter().cloned());
-    if let Some(address) = stand_in {
-        reply.add_answer(Record::from_rdata(
-            question.name().clone(),
-            STAND_IN_TTL.as_secs() as u32,
-            RData::A(A(address)),
-        ));
-    }
     let answered = Answered {
         name,
         query_type: question.query_type().to_string(),
@@ -304,7 +320,34 @@ async fn stand_in_answer(
     if !hand_over(shared, answered).await {
         return reply_code(query, ResponseCode::ServFail);
     }
+    stand_in_reply(query, stand_in)
+}
+
+/// The reply that holds a name on the host: the query's question answered with `stand_in`
+/// (an A record; none for any other type of question).
+pub fn stand_in_reply(query: &Message, stand_in: Option<Ipv4Addr>) -> Option<Vec<u8>> {
+    let question = query.queries.first()?;
+    let mut reply = Message::response(query.metadata.id, query.metadata.op_code);
+    reply.metadata.recursion_desired = query.metadata.recursion_desired;
+    reply.metadata.recursion_available = true;
+    reply.add_queries(query.queries.iter().cloned());
+    if let Some(address) = stand_in.filter(|_| question.query_type() == RecordType::A) {
+        reply.add_answer(Record::from_rdata(
+            question.name().clone(),
+            STAND_IN_TTL.as_secs() as u32,
+            RData::A(A(address)),
+        ));
+    }
     reply.to_vec().ok()
+}
+
+/// The reply to a query for a name the policy forbids: REFUSED or NXDOMAIN, as configured.
+pub fn refusal_reply(query: &Message, refusal: super::Refusal) -> Option<Vec<u8>> {
+    let code = match refusal {
+        super::Refusal::Refused => ResponseCode::Refused,
+        super::Refusal::Nxdomain => ResponseCode::NXDomain,
+    };
+    reply_code(query, code)
 }
 
 /// What programs are told a stand-in is good for.
@@ -325,7 +368,7 @@ async fn process_of(asker: peer::QuerySocket) -> Option<peer::QueryProcess> {
 
 /// `bytes` (the encoded `message`), or the message truncated when it is too big for the
 /// program's UDP buffer, so it asks again over TCP.
-fn fit(query: &Message, message: &Message, bytes: Vec<u8>, tcp: bool) -> Vec<u8> {
+pub fn fit(query: &Message, message: &Message, bytes: Vec<u8>, tcp: bool) -> Vec<u8> {
     if !tcp && bytes.len() > usize::from(query.max_payload()) {
         return message.truncate().to_vec().unwrap_or(bytes);
     }
@@ -335,7 +378,7 @@ fn fit(query: &Message, message: &Message, bytes: Vec<u8>, tcp: bool) -> Vec<u8>
 /// The final A and AAAA records of an answer, and the smallest TTL of the answer section (the
 /// CNAMEs on the way count: the chain is only as fresh as its shortest link); for an answer
 /// without records, the authority section's (a negative answer's SOA).
-fn addresses(message: &Message) -> (Vec<IpAddr>, Duration) {
+pub fn addresses(message: &Message) -> (Vec<IpAddr>, Duration) {
     let addrs = message
         .answers
         .iter()
@@ -355,7 +398,7 @@ fn addresses(message: &Message) -> (Vec<IpAddr>, Duration) {
 }
 
 /// A reply with no records: `code`, the query's question and recursion flag.
-fn reply_code(query: &Message, code: ResponseCode) -> Option<Vec<u8>> {
+pub fn reply_code(query: &Message, code: ResponseCode) -> Option<Vec<u8>> {
     let mut reply = Message::error_msg(query.metadata.id, query.metadata.op_code, code);
     reply.metadata.recursion_desired = query.metadata.recursion_desired;
     reply.metadata.recursion_available = true;

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use hickory_resolver::proto::op::Message;
+use hickory_resolver::proto::op::{Message, MessageType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 use tokio::time::timeout;
@@ -51,12 +51,25 @@ pub async fn exchange(
         }
     }
     let bytes = exchange_tcp(upstream, query).await?;
-    let answer = Message::from_vec(&bytes)
-        .with_context(|| format!("the name server {upstream} sent an unreadable answer"))?;
-    if answer.metadata.id != id {
-        bail!("the name server {upstream} answered another query over TCP");
-    }
+    let answer = read_answer(&bytes, id)
+        .with_context(|| format!("the name server {upstream} sent an unusable answer over TCP"))?;
     Ok((bytes, answer))
+}
+
+/// Reads an upstream server's answer to query `id`, without I/O: a DNS response carrying that
+/// id, or why it is not one.
+pub fn read_answer(bytes: &[u8], id: u16) -> Result<Message> {
+    let answer = Message::from_vec(bytes).context("not a DNS message")?;
+    if answer.metadata.message_type != MessageType::Response {
+        bail!("a query, not an answer");
+    }
+    if answer.metadata.id != id {
+        bail!(
+            "the answer to another query (id {}, not {id})",
+            answer.metadata.id
+        );
+    }
+    Ok(answer)
 }
 
 async fn exchange_udp(upstream: SocketAddr, query: &[u8], id: u16) -> Result<(Vec<u8>, Message)> {
@@ -78,9 +91,7 @@ async fn exchange_udp(upstream: SocketAddr, query: &[u8], id: u16) -> Result<(Ve
         let attempt = async {
             loop {
                 let n = socket.recv(&mut buffer).await?;
-                if let Ok(answer) = Message::from_vec(&buffer[..n])
-                    && answer.metadata.id == id
-                {
+                if let Ok(answer) = read_answer(&buffer[..n], id) {
                     return Ok::<_, std::io::Error>((buffer[..n].to_vec(), answer));
                 }
             }
@@ -110,4 +121,38 @@ async fn exchange_tcp(upstream: SocketAddr, query: &[u8]) -> Result<Vec<u8>> {
         .await
         .map_err(|_| anyhow!("the name server {upstream} did not answer over TCP"))?
         .with_context(|| format!("asking the name server {upstream} over TCP"))
+}
+
+#[cfg(test)]
+mod tests {
+    use hickory_resolver::proto::op::{OpCode, Query};
+    use hickory_resolver::proto::rr::{Name, RecordType};
+
+    use super::*;
+
+    fn message(id: u16, message_type: MessageType) -> Vec<u8> {
+        let mut message = match message_type {
+            MessageType::Query => Message::query(),
+            MessageType::Response => Message::response(id, OpCode::Query),
+        };
+        message.metadata.id = id;
+        message.add_query(Query::query(
+            Name::from_ascii("example.com.").unwrap(),
+            RecordType::A,
+        ));
+        message.to_vec().unwrap()
+    }
+
+    #[test]
+    fn an_answer_is_a_response_to_the_query_it_names() {
+        let answer = read_answer(&message(7, MessageType::Response), 7).unwrap();
+        assert_eq!(answer.metadata.id, 7);
+        let other = read_answer(&message(8, MessageType::Response), 7).unwrap_err();
+        assert!(format!("{other:#}").contains("another query (id 8, not 7)"));
+        // A query sent back (a loop to a server that echoes) is not an answer.
+        let echoed = read_answer(&message(7, MessageType::Query), 7).unwrap_err();
+        assert!(format!("{echoed:#}").contains("a query, not an answer"));
+        let garbage = read_answer(&[0x12, 0x34, 0x80], 0x1234).unwrap_err();
+        assert!(format!("{garbage:#}").contains("not a DNS message"));
+    }
 }

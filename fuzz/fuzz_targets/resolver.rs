@@ -1,0 +1,146 @@
+//! A DNS packet from a scope and an upstream server's answer to it, taken through the steps of
+//! guard's resolver that read and write messages (`resolve::serve`, `resolve::upstream`,
+//! `resolve::cache`, `resolve::answers`), without I/O: each step returns a value or refuses,
+//! never panics, and what guard writes back reads as a reply to the program's query.
+//!
+//! Input: one flags byte (bit 0: the query came over TCP; bit 1: DNSSEC OK for the cache key),
+//! two bytes of query length (big-endian, cut to what is there), the query, then the answer.
+#![no_main]
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use guard::policy::PolicyParser;
+use guard::resolve::answers::{AnswerBook, GRACE};
+use guard::resolve::cache::AnswerCache;
+use guard::resolve::names::NamePolicy;
+use guard::resolve::serve::{
+    NameQuery, addresses, fit, read_query, refusal_reply, reply_code, stand_in_reply,
+};
+use guard::resolve::stand_ins::{StandIns, is_stand_in_ip};
+use guard::resolve::upstream::read_answer;
+use guard::resolve::{NameDecision, Refusal};
+use hickory_resolver::proto::op::{Message, MessageType, ResponseCode};
+use hickory_resolver::proto::rr::{RData, RecordType};
+use libfuzzer_sys::fuzz_target;
+
+/// The names of a small policy with each kind of name decision: ruled, refused, held (any other
+/// name, under `unmatched_network = "prompt"`).
+fn names() -> &'static NamePolicy {
+    static NAMES: OnceLock<NamePolicy> = OnceLock::new();
+    NAMES.get_or_init(|| {
+        let mut parser = PolicyParser::new();
+        parser
+            .parse(
+                "fuzz.rules",
+                r#"
+network_rule(host = "example.com", protocol = "https", decision = "allow")
+network_rule(host = "ads.example.org", protocol = "https", decision = "forbidden")
+address_rule(addresses = ["db.internal"], decision = "allow", ports = [5432])
+enforcement(unmatched_network = "prompt")
+"#,
+            )
+            .expect("the fuzz target's policy loads");
+        NamePolicy::from_policy(&parser.build())
+    })
+}
+
+/// `reply` reads as a response to `query` with `code`, carrying its question.
+fn assert_reply_to(query: &Message, reply: &[u8], code: ResponseCode) -> Message {
+    let reply = Message::from_vec(reply).expect("guard's reply reads back");
+    assert_eq!(reply.metadata.message_type, MessageType::Response);
+    assert_eq!(reply.metadata.id, query.metadata.id);
+    assert_eq!(reply.metadata.response_code, code);
+    assert_eq!(reply.queries, query.queries);
+    reply
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&flags, rest)) = data.split_first() else {
+        return;
+    };
+    let (tcp, dnssec_ok) = (flags & 1 != 0, flags & 2 != 0);
+    let (length, rest) = match rest {
+        [high, low, rest @ ..] => (usize::from(u16::from_be_bytes([*high, *low])), rest),
+        _ => return,
+    };
+    let (query_bytes, answer_bytes) = rest.split_at(length.min(rest.len()));
+
+    let NameQuery {
+        query,
+        question,
+        name,
+    } = match read_query(query_bytes) {
+        Ok(read) => read,
+        Err(Some(reply)) => {
+            // FORMERR or NOTIMP, to a query that reads.
+            let query = Message::from_vec(query_bytes).expect("a reply only to a query");
+            let reply = Message::from_vec(&reply).expect("guard's reply reads back");
+            assert_eq!(reply.metadata.id, query.metadata.id);
+            assert_eq!(reply.metadata.message_type, MessageType::Response);
+            return;
+        }
+        Err(None) => return,
+    };
+    assert!(!name.ends_with('.'), "{name:?}");
+    assert_eq!(name, name.to_ascii_lowercase());
+
+    let decision = names().decide(&name);
+    for (refusal, code) in [
+        (Refusal::Refused, ResponseCode::Refused),
+        (Refusal::Nxdomain, ResponseCode::NXDomain),
+    ] {
+        if let Some(reply) = refusal_reply(&query, refusal) {
+            assert_reply_to(&query, &reply, code);
+        }
+    }
+    if let Some(reply) = reply_code(&query, ResponseCode::ServFail) {
+        assert_reply_to(&query, &reply, ResponseCode::ServFail);
+    }
+    if decision == NameDecision::Held {
+        let stand_in = StandIns::default().address_for(&name);
+        assert!(is_stand_in_ip(stand_in.into()));
+        if let Some(reply) = stand_in_reply(&query, Some(stand_in)) {
+            let reply = assert_reply_to(&query, &reply, ResponseCode::NoError);
+            let expected = usize::from(question.query_type() == RecordType::A);
+            assert_eq!(reply.answers.len(), expected);
+            if let Some(record) = reply.answers.first() {
+                assert_eq!(record.data, RData::A(stand_in.into()));
+            }
+        }
+    }
+
+    // The upstream server's answer.
+    let id = query.metadata.id;
+    let Ok(answer) = read_answer(answer_bytes, id) else {
+        return;
+    };
+    assert_eq!(answer.metadata.id, id);
+    let (addrs, ttl) = addresses(&answer);
+    let sent = fit(&query, &answer, answer_bytes.to_vec(), tcp);
+    if sent != answer_bytes {
+        // Cut to fit the program's UDP buffer: a truncated answer, so it asks again over TCP.
+        let cut = Message::from_vec(&sent).expect("a truncated answer reads back");
+        assert!(cut.metadata.truncation);
+        assert_eq!(cut.metadata.id, id);
+    }
+
+    // Kept for a repeated query, and handed back with the repeat's id.
+    let mut cache = AnswerCache::default();
+    cache.put(&question, dnssec_ok, &answer, ttl);
+    if let Some(kept) = cache.get(&question, dnssec_ok, id ^ 0x5a5a, Instant::now()) {
+        assert_eq!(kept.metadata.id, id ^ 0x5a5a);
+        assert_eq!(kept.answers.len(), answer.answers.len());
+        let _ = kept.to_vec();
+    }
+
+    // The answer book attributes each address to the name, until its time is up.
+    let mut book = AnswerBook::new();
+    let now = Instant::now();
+    book.record(&name, &addrs, ttl, now);
+    for ip in &addrs {
+        assert!(book.names_for(*ip).contains(&name), "{ip} for {name:?}");
+    }
+    book.prune(now + ttl + GRACE + Duration::from_secs(1));
+    assert_eq!(book.address_count(), 0);
+});

@@ -127,3 +127,10 @@ pub fn exit_code(status: ExitStatus) -> i32 {
         .or_else(|| status.signal().map(|signal| 128 + signal))
         .unwrap_or(1)
 }
+
+/// The last `lines` lines of the file at `path` (what a step that ran beside another printed).
+pub fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}

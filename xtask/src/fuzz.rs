@@ -1,5 +1,6 @@
 //! The `fuzz` step of `cargo xtask test`: builds the cargo-fuzz targets in `fuzz/` (nightly,
-//! libFuzzer, AddressSanitizer) and runs each for a bounded time over its committed corpus
+//! libFuzzer; no sanitizer, as the targets reach safe Rust only and AddressSanitizer doubles the
+//! build) and runs each for a bounded time over its committed corpus
 //! (`fuzz/corpus/TARGET`). A crash, a timeout on one input or an input that takes too much
 //! memory fails the step; libFuzzer saves that input in `fuzz/artifacts/TARGET/` and prints the
 //! command that reruns it. docs/design.md ("Fuzzing") says how to run a target longer.
@@ -21,10 +22,25 @@ const TIMEOUT_SECS: u32 = 5;
 
 /// Builds and runs every target; `target` is the main workspace's target directory, under which
 /// the fuzz build (`target/fuzz`) and what the runs add to the corpus (`target/fuzz/corpus`)
-/// are kept, so they are cached and cleaned with the rest of the build.
-pub fn run(target: &Path) -> Result<()> {
+/// are kept, so they are cached and cleaned with the rest of the build. Everything the commands
+/// print goes to `log`, so the step can run beside another; `jobs` bounds the build.
+pub fn run(target: &Path, log: &Path, jobs: u32) -> Result<()> {
     let fuzz_target = target.join("fuzz");
-    cmd::run(&mut nightly_fuzz("build", &fuzz_target))?;
+    let log = std::fs::File::create(log)?;
+    let status = |command: &mut Command| -> Result<std::process::ExitStatus> {
+        use std::io::Write;
+        writeln!(&log, "$ {}", cmd::display(command))?;
+        command
+            .env("CARGO_BUILD_JOBS", jobs.to_string())
+            .stdout(log.try_clone()?)
+            .stderr(log.try_clone()?)
+            .status()
+            .map_err(Into::into)
+    };
+    let built = status(&mut nightly_fuzz("build", &fuzz_target))?;
+    if !built.success() {
+        bail!("building the fuzz targets failed ({built})");
+    }
     let mut failed = Vec::new();
     for name in TARGETS {
         // New inputs go to the scratch folder (the first); the committed seeds are only read.
@@ -39,7 +55,7 @@ pub fn run(target: &Path) -> Result<()> {
             .arg(format!("-rss_limit_mb={RSS_LIMIT_MB}"))
             .arg(format!("-timeout={TIMEOUT_SECS}"))
             .arg("-print_final_stats=1");
-        if !cmd::status(&mut run)?.success() {
+        if !status(&mut run)?.success() {
             failed.push(name);
         }
     }
@@ -65,6 +81,8 @@ fn nightly_fuzz(subcommand: &str, fuzz_target: &Path) -> Command {
             subcommand,
             "--fuzz-dir",
             "fuzz",
+            "--sanitizer",
+            "none",
         ])
         .arg("--target-dir")
         .arg(fuzz_target)

@@ -91,17 +91,7 @@ impl PolicyParser {
         run_bytes: usize,
     ) -> Result<()> {
         let first_pending = self.builder.borrow().pending_examples.len();
-        let globals = if self.codex_only {
-            GlobalsBuilder::standard()
-                .with(shared_builtins)
-                .with(codex_prefix_rule)
-                .build()
-        } else {
-            GlobalsBuilder::standard()
-                .with(shared_builtins)
-                .with(guard_builtins)
-                .build()
-        };
+        let globals = self.globals();
         // A large file is read a run of statements at a time (its whole syntax tree would be
         // the peak of guard's memory); anything that reading cannot vouch for is read again
         // whole, from the state before the file, so both readings mean the same.
@@ -117,6 +107,16 @@ impl PolicyParser {
             self.eval_whole(identifier, contents, &globals)?;
         }
         self.builder.borrow().check_examples_from(first_pending)
+    }
+
+    /// The builtins a file of this parser sees: the Codex CLI's alone, or guard's too.
+    fn globals(&self) -> Globals {
+        let shared = GlobalsBuilder::standard().with(shared_builtins);
+        if self.codex_only {
+            shared.with(codex_prefix_rule).build()
+        } else {
+            shared.with(guard_builtins).build()
+        }
     }
 
     fn eval_whole(&self, identifier: &str, contents: &str, globals: &Globals) -> Result<()> {

@@ -546,7 +546,7 @@ fn parse_in_runs(src: &str) -> Result<Policy> {
 /// What the whole file read at once gives: the reading runs must give the same.
 fn parse_whole(src: &str) -> Result<Policy> {
     let parser = PolicyParser::new();
-    let globals = GlobalsBuilder::standard().with(policy_builtins).build();
+    let globals = parser.globals();
     parser.eval_whole("test.rules", src, &globals)?;
     parser.builder.borrow().check_examples_from(0)?;
     Ok(parser.build())
@@ -554,8 +554,9 @@ fn parse_whole(src: &str) -> Result<Policy> {
 
 /// Whether the runs alone could read `src` (no whole reading after them).
 fn runs_vouch_for(src: &str) -> bool {
-    let globals = GlobalsBuilder::standard().with(policy_builtins).build();
-    PolicyParser::new().eval_in_runs("test.rules", src, &globals, RUN)
+    let parser = PolicyParser::new();
+    let globals = parser.globals();
+    parser.eval_in_runs("test.rules", src, &globals, RUN)
 }
 
 fn same_policy(runs: &Policy, whole: &Policy) {

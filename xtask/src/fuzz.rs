@@ -1,6 +1,7 @@
 //! The `fuzz` step of `cargo xtask test`: builds the cargo-fuzz targets in `fuzz/` (nightly,
-//! libFuzzer; no sanitizer, as the targets reach safe Rust only and AddressSanitizer doubles the
-//! build) and runs each for a bounded time over its committed corpus
+//! libFuzzer; a development build with no sanitizer, as the targets reach safe Rust only and
+//! an optimised, AddressSanitizer build takes several times as long) and runs each for a bounded
+//! time over its committed corpus
 //! (`fuzz/corpus/TARGET`). A crash, a timeout on one input or an input that takes too much
 //! memory fails the step; libFuzzer saves that input in `fuzz/artifacts/TARGET/` and prints the
 //! command that reruns it. docs/design.md ("Fuzzing") says how to run a target longer.
@@ -83,6 +84,9 @@ fn nightly_fuzz(subcommand: &str, fuzz_target: &Path) -> Command {
             "fuzz",
             "--sanitizer",
             "none",
+            // Unoptimised, with debug assertions and overflow checks: a third of a release
+            // build's time, and 20 s of runs need no speed.
+            "--dev",
         ])
         .arg("--target-dir")
         .arg(fuzz_target)

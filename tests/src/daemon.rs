@@ -304,6 +304,32 @@ impl TestDaemon {
         )
     }
 
+    /// `net-probe paced PREFIX RATE SECS PROGRESS` (`probe` is net-probe's path) in a scope of
+    /// this daemon, started with its stdout piped; `PROGRESS` is in a folder of its own (the
+    /// daemon's folder holds protected paths, which `guard run` confines). Returns the run and
+    /// the progress file.
+    pub fn paced_load(&self, probe: &Path, prefix: &str, rate: u64, secs: u64) -> (Child, PathBuf) {
+        let folder = self.dir.path().join("paced");
+        std::fs::create_dir_all(&folder).expect("a folder for the progress file");
+        let progress = folder.join("progress");
+        let run = self
+            .guard_command(&[
+                "run",
+                "--",
+                probe.to_str().expect("a UTF-8 path"),
+                "paced",
+                prefix,
+                &rate.to_string(),
+                &secs.to_string(),
+                progress.to_str().expect("a UTF-8 path"),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting guard run");
+        (run, progress)
+    }
+
     /// `guard run -- ARGS...` under this daemon, holding its prompted calls (GUARD_NO_HOLD
     /// removed), started with its output piped.
     pub fn held_run(&self, args: &[&str]) -> Child {

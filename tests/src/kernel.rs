@@ -267,6 +267,24 @@ pub fn wait_output(mut child: Child, timeout: Duration) -> Output {
         .expect("reading the child's output")
 }
 
+/// Ends a server the test started: SIGTERM, up to `grace` for it to exit, then SIGKILL; it is
+/// reaped either way.
+pub fn stop_child(child: &mut Child, grace: Duration) {
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: signals our own child, which has not been waited for (so the pid is its).
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+    let start = Instant::now();
+    while start.elapsed() < grace {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// Waits for `child` at most `timeout` (killing it then, and panicking).
 pub fn wait_status(child: &mut Child, timeout: Duration) -> ExitStatus {
     let deadline = Instant::now() + timeout;

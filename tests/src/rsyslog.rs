@@ -287,22 +287,9 @@ impl Rsyslog {
 
 impl Drop for Rsyslog {
     fn drop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        if let Ok(pid) = libc::pid_t::try_from(child.id()) {
-            // SAFETY: signals our own child, which has not been waited for (so the pid is its).
-            unsafe { libc::kill(pid, libc::SIGTERM) };
+        if let Some(mut child) = self.child.take() {
+            crate::kernel::stop_child(&mut child, Duration::from_secs(5));
         }
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(5) {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
     }
 }
 

@@ -516,28 +516,7 @@ fn a_kill_9_under_load_loses_at_most_the_last_second_of_records() {
     // measures what the release build takes.
     const RATE: u64 = 2_000;
     const SECS: u64 = 6;
-    // In a folder of its own: the daemon's folder holds its rules, state, socket and log,
-    // protected paths that `guard run` confines with Landlock, so no new file can be made
-    // directly in it (see docs/enforcement.md, "Writes under `guard run`").
-    let progress_dir = daemon.dir.path().join("probe");
-    std::fs::create_dir(&progress_dir).unwrap();
-    let progress = progress_dir.join("progress");
-    let probe = net_probe();
-    let load = daemon
-        .guard_command(&[
-            "run",
-            "--",
-            probe.to_str().unwrap(),
-            "paced",
-            "127.88",
-            &RATE.to_string(),
-            &SECS.to_string(),
-            progress.to_str().unwrap(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (load, progress) = daemon.paced_load(&net_probe(), "127.88", RATE, SECS);
     std::thread::sleep(Duration::from_secs(3));
     let killed_at = SystemTime::now();
     daemon.stop_with(libc::SIGKILL);

@@ -1430,23 +1430,7 @@ fn a_flooding_scope_loses_only_its_own_events_and_asks_and_another_scope_keeps_e
     // One scope sends to 100 000 destinations of its own as fast as it can (each a new ask):
     // faster than the daemon reads, so the ring buffer fills past half and the scope's share
     // runs out.
-    let log = daemon.dir.path().join("paced.log");
-    let probe = net_probe();
-    let flood = daemon
-        .guard_command(&[
-            "run",
-            "--",
-            probe.to_str().unwrap(),
-            "paced",
-            "127.88",
-            "100000",
-            "1",
-            log.to_str().unwrap(),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let (flood, _) = daemon.paced_load(&net_probe(), "127.88", 100_000, 1);
     // Meanwhile another scope makes five refused connects, each to a port of its own.
     std::thread::sleep(Duration::from_millis(300));
     let ports: Vec<u64> = (42_100..42_105).collect();

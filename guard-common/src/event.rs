@@ -34,6 +34,9 @@ pub mod action {
     pub const SIGKILL: u8 = 2;
     /// The file operation failed with EACCES (`lsm` file hooks).
     pub const EACCES: u8 = 3;
+    /// A prompted connect or send let through with its packets held until an answer
+    /// (`maps::NetHold`); [`super::Event::ino`] is the socket's cookie.
+    pub const HELD: u8 = 4;
 }
 
 /// [`Event::flags`].

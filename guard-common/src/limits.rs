@@ -69,3 +69,7 @@ pub const MAX_UNIX_ENTRIES: u32 = 16_384;
 /// Stand-in addresses mapped to a real one at once (`STAND_INS`): the names a person approved
 /// or a rule named after the resolver answered them with a stand-in.
 pub const MAX_STAND_INS: u32 = 16_384;
+/// Sockets held at once (`HELD_SOCKETS`): prompted connects and sends waiting for an answer, and
+/// the ones answered that userspace has not yet cleared. Past it a prompt is refused as if no
+/// hold were on.
+pub const MAX_HELD_SOCKETS: u32 = 4096;

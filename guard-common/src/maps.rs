@@ -183,6 +183,60 @@ pub struct DnsOriginal {
     pub family: u16,
 }
 
+/// How prompted connects and sends are held (one entry, index 0): as a slow network holds them.
+/// A prompted TCP connect is let through with its socket listed in `HELD_SOCKETS`, and its SYNs
+/// are dropped on the way out until the destination is approved (the program's own timeouts
+/// apply; a denial ends the socket from userspace); a prompted UDP datagram is dropped, as a lossy
+/// network would. Off (`enabled` 0): a prompt is refused with EPERM.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetHold {
+    pub enabled: u8,
+    /// Non-zero on the `lsm` backend: its socket hooks let a prompted call through unrecorded,
+    /// and the cgroup connect and sendmsg programs (which run after them) hold it.
+    pub lsm_defers: u8,
+    pub _pad: [u8; 2],
+    /// `TCP_USER_TIMEOUT` of a held TCP socket until it connects: a blocking connect waits up
+    /// to this long (the ask's expiry), then fails with ETIMEDOUT.
+    pub user_timeout_ms: u32,
+}
+
+/// `NetHold`'s states of a held socket ([`HeldSocket::state`]).
+pub mod held {
+    /// Its packets to the held destination are dropped.
+    pub const HELD: u8 = 0;
+    /// The destination was approved: its packets go out (set by the egress program).
+    pub const RELEASED: u8 = 1;
+    /// A held TCP socket that connected (after its release).
+    pub const CONNECTED: u8 = 2;
+    /// A held TCP socket that closed before it connected: the program gave up, or it was
+    /// ended by a denial.
+    pub const CLOSED: u8 = 3;
+}
+
+/// A socket whose prompted connect (or UDP send) was let through and whose packets are held,
+/// keyed by socket cookie in `HELD_SOCKETS`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeldSocket {
+    /// The held destination: address (IPv4: the first 4 bytes), network order.
+    pub addr: [u8; 16],
+    /// The socket's own address once the kernel chose it (TCP, at connect).
+    pub local_addr: [u8; 16],
+    /// AF_INET or AF_INET6.
+    pub family: u16,
+    /// Destination port, host order.
+    pub port: u16,
+    /// Local port, host order (TCP, at connect; 0 before).
+    pub local_port: u16,
+    pub transport: u8,
+    /// [`held`].
+    pub state: u8,
+    /// `CLOCK_BOOTTIME` nanoseconds: when it was held, and when it was released or connected.
+    pub held_ns: u64,
+    pub changed_ns: u64,
+}
+
 /// Program identity: the executed file's device (kernel `dev_t`: major << 20 | minor) and inode.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -354,7 +408,13 @@ pub mod counter {
     /// Events a scope made past its share of the ring buffer in a second (lost, not put in the
     /// ring; the decisions stand). Per scope in `SCOPE_EVENTS`.
     pub const EVENTS_OVER_BUDGET: u32 = 21;
-    pub const COUNT: u32 = 22;
+    /// Prompted connects and sends let through with their packets held (`NetHold`).
+    pub const NET_HELD: u32 = 22;
+    /// Packets of held sockets dropped on the way out, to a destination not yet approved.
+    pub const NET_HELD_DROPPED: u32 = 23;
+    /// Prompted calls refused because `HELD_SOCKETS` was full (fails closed: as without a hold).
+    pub const NET_HOLD_FULL: u32 = 24;
+    pub const COUNT: u32 = 25;
     /// The slots that count decisions that failed open: each should stay 0.
     pub const FAILED_OPEN: [u32; 3] = [EXEC_FAILED_OPEN, NET_FAILED_OPEN, FILE_FAILED_OPEN];
     pub const NAMES: [&str; COUNT as usize] = [
@@ -380,6 +440,9 @@ pub mod counter {
         "unix_refused",
         "stand_in_unmapped",
         "events_over_budget",
+        "net_held",
+        "net_held_dropped",
+        "net_hold_full",
     ];
 }
 
@@ -474,6 +537,8 @@ mod tests {
     fn settings_stay_eight_bytes() {
         assert_eq!(core::mem::size_of::<Settings>(), 8);
         assert_eq!(core::mem::size_of::<ScopeEvents>(), 32);
+        assert_eq!(core::mem::size_of::<NetHold>(), 8);
+        assert_eq!(core::mem::size_of::<HeldSocket>(), 56);
         // No padding: the kernel hashes every byte of the key.
         assert_eq!(core::mem::size_of::<UnixKey>(), 4 + UNIX_PATH_LEN);
     }

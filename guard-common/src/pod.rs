@@ -3,8 +3,8 @@
 use crate::dfa::{DfaHeader, DfaRow};
 use crate::event::{Event, TaskInfo};
 use crate::maps::{
-    ArgvEdge, ArgvNode, DnsOriginal, DnsRedirect, ExecIdentity, ExecName, KernelOffsets, LongToken,
-    ScopeEvents, Settings, UnixKey, Verdict,
+    ArgvEdge, ArgvNode, DnsOriginal, DnsRedirect, ExecIdentity, ExecName, HeldSocket,
+    KernelOffsets, LongToken, NetHold, ScopeEvents, Settings, UnixKey, Verdict,
 };
 
 // SAFETY: plain old data: repr(C), Copy, every bit pattern valid.
@@ -12,6 +12,8 @@ unsafe impl aya::Pod for Verdict {}
 unsafe impl aya::Pod for Settings {}
 unsafe impl aya::Pod for ScopeEvents {}
 unsafe impl aya::Pod for DnsRedirect {}
+unsafe impl aya::Pod for NetHold {}
+unsafe impl aya::Pod for HeldSocket {}
 unsafe impl aya::Pod for DnsOriginal {}
 unsafe impl aya::Pod for ExecIdentity {}
 unsafe impl aya::Pod for ExecName {}

@@ -22,6 +22,7 @@ mod dns;
 mod events;
 mod exec;
 mod files;
+mod held;
 mod kernel;
 mod maps;
 mod net;

@@ -8,12 +8,13 @@ use guard_common::event::TaskInfo;
 use crate::argv::ArgvWalk;
 use crate::patterns::{PatternInput, PatternReadings};
 use guard_common::limits::{
-    EVENTS_BYTES, FILE_PATH_BUF, MAX_EXEC_ENTRIES, MAX_LONG_TOKENS, MAX_NET_ENTRIES, MAX_SCOPES,
-    MAX_STAND_INS, MAX_TASKS, MAX_UNIX_ENTRIES, PATTERN_ARGV_LEN, TOKEN_SCAN_LEN, UNIX_PATH_LEN,
+    EVENTS_BYTES, FILE_PATH_BUF, MAX_EXEC_ENTRIES, MAX_HELD_SOCKETS, MAX_LONG_TOKENS,
+    MAX_NET_ENTRIES, MAX_SCOPES, MAX_STAND_INS, MAX_TASKS, MAX_UNIX_ENTRIES, PATTERN_ARGV_LEN,
+    TOKEN_SCAN_LEN, UNIX_PATH_LEN,
 };
 use guard_common::maps::{
     ArgvEdge, ArgvNode, DestV4, DestV6, DnsOriginal, DnsRedirect, ExecIdentity, ExecName,
-    LongToken, ScopeEvents, Settings, UnixKey, Verdict, counter,
+    HeldSocket, LongToken, NetHold, ScopeEvents, Settings, UnixKey, Verdict, counter,
 };
 
 #[map]
@@ -33,6 +34,15 @@ pub static DNS_ORIGINALS: LruHashMap<u64, DnsOriginal> = LruHashMap::with_max_en
 /// names (`stand_in`).
 #[map]
 pub static STAND_INS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_STAND_INS, 0);
+
+/// Whether prompted connects and sends are held rather than refused (`held`).
+#[map]
+pub static NET_HOLD: Array<NetHold> = Array::with_max_entries(1, 0);
+
+/// Held sockets by cookie (`held`): written by the connect and sendmsg programs, updated by the
+/// egress and sock_ops programs, read and cleared by userspace.
+#[map]
+pub static HELD_SOCKETS: HashMap<u64, HeldSocket> = HashMap::with_max_entries(MAX_HELD_SOCKETS, 0);
 
 /// cgroup v2 ids listed for scope: 1 = under enforcement, 0 = exempt. The deepest listed
 /// cgroup among a process's cgroup and its ancestors decides (`scope::current_in_scope`).

@@ -9,7 +9,7 @@ use aya_ebpf::maps::lpm_trie::Key;
 use aya_ebpf::programs::{LsmContext, SockAddrContext};
 use guard_common::Decision;
 use guard_common::engine::destination::{decide_destination, is_v4_mapped, lookup};
-use guard_common::engine::outcome::Counters;
+use guard_common::engine::outcome::{Counters, Outcome};
 use guard_common::event::{action, flag, kind};
 use guard_common::limits::NO_RULE;
 use guard_common::maps::{
@@ -59,28 +59,57 @@ pub fn sendmsg6(ctx: SockAddrContext) -> i32 {
 
 #[inline(always)]
 fn from_sock_addr(ctx: &SockAddrContext, v6: bool, call: u8) -> i32 {
-    if let Some(redirect) = dns_redirect() {
+    let redirect = dns_redirect();
+    if let Some(redirect) = redirect {
         // DNS goes to guard's resolver, which decides by name.
         if crate::dns::redirect(ctx, v6, redirect) {
             return 1;
         }
-        // On the lsm backend these programs are attached only to redirect; the LSM hooks
-        // decided (a stand-in by its own address, as here), so what is left is to send a
-        // stand-in to its real address.
-        if redirect.redirect_only != 0 {
-            return i32::from(crate::stand_in::send_to_real(ctx, v6));
-        }
     }
-    if decide_sock_addr(ctx, v6, call) {
+    let hold = crate::held::config();
+    // A socket may be held when the hold is on, unless it names a stand-in with no real
+    // address yet: that call has nowhere to go, and is refused below.
+    let cookie = match hold {
+        Some(_) if !crate::stand_in::unmapped(ctx, v6) => crate::held::socket_cookie(ctx),
+        _ => 0,
+    };
+    // On the lsm backend these programs are attached only to redirect and hold; the LSM hooks
+    // decided (a stand-in by its own address, as here), and let the prompts to hold through.
+    if redirect.is_some_and(|r| r.redirect_only != 0) || hold.is_some_and(|h| h.lsm_defers != 0) {
+        if hold.is_some() && decide_sock_addr(ctx, v6, call, HoldBy::Deferred(cookie)) {
+            return 0;
+        }
+        return i32::from(crate::stand_in::send_to_real(ctx, v6));
+    }
+    let by = if hold.is_some() {
+        HoldBy::Socket(cookie)
+    } else {
+        HoldBy::Nobody
+    };
+    if decide_sock_addr(ctx, v6, call, by) {
         return 0;
     }
     // Let through: a stand-in goes to the real address it stands for, or nowhere.
     i32::from(crate::stand_in::send_to_real(ctx, v6))
 }
 
+/// Who holds a prompted call instead of refusing it (`held`).
+#[derive(Clone, Copy)]
+enum HoldBy {
+    /// Nobody: a prompt is refused.
+    Nobody,
+    /// This cgroup program: the socket with this cookie is held (0: it cannot be).
+    Socket(u64),
+    /// This cgroup program, after an LSM hook decided everything but the prompts it let
+    /// through: those are held, the rest pass unrecorded (the hook recorded them).
+    Deferred(u64),
+    /// The cgroup program that runs after this LSM hook: a prompt goes through unrecorded.
+    CgroupProgram,
+}
+
 /// Decides a cgroup connect or sendmsg by its destination; `true` when it must fail.
 #[inline(always)]
-fn decide_sock_addr(ctx: &SockAddrContext, v6: bool, call: u8) -> bool {
+fn decide_sock_addr(ctx: &SockAddrContext, v6: bool, call: u8, hold: HoldBy) -> bool {
     // SAFETY: the context pointer the kernel passed.
     let sa = unsafe { &*ctx.sock_addr };
     let port = u16::from_be(sa.user_port as u16);
@@ -125,7 +154,7 @@ fn decide_sock_addr(ctx: &SockAddrContext, v6: bool, call: u8) -> bool {
     } else {
         destination
     };
-    refuse(destination, call, action::EPERM, 0, Verdict::NONE)
+    refuse(destination, call, action::EPERM, 0, Verdict::NONE, hold)
 }
 
 #[inline(always)]
@@ -207,6 +236,7 @@ fn refuse(
     act: u8,
     extra_flags: u8,
     floor: Verdict,
+    hold: HoldBy,
 ) -> bool {
     let Some(settings) = settings() else {
         return false;
@@ -249,10 +279,35 @@ fn refuse(
     let mut verdict = found.strongest(floor);
     let mut flags = extra_flags;
     decide_destination(&settings, &mut verdict, &mut flags, approved);
+    let holdable = (destination.transport == TRANSPORT_TCP
+        || destination.transport == TRANSPORT_UDP)
+        && verdict.decision == Decision::Prompt as u8
+        && Outcome::of(&settings, verdict).refused;
+    match hold {
+        // The cgroup program that runs next holds it, and records it.
+        HoldBy::CgroupProgram if holdable => return false,
+        // The LSM hook decided and recorded everything else.
+        HoldBy::Deferred(_) if !holdable => return false,
+        _ => {}
+    }
     // An allow nobody records: counted, no event (a decision, not a failure).
-    let Some((action, flags)) = conclude(&settings, verdict, Counters::NET, flags, act) else {
+    let Some((mut action, flags)) = conclude(&settings, verdict, Counters::NET, flags, act) else {
         return false;
     };
+    let mut cookie = 0;
+    if let HoldBy::Socket(socket) | HoldBy::Deferred(socket) = hold
+        && holdable
+        && crate::held::hold(
+            socket,
+            destination.family,
+            &destination.addr,
+            destination.port,
+            destination.transport,
+        )
+    {
+        action = action::HELD;
+        cookie = socket;
+    }
     emit(&Subject {
         kind: call,
         verdict,
@@ -261,13 +316,13 @@ fn refuse(
         task: None,
         path: None,
         dev: 0,
-        ino: 0,
+        ino: cookie,
         family: destination.family,
         port: destination.port,
         transport: destination.transport,
         addr: destination.addr,
     });
-    action != action::NONE
+    action != action::NONE && action != action::HELD
 }
 
 // lsm backend: socket_connect(sock, address, addrlen) and socket_sendmsg(sock, msg, size); the
@@ -313,6 +368,7 @@ unsafe fn try_socket_connect(ctx: &LsmContext) -> Result<i32, i32> {
             action::EPERM,
             flag::LSM,
             Verdict::NONE,
+            lsm_hold(),
         ) {
             -EPERM
         } else {
@@ -372,12 +428,28 @@ unsafe fn try_socket_sendmsg(ctx: &LsmContext) -> Result<i32, i32> {
         destination = reached_by_unspecified(destination, source_v4, &[0; 16]);
     }
     Ok(
-        if refuse(destination, kind::SENDMSG, action::EPERM, flag::LSM, floor) {
+        if refuse(
+            destination,
+            kind::SENDMSG,
+            action::EPERM,
+            flag::LSM,
+            floor,
+            lsm_hold(),
+        ) {
             -EPERM
         } else {
             0
         },
     )
+}
+
+/// Who holds a prompt an LSM hook sees: the cgroup program after it, when the hold is on.
+#[inline(always)]
+fn lsm_hold() -> HoldBy {
+    match crate::held::config() {
+        Some(hold) if hold.lsm_defers != 0 => HoldBy::CgroupProgram,
+        _ => HoldBy::Nobody,
+    }
 }
 
 /// The addresses a `struct socket` is bound to: IPv4 and IPv6 (zero when unbound).

@@ -50,3 +50,21 @@ pub fn send_to_real(ctx: &SockAddrContext, v6: bool) -> bool {
         }
     }
 }
+
+/// Whether the call names a stand-in with no real address yet (it can only be refused, never
+/// held: there is nowhere to send it once approved).
+#[inline(always)]
+pub fn unmapped(ctx: &SockAddrContext, v6: bool) -> bool {
+    // SAFETY: the context pointer the kernel passed.
+    let sa = unsafe { &*ctx.sock_addr };
+    let word = if v6 {
+        if sa.user_ip6[0] != 0 || sa.user_ip6[1] != 0 || sa.user_ip6[2] != V4_MAPPED_WORD {
+            return false;
+        }
+        sa.user_ip6[3]
+    } else {
+        sa.user_ip4
+    };
+    // SAFETY: a read of a hash map value the verifier bounds.
+    is_stand_in(word.to_ne_bytes()) && unsafe { STAND_INS.get(&word) }.is_none()
+}

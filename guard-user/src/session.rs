@@ -45,6 +45,9 @@ pub struct SessionOptions {
     /// forbidden name this way. `None`: the scope's DNS goes where it is sent, decided by
     /// address like any other traffic.
     pub resolver: Option<Refusal>,
+    /// Hold prompted TCP connects and UDP sends as a slow network would instead of refusing
+    /// them ([`Enforcer::hold_network`]); a blocking connect waits up to this long.
+    pub hold_network: Option<Duration>,
 }
 
 /// A DNS matter of the scope, for the person running it.
@@ -140,6 +143,9 @@ impl Session {
             answered: &answers,
         };
         let mut enforcer = Enforcer::load(backend)?;
+        if let Some(timeout) = options.hold_network {
+            enforcer.hold_network(timeout)?;
+        }
         let events = enforcer.events()?;
         let modes = Modes {
             audit_only: options.audit_only,

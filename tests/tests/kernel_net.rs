@@ -469,6 +469,196 @@ fn a_prompt_destination_is_refused_and_asks() {
     expect(&session, "udp-sendto", "127.0.0.7", port, Outcome::Ok);
 }
 
+/// A session that holds prompted connects (a blocking one waits up to 60 s), over a rule that
+/// prompts TCP to 127.0.0.9 at `port`.
+fn holding_session(port: u16) -> Option<TestSession> {
+    let rules = format!(
+        "address_rule(addresses=[\"127.0.0.9\"], ports=[{port}], transport=\"tcp\", decision=\"prompt\")\n"
+    );
+    session_or_skip(
+        &rules,
+        SessionOptions {
+            hold_network: Some(Duration::from_secs(60)),
+            ..SessionOptions::default()
+        },
+    )
+}
+
+/// `net-probe timed SECS 127.0.0.9 PORT` started in the scope: its child, to wait for.
+fn spawn_timed(session: &TestSession, secs: u64, port: u16) -> std::process::Child {
+    let mut command = Command::new(probe_path());
+    command
+        .args(["timed", &secs.to_string(), "127.0.0.9", &port.to_string()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    session
+        .spawn(&mut command)
+        .unwrap_or_else(|err| panic!("net-probe timed did not start: {err:#}"))
+}
+
+/// What `net-probe timed` printed: its outcome word(s) and the milliseconds the connect took.
+fn timed_outcome(child: std::process::Child) -> (String, u64) {
+    let output = guard_tests::kernel::wait_output(child, Duration::from_secs(90));
+    let stdout = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    let (outcome, ms) = stdout
+        .rsplit_once(' ')
+        .unwrap_or_else(|| panic!("net-probe timed printed {stdout:?} ({})", output.status));
+    (outcome.to_string(), ms.parse().expect("milliseconds"))
+}
+
+fn approve_127_0_0_9(session: &mut TestSession, port: u16) {
+    session
+        .hold_approval(guard::asks::Approval {
+            ask: 1,
+            mode: guard::asks::ApprovalMode::Session,
+            by: "test".into(),
+            target: guard::asks::ApprovalTarget::Network {
+                address: "127.0.0.9".parse().unwrap(),
+                port,
+                transport: guard::policy::Transport::Tcp,
+                host: None,
+            },
+            scope: None,
+            until: None,
+        })
+        .expect("holding the approval");
+}
+
+#[test]
+fn a_held_connect_times_out_on_the_programs_schedule_never_reaches_the_listener_and_its_retry_connects_once_approved()
+ {
+    let (listener, port) = listener("127.0.0.9");
+    let Some(mut session) = holding_session(port) else {
+        return;
+    };
+    // A 2 s connect timeout, as `curl --connect-timeout 2`: the program's own schedule.
+    let (outcome, ms) = timed_outcome(spawn_timed(&session, 2, port));
+    assert_eq!(
+        outcome, "timeout",
+        "a held connect times out as a slow network would"
+    );
+    assert!(
+        (1_700..=3_000).contains(&ms),
+        "the program's 2 s timeout decides when it gives up, took {ms} ms"
+    );
+    let event = session.expect_event("the held connect", EVENT_TIMEOUT, |e| {
+        e.kind == EventKind::Connect
+    });
+    assert_eq!(
+        (event.decision, event.action),
+        (Decision::Prompt, Action::Held),
+        "{event:#?}"
+    );
+    assert_ne!(
+        event.ino, 0,
+        "a held connect's event carries its socket's cookie"
+    );
+    assert!(
+        !accepts(&listener),
+        "no SYN of the held connect reached the listener"
+    );
+    let held = session
+        .enforcer()
+        .held_sockets()
+        .expect("reading the held sockets");
+    let (_, entry) = held
+        .iter()
+        .find(|(cookie, _)| *cookie == event.ino)
+        .unwrap_or_else(|| panic!("the held socket is listed: {held:?}"));
+    assert_eq!(
+        entry.state,
+        guard_common::maps::held::CLOSED,
+        "the program gave up: its socket closed while held"
+    );
+
+    // Approved while a blocking connect waits: it connects within about a second.
+    let waiting = spawn_timed(&session, 0, port);
+    std::thread::sleep(Duration::from_millis(1_500));
+    let approved = Instant::now();
+    approve_127_0_0_9(&mut session, port);
+    let (outcome, ms) = timed_outcome(waiting);
+    let latency = approved.elapsed();
+    assert_eq!(
+        outcome, "ok",
+        "the waiting connect goes through once approved"
+    );
+    assert!(ms >= 1_400, "it waited for the approval ({ms} ms)");
+    assert!(
+        latency < Duration::from_millis(2_500),
+        "from the approval to connected took {latency:?}"
+    );
+    assert!(
+        accepts(&listener),
+        "the approved connect reached the listener"
+    );
+    // And a retry after approval connects at once.
+    let (outcome, ms) = timed_outcome(spawn_timed(&session, 2, port));
+    assert_eq!((outcome.as_str(), ms < 1_000), ("ok", true), "{ms} ms");
+}
+
+#[test]
+fn a_denied_held_connect_fails_at_once_and_a_held_connect_from_any_thread_waits() {
+    let (listener, port) = listener("127.0.0.9");
+    let Some(mut session) = holding_session(port) else {
+        return;
+    };
+    let waiting = spawn_timed(&session, 0, port);
+    let event = session.expect_event("the held connect", EVENT_TIMEOUT, |e| {
+        e.kind == EventKind::Connect
+    });
+    assert_eq!(event.action, Action::Held, "{event:#?}");
+    std::thread::sleep(Duration::from_millis(500));
+    let held = session
+        .enforcer()
+        .held_sockets()
+        .expect("reading the held sockets");
+    let (cookie, entry) = *held
+        .iter()
+        .find(|(cookie, _)| *cookie == event.ino)
+        .unwrap_or_else(|| panic!("the held socket is listed: {held:?}"));
+    assert_eq!(entry.state, guard_common::maps::held::HELD);
+    assert_ne!(entry.local_port, 0, "sock_ops noted the socket's own port");
+    let denied = Instant::now();
+    guard::kernel::held::end_socket(cookie, &entry).expect("ending the held socket");
+    let (outcome, _) = timed_outcome(waiting);
+    assert_eq!(
+        outcome,
+        format!("errno {}", libc::ECONNABORTED),
+        "a denial ends the waiting connect"
+    );
+    assert!(
+        denied.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        denied.elapsed()
+    );
+    assert!(
+        !accepts(&listener),
+        "the denied connect never reached the listener"
+    );
+
+    // From a worker thread (Go, Java and Node connect there): held the same way, not refused.
+    let mut command = Command::new(probe_path());
+    command
+        .args(["thread", "tcp", "127.0.0.9", &port.to_string()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = session.spawn(&mut command).expect("net-probe thread");
+    let pid = child.id();
+    let output = guard_tests::kernel::wait_output(child, PROBE_TIMEOUT);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("timed out"),
+        "the worker's 5 s connect timed out waiting, not refused: {stderr:?} {:?}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let event = session.expect_event("the worker's held connect", EVENT_TIMEOUT, |e| {
+        e.tgid == pid && e.pid != pid
+    });
+    assert_eq!(event.action, Action::Held, "{event:#?}");
+}
+
 #[test]
 fn processes_outside_the_scope_are_untouched() {
     let (listener, port) = listener("127.0.0.1");

@@ -217,6 +217,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
         nameserver: args.nameserver,
         extra_path_dirs: Vec::new(),
         resolver: (!args.no_resolver).then_some(args.dns_refusal),
+        hold_network: None,
     };
     let approval = args.approval.unwrap_or_default();
     let policy = approval.kernel_policy(loaded.policy);

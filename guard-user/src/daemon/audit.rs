@@ -439,6 +439,7 @@ impl AuditTrail {
                 Action::Eperm => "eperm",
                 Action::Sigkill => "sigkill",
                 Action::Eacces => "eacces",
+                Action::Held => "held",
             }
             .to_string(),
         );

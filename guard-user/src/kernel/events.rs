@@ -56,6 +56,9 @@ pub enum Action {
     Eperm,
     Sigkill,
     Eacces,
+    /// A prompted connect or send let through with its packets held until an answer
+    /// ([`super::loader::Enforcer::hold_network`]); [`KernelEvent::ino`] is its socket's cookie.
+    Held,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -323,6 +326,7 @@ impl KernelEvent {
                 action::EPERM => Action::Eperm,
                 action::EACCES => Action::Eacces,
                 action::SIGKILL => Action::Sigkill,
+                action::HELD => Action::Held,
                 _ => Action::None,
             },
             audit_only: e.flags & flag::AUDIT_ONLY != 0,

@@ -17,10 +17,11 @@ use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::lsm::LsmLinkId;
 use aya::programs::tp_btf::BtfTracePointLinkId;
 use aya::programs::{
-    BtfTracePoint, CgroupAttachMode, CgroupDevice, CgroupSock, CgroupSockAddr, Lsm,
+    BtfTracePoint, CgroupAttachMode, CgroupDevice, CgroupSkb, CgroupSock, CgroupSockAddr, Lsm,
+    SockOps,
 };
 use aya::{Btf, Ebpf, EbpfLoader};
-use guard_common::maps::DnsRedirect;
+use guard_common::maps::{DnsRedirect, HeldSocket, NetHold};
 
 use super::btf::{aya_kernel_btf, kernel_offsets};
 use super::maps::MapSync;
@@ -142,6 +143,8 @@ pub struct Enforcer {
     dns_port: Option<u16>,
     /// [`Enforcer::report_sandbox_refusals`] attached its program (owned or pinned).
     sandbox_refusals: bool,
+    /// [`Enforcer::hold_network`] turned the hold of prompted connects and sends on.
+    net_hold: bool,
     /// `cgroup/connect_unix` and `cgroup/sendmsg_unix`, loaded (`None`: this kernel has no
     /// unix hooks, and unix sockets are not decided).
     unix: Option<super::unix_hooks::UnixHooks>,
@@ -208,6 +211,14 @@ const SOCK_CREATE: &str = "sock_create";
 /// written (the disk below every file rule).
 const DEVICES: &str = "device_access";
 const EXEC: &str = "sched_process_exec";
+/// Attached per scope while the hold of prompted connects is on ([`Enforcer::hold_network`]):
+/// the egress program drops a held socket's packets until its destination is approved, the
+/// sock_ops program bounds a held connect and reports how it ended.
+const HELD_EGRESS: &str = "held_egress";
+const HELD_HOOKS: [(&str, u32); 2] = [
+    (HELD_EGRESS, super::raw_link::BPF_CGROUP_INET_EGRESS),
+    ("held_sockops", super::raw_link::BPF_CGROUP_SOCK_OPS),
+];
 /// `tp_btf/sys_exit`: reports the writes a sandbox mode refused (Landlock tells nobody).
 const SANDBOX_REFUSALS: &str = "sandbox_refusal";
 
@@ -253,6 +264,7 @@ impl Enforcer {
             pins: None,
             dns_port: None,
             sandbox_refusals: false,
+            net_hold: false,
             unix,
         })
     }
@@ -338,7 +350,15 @@ impl Enforcer {
         for link in unix_links {
             self.hold(link)?;
         }
-        if self.backend == Backend::Lsm && self.dns_port.is_none() {
+        if self.net_hold {
+            for (name, attach_type) in HELD_HOOKS {
+                let program = self.held_hook(name)?;
+                let link = super::raw_link::attach_cgroup(program, cgroup, attach_type)
+                    .with_context(|| format!("attaching {name}"))?;
+                self.hold(HeldLink::Raw(name, cgroup.to_path_buf(), link))?;
+            }
+        }
+        if self.backend == Backend::Lsm && self.dns_port.is_none() && !self.net_hold {
             return Ok(());
         }
         for name in CGROUP_HOOKS.into_iter().chain(RECVMSG_HOOKS) {
@@ -391,6 +411,23 @@ impl Enforcer {
         // Single: see attach_cgroup_hook.
         hook.attach(&dir, CgroupAttachMode::Single)
             .with_context(|| format!("attaching cgroup/sock_create to {}", cgroup.display()))
+    }
+
+    /// `held_egress` or `held_sockops`, loaded on first use.
+    fn held_hook(&mut self, name: &str) -> Result<std::os::fd::BorrowedFd<'_>> {
+        if name == HELD_EGRESS {
+            let hook: &mut CgroupSkb = program(&mut self.ebpf, name)?;
+            if hook.fd().is_err() {
+                hook.load().context("loading cgroup_skb/egress")?;
+            }
+            Ok(hook.fd()?.as_fd())
+        } else {
+            let hook: &mut SockOps = program(&mut self.ebpf, name)?;
+            if hook.fd().is_err() {
+                hook.load().context("loading sockops")?;
+            }
+            Ok(hook.fd()?.as_fd())
+        }
     }
 
     fn attach_devices(&mut self, cgroup: &Path) -> Result<std::os::fd::OwnedFd> {
@@ -605,6 +642,57 @@ impl Enforcer {
         map.set(0, redirect, 0).context("writing DNS_REDIRECT")?;
         self.dns_port = Some(port);
         Ok(())
+    }
+
+    /// Holds prompted TCP connects and UDP sends as a slow network would, instead of refusing
+    /// them (`guard-ebpf` `held`): a blocking connect waits up to `user_timeout`, the program's
+    /// own timeouts apply, an approval lets the next SYN out. Call before [`Enforcer::attach_cgroup`]
+    /// (it attaches the egress and sock_ops programs to each scope from then on).
+    pub fn hold_network(&mut self, user_timeout: std::time::Duration) -> Result<()> {
+        let mut map: Array<_, NetHold> = Array::try_from(
+            self.ebpf
+                .map_mut("NET_HOLD")
+                .ok_or_else(|| anyhow!("no NET_HOLD map"))?,
+        )?;
+        let hold = NetHold {
+            enabled: 1,
+            lsm_defers: u8::from(self.backend == Backend::Lsm),
+            _pad: [0; 2],
+            user_timeout_ms: u32::try_from(user_timeout.as_millis()).unwrap_or(u32::MAX),
+        };
+        map.set(0, hold, 0).context("writing NET_HOLD")?;
+        self.net_hold = true;
+        Ok(())
+    }
+
+    /// Whether prompted connects and sends are held ([`Enforcer::hold_network`]).
+    pub fn holds_network(&self) -> bool {
+        self.net_hold
+    }
+
+    /// The sockets held now or since (`HELD_SOCKETS`), by cookie.
+    pub fn held_sockets(&self) -> Result<Vec<(u64, HeldSocket)>> {
+        let map = self
+            .ebpf
+            .map("HELD_SOCKETS")
+            .ok_or_else(|| anyhow!("no HELD_SOCKETS map"))?;
+        let map: aya::maps::HashMap<_, u64, HeldSocket> = aya::maps::HashMap::try_from(map)?;
+        map.iter()
+            .map(|entry| entry.context("reading HELD_SOCKETS"))
+            .collect()
+    }
+
+    /// Forgets held socket `cookie` (its packets go out unheld from now on).
+    pub fn forget_held_socket(&mut self, cookie: u64) -> Result<()> {
+        let map = self
+            .ebpf
+            .map_mut("HELD_SOCKETS")
+            .ok_or_else(|| anyhow!("no HELD_SOCKETS map"))?;
+        let mut map: aya::maps::HashMap<_, u64, HeldSocket> = aya::maps::HashMap::try_from(map)?;
+        match map.remove(&cookie) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(err) => Err(err).context("removing a HELD_SOCKETS entry"),
+        }
     }
 
     /// The port DNS is redirected to, if it is.

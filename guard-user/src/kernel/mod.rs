@@ -3,6 +3,7 @@
 pub mod btf;
 pub mod coverage;
 pub mod events;
+pub mod held;
 pub mod loader;
 pub mod maps;
 pub mod pins;

@@ -13,6 +13,8 @@ use anyhow::{Context, Result};
 const BPF_OBJ_PIN: libc::c_long = 6;
 const BPF_LINK_CREATE: libc::c_long = 28;
 /// `enum bpf_attach_type`.
+pub const BPF_CGROUP_INET_EGRESS: u32 = 1;
+pub const BPF_CGROUP_SOCK_OPS: u32 = 3;
 pub const BPF_CGROUP_DEVICE: u32 = 6;
 
 /// `union bpf_attr` as `BPF_LINK_CREATE` reads it (the rest zero), padded to a size the

@@ -35,6 +35,10 @@
 //! - `alarm SECS CALL ADDR PORT`: the same call with a SIGALRM in SECS whose handler does not
 //!   restart calls: a program's own timeout, which ends a call that is still waiting (EINTR).
 //!
+//! - `timed SECS ADDR PORT`: a TCP connect with a timeout of SECS (a non-blocking connect and a
+//!   poll, as `curl --connect-timeout` and python's `settimeout` make it), or a blocking connect
+//!   with SECS 0; prints `ok MS`, `timeout MS` or `errno N MS` (how long the connect took).
+//!
 //! Anything else it cannot do (bad arguments, a socket it cannot make) exits 2 with a message.
 
 use std::io;
@@ -103,6 +107,11 @@ fn main() -> ExitCode {
             Err(code) => code,
         };
     }
+    if let [timed, secs, addr, port] = args.as_slice()
+        && timed == "timed"
+    {
+        return timed_connect(secs, addr, port);
+    }
     if let [from, source, call, addr, port] = args.as_slice()
         && from == "from"
     {
@@ -120,6 +129,39 @@ fn main() -> ExitCode {
     match one_call(call, target, None) {
         Ok(result) => report(result),
         Err(code) => code,
+    }
+}
+
+/// `timed SECS ADDR PORT`.
+fn timed_connect(secs: &str, addr: &str, port: &str) -> ExitCode {
+    let Ok(secs) = secs.parse::<u64>() else {
+        eprintln!("net-probe: {secs:?} is not a number of seconds");
+        return ExitCode::from(2);
+    };
+    let target = match target(addr, port) {
+        Ok(target) => target,
+        Err(code) => return code,
+    };
+    let start = Instant::now();
+    let result = if secs == 0 {
+        TcpStream::connect(target)
+    } else {
+        TcpStream::connect_timeout(&target, Duration::from_secs(secs))
+    };
+    let ms = start.elapsed().as_millis();
+    match result {
+        Ok(_) => {
+            println!("ok {ms}");
+            ExitCode::SUCCESS
+        }
+        Err(err) if err.kind() == io::ErrorKind::TimedOut && err.raw_os_error().is_none() => {
+            println!("timeout {ms}");
+            ExitCode::from(1)
+        }
+        Err(err) => {
+            println!("errno {} {ms}", err.raw_os_error().unwrap_or(0));
+            ExitCode::from(1)
+        }
     }
 }
 

@@ -757,6 +757,8 @@ const PROGRAM_NAMES: &[&str] = &[
     "path_rmdir",
     "path_rename",
     "path_truncate",
+    "held_egress",
+    "held_sockops",
 ];
 
 fn is_guard_program_name(kernel_name: &str) -> bool {

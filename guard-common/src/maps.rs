@@ -212,6 +212,9 @@ pub mod held {
     /// A held TCP socket that closed before it connected: the program gave up, or it was
     /// ended by a denial.
     pub const CLOSED: u8 = 3;
+    /// Denied (set by userspace): its packets stay dropped, and at its next SYN retry the
+    /// sock_ops program ends the connect (ETIMEDOUT) where userspace could not end it at once.
+    pub const DENIED: u8 = 4;
 }
 
 /// A socket whose prompted connect (or UDP send) was let through and whose packets are held,

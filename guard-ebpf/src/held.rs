@@ -36,7 +36,9 @@ const DROP_AS_CONGESTED: i32 = 2;
 /// `BPF_SOCK_OPS_*` (include/uapi/linux/bpf.h).
 const SOCK_OPS_TCP_CONNECT_CB: u32 = 3;
 const SOCK_OPS_ACTIVE_ESTABLISHED_CB: u32 = 4;
+const SOCK_OPS_RTO_CB: u32 = 8;
 const SOCK_OPS_STATE_CB: u32 = 10;
+const SOCK_OPS_RTO_CB_FLAG: i32 = 1;
 const SOCK_OPS_STATE_CB_FLAG: i32 = 1 << 2;
 const SOL_TCP: i32 = 6;
 const TCP_USER_TIMEOUT: i32 = 18;
@@ -101,6 +103,9 @@ pub fn held_egress(ctx: SkBuffContext) -> i32 {
     };
     // SAFETY: the map value, valid for this program run.
     let entry = unsafe { &mut *entry };
+    if entry.state == held::DENIED {
+        return dropped();
+    }
     if entry.state != held::HELD {
         return SEND;
     }
@@ -204,6 +209,7 @@ pub fn held_sockops(ctx: SockOpsContext) -> u32 {
     if op != SOCK_OPS_TCP_CONNECT_CB
         && op != SOCK_OPS_ACTIVE_ESTABLISHED_CB
         && op != SOCK_OPS_STATE_CB
+        && op != SOCK_OPS_RTO_CB
     {
         return 1;
     }
@@ -243,7 +249,27 @@ pub fn held_sockops(ctx: SockOpsContext) -> u32 {
             };
         }
         // SAFETY: the sock_ops context.
-        unsafe { bpf_sock_ops_cb_flags_set(ctx.ops, SOCK_OPS_STATE_CB_FLAG) };
+        unsafe {
+            bpf_sock_ops_cb_flags_set(ctx.ops, SOCK_OPS_STATE_CB_FLAG | SOCK_OPS_RTO_CB_FLAG)
+        };
+        return 1;
+    }
+    if op == SOCK_OPS_RTO_CB {
+        if entry.state == held::DENIED {
+            // Denied where userspace could not end the socket itself (no sock_diag): the
+            // connect times out at the next retry.
+            let mut now = 1i32;
+            // SAFETY: the sock_ops context, an int option and its size.
+            unsafe {
+                bpf_setsockopt(
+                    ctx.as_ptr(),
+                    SOL_TCP,
+                    TCP_USER_TIMEOUT,
+                    (&raw mut now).cast(),
+                    4,
+                )
+            };
+        }
         return 1;
     }
     // SAFETY: helper call without arguments.

@@ -7,6 +7,12 @@
 //! plain and the noise plain ÷ plain, all of the same run. No BPF program is loaded: this is
 //! the hold's cost alone. Writes target/bench/hold.json.
 //!
+//! Then the same for the kernel's hold of prompted connects and sends (`NET_HOLD`: the connect
+//! and sendmsg programs list a prompted call's socket, `cgroup_skb/egress` and `sock_ops` run
+//! on every packet and TCP socket of the scope): the worker in a guard scope with the hold on,
+//! and in one without guard, alternated the same way. Its ratio is what a prompting scope's
+//! calls that are not prompted pay for being holdable, BPF decisions included.
+//!
 //! `cargo bench -p guard-tests --bench hold [-- --rounds N --execs N --calls N]`.
 
 use std::io::{BufRead, BufReader};
@@ -109,10 +115,107 @@ fn main() -> Result<()> {
             a / p
         ));
     }
+    json.extend(kernel_hold(&options, port)?);
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench");
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("hold.json"), format!("[{}]\n", json.join(",")))?;
     Ok(())
+}
+
+/// The kernel hold's rows: the worker in a scope whose prompted connects are held ÷ the worker
+/// without guard.
+fn kernel_hold(options: &Options, port: u16) -> Result<Vec<String>> {
+    let dir = tempfile::tempdir()?;
+    let rules = dir.path().join("bench.rules");
+    std::fs::write(&rules, POLICY)?;
+    let policy = guard::policy::load::load_policy(std::slice::from_ref(&rules), &[])
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .policy;
+    let session = guard::session::Session::start(
+        policy,
+        &guard::session::SessionOptions {
+            hold_network: Some(std::time::Duration::from_secs(60)),
+            ..Default::default()
+        },
+    )?;
+    let (mut plain, mut held, mut again) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..options.rounds {
+        plain.push(run_worker_in(options, port, None)?);
+        held.push(run_worker_in(options, port, Some(&session))?);
+        again.push(run_worker_in(options, port, None)?);
+    }
+    let counters = session.enforcer().counters()?;
+    let count = |name: &str| counters.iter().find(|(n, _)| *n == name).map_or(0, |c| c.1);
+    if count("net_held") != 0 || count("net_held_dropped") != 0 {
+        bail!("a call that is not prompted was held in the kernel");
+    }
+    println!(
+        "kernel hold ({} rounds; the worker in a scope holding prompted connects ÷ without guard):",
+        options.rounds
+    );
+    let mut json = Vec::new();
+    for (i, name) in [
+        "fork+exec /bin/true",
+        "getppid",
+        "loopback TCP connect",
+        "loopback UDP sendto",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let p = median(plain.iter().map(|r: &[f64; 4]| r[i]).collect());
+        let h = median(held.iter().map(|r: &[f64; 4]| r[i]).collect());
+        let a = median(again.iter().map(|r: &[f64; 4]| r[i]).collect());
+        println!(
+            "  {name:<22} plain {:>10}  in scope {:>10}  ×{:.2}  (noise ×{:.2})",
+            format_ns(p),
+            format_ns(h),
+            h / p,
+            a / p
+        );
+        json.push(format!(
+            "{{\"call\":\"{name}\",\"hold\":\"kernel\",\"plain_ns\":{p:.0},\"held_ns\":{h:.0},\"ratio\":{:.3},\"noise_ratio\":{:.3}}}",
+            h / p,
+            a / p
+        ));
+    }
+    Ok(json)
+}
+
+/// One worker run in `session`'s scope (or outside any): as [`run_worker`].
+fn run_worker_in(
+    options: &Options,
+    port: u16,
+    session: Option<&guard::session::Session>,
+) -> Result<[f64; 4]> {
+    let mut command = Command::new(std::env::current_exe()?);
+    command
+        .args([
+            "--worker",
+            &options.execs.to_string(),
+            &options.calls.to_string(),
+        ])
+        .arg(port.to_string())
+        .stdout(Stdio::piped());
+    let mut child = match session {
+        Some(session) => session.spawn(&mut command)?,
+        None => command.spawn()?,
+    };
+    read_worker(&mut child)
+}
+
+/// What a worker printed: ns per exec, per getppid, per connect, per datagram.
+fn read_worker(child: &mut std::process::Child) -> Result<[f64; 4]> {
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().context("worker stdout")?).read_line(&mut line)?;
+    if !child.wait()?.success() {
+        bail!("the worker failed");
+    }
+    let values: Vec<f64> = line
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    Ok([values[0], values[1], values[2], values[3]])
 }
 
 /// One worker run: ns per exec, per getppid, per connect, per datagram.
@@ -145,21 +248,13 @@ fn run_worker(options: &Options, port: u16, held: bool) -> Result<[f64; 4]> {
     if let Some(hold) = hold.as_mut() {
         hold.started();
     }
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().context("worker stdout")?).read_line(&mut line)?;
-    if !child.wait()?.success() {
-        bail!("the worker failed");
-    }
+    let values = read_worker(&mut child)?;
     if let Some(hold) = &hold
         && !hold.take_held().is_empty()
     {
         bail!("a call that is not prompted was held");
     }
-    let values: Vec<f64> = line
-        .split_whitespace()
-        .map(str::parse)
-        .collect::<Result<_, _>>()?;
-    Ok([values[0], values[1], values[2], values[3]])
+    Ok(values)
 }
 
 fn worker(args: &[String]) -> Result<()> {

@@ -620,15 +620,20 @@ fn a_denied_held_connect_fails_at_once_and_a_held_connect_from_any_thread_waits(
     assert_eq!(entry.state, guard_common::maps::held::HELD);
     assert_ne!(entry.local_port, 0, "sock_ops noted the socket's own port");
     let denied = Instant::now();
-    guard::kernel::held::end_socket(cookie, &entry).expect("ending the held socket");
+    session
+        .enforcer_mut()
+        .end_held_socket(cookie)
+        .expect("ending the held socket");
     let (outcome, _) = timed_outcome(waiting);
-    assert_eq!(
-        outcome,
-        format!("errno {}", libc::ECONNABORTED),
-        "a denial ends the waiting connect"
+    // Ended at once by sock_diag (ECONNABORTED), or at the next SYN retry by the kernel's
+    // programs where the kernel has no sock_diag for TCP (ETIMEDOUT).
+    assert!(
+        outcome == format!("errno {}", libc::ECONNABORTED)
+            || outcome == format!("errno {}", libc::ETIMEDOUT),
+        "a denial ends the waiting connect: {outcome}"
     );
     assert!(
-        denied.elapsed() < Duration::from_secs(2),
+        denied.elapsed() < Duration::from_secs(3),
         "{:?}",
         denied.elapsed()
     );

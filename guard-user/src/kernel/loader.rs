@@ -682,6 +682,43 @@ impl Enforcer {
             .collect()
     }
 
+    /// Ends held socket `cookie` on a denial: marked denied (its packets stay dropped, and the
+    /// kernel ends its connect at the next SYN retry, within a second, with ETIMEDOUT), then
+    /// ended at once with `SOCK_DESTROY` where the kernel has `sock_diag` for TCP (ECONNABORTED).
+    /// `Ok(false)`: only marked (no such socket for `sock_diag`, or no `sock_diag`).
+    pub fn end_held_socket(&mut self, cookie: u64) -> Result<bool> {
+        let map = self
+            .ebpf
+            .map_mut("HELD_SOCKETS")
+            .ok_or_else(|| anyhow!("no HELD_SOCKETS map"))?;
+        let mut map: aya::maps::HashMap<_, u64, HeldSocket> = aya::maps::HashMap::try_from(map)?;
+        let mut entry = match map.get(&cookie, 0) {
+            Ok(entry) => entry,
+            Err(aya::maps::MapError::KeyNotFound) => return Ok(false),
+            Err(err) => return Err(err).context("reading a HELD_SOCKETS entry"),
+        };
+        entry.state = guard_common::maps::held::DENIED;
+        map.insert(cookie, entry, 2 /* BPF_EXIST */)
+            .context("marking a held socket denied")?;
+        if entry.transport != guard_common::maps::TRANSPORT_TCP {
+            return Ok(false);
+        }
+        match super::held::end_socket(cookie, &entry) {
+            Ok(()) => Ok(true),
+            // No sock_diag handler for TCP (a kernel without the module), or none built in:
+            // the mark ends it at its next retry.
+            Err(err)
+                if matches!(
+                    err.raw_os_error(),
+                    Some(libc::ENOENT | libc::EOPNOTSUPP | libc::EINVAL)
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(err) => Err(err).context("ending a held socket (SOCK_DESTROY)"),
+        }
+    }
+
     /// Forgets held socket `cookie` (its packets go out unheld from now on).
     pub fn forget_held_socket(&mut self, cookie: u64) -> Result<()> {
         let map = self

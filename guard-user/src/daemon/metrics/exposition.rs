@@ -34,7 +34,7 @@ const KERNEL_DECISIONS: [(&str, &str, &str); 12] = [
 
 /// The kernel's other counters, each a metric of its own: `(counter, metric, help)`. The
 /// `*_failed_open` ones are `guard_failed_open_total{hook}` (from `failed_open`).
-const KERNEL_OTHERS: [(&str, &str, &str); 7] = [
+const KERNEL_OTHERS: [(&str, &str, &str); 10] = [
     (
         "audit_only",
         "guard_kernel_audit_only",
@@ -70,6 +70,21 @@ const KERNEL_OTHERS: [(&str, &str, &str); 7] = [
         "stand_in_unmapped",
         "guard_stand_in_unmapped",
         "Connects to a stand-in address refused because no approved address was known yet.",
+    ),
+    (
+        "net_held",
+        "guard_net_held",
+        "Prompted connects and sends let through with their packets held until an answer.",
+    ),
+    (
+        "net_held_dropped",
+        "guard_net_held_dropped",
+        "Packets of held sockets dropped on the way out (destination not yet approved).",
+    ),
+    (
+        "net_hold_full",
+        "guard_net_hold_full",
+        "Prompted calls refused because the table of held sockets was full.",
     ),
 ];
 

@@ -216,7 +216,7 @@ fn a_connect_approved_once_on_the_terminal_completes_with_no_re_run() {
 }
 
 #[test]
-fn a_connect_denied_on_the_terminal_fails_with_eperm_and_the_message() {
+fn a_connect_denied_on_the_terminal_fails_at_once_with_the_message() {
     if !root_or_skip() {
         return;
     }
@@ -230,5 +230,39 @@ fn a_connect_denied_on_the_terminal_fails_with_eperm_and_the_message() {
         shown.contains(&format!("refused connect to 127.0.0.1:{port}/tcp"))
             && shown.contains("ask 1 was denied"),
         "the program's stderr has the blocked request: {shown}"
+    );
+}
+
+#[test]
+fn a_held_connect_with_its_own_two_second_timeout_times_out_on_its_schedule() {
+    if !root_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = http_server(0);
+    // `curl --connect-timeout 2`: a non-blocking connect and a poll, as a slow network makes
+    // it wait. Nobody answers (`x` is no answer): the program's own timeout decides.
+    let script = format!(
+        "start=$(date +%s%N); curl -sS --connect-timeout 2 http://127.0.0.1:{port}/; rc=$?; \
+         echo rc=$rc ms=$(( ($(date +%s%N) - start) / 1000000 ))"
+    );
+    let shown = run_on_terminal_with(dir.path(), &connect_rules(port), &script, b'x');
+    assert!(
+        shown.contains(&format!("guard: holding connect to 127.0.0.1:{port}/tcp")),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("rc=28"),
+        "curl's own connect timeout: {shown}"
+    );
+    let ms: u64 = shown
+        .split("ms=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no time in {shown}"));
+    assert!(
+        (1_700..=3_500).contains(&ms),
+        "the 2 s timeout decided when it gave up: {ms} ms; {shown}"
     );
 }

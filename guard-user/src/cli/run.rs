@@ -12,8 +12,10 @@ use super::run_held::{HeldCalls, Terminal};
 use crate::confine::landlock::Confinement;
 use crate::confine::sandbox::SandboxPlan;
 use crate::confine::{CommandConfinement, Holding, WritePlan, capabilities};
+use crate::hold::sockets::HeldSocket;
 use crate::hold::{Hold, Twins};
 use crate::kernel::Backend;
+use crate::kernel::events::Action;
 use crate::policy::Decision;
 use crate::policy::approval::{ApprovalPolicy, prompt_rejection};
 use crate::policy::sandbox::SandboxMode;
@@ -211,16 +213,39 @@ pub fn run(args: &RunArgs) -> ExitCode {
         eprintln!("guard: cannot catch signals to pass them on to the command: {err}");
         return ExitCode::from(125);
     }
+    let approval = args.approval.unwrap_or_default();
+    let policy = approval.kernel_policy(loaded.policy);
+    // Audit-only runs refuse nothing, so they have nothing to ask.
+    let mut asks = if args.audit_only {
+        None
+    } else {
+        match RunAsks::open(&args.rules.rules, &args.rules.overlays, approval) {
+            Ok(asks) => Some(asks),
+            Err(err) => {
+                eprintln!(
+                    "guard: warning: prompts cannot be answered in this run (no ask socket: \
+                     {err:#}); they are refused"
+                );
+                None
+            }
+        }
+    };
+    // Prompted connects and sends wait in the kernel, as on a slow network, when someone is
+    // there to answer them (as for held execs, below).
+    let hold_network = asks.as_ref().filter(|_| {
+        !args.no_hold
+            && approval != ApprovalPolicy::Never
+            && Terminal::open().is_some()
+            && crate::hold::policy_prompts_destinations(&policy)
+    });
     let options = SessionOptions {
         backend: args.backend,
         audit_only: args.audit_only,
         nameserver: args.nameserver,
         extra_path_dirs: Vec::new(),
         resolver: (!args.no_resolver).then_some(args.dns_refusal),
-        hold_network: None,
+        hold_network: hold_network.map(RunAsks::timeout),
     };
-    let approval = args.approval.unwrap_or_default();
-    let policy = approval.kernel_policy(loaded.policy);
     let mut session = match Session::start(policy, &options) {
         Ok(session) => session,
         Err(err) => {
@@ -261,21 +286,6 @@ pub fn run(args: &RunArgs) -> ExitCode {
             eprintln!("  {}", gap.rule);
         }
     }
-    // Audit-only runs refuse nothing, so they have nothing to ask.
-    let mut asks = if args.audit_only {
-        None
-    } else {
-        match RunAsks::open(&args.rules.rules, &args.rules.overlays, approval) {
-            Ok(asks) => Some(asks),
-            Err(err) => {
-                eprintln!(
-                    "guard: warning: prompts cannot be answered in this run (no ask socket: \
-                     {err:#}); they are refused"
-                );
-                None
-            }
-        }
-    };
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     // --sandbox, else the rules' `sandbox(...)`; --writable adds to the rules' roots.
     let chosen = match (args.sandbox, session.policy().sandbox()) {
@@ -336,10 +346,13 @@ pub fn run(args: &RunArgs) -> ExitCode {
         approval,
         args.verbose,
     );
-    let child_end = held.as_ref().and_then(|h| h.hold().child_end());
+    let child_end = held
+        .as_ref()
+        .and_then(HeldCalls::hold)
+        .and_then(|h| h.child_end());
     let spawned = session.spawn_confined(&mut command, &confinement, child_end);
-    if let Some(held) = held.as_mut() {
-        held.hold_mut().started();
+    if let Some(hold) = held.as_mut().and_then(HeldCalls::hold_mut) {
+        hold.started();
     }
     let mut child = match spawned {
         Ok(child) => child,
@@ -361,7 +374,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
             session.scope().kill();
             scope_ended = true;
         }
-        report(
+        let sockets = report(
             &mut session,
             asks.as_mut(),
             approval,
@@ -370,6 +383,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
             args.verbose,
         );
         if let (Some(held), Some(asks)) = (held.as_mut(), asks.as_mut()) {
+            held.take_sockets(sockets);
             held.step(&mut session, asks, approval);
         }
         if session
@@ -396,7 +410,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
         }
     };
     // Events of the last moments (a refused exec is reported right before the exit).
-    report(
+    let _ = report(
         &mut session,
         asks.as_mut(),
         approval,
@@ -448,7 +462,9 @@ pub fn run(args: &RunArgs) -> ExitCode {
 
 /// The hold of prompted execs and connects, when this run can ask about them: asks are on, a
 /// prompt is not refused at once (`--approval never`), the policy asks about some exec or
-/// destination, and the run is on a terminal (its stdin or stderr is one) to ask on.
+/// destination, and the run is on a terminal (its stdin or stderr is one) to ask on. Execs wait
+/// in the syscall (a seccomp filter, [`Hold`]); connects and sends wait in the kernel when it
+/// holds them ([`crate::kernel::Enforcer::hold_network`]), else in the syscall too.
 fn start_hold(
     session: &Session,
     asking: bool,
@@ -459,10 +475,11 @@ fn start_hold(
         return None;
     }
     let policy = session.policy();
+    let kernel_holds_network = session.enforcer().holds_network();
     let twins = match Twins::of_image(
         session.image(),
         crate::hold::policy_prompts_execs(policy),
-        crate::hold::policy_prompts_destinations(policy),
+        !kernel_holds_network && crate::hold::policy_prompts_destinations(policy),
         session.resolver_port().is_some(),
     ) {
         Ok(twins) => twins,
@@ -471,12 +488,11 @@ fn start_hold(
             return None;
         }
     };
-    if twins.exec.is_none() && twins.destinations.is_none() {
+    let seccomp = twins.exec.is_some() || twins.destinations.is_some();
+    if !seccomp && !kernel_holds_network {
         return None;
     }
-    // SAFETY: isatty only reads the descriptor's kind.
-    let on_terminal = unsafe { libc::isatty(0) == 1 || libc::isatty(2) == 1 };
-    let Some(terminal) = on_terminal.then(Terminal::open).flatten() else {
+    let Some(terminal) = on_terminal().then(Terminal::open).flatten() else {
         if verbose {
             eprintln!(
                 "guard: note: no terminal to ask on: a prompted exec or connect is refused at \
@@ -485,16 +501,25 @@ fn start_hold(
         }
         return None;
     };
+    if !seccomp {
+        return Some(HeldCalls::new(None, terminal));
+    }
     match Hold::start(twins) {
-        Ok(hold) => Some(HeldCalls::new(hold, terminal)),
+        Ok(hold) => Some(HeldCalls::new(Some(hold), terminal)),
         Err(err) => {
             eprintln!(
-                "guard: warning: prompted execs and connects cannot wait for an answer ({err}); \
-                 they are refused at once"
+                "guard: warning: prompted execs cannot wait for an answer ({err}); they are \
+                 refused at once"
             );
-            None
+            kernel_holds_network.then(|| HeldCalls::new(None, terminal))
         }
     }
+}
+
+/// Whether the run has a terminal to ask on (its stdin or stderr is one).
+fn on_terminal() -> bool {
+    // SAFETY: isatty only reads the descriptor's kind.
+    unsafe { libc::isatty(0) == 1 || libc::isatty(2) == 1 }
 }
 
 /// What the command's writes get, on stderr: one line when Landlock is absent (writes are not
@@ -639,7 +664,8 @@ fn report(
     wait: Duration,
     json: bool,
     verbose: bool,
-) {
+) -> Vec<HeldSocket> {
+    let mut held = Vec::new();
     for event in session.poll_events(wait) {
         // Under `never` (and a granular category that is off) a prompt is refused, not asked.
         let rejected = (event.decision == Decision::Prompt && !event.audit_only)
@@ -650,6 +676,31 @@ fn report(
             None => asks.as_deref_mut().and_then(|a| a.record(session, &event)),
         };
         let mut message = session.describe(&event);
+        // A connect the kernel holds waits for the answer; one nobody can answer is ended.
+        let holding = event.action == Action::Held;
+        if holding {
+            match &asked {
+                Some(asked) => {
+                    held.push(HeldSocket::new(
+                        event.ino,
+                        asked.id,
+                        event.pid,
+                        match event.destination.as_ref().map(|d| d.transport) {
+                            Some("udp") => guard_common::maps::TRANSPORT_UDP,
+                            _ => guard_common::maps::TRANSPORT_TCP,
+                        },
+                        message.clone(),
+                    ));
+                    message = message.replacen("guard: refused ", "guard: holding ", 1);
+                }
+                None => {
+                    if let Err(err) = session.enforcer_mut().end_held_socket(event.ino) {
+                        eprintln!("guard: ending a held connect: {err:#}");
+                    }
+                    let _ = session.enforcer_mut().forget_held_socket(event.ino);
+                }
+            }
+        }
         if let Some(reason) = rejected {
             message.push_str(&format!("; {reason}"));
         } else if approval == ApprovalPolicy::Untrusted
@@ -674,13 +725,24 @@ fn report(
         } else {
             eprintln!("{message}");
             if let Some(asked) = asked.filter(|a| a.new) {
-                eprintln!(
-                    "guard: ask {id}: answer from another terminal with `sudo guard approve {id} \
-                     {}` or `sudo guard deny {id}`, then retry (it expires in {}s)",
-                    asked.answers,
-                    asked.expires_in,
-                    id = asked.id
-                );
+                if holding {
+                    eprintln!(
+                        "guard: ask {id}: the connect waits for the answer here, as on a slow \
+                         network (its own timeouts apply), or from another terminal with `sudo \
+                         guard approve {id} {}` or `sudo guard deny {id}` (it expires in {}s)",
+                        asked.answers,
+                        asked.expires_in,
+                        id = asked.id
+                    );
+                } else {
+                    eprintln!(
+                        "guard: ask {id}: answer from another terminal with `sudo guard approve \
+                         {id} {}` or `sudo guard deny {id}`, then retry (it expires in {}s)",
+                        asked.answers,
+                        asked.expires_in,
+                        id = asked.id
+                    );
+                }
             }
         }
     }
@@ -742,6 +804,7 @@ fn report(
             ),
         }
     }
+    held
 }
 
 /// `guard: note: DNS lookup of api.example.com (A) by curl (pid 42) forwarded: 203.0.113.7`.

@@ -106,6 +106,11 @@ impl RunAsks {
         self.policies_applied
     }
 
+    /// How long an ask waits for an answer before it expires (and is denied).
+    pub fn timeout(&self) -> Duration {
+        self.config.timeout()
+    }
+
     pub fn socket(&self) -> &Path {
         &self.path
     }

@@ -5,6 +5,10 @@
 //! maps first); denied or expired (`[asks] timeout_secs`), it fails as the kernel's refusal
 //! would (EACCES for an exec, EPERM for a connect) and the program's stderr gets the
 //! blocked-request message. Without a terminal nothing is held: a prompt is refused at once.
+//!
+//! Connects and sends the kernel holds ([`crate::kernel::Enforcer::hold_network`]) are asked
+//! here too: the program waits as on a slow network, with its own timeouts; an approval lets
+//! its next SYN out, a denial or expiry ends its socket ([`HeldSocket::step`]).
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -16,6 +20,7 @@ use nix::sys::termios::{self, LocalFlags, SetArg, SpecialCharacterIndices, Termi
 use crate::asks::{Answerer, ApprovalMode, AskState};
 use crate::compile::kernel_engine::KernelEngine;
 use crate::hold::event::held_event;
+use crate::hold::sockets::{HeldOutcome, HeldSocket};
 use crate::hold::{HeldCall, Hold, Reply};
 use crate::policy::approval::{ApprovalPolicy, prompt_rejection};
 use crate::session::Session;
@@ -106,40 +111,49 @@ impl Drop for Terminal {
 struct Waiting {
     ask: u64,
     held: HeldCall,
-    answers_always: bool,
 }
 
 /// The held calls of a run, and the terminal they are asked on.
 pub struct HeldCalls {
-    hold: Hold,
+    /// The seccomp hold of prompted execs (and connects, where the kernel does not hold them).
+    hold: Option<Hold>,
     terminal: Terminal,
     waiting: Vec<Waiting>,
+    /// Connects and sends the kernel holds.
+    sockets: Vec<HeldSocket>,
     /// [`RunAsks::policies_applied`] when the hold last took the policy.
     policies_seen: u64,
 }
 
 impl HeldCalls {
-    pub fn new(hold: Hold, terminal: Terminal) -> HeldCalls {
+    pub fn new(hold: Option<Hold>, terminal: Terminal) -> HeldCalls {
         HeldCalls {
             hold,
             terminal,
             waiting: Vec::new(),
+            sockets: Vec::new(),
             policies_seen: 0,
         }
     }
 
-    pub fn hold(&self) -> &Hold {
-        &self.hold
+    pub fn hold(&self) -> Option<&Hold> {
+        self.hold.as_ref()
     }
 
-    pub fn hold_mut(&mut self) -> &mut Hold {
-        &mut self.hold
+    pub fn hold_mut(&mut self) -> Option<&mut Hold> {
+        self.hold.as_mut()
+    }
+
+    /// Connects the kernel holds, each with its ask (from the run's events).
+    pub fn take_sockets(&mut self, sockets: Vec<HeldSocket>) {
+        self.sockets.extend(sockets);
     }
 
     /// Takes the calls held since the last call, reads the terminal, and lets each waiting
     /// call go on or fail as its ask was answered.
     pub fn step(&mut self, session: &mut Session, asks: &mut RunAsks, approval: ApprovalPolicy) {
-        for held in self.hold.take_held() {
+        let taken = self.hold.as_ref().map(Hold::take_held).unwrap_or_default();
+        for held in taken {
             self.take(session, asks, approval, held);
         }
         if let Some((id, _)) = self.terminal.question {
@@ -163,20 +177,25 @@ impl HeldCalls {
             }
         }
         self.settle(session, asks);
+        self.settle_sockets(session, asks);
         // An `--always` answer (here or on the socket) wrote a rule: later calls are decided by
         // the new policy, so the call it allows is not held again.
         if asks.policies_applied() != self.policies_seen {
             self.policies_seen = asks.policies_applied();
             self.image_changed(session);
         }
+        let pending = |id: &u64| asks.state(*id).is_some_and(|s| s == AskState::Pending);
         if self.terminal.question.is_none()
             && let Some(next) = self
                 .waiting
                 .iter()
-                .find(|w| asks.state(w.ask).is_some_and(|s| s == AskState::Pending))
-            && let Some(ask) = asks.ask(next.ask)
+                .map(|w| w.ask)
+                .chain(self.sockets.iter().map(|s| s.ask))
+                .find(pending)
+            && let Some(ask) = asks.ask(next)
         {
-            self.terminal.ask(ask.id, &ask.message, next.answers_always);
+            let always = ask.target.answers().contains("always");
+            self.terminal.ask(ask.id, &ask.message, always);
         }
     }
 
@@ -199,12 +218,12 @@ impl HeldCalls {
             .iter()
             .any(|a| held.approved_by(&a.target));
         if approved {
-            let _ = self.hold.reply(held.id, Reply::Continue);
+            self.reply(held.id, Reply::Continue);
             return;
         }
         let Some(asked) = asks.record(session, &event) else {
             // Nothing can answer it: the kernel decides (and refuses) as without the hold.
-            let _ = self.hold.reply(held.id, Reply::Continue);
+            self.reply(held.id, Reply::Continue);
             return;
         };
         if asked.new {
@@ -225,7 +244,6 @@ impl HeldCalls {
         self.waiting.push(Waiting {
             ask: asked.id,
             held,
-            answers_always: asked.answers.contains("always"),
         });
     }
 
@@ -237,7 +255,7 @@ impl HeldCalls {
                 Some(AskState::Pending) => still.push(waiting),
                 Some(AskState::Approved { .. }) => {
                     // The approval is in the kernel maps already: the BPF programs allow it.
-                    let _ = self.hold.reply(waiting.held.id, Reply::Continue);
+                    self.reply(waiting.held.id, Reply::Continue);
                 }
                 state => {
                     let how = match state {
@@ -254,12 +272,40 @@ impl HeldCalls {
         self.waiting = still;
     }
 
+    /// The connects the kernel holds whose ask was answered (or whose program gave up): an
+    /// approved one goes on by itself, a denied or expired one is ended, with the message on
+    /// the program's stderr.
+    fn settle_sockets(&mut self, session: &mut Session, asks: &RunAsks) {
+        let mut still = Vec::new();
+        for mut socket in std::mem::take(&mut self.sockets) {
+            let state = asks.state(socket.ask);
+            match socket.step(session.enforcer_mut(), state.as_ref()) {
+                Ok(None) => still.push(socket),
+                Ok(Some(outcome @ (HeldOutcome::Denied | HeldOutcome::Expired))) => {
+                    let how = if outcome == HeldOutcome::Expired {
+                        "expired unanswered"
+                    } else {
+                        "was denied"
+                    };
+                    let message = format!("{}; ask {} {how}", socket.refusal, socket.ask);
+                    if !crate::hold::tell_stderr(socket.pid, &message) {
+                        eprintln!("{message}");
+                    }
+                }
+                Ok(Some(_)) => {}
+                Err(err) => eprintln!("guard: a held connect: {err:#}"),
+            }
+        }
+        self.sockets = still;
+    }
+
     /// The kernel's image changed (a policy, DNS answers): later calls are decided by it.
     pub fn image_changed(&self, session: &Session) {
+        let Some(hold) = &self.hold else {
+            return;
+        };
         match KernelEngine::new(session.image().clone()) {
-            Ok(engine) => self
-                .hold
-                .set_engine(&Arc::new(engine), session.resolver_port().is_some()),
+            Ok(engine) => hold.set_engine(&Arc::new(engine), session.resolver_port().is_some()),
             Err(err) => {
                 eprintln!(
                     "guard: note: held calls are still decided by the previous policy: {err:#}"
@@ -274,6 +320,13 @@ impl HeldCalls {
         if !crate::hold::tell_stderr(held.pid, message) {
             eprintln!("{message}");
         }
-        let _ = self.hold.reply(held.id, Reply::Fail(held.refusal_errno()));
+        self.reply(held.id, Reply::Fail(held.refusal_errno()));
+    }
+
+    /// Answers held call `id` (only the seccomp hold holds calls that wait in their syscall).
+    fn reply(&self, id: u64, reply: Reply) {
+        if let Some(hold) = &self.hold {
+            let _ = hold.reply(id, reply);
+        }
     }
 }

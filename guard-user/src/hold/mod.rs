@@ -19,6 +19,7 @@ pub mod connect;
 pub mod event;
 pub mod filter;
 pub mod listener;
+pub mod sockets;
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

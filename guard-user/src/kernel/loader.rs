@@ -682,6 +682,20 @@ impl Enforcer {
             .collect()
     }
 
+    /// What the kernel says of held socket `cookie` (`None`: not listed).
+    pub fn held_socket(&self, cookie: u64) -> Result<Option<HeldSocket>> {
+        let map = self
+            .ebpf
+            .map("HELD_SOCKETS")
+            .ok_or_else(|| anyhow!("no HELD_SOCKETS map"))?;
+        let map: aya::maps::HashMap<_, u64, HeldSocket> = aya::maps::HashMap::try_from(map)?;
+        match map.get(&cookie, 0) {
+            Ok(entry) => Ok(Some(entry)),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(err) => Err(err).context("reading a HELD_SOCKETS entry"),
+        }
+    }
+
     /// Ends held socket `cookie` on a denial: marked denied (its packets stay dropped, and the
     /// kernel ends its connect at the next SYN retry, within a second, with ETIMEDOUT), then
     /// ended at once with `SOCK_DESTROY` where the kernel has `sock_diag` for TCP (ECONNABORTED).

@@ -19,6 +19,7 @@ use crate::daemon::peer::PeerCredentials;
 use crate::daemon::protocol::ErrorCode;
 use crate::daemon::responses::{HoldOffer, HoldResponse};
 use crate::hold::event::held_event;
+pub use crate::hold::sockets::HeldOutcome;
 use crate::hold::{HeldCall, Hold, Reply, Twins};
 use crate::policy::approval::ApprovalPolicy;
 
@@ -28,32 +29,6 @@ pub struct WaitingCall {
     pub held: HeldCall,
     /// Its `decision` record (`action: "held"`): the `held_ended` record repeats who and what.
     pub record: Option<AuditRecord>,
-}
-
-/// How a held call ended: `details.outcome` of its `held_ended` record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HeldOutcome {
-    /// Approved: the call went on, and the kernel (which has the approval) let it through.
-    Approved,
-    Denied,
-    Expired,
-    /// The program stopped waiting (a signal interrupted the call, or it ended); its ask stays
-    /// open, so an approval still lets its retry through.
-    GivenUp,
-    /// The daemon stopped: the call went on, and the kernel decided it (a prompt is refused).
-    Released,
-}
-
-impl HeldOutcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HeldOutcome::Approved => "approved",
-            HeldOutcome::Denied => "denied",
-            HeldOutcome::Expired => "expired",
-            HeldOutcome::GivenUp => "given_up",
-            HeldOutcome::Released => "released",
-        }
-    }
 }
 
 /// Which calls the daemon would hold for a run: what its policy asks about, unless prompts are

@@ -1,0 +1,118 @@
+//! Sockets the kernel holds ([`Enforcer::hold_network`]): a prompted connect or send was let
+//! through with its packets held, and waits for its ask's answer as a slow network would make
+//! it wait. Each turn, [`HeldSocket::step`] reads what the kernel says of it and what its ask
+//! came to: an approval is in the maps already (the kernel lets the next SYN out; the socket is
+//! done once it connected), a denial or an expiry ends it, and a program that stopped waiting
+//! (its socket closed while held) gave up, its ask staying open for a retry. A socket that is
+//! done is forgotten by the kernel's table.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use guard_common::maps::{TRANSPORT_TCP, held};
+
+use crate::asks::AskState;
+use crate::kernel::Enforcer;
+
+/// How a held call ended: `details.outcome` of its `held_ended` record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeldOutcome {
+    /// Approved: the call went on, and the kernel (which has the approval) let it through.
+    Approved,
+    Denied,
+    Expired,
+    /// The program stopped waiting (a signal interrupted the call, its own timeout, or it
+    /// ended); its ask stays open, so an approval still lets its retry through.
+    GivenUp,
+    /// guard stopped: the call went on, and the kernel decided it (a prompt is refused).
+    Released,
+}
+
+impl HeldOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HeldOutcome::Approved => "approved",
+            HeldOutcome::Denied => "denied",
+            HeldOutcome::Expired => "expired",
+            HeldOutcome::GivenUp => "given_up",
+            HeldOutcome::Released => "released",
+        }
+    }
+}
+
+/// A socket the kernel holds, and the ask it waits for.
+#[derive(Clone, Debug)]
+pub struct HeldSocket {
+    /// The socket's cookie (its `HELD_SOCKETS` key, the event's `ino`).
+    pub cookie: u64,
+    pub ask: u64,
+    /// The thread that made the call (for the message on its stderr).
+    pub pid: u32,
+    pub tcp: bool,
+    pub since: Instant,
+    /// What the run or the daemon said of the refusal it would have been (the blocked
+    /// request), for the program's stderr when it is ended.
+    pub refusal: String,
+    /// Denied or expired, and the kernel ends it at its next SYN retry (no `sock_diag` here).
+    ending: Option<HeldOutcome>,
+}
+
+impl HeldSocket {
+    pub fn new(cookie: u64, ask: u64, pid: u32, transport: u8, refusal: String) -> HeldSocket {
+        HeldSocket {
+            cookie,
+            ask,
+            pid,
+            tcp: transport == TRANSPORT_TCP,
+            since: Instant::now(),
+            refusal,
+            ending: None,
+        }
+    }
+
+    /// How long it has waited.
+    pub fn waited(&self) -> Duration {
+        self.since.elapsed()
+    }
+
+    /// One turn: `Some(outcome)` once the socket is done (its kernel entry is forgotten).
+    /// `answer` is its ask's state (`None`: the ask is gone, taken as expired).
+    pub fn step(
+        &mut self,
+        enforcer: &mut Enforcer,
+        answer: Option<&AskState>,
+    ) -> Result<Option<HeldOutcome>> {
+        let state = enforcer.held_socket(self.cookie)?.map(|entry| entry.state);
+        let closed = matches!(state, None | Some(held::CLOSED));
+        let outcome = if let Some(ending) = self.ending {
+            closed.then_some(ending)
+        } else {
+            match answer {
+                Some(AskState::Pending) => closed.then_some(HeldOutcome::GivenUp),
+                Some(AskState::Approved { .. }) => {
+                    // A TCP socket is done once it connected (or closed); a UDP socket's next
+                    // datagrams are let through by the approval itself.
+                    (!self.tcp || closed || state == Some(held::CONNECTED))
+                        .then_some(HeldOutcome::Approved)
+                }
+                other => {
+                    let outcome = if matches!(other, Some(AskState::Denied { .. })) {
+                        HeldOutcome::Denied
+                    } else {
+                        HeldOutcome::Expired
+                    };
+                    if !self.tcp || closed || enforcer.end_held_socket(self.cookie)? {
+                        Some(outcome)
+                    } else {
+                        self.ending = Some(outcome);
+                        None
+                    }
+                }
+            }
+        };
+        if outcome.is_some() {
+            enforcer.forget_held_socket(self.cookie)?;
+        }
+        Ok(outcome)
+    }
+}

@@ -237,6 +237,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
             && approval != ApprovalPolicy::Never
             && Terminal::open().is_some()
             && crate::hold::policy_prompts_destinations(&policy)
+            && crate::hold::kernel_holds_every_prompt(&policy, !args.no_resolver)
     });
     let options = SessionOptions {
         backend: args.backend,
@@ -244,7 +245,8 @@ pub fn run(args: &RunArgs) -> ExitCode {
         nameserver: args.nameserver,
         extra_path_dirs: Vec::new(),
         resolver: (!args.no_resolver).then_some(args.dns_refusal),
-        hold_network: hold_network.map(RunAsks::timeout),
+        hold_network: hold_network
+            .map(|asks| asks.timeout() + crate::hold::sockets::KERNEL_BOUND_GRACE),
     };
     let mut session = match Session::start(policy, &options) {
         Ok(session) => session,

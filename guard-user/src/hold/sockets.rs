@@ -14,6 +14,11 @@ use guard_common::maps::{TRANSPORT_TCP, held};
 use crate::asks::AskState;
 use crate::kernel::Enforcer;
 
+/// How much longer than its ask's expiry the kernel lets a held connect wait
+/// ([`Enforcer::hold_network`]'s bound): guard ends the socket at the expiry, with its message
+/// on the program's stderr; the kernel's bound is for when guard cannot.
+pub const KERNEL_BOUND_GRACE: Duration = Duration::from_secs(5);
+
 /// How a held call ended: `details.outcome` of its `held_ended` record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeldOutcome {

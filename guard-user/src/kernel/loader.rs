@@ -649,23 +649,51 @@ impl Enforcer {
     /// own timeouts apply, an approval lets the next SYN out. Call before [`Enforcer::attach_cgroup`]
     /// (it attaches the egress and sock_ops programs to each scope from then on).
     pub fn hold_network(&mut self, user_timeout: std::time::Duration) -> Result<()> {
+        self.write_net_hold(NetHold {
+            enabled: 1,
+            lsm_defers: u8::from(self.backend == Backend::Lsm),
+            _pad: [0; 2],
+            user_timeout_ms: u32::try_from(user_timeout.as_millis()).unwrap_or(u32::MAX),
+        })?;
+        self.net_hold = true;
+        Ok(())
+    }
+
+    /// Turns the hold [`Enforcer::hold_network`] set up on or off (its programs stay attached:
+    /// off, a prompt is refused again, and sockets held already wait for their answers).
+    pub fn set_network_hold(&mut self, on: bool) -> Result<()> {
+        if !self.net_hold {
+            bail!("the hold of prompted connects was not set up");
+        }
+        let mut hold = self.read_net_hold()?;
+        hold.enabled = u8::from(on);
+        self.write_net_hold(hold)
+    }
+
+    /// Whether prompted connects and sends are held now.
+    pub fn network_held(&self) -> bool {
+        self.net_hold && self.read_net_hold().is_ok_and(|hold| hold.enabled != 0)
+    }
+
+    fn read_net_hold(&self) -> Result<NetHold> {
+        let map = self
+            .ebpf
+            .map("NET_HOLD")
+            .ok_or_else(|| anyhow!("no NET_HOLD map"))?;
+        let map: Array<_, NetHold> = Array::try_from(map)?;
+        map.get(&0, 0).context("reading NET_HOLD")
+    }
+
+    fn write_net_hold(&mut self, hold: NetHold) -> Result<()> {
         let mut map: Array<_, NetHold> = Array::try_from(
             self.ebpf
                 .map_mut("NET_HOLD")
                 .ok_or_else(|| anyhow!("no NET_HOLD map"))?,
         )?;
-        let hold = NetHold {
-            enabled: 1,
-            lsm_defers: u8::from(self.backend == Backend::Lsm),
-            _pad: [0; 2],
-            user_timeout_ms: u32::try_from(user_timeout.as_millis()).unwrap_or(u32::MAX),
-        };
-        map.set(0, hold, 0).context("writing NET_HOLD")?;
-        self.net_hold = true;
-        Ok(())
+        map.set(0, hold, 0).context("writing NET_HOLD")
     }
 
-    /// Whether prompted connects and sends are held ([`Enforcer::hold_network`]).
+    /// Whether the hold of prompted connects was set up ([`Enforcer::hold_network`]).
     pub fn holds_network(&self) -> bool {
         self.net_hold
     }

@@ -20,8 +20,20 @@ use crate::daemon::protocol::ErrorCode;
 use crate::daemon::responses::{HoldOffer, HoldResponse};
 use crate::hold::event::held_event;
 pub use crate::hold::sockets::HeldOutcome;
+use crate::hold::sockets::HeldSocket;
 use crate::hold::{HeldCall, Hold, Reply, Twins};
+use crate::kernel::events::KernelEvent;
 use crate::policy::approval::ApprovalPolicy;
+
+/// A socket the kernel holds (a prompted connect or send let through with its packets held),
+/// waiting for its ask's answer.
+pub struct WaitingSocket {
+    pub socket: HeldSocket,
+    /// The run scope (or other scope) it is in, for the message to its run.
+    pub scope: u64,
+    /// Its `decision` record (`action: "held"`): the `held_ended` record repeats who and what.
+    pub record: Option<AuditRecord>,
+}
 
 /// A held call waiting for its ask's answer.
 pub struct WaitingCall {
@@ -36,7 +48,10 @@ pub struct WaitingCall {
 pub fn hold_offer(daemon: &Daemon) -> HoldOffer {
     let policy = &daemon.loaded.policy;
     let asking = daemon.config.asks.approval() != ApprovalPolicy::Never;
-    let network = asking && crate::hold::policy_prompts_destinations(policy);
+    // Connects the kernel holds need no filter.
+    let network = asking
+        && crate::hold::policy_prompts_destinations(policy)
+        && !daemon.in_force.enforcer().network_held();
     HoldOffer {
         exec: asking && crate::hold::policy_prompts_execs(policy),
         network,
@@ -153,9 +168,85 @@ impl Daemon {
         }
     }
 
+    /// A connect or send the kernel holds: asked about like a refusal, and it waits for the
+    /// answer; one nobody can answer (refused at once under `never`, no room for its ask) is
+    /// ended as the refusal it would have been.
+    pub(super) fn on_held_socket(&mut self, event: KernelEvent, now: Instant) {
+        let (cookie, pid, scope) = (event.ino, event.pid, event.cgroup_id);
+        let transport = match event.destination.as_ref().map(|d| d.transport) {
+            Some("udp") => guard_common::maps::TRANSPORT_UDP,
+            _ => guard_common::maps::TRANSPORT_TCP,
+        };
+        let refusal = crate::session::describe_event(self.in_force.image(), &event, &[]);
+        let taken = self.take_event(event, now, true);
+        match (taken.rejected, taken.ask) {
+            (None, Some(ask)) => self.held_sockets.push(WaitingSocket {
+                socket: HeldSocket::new(cookie, ask, pid, transport, refusal),
+                scope,
+                record: taken.record,
+            }),
+            _ => {
+                let enforcer = self.in_force.enforcer_mut();
+                if let Err(err) = enforcer
+                    .end_held_socket(cookie)
+                    .and_then(|_| enforcer.forget_held_socket(cookie))
+                {
+                    tracing::warn!("ending a held connect nobody can answer: {err:#}");
+                }
+            }
+        }
+    }
+
+    /// Ends each held socket whose ask was denied or expired, lets go of those that went on
+    /// or whose program gave up, and records how each ended.
+    fn settle_sockets(&mut self) {
+        let mut ended = Vec::new();
+        for mut waiting in std::mem::take(&mut self.held_sockets) {
+            let state = self.asks.state(waiting.socket.ask);
+            match waiting.socket.step(self.in_force.enforcer_mut(), state) {
+                Ok(None) => self.held_sockets.push(waiting),
+                Ok(Some(outcome)) => ended.push((waiting, outcome)),
+                Err(err) => {
+                    // A kernel table that cannot be read: the socket is let go of (its packets
+                    // stay held until its own timeout), not retried every turn.
+                    tracing::warn!("a held connect: {err:#}");
+                }
+            }
+        }
+        for (waiting, outcome) in ended {
+            if let HeldOutcome::Denied | HeldOutcome::Expired = outcome {
+                let how = if outcome == HeldOutcome::Expired {
+                    "expired unanswered"
+                } else {
+                    "was denied"
+                };
+                let message = format!(
+                    "{}; ask {} {how}",
+                    waiting.socket.refusal, waiting.socket.ask
+                );
+                self.tell_run(waiting.scope, waiting.socket.pid, &message);
+            }
+            let action = match outcome {
+                HeldOutcome::Approved => "continue",
+                HeldOutcome::GivenUp => "none",
+                _ => "ended",
+            };
+            self.record_held_end(
+                waiting.record.as_ref(),
+                waiting.socket.ask,
+                outcome,
+                action,
+                waiting.socket.waited(),
+            );
+        }
+    }
+
     /// Lets each held call whose ask was answered go on, or fail; a call its program gave up
     /// is let go of (its ask stays open).
     pub(super) fn settle_held(&mut self) {
+        if !self.held_sockets.is_empty() {
+            self.settle_sockets();
+        }
         let mut done = Vec::new();
         for scope in self.scopes.by_id.values_mut() {
             let waiting = std::mem::take(&mut scope.waiting);
@@ -199,40 +290,55 @@ impl Daemon {
                     outcome
                 }
             };
-            self.record_held_end(&call, outcome);
+            self.record_call_end(&call, outcome);
         }
     }
 
-    /// The `held_ended` record of `call`: its `decision` record's who and what, with how the
-    /// call ended, what the program got and how long it waited.
-    fn record_held_end(&mut self, call: &WaitingCall, outcome: HeldOutcome) {
-        let mut record = call.record.clone().unwrap_or_default();
+    /// The `held_ended` record of a held call whose `decision` record was `record`: its who and
+    /// what, with how the call ended, what the program got (`action`) and how long it waited.
+    fn record_held_end(
+        &mut self,
+        record: Option<&AuditRecord>,
+        ask: u64,
+        outcome: HeldOutcome,
+        action: &str,
+        waited: std::time::Duration,
+    ) {
+        let mut record = record.cloned().unwrap_or_default();
         record.kind = RecordType::HeldEnded;
         record.time = String::new();
-        record.ask = Some(call.ask);
-        record.action = Some(
-            match outcome {
-                HeldOutcome::Approved | HeldOutcome::Released => "continue",
-                HeldOutcome::Denied | HeldOutcome::Expired => {
-                    if call.held.refusal_errno() == libc::EACCES {
-                        "eacces"
-                    } else {
-                        "eperm"
-                    }
-                }
-                HeldOutcome::GivenUp => "none",
-            }
-            .into(),
-        );
+        record.ask = Some(ask);
+        record.action = Some(action.into());
         record.details.remove("held");
         record
             .details
             .insert("outcome".into(), json!(outcome.as_str()));
-        record.details.insert(
-            "waited_ms".into(),
-            json!(call.held.since.elapsed().as_millis() as u64),
-        );
+        record
+            .details
+            .insert("waited_ms".into(), json!(waited.as_millis() as u64));
         self.audit.emit(record);
+    }
+
+    /// The `held_ended` record of a call held in its syscall.
+    fn record_call_end(&mut self, call: &WaitingCall, outcome: HeldOutcome) {
+        let action = match outcome {
+            HeldOutcome::Approved | HeldOutcome::Released => "continue",
+            HeldOutcome::Denied | HeldOutcome::Expired => {
+                if call.held.refusal_errno() == libc::EACCES {
+                    "eacces"
+                } else {
+                    "eperm"
+                }
+            }
+            HeldOutcome::GivenUp => "none",
+        };
+        self.record_held_end(
+            call.record.as_ref(),
+            call.ask,
+            outcome,
+            action,
+            call.held.since.elapsed(),
+        );
     }
 
     /// The policy or the destination tables changed: the holds decide later calls by them.
@@ -274,7 +380,25 @@ impl Daemon {
             scope.hold = None;
         }
         for call in released {
-            self.record_held_end(&call, HeldOutcome::Released);
+            self.record_call_end(&call, HeldOutcome::Released);
+        }
+        // Sockets the kernel holds are ended: no answer can come any more.
+        for waiting in std::mem::take(&mut self.held_sockets) {
+            let cookie = waiting.socket.cookie;
+            let enforcer = self.in_force.enforcer_mut();
+            if let Err(err) = enforcer
+                .end_held_socket(cookie)
+                .and_then(|_| enforcer.forget_held_socket(cookie))
+            {
+                tracing::warn!("ending a held connect as the daemon stops: {err:#}");
+            }
+            self.record_held_end(
+                waiting.record.as_ref(),
+                waiting.socket.ask,
+                HeldOutcome::Released,
+                "ended",
+                waiting.socket.waited(),
+            );
         }
     }
 
@@ -289,10 +413,25 @@ impl Daemon {
         }
     }
 
+    /// Says `message` on the program's stderr (thread `pid`) and to the `guard run` client of
+    /// scope `scope_id`, which prints it when the program's stderr could not be written.
+    fn tell_run(&mut self, scope_id: u64, pid: u32, message: &str) {
+        let on_stderr = crate::hold::tell_stderr(pid, message);
+        if let Some(listener) = self
+            .scopes
+            .by_id
+            .get_mut(&scope_id)
+            .and_then(|s| s.listener.as_mut())
+        {
+            listener.message(message, on_stderr);
+        }
+    }
+
     /// Fails a held call as the kernel's refusal would, and says why on the program's stderr
     /// (before its call returns, so the line comes before the program's own) and to its
     /// `guard run` client, which prints it when the program has no stderr to write to.
     fn fail_held(&mut self, scope_id: u64, held: &HeldCall, message: &str) {
+        // Said before the call returns, so the line comes before the program's own.
         let on_stderr = crate::hold::tell_stderr(held.pid, message);
         self.reply_held(scope_id, held, Reply::Fail(held.refusal_errno()));
         if let Some(listener) = self

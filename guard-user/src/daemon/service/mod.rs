@@ -36,7 +36,7 @@ use crate::in_force::{InForce, Modes};
 use crate::kernel::events::{EventReader, KernelEvent};
 use crate::kernel::scope::{cgroup_id, cgroup2_root};
 use crate::kernel::{Backend, Enforcer, pins};
-use crate::policy::approval::prompt_rejection;
+use crate::policy::approval::{ApprovalPolicy, prompt_rejection};
 use crate::policy::load::{LoadedPolicy, load_policy_protecting};
 use crate::resolve::answers::{AnswerBook, KnownAddresses};
 use crate::resolve::{NameDecision, NamePolicy, Resolver, ResolverConfig, ResolverEvent};
@@ -81,6 +81,8 @@ pub struct Daemon {
     held_wake: UnboundedSender<u64>,
     /// Taken by the server loop, which hands each to [`Daemon::on_held`].
     pub held_calls: Option<UnboundedReceiver<u64>>,
+    /// Connects and sends the kernel holds, waiting for their asks (`held.rs`).
+    held_sockets: Vec<held::WaitingSocket>,
 }
 
 /// What the daemon made of one event (see [`Daemon::take_event`]).
@@ -212,6 +214,15 @@ impl Daemon {
             }
             None => (None, None),
         };
+        // Prompted connects wait in the kernel, as on a slow network, when someone may answer.
+        if config.asks.approval() != ApprovalPolicy::Never {
+            enforcer
+                .hold_network(config.asks.timeout() + crate::hold::sockets::KERNEL_BOUND_GRACE)?;
+            enforcer.set_network_hold(crate::hold::kernel_holds_every_prompt(
+                &loaded.policy,
+                name_server.is_some(),
+            ))?;
+        }
         let (mut audit, audit_error) =
             AuditTrail::open(config.audit.writer_config(), authz.clone());
         if let Some(forwarder) = config.audit.syslog_forwarder()? {
@@ -221,6 +232,7 @@ impl Daemon {
         let mut daemon = Daemon {
             held_wake,
             held_calls: Some(held_calls),
+            held_sockets: Vec::new(),
             authz,
             authz_source,
             resolver,
@@ -381,6 +393,17 @@ impl Daemon {
         }
         if let Ok(mut names) = self.names.write() {
             *names = NamePolicy::from_policy(&self.loaded.policy);
+        }
+        // The kernel holds the new policy's prompts unless it hands out stand-ins (runs started
+        // before keep the filters they were offered).
+        if self.in_force.enforcer().holds_network() {
+            let on = crate::hold::kernel_holds_every_prompt(
+                &self.loaded.policy,
+                self.name_server.is_some(),
+            );
+            if let Err(err) = self.in_force.enforcer_mut().set_network_hold(on) {
+                tracing::warn!("the hold of prompted connects is as it was: {err:#}");
+            }
         }
         self.last_reload_error = None;
         self.audit.set_authz(authz.clone());
@@ -599,7 +622,11 @@ impl Daemon {
     pub fn on_events(&mut self, events: Vec<KernelEvent>) {
         let now = Instant::now();
         for event in events {
-            self.take_event(event, now, false);
+            if event.action == crate::kernel::events::Action::Held {
+                self.on_held_socket(event, now);
+            } else {
+                self.take_event(event, now, false);
+            }
         }
     }
 

@@ -24,7 +24,7 @@ use guard_common::maps::{
     dest_key, held,
 };
 
-use crate::maps::{DEST_V4, DEST_V6, HELD_SOCKETS, NET_HOLD, count, settings};
+use crate::maps::{DEST_V4, DEST_V6, HELD_SOCKETS, HOLD_SCOPES, NET_HOLD, count, settings};
 
 const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;
@@ -49,6 +49,15 @@ const TCP_CLOSE: u32 = 7;
 #[inline(always)]
 pub fn config() -> Option<NetHold> {
     NET_HOLD.get(0).copied().filter(|hold| hold.enabled != 0)
+}
+
+/// Whether the current process's scope has its prompts held (someone answers for it): only
+/// looked up for a prompt, so the calls that are not prompted never pay for it.
+#[inline(always)]
+pub fn scope_holds() -> bool {
+    let scope = crate::scope::current_scope();
+    // SAFETY: lookup of a plain u64 key.
+    scope != 0 && unsafe { HOLD_SCOPES.get(&scope) }.is_some()
 }
 
 /// The cookie of the socket a sock_addr, skb or sock_ops program sees (0: none).

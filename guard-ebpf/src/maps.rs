@@ -39,6 +39,11 @@ pub static STAND_INS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_STAND_IN
 #[map]
 pub static NET_HOLD: Array<NetHold> = Array::with_max_entries(1, 0);
 
+/// The scopes (cgroup ids, as `scope::current_scope` gives them) whose prompted connects are
+/// held rather than refused (`held`): the ones someone answers for.
+#[map]
+pub static HOLD_SCOPES: HashMap<u64, u8> = HashMap::with_max_entries(MAX_SCOPES, 0);
+
 /// Held sockets by cookie (`held`): written by the connect and sendmsg programs, updated by the
 /// egress and sock_ops programs, read and cleared by userspace.
 #[map]

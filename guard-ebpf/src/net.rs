@@ -279,10 +279,13 @@ fn refuse(
     let mut verdict = found.strongest(floor);
     let mut flags = extra_flags;
     decide_destination(&settings, &mut verdict, &mut flags, approved);
-    let holdable = (destination.transport == TRANSPORT_TCP
-        || destination.transport == TRANSPORT_UDP)
+    // Only a prompt is held, and only in a scope someone answers for (looked up last: the
+    // calls that are not prompted never pay for it).
+    let holdable = !matches!(hold, HoldBy::Nobody)
+        && (destination.transport == TRANSPORT_TCP || destination.transport == TRANSPORT_UDP)
         && verdict.decision == Decision::Prompt as u8
-        && Outcome::of(&settings, verdict).refused;
+        && Outcome::of(&settings, verdict).refused
+        && crate::held::scope_holds();
     match hold {
         // The cgroup program that runs next holds it, and records it.
         HoldBy::CgroupProgram if holdable => return false,

@@ -180,6 +180,9 @@ impl Session {
         let pins = RunPins::pin(enforcer, &name)?;
         enforcer.attach_cgroup(scope.path())?;
         enforcer.add_scope(scope.id())?;
+        if options.hold_network.is_some() {
+            enforcer.hold_scope(scope.id())?;
+        }
         Ok(Session {
             policy,
             scope,

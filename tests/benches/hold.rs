@@ -13,6 +13,10 @@
 //! and in one without guard, alternated the same way. Its ratio is what a prompting scope's
 //! calls that are not prompted pay for being holdable, BPF decisions included.
 //!
+//! And what a held connect itself does, `HELD_ROUNDS` times each: a connect with its own 2 s
+//! timeout to a prompted destination (it must return in 2 s, on the program's schedule), and
+//! the time from an approval to a waiting blocking connect's completion.
+//!
 //! `cargo bench -p guard-tests --bench hold [-- --rounds N --execs N --calls N]`.
 
 use std::io::{BufRead, BufReader};
@@ -41,6 +45,9 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--worker") {
         return worker(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("--held-connect") {
+        return held_connect(&args[1..]);
     }
     let mut options = Options {
         rounds: 7,
@@ -127,7 +134,23 @@ fn main() -> Result<()> {
 fn kernel_hold(options: &Options, port: u16) -> Result<Vec<String>> {
     let dir = tempfile::tempdir()?;
     let rules = dir.path().join("bench.rules");
-    std::fs::write(&rules, POLICY)?;
+    // Listeners on 127.0.0.9 whose connects are prompted: one per held connect measured.
+    let listeners: Vec<TcpListener> = (0..2 * HELD_ROUNDS)
+        .map(|_| TcpListener::bind("127.0.0.9:0"))
+        .collect::<std::io::Result<_>>()?;
+    let ports: Vec<u16> = listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect::<std::io::Result<_>>()?;
+    let listed: Vec<String> = ports.iter().map(u16::to_string).collect();
+    std::fs::write(
+        &rules,
+        format!(
+            "{POLICY}address_rule(addresses=[\"127.0.0.9\"], ports=[{}], transport=\"tcp\", \
+             decision=\"prompt\")\n",
+            listed.join(", ")
+        ),
+    )?;
     let policy = guard::policy::load::load_policy(std::slice::from_ref(&rules), &[])
         .map_err(|e| anyhow::anyhow!("{e}"))?
         .policy;
@@ -149,6 +172,8 @@ fn kernel_hold(options: &Options, port: u16) -> Result<Vec<String>> {
     if count("net_held") != 0 || count("net_held_dropped") != 0 {
         bail!("a call that is not prompted was held in the kernel");
     }
+    let mut session = session;
+    let held_json = held_connects(&mut session, &ports)?;
     println!(
         "kernel hold ({} rounds; the worker in a scope holding prompted connects ÷ without guard):",
         options.rounds
@@ -179,7 +204,94 @@ fn kernel_hold(options: &Options, port: u16) -> Result<Vec<String>> {
             a / p
         ));
     }
+    json.extend(held_json);
     Ok(json)
+}
+
+/// Held connects measured per round.
+const HELD_ROUNDS: usize = 5;
+
+/// A held connect with a 2 s timeout (ms until it gave up), and from an approval to a waiting
+/// connect's completion (ms), `HELD_ROUNDS` each, over `ports` (two per round: an approved port
+/// stays approved).
+fn held_connects(session: &mut guard::session::Session, ports: &[u16]) -> Result<Vec<String>> {
+    let mut timeouts = Vec::new();
+    let mut latencies = Vec::new();
+    for round in 0..HELD_ROUNDS {
+        let out = held_worker(session, "2", ports[2 * round])?
+            .wait_with_output()
+            .context("the held worker")?;
+        let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let ms = line
+            .strip_prefix("timeout ")
+            .and_then(|ms| ms.parse::<f64>().ok())
+            .with_context(|| format!("a held 2 s connect printed {line:?}"))?;
+        timeouts.push(ms);
+        let port = ports[2 * round + 1];
+        let waiting = held_worker(session, "0", port)?;
+        std::thread::sleep(std::time::Duration::from_millis(1_200));
+        let approved = Instant::now();
+        session.hold_approval(guard::asks::Approval {
+            ask: round as u64,
+            mode: guard::asks::ApprovalMode::Session,
+            by: "bench".into(),
+            target: guard::asks::ApprovalTarget::Network {
+                address: "127.0.0.9".parse()?,
+                port,
+                transport: guard::policy::Transport::Tcp,
+                host: None,
+            },
+            scope: None,
+            until: None,
+        })?;
+        let out = waiting.wait_with_output().context("the waiting worker")?;
+        latencies.push(approved.elapsed().as_secs_f64() * 1000.0);
+        let line = String::from_utf8_lossy(&out.stdout);
+        if !line.starts_with("ok") {
+            bail!("an approved held connect printed {line:?}");
+        }
+    }
+    let (timeout, latency) = (median(timeouts.clone()), median(latencies.clone()));
+    println!(
+        "  held connect, own 2 s timeout: returned after {timeout:.0} ms (median of {HELD_ROUNDS}; \
+         {timeouts:.0?})\n  approval to connected: {latency:.0} ms (median; {latencies:.0?})"
+    );
+    Ok(vec![format!(
+        "{{\"held_connect_timeout_2s_ms\":{timeout:.0},\"approval_to_connected_ms\":{latency:.0}}}"
+    )])
+}
+
+/// `--held-connect SECS ADDR PORT` in `session`'s scope.
+fn held_worker(
+    session: &guard::session::Session,
+    secs: &str,
+    port: u16,
+) -> Result<std::process::Child> {
+    let mut command = Command::new(std::env::current_exe()?);
+    command
+        .args(["--held-connect", secs, "127.0.0.9", &port.to_string()])
+        .stdout(Stdio::piped());
+    session.spawn(&mut command)
+}
+
+/// A TCP connect with a timeout of `args[0]` seconds (0: blocking) to `args[1]:args[2]`; prints
+/// `ok MS`, `timeout MS` or `error MS`.
+fn held_connect(args: &[String]) -> Result<()> {
+    let secs: u64 = args[0].parse()?;
+    let target: std::net::SocketAddr = format!("{}:{}", args[1], args[2]).parse()?;
+    let start = Instant::now();
+    let result = if secs == 0 {
+        TcpStream::connect(target)
+    } else {
+        TcpStream::connect_timeout(&target, std::time::Duration::from_secs(secs))
+    };
+    let ms = start.elapsed().as_millis();
+    match result {
+        Ok(_) => println!("ok {ms}"),
+        Err(err) if err.kind() == std::io::ErrorKind::TimedOut => println!("timeout {ms}"),
+        Err(_) => println!("error {ms}"),
+    }
+    Ok(())
 }
 
 /// One worker run in `session`'s scope (or outside any): as [`run_worker`].

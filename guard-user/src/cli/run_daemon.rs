@@ -59,6 +59,7 @@ pub fn run(
         argv: argv.to_vec(),
         workspace: Some(cwd.clone()),
         tmpdir: tmpdir.clone(),
+        hold,
     }) {
         Ok(started) => started,
         Err(err) => {

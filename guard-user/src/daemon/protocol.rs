@@ -62,6 +62,11 @@ pub enum Request {
         workspace: Option<std::path::PathBuf>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tmpdir: Option<std::path::PathBuf>,
+        /// Whether the run's prompted calls may wait for their answers (`guard run --no-hold`
+        /// says no): the kernel then holds its prompted connects, and `holds` in the answer
+        /// says which calls its filter should hold.
+        #[serde(default = "holds_by_default")]
+        hold: bool,
     },
     /// A `guard run` client hands over the seccomp listener of the command it started in its
     /// scope (its descriptor `fd`, which the daemon copies with `pidfd_getfd`): the daemon holds
@@ -254,4 +259,9 @@ mod tests {
             r#"{"v":1,"event":"flushed"}"#
         );
     }
+}
+
+/// A `run` request that does not say holds its calls (as `guard run` does by default).
+fn holds_by_default() -> bool {
+    true
 }

@@ -622,6 +622,9 @@ impl Enforcer {
 
     /// Removes a cgroup's listing (in scope or exempt): its ancestors' listings decide again.
     pub fn remove_scope(&mut self, cgroup_id: u64) -> Result<()> {
+        if self.net_hold {
+            self.release_scope(cgroup_id)?;
+        }
         self.maps.remove_scope(&mut self.ebpf, cgroup_id)
     }
 
@@ -657,6 +660,31 @@ impl Enforcer {
         })?;
         self.net_hold = true;
         Ok(())
+    }
+
+    /// Holds the prompted connects of scope `id` (a cgroup id listed in scope) from now on,
+    /// when the hold is on: someone answers its asks.
+    pub fn hold_scope(&mut self, id: u64) -> Result<()> {
+        let map = self
+            .ebpf
+            .map_mut("HOLD_SCOPES")
+            .ok_or_else(|| anyhow!("no HOLD_SCOPES map"))?;
+        let mut map: aya::maps::HashMap<_, u64, u8> = aya::maps::HashMap::try_from(map)?;
+        map.insert(id, 1, 0)
+            .context("listing a scope whose connects are held")
+    }
+
+    /// Scope `id`'s prompts are refused at once again (it ended, or nobody answers for it).
+    pub fn release_scope(&mut self, id: u64) -> Result<()> {
+        let map = self
+            .ebpf
+            .map_mut("HOLD_SCOPES")
+            .ok_or_else(|| anyhow!("no HOLD_SCOPES map"))?;
+        let mut map: aya::maps::HashMap<_, u64, u8> = aya::maps::HashMap::try_from(map)?;
+        match map.remove(&id) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(err) => Err(err).context("removing a scope whose connects were held"),
+        }
     }
 
     /// Turns the hold [`Enforcer::hold_network`] set up on or off (its programs stay attached:

@@ -900,8 +900,9 @@ impl Daemon {
                 argv,
                 workspace,
                 tmpdir,
+                hold,
             } => self
-                .run(peer, argv, (workspace, tmpdir), stream)
+                .run(peer, argv, (workspace, tmpdir), hold, stream)
                 .map(|r| to_json(&r)),
             Request::Hold { fd, first_exec } => {
                 self.adopt_hold(peer, fd, first_exec).map(|r| to_json(&r))
@@ -923,6 +924,7 @@ impl Daemon {
         peer: PeerCredentials,
         argv: Vec<String>,
         (workspace, tmpdir): (Option<PathBuf>, Option<PathBuf>),
+        hold: bool,
         stream: Option<UnboundedSender<String>>,
     ) -> Result<RunResponse, (ErrorCode, String)> {
         let pid = peer.pid.ok_or((
@@ -934,6 +936,13 @@ impl Daemon {
             .create_run(peer.uid, argv.clone(), pid)
             .map_err(|e| (ErrorCode::Failed, format!("{e:#}")))?;
         self.list_run_scope(id);
+        // Its prompted connects wait in the kernel for their answers, unless it asked not to.
+        if hold
+            && self.in_force.enforcer().holds_network()
+            && let Err(err) = self.in_force.enforcer_mut().hold_scope(id)
+        {
+            tracing::warn!("run scope {id}'s prompted connects are refused at once: {err:#}");
+        }
         let scope = self.scopes.by_id.get_mut(&id).expect("just inserted");
         scope.listener = stream.map(super::run_stream::RunStream::new);
         let path = scope.path.display().to_string();

@@ -18,13 +18,10 @@ use aya_ebpf::helpers::generated::{
 use aya_ebpf::macros::{cgroup_skb, sock_ops};
 use aya_ebpf::programs::{SkBuffContext, SockOpsContext};
 use guard_common::Decision;
-use guard_common::engine::destination::{decide_destination, lookup};
-use guard_common::maps::{
-    DEST_HEAD_BITS, DestV4, DestV6, HeldSocket, NetHold, TRANSPORT_TCP, TRANSPORT_UDP, counter,
-    dest_key, held,
-};
+use guard_common::engine::destination::decide_destination;
+use guard_common::maps::{HeldSocket, NetHold, TRANSPORT_TCP, TRANSPORT_UDP, counter, held};
 
-use crate::maps::{DEST_V4, DEST_V6, HELD_SOCKETS, HOLD_SCOPES, NET_HOLD, count, settings};
+use crate::maps::{HELD_SOCKETS, HOLD_SCOPES, NET_HOLD, count, settings};
 
 const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;
@@ -132,7 +129,7 @@ pub fn held_egress(ctx: SkBuffContext) -> i32 {
             None => return dropped(),
         }
     };
-    let (mut verdict, approved) = decide(family, &addr, port, transport);
+    let (mut verdict, approved) = crate::net::look_up(family, &addr, port, transport);
     let mut flags = 0;
     decide_destination(&settings, &mut verdict, &mut flags, approved);
     if verdict.decision != Decision::Allow as u8 {
@@ -151,33 +148,6 @@ pub fn held_egress(ctx: SkBuffContext) -> i32 {
 fn dropped() -> i32 {
     count(counter::NET_HELD_DROPPED);
     DROP_AS_CONGESTED
-}
-
-/// The destination tables' verdict for a destination, as the connect hooks look it up.
-#[inline(always)]
-fn decide(
-    family: u16,
-    addr: &[u8; 16],
-    port: u16,
-    transport: u8,
-) -> (guard_common::maps::Verdict, bool) {
-    if family == AF_INET6 {
-        lookup(transport, port, |transport, port| {
-            let key = aya_ebpf::maps::lpm_trie::Key::<DestV6>::new(
-                DEST_HEAD_BITS + 128,
-                dest_key::<19>(transport, port, addr),
-            );
-            DEST_V6.get(&key).copied()
-        })
-    } else {
-        lookup(transport, port, |transport, port| {
-            let key = aya_ebpf::maps::lpm_trie::Key::<DestV4>::new(
-                DEST_HEAD_BITS + 32,
-                dest_key::<7>(transport, port, &addr[..4]),
-            );
-            DEST_V4.get(&key).copied()
-        })
-    }
 }
 
 /// A UDP datagram's destination from its IP header (the data of a `cgroup_skb` program starts
@@ -243,19 +213,9 @@ pub fn held_sockops(ctx: SockOpsContext) -> u32 {
             entry.local_addr[..4].copy_from_slice(&ctx.local_ip4().to_ne_bytes());
         }
         // A blocking connect waits up to the ask's expiry, however many SYNs that takes.
-        // Failures leave the kernel's own SYN retries (a shorter wait; nothing let through).
-        let mut timeout = config().map_or(0, |hold| hold.user_timeout_ms as i32);
+        let timeout = config().map_or(0, |hold| hold.user_timeout_ms as i32);
         if timeout > 0 {
-            // SAFETY: the sock_ops context, an int option and its size.
-            unsafe {
-                bpf_setsockopt(
-                    ctx.as_ptr(),
-                    SOL_TCP,
-                    TCP_USER_TIMEOUT,
-                    (&raw mut timeout).cast(),
-                    4,
-                )
-            };
+            set_user_timeout(&ctx, timeout);
         }
         // SAFETY: the sock_ops context.
         unsafe {
@@ -267,17 +227,7 @@ pub fn held_sockops(ctx: SockOpsContext) -> u32 {
         if entry.state == held::DENIED {
             // Denied where userspace could not end the socket itself (no sock_diag): the
             // connect times out at the next retry.
-            let mut now = 1i32;
-            // SAFETY: the sock_ops context, an int option and its size.
-            unsafe {
-                bpf_setsockopt(
-                    ctx.as_ptr(),
-                    SOL_TCP,
-                    TCP_USER_TIMEOUT,
-                    (&raw mut now).cast(),
-                    4,
-                )
-            };
+            set_user_timeout(&ctx, 1);
         }
         return 1;
     }
@@ -287,17 +237,7 @@ pub fn held_sockops(ctx: SockOpsContext) -> u32 {
         entry.state = held::CONNECTED;
         entry.changed_ns = now;
         // The program's own timeouts again from here on.
-        let mut none = 0i32;
-        // SAFETY: as above.
-        unsafe {
-            bpf_setsockopt(
-                ctx.as_ptr(),
-                SOL_TCP,
-                TCP_USER_TIMEOUT,
-                (&raw mut none).cast(),
-                4,
-            )
-        };
+        set_user_timeout(&ctx, 0);
         return 1;
     }
     // A state change: the new state is the second argument.
@@ -306,6 +246,23 @@ pub fn held_sockops(ctx: SockOpsContext) -> u32 {
         entry.changed_ns = now;
     }
     1
+}
+
+/// Sets the socket's `TCP_USER_TIMEOUT` (ms; 0: the kernel's own). A failure leaves it as it
+/// was: the kernel's own SYN retries then bound the connect (a shorter wait; nothing let through).
+#[inline(always)]
+fn set_user_timeout(ctx: &SockOpsContext, ms: i32) {
+    let mut value = ms;
+    // SAFETY: the sock_ops context, an int option and its size.
+    unsafe {
+        bpf_setsockopt(
+            ctx.as_ptr(),
+            SOL_TCP,
+            TCP_USER_TIMEOUT,
+            (&raw mut value).cast(),
+            4,
+        )
+    };
 }
 
 /// The socket's IPv6 address, read one 4-byte word at a time (volatile, so LLVM cannot merge

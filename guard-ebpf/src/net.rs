@@ -225,6 +225,27 @@ fn reached_by_unspecified(d: Destination, source_v4: [u8; 4], bound_v6: &[u8; 16
     }
 }
 
+/// The destination tables' verdict for a destination (IPv4 in the first 4 bytes of `addr`),
+/// and whether it carried an approval of exactly this destination.
+#[inline(always)]
+pub fn look_up(family: u16, addr: &[u8; 16], port: u16, transport: u8) -> (Verdict, bool) {
+    if family == AF_INET6 {
+        lookup(transport, port, |transport, port| {
+            let key: Key<DestV6> =
+                Key::new(DEST_HEAD_BITS + 128, dest_key::<19>(transport, port, addr));
+            DEST_V6.get(&key).copied()
+        })
+    } else {
+        lookup(transport, port, |transport, port| {
+            let key: Key<DestV4> = Key::new(
+                DEST_HEAD_BITS + 32,
+                dest_key::<7>(transport, port, &addr[..4]),
+            );
+            DEST_V4.get(&key).copied()
+        })
+    }
+}
+
 /// Decides and records; `true` when the call must fail. `floor` is the weakest verdict it may
 /// get (`Verdict::NONE`: the maps alone decide). Not configured or not in scope lets the call
 /// through (fails open: nothing is enforced before the maps are filled, and processes outside
@@ -251,31 +272,12 @@ fn refuse(
         destination.addr = v4;
         destination.family = AF_INET;
     }
-    let (found, approved) = if destination.family == AF_INET6 {
-        lookup(
-            destination.transport,
-            destination.port,
-            |transport, port| {
-                let key: Key<DestV6> = Key::new(
-                    DEST_HEAD_BITS + 128,
-                    dest_key::<19>(transport, port, &destination.addr),
-                );
-                DEST_V6.get(&key).copied()
-            },
-        )
-    } else {
-        lookup(
-            destination.transport,
-            destination.port,
-            |transport, port| {
-                let key: Key<DestV4> = Key::new(
-                    DEST_HEAD_BITS + 32,
-                    dest_key::<7>(transport, port, &destination.addr[..4]),
-                );
-                DEST_V4.get(&key).copied()
-            },
-        )
-    };
+    let (found, approved) = look_up(
+        destination.family,
+        &destination.addr,
+        destination.port,
+        destination.transport,
+    );
     let mut verdict = found.strongest(floor);
     let mut flags = extra_flags;
     decide_destination(&settings, &mut verdict, &mut flags, approved);

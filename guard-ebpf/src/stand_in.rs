@@ -22,16 +22,10 @@ const V4_MAPPED_WORD: u32 = u32::from_ne_bytes([0, 0, 0xff, 0xff]);
 pub fn send_to_real(ctx: &SockAddrContext, v6: bool) -> bool {
     // SAFETY: the context pointer the kernel passed.
     let sa = unsafe { &mut *ctx.sock_addr };
-    let word = if v6 {
-        // Only an IPv4-mapped IPv6 address can name a stand-in (the resolver answers no AAAA).
-        if sa.user_ip6[0] != 0 || sa.user_ip6[1] != 0 || sa.user_ip6[2] != V4_MAPPED_WORD {
-            return true;
-        }
-        sa.user_ip6[3]
-    } else {
-        sa.user_ip4
+    let Some(word) = named_stand_in(sa, v6) else {
+        return true;
     };
-    if !is_stand_in(word.to_ne_bytes()) || dns_redirect().is_none() || !current_in_scope() {
+    if dns_redirect().is_none() || !current_in_scope() {
         return true;
     }
     // SAFETY: a read of a hash map value the verifier bounds.
@@ -57,14 +51,21 @@ pub fn send_to_real(ctx: &SockAddrContext, v6: bool) -> bool {
 pub fn unmapped(ctx: &SockAddrContext, v6: bool) -> bool {
     // SAFETY: the context pointer the kernel passed.
     let sa = unsafe { &*ctx.sock_addr };
+    // SAFETY: a read of a hash map value the verifier bounds.
+    named_stand_in(sa, v6).is_some_and(|word| unsafe { STAND_INS.get(&word) }.is_none())
+}
+
+/// The stand-in address (as the kernel stores it) the call names, if it names one.
+#[inline(always)]
+fn named_stand_in(sa: &aya_ebpf::bindings::bpf_sock_addr, v6: bool) -> Option<u32> {
     let word = if v6 {
+        // Only an IPv4-mapped IPv6 address can name a stand-in (the resolver answers no AAAA).
         if sa.user_ip6[0] != 0 || sa.user_ip6[1] != 0 || sa.user_ip6[2] != V4_MAPPED_WORD {
-            return false;
+            return None;
         }
         sa.user_ip6[3]
     } else {
         sa.user_ip4
     };
-    // SAFETY: a read of a hash map value the verifier bounds.
-    is_stand_in(word.to_ne_bytes()) && unsafe { STAND_INS.get(&word) }.is_none()
+    is_stand_in(word.to_ne_bytes()).then_some(word)
 }

@@ -93,35 +93,12 @@ fn main() -> Result<()> {
         held.push(run_worker(&options, port, true)?);
         again.push(run_worker(&options, port, false)?);
     }
-    let names = [
-        "fork+exec /bin/true",
-        "getppid",
-        "loopback TCP connect",
-        "loopback UDP sendto",
-    ];
     println!(
         "hold: {} rounds of {} execs and {} calls (medians; ratio held ÷ plain, and the noise \
          plain ÷ plain, same run)",
         options.rounds, options.execs, options.calls
     );
-    let mut json = Vec::new();
-    for (i, name) in names.iter().enumerate() {
-        let p = median(plain.iter().map(|r: &[f64; 4]| r[i]).collect());
-        let h = median(held.iter().map(|r: &[f64; 4]| r[i]).collect());
-        let a = median(again.iter().map(|r: &[f64; 4]| r[i]).collect());
-        println!(
-            "  {name:<22} plain {:>10}  held {:>10}  ×{:.2}  (noise ×{:.2})",
-            format_ns(p),
-            format_ns(h),
-            h / p,
-            a / p
-        );
-        json.push(format!(
-            "{{\"call\":\"{name}\",\"plain_ns\":{p:.0},\"held_ns\":{h:.0},\"ratio\":{:.3},\"noise_ratio\":{:.3}}}",
-            h / p,
-            a / p
-        ));
-    }
+    let mut json = rows("seccomp", "held", &plain, &held, &again);
     json.extend(kernel_hold(&options, port)?);
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench");
     std::fs::create_dir_all(&dir)?;
@@ -154,6 +131,9 @@ fn kernel_hold(options: &Options, port: u16) -> Result<Vec<String>> {
     let policy = guard::policy::load::load_policy(std::slice::from_ref(&rules), &[])
         .map_err(|e| anyhow::anyhow!("{e}"))?
         .policy;
+    // The same policy enforced without the hold: what guard's decisions cost alone.
+    let unheld =
+        guard::session::Session::start(policy.clone(), &guard::session::SessionOptions::default())?;
     let session = guard::session::Session::start(
         policy,
         &guard::session::SessionOptions {
@@ -161,12 +141,15 @@ fn kernel_hold(options: &Options, port: u16) -> Result<Vec<String>> {
             ..Default::default()
         },
     )?;
-    let (mut plain, mut held, mut again) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut plain, mut decided, mut held, mut again) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..options.rounds {
         plain.push(run_worker_in(options, port, None)?);
+        decided.push(run_worker_in(options, port, Some(&unheld))?);
         held.push(run_worker_in(options, port, Some(&session))?);
         again.push(run_worker_in(options, port, None)?);
     }
+    drop(unheld);
     let counters = session.enforcer().counters()?;
     let count = |name: &str| counters.iter().find(|(n, _)| *n == name).map_or(0, |c| c.1);
     if count("net_held") != 0 || count("net_held_dropped") != 0 {
@@ -175,37 +158,52 @@ fn kernel_hold(options: &Options, port: u16) -> Result<Vec<String>> {
     let mut session = session;
     let held_json = held_connects(&mut session, &ports)?;
     println!(
-        "kernel hold ({} rounds; the worker in a scope holding prompted connects ÷ without guard):",
+        "kernel hold ({} rounds; the worker in a guard scope ÷ without guard, first without the \
+         hold, then holding prompted connects):",
         options.rounds
     );
+    let mut json = rows("none", "guard", &plain, &decided, &again);
+    json.extend(rows("kernel", "holding", &plain, &held, &again));
+    json.extend(held_json);
+    Ok(json)
+}
+
+/// What the worker measures, in the order of its figures.
+const CALLS: [&str; 4] = [
+    "fork+exec /bin/true",
+    "getppid",
+    "loopback TCP connect",
+    "loopback UDP sendto",
+];
+
+/// One line per call of the medians of `plain`, `held` (shown as `label`) and `again` runs,
+/// with the ratio held ÷ plain and the noise again ÷ plain; the same as JSON rows.
+fn rows(
+    hold: &str,
+    label: &str,
+    plain: &[[f64; 4]],
+    held: &[[f64; 4]],
+    again: &[[f64; 4]],
+) -> Vec<String> {
     let mut json = Vec::new();
-    for (i, name) in [
-        "fork+exec /bin/true",
-        "getppid",
-        "loopback TCP connect",
-        "loopback UDP sendto",
-    ]
-    .iter()
-    .enumerate()
-    {
-        let p = median(plain.iter().map(|r: &[f64; 4]| r[i]).collect());
-        let h = median(held.iter().map(|r: &[f64; 4]| r[i]).collect());
-        let a = median(again.iter().map(|r: &[f64; 4]| r[i]).collect());
+    for (i, name) in CALLS.iter().enumerate() {
+        let p = median(plain.iter().map(|r| r[i]).collect());
+        let h = median(held.iter().map(|r| r[i]).collect());
+        let a = median(again.iter().map(|r| r[i]).collect());
         println!(
-            "  {name:<22} plain {:>10}  in scope {:>10}  ×{:.2}  (noise ×{:.2})",
+            "  {name:<22} plain {:>10}  {label} {:>10}  ×{:.2}  (noise ×{:.2})",
             format_ns(p),
             format_ns(h),
             h / p,
             a / p
         );
         json.push(format!(
-            "{{\"call\":\"{name}\",\"hold\":\"kernel\",\"plain_ns\":{p:.0},\"held_ns\":{h:.0},\"ratio\":{:.3},\"noise_ratio\":{:.3}}}",
+            "{{\"call\":\"{name}\",\"hold\":\"{hold}\",\"plain_ns\":{p:.0},\"held_ns\":{h:.0},\"ratio\":{:.3},\"noise_ratio\":{:.3}}}",
             h / p,
             a / p
         ));
     }
-    json.extend(held_json);
-    Ok(json)
+    json
 }
 
 /// Held connects measured per round.

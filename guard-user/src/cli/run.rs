@@ -696,10 +696,9 @@ fn report(
                     message = message.replacen("guard: refused ", "guard: holding ", 1);
                 }
                 None => {
-                    if let Err(err) = session.enforcer_mut().end_held_socket(event.ino) {
+                    if let Err(err) = session.enforcer_mut().end_and_forget_held_socket(event.ino) {
                         eprintln!("guard: ending a held connect: {err:#}");
                     }
-                    let _ = session.enforcer_mut().forget_held_socket(event.ino);
                 }
             }
         }

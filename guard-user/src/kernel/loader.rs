@@ -665,22 +665,14 @@ impl Enforcer {
     /// Holds the prompted connects of scope `id` (a cgroup id listed in scope) from now on,
     /// when the hold is on: someone answers its asks.
     pub fn hold_scope(&mut self, id: u64) -> Result<()> {
-        let map = self
-            .ebpf
-            .map_mut("HOLD_SCOPES")
-            .ok_or_else(|| anyhow!("no HOLD_SCOPES map"))?;
-        let mut map: aya::maps::HashMap<_, u64, u8> = aya::maps::HashMap::try_from(map)?;
+        let mut map = self.hold_scopes_map()?;
         map.insert(id, 1, 0)
             .context("listing a scope whose connects are held")
     }
 
     /// Scope `id`'s prompts are refused at once again (it ended, or nobody answers for it).
     pub fn release_scope(&mut self, id: u64) -> Result<()> {
-        let map = self
-            .ebpf
-            .map_mut("HOLD_SCOPES")
-            .ok_or_else(|| anyhow!("no HOLD_SCOPES map"))?;
-        let mut map: aya::maps::HashMap<_, u64, u8> = aya::maps::HashMap::try_from(map)?;
+        let mut map = self.hold_scopes_map()?;
         match map.remove(&id) {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
             Err(err) => Err(err).context("removing a scope whose connects were held"),
@@ -728,11 +720,7 @@ impl Enforcer {
 
     /// The sockets held now or since (`HELD_SOCKETS`), by cookie.
     pub fn held_sockets(&self) -> Result<Vec<(u64, HeldSocket)>> {
-        let map = self
-            .ebpf
-            .map("HELD_SOCKETS")
-            .ok_or_else(|| anyhow!("no HELD_SOCKETS map"))?;
-        let map: aya::maps::HashMap<_, u64, HeldSocket> = aya::maps::HashMap::try_from(map)?;
+        let map = self.held_sockets_map()?;
         map.iter()
             .map(|entry| entry.context("reading HELD_SOCKETS"))
             .collect()
@@ -740,11 +728,7 @@ impl Enforcer {
 
     /// What the kernel says of held socket `cookie` (`None`: not listed).
     pub fn held_socket(&self, cookie: u64) -> Result<Option<HeldSocket>> {
-        let map = self
-            .ebpf
-            .map("HELD_SOCKETS")
-            .ok_or_else(|| anyhow!("no HELD_SOCKETS map"))?;
-        let map: aya::maps::HashMap<_, u64, HeldSocket> = aya::maps::HashMap::try_from(map)?;
+        let map = self.held_sockets_map()?;
         match map.get(&cookie, 0) {
             Ok(entry) => Ok(Some(entry)),
             Err(aya::maps::MapError::KeyNotFound) => Ok(None),
@@ -757,11 +741,7 @@ impl Enforcer {
     /// ended at once with `SOCK_DESTROY` where the kernel has `sock_diag` for TCP (ECONNABORTED).
     /// `Ok(false)`: only marked (no such socket for `sock_diag`, or no `sock_diag`).
     pub fn end_held_socket(&mut self, cookie: u64) -> Result<bool> {
-        let map = self
-            .ebpf
-            .map_mut("HELD_SOCKETS")
-            .ok_or_else(|| anyhow!("no HELD_SOCKETS map"))?;
-        let mut map: aya::maps::HashMap<_, u64, HeldSocket> = aya::maps::HashMap::try_from(map)?;
+        let mut map = self.held_sockets_map_mut()?;
         let mut entry = match map.get(&cookie, 0) {
             Ok(entry) => entry,
             Err(aya::maps::MapError::KeyNotFound) => return Ok(false),
@@ -789,13 +769,42 @@ impl Enforcer {
         }
     }
 
-    /// Forgets held socket `cookie` (its packets go out unheld from now on).
-    pub fn forget_held_socket(&mut self, cookie: u64) -> Result<()> {
+    /// Ends held socket `cookie` ([`Enforcer::end_held_socket`]) and forgets it: for a socket
+    /// nobody will answer for, whose end nobody waits to see.
+    pub fn end_and_forget_held_socket(&mut self, cookie: u64) -> Result<()> {
+        self.end_held_socket(cookie)?;
+        self.forget_held_socket(cookie)
+    }
+
+    fn held_sockets_map(&self) -> Result<aya::maps::HashMap<&aya::maps::MapData, u64, HeldSocket>> {
+        let map = self
+            .ebpf
+            .map("HELD_SOCKETS")
+            .ok_or_else(|| anyhow!("no HELD_SOCKETS map"))?;
+        Ok(aya::maps::HashMap::try_from(map)?)
+    }
+
+    fn held_sockets_map_mut(
+        &mut self,
+    ) -> Result<aya::maps::HashMap<&mut aya::maps::MapData, u64, HeldSocket>> {
         let map = self
             .ebpf
             .map_mut("HELD_SOCKETS")
             .ok_or_else(|| anyhow!("no HELD_SOCKETS map"))?;
-        let mut map: aya::maps::HashMap<_, u64, HeldSocket> = aya::maps::HashMap::try_from(map)?;
+        Ok(aya::maps::HashMap::try_from(map)?)
+    }
+
+    fn hold_scopes_map(&mut self) -> Result<aya::maps::HashMap<&mut aya::maps::MapData, u64, u8>> {
+        let map = self
+            .ebpf
+            .map_mut("HOLD_SCOPES")
+            .ok_or_else(|| anyhow!("no HOLD_SCOPES map"))?;
+        Ok(aya::maps::HashMap::try_from(map)?)
+    }
+
+    /// Forgets held socket `cookie` (its packets go out unheld from now on).
+    pub fn forget_held_socket(&mut self, cookie: u64) -> Result<()> {
+        let mut map = self.held_sockets_map_mut()?;
         match map.remove(&cookie) {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
             Err(err) => Err(err).context("removing a HELD_SOCKETS entry"),

@@ -187,10 +187,7 @@ impl Daemon {
             }),
             _ => {
                 let enforcer = self.in_force.enforcer_mut();
-                if let Err(err) = enforcer
-                    .end_held_socket(cookie)
-                    .and_then(|_| enforcer.forget_held_socket(cookie))
-                {
+                if let Err(err) = enforcer.end_and_forget_held_socket(cookie) {
                     tracing::warn!("ending a held connect nobody can answer: {err:#}");
                 }
             }
@@ -385,10 +382,10 @@ impl Daemon {
         // Sockets the kernel holds are ended: no answer can come any more.
         for waiting in std::mem::take(&mut self.held_sockets) {
             let cookie = waiting.socket.cookie;
-            let enforcer = self.in_force.enforcer_mut();
-            if let Err(err) = enforcer
-                .end_held_socket(cookie)
-                .and_then(|_| enforcer.forget_held_socket(cookie))
+            if let Err(err) = self
+                .in_force
+                .enforcer_mut()
+                .end_and_forget_held_socket(cookie)
             {
                 tracing::warn!("ending a held connect as the daemon stops: {err:#}");
             }

@@ -208,6 +208,11 @@ pub fn stream_line<E: Serialize>(event: E) -> String {
     serde_json::to_string(&line).expect("an event always serialises")
 }
 
+/// A `run` request that does not say holds its calls (as `guard run` does by default).
+fn holds_by_default() -> bool {
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,9 +264,4 @@ mod tests {
             r#"{"v":1,"event":"flushed"}"#
         );
     }
-}
-
-/// A `run` request that does not say holds its calls (as `guard run` does by default).
-fn holds_by_default() -> bool {
-    true
 }

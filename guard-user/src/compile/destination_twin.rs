@@ -82,7 +82,7 @@ impl DestinationTwin {
                 .destinations
                 .iter()
                 .find(|e| e.verdict.rule == rule && e.covers(address, port, transport))
-                .and_then(|e| e.host.clone())
+                .and_then(|e| e.host.as_deref().map(str::to_string))
         });
         KernelDestinationDecision {
             // Not a code the encoder writes: the strongest answer.

@@ -10,7 +10,9 @@
 //! ([`super::stand_ins`]), and only resolved for real once a person approved a connect to it.
 
 use crate::policy::Policy;
-use crate::policy::host::host_covers;
+use std::collections::HashMap;
+
+use crate::policy::host::{HostPattern, domains_of, host_covers};
 use crate::policy::render::{address_rule_text, network_rule_text};
 use crate::policy::rule::{AddressTarget, Decision, RuleOrigin, Transport};
 
@@ -43,12 +45,52 @@ pub struct NameRule {
     pub whole: bool,
 }
 
-/// The policy's rules on names, looked up by the resolver on every query.
+/// The policy's rules on names, looked up by the resolver on every query. A clone shares them.
 #[derive(Clone, Debug)]
 pub struct NamePolicy {
-    rules: Vec<NameRule>,
+    rules: std::sync::Arc<NameRules>,
     /// The policy's `unmatched_network`: a name no rule covers is refused unless it is allow.
     unmatched: Decision,
+}
+
+/// The rules, indexed so that a query looks at the rules that can cover its name only: a
+/// policy of 100 000 names is decided as fast as one of ten.
+#[derive(Debug, Default)]
+struct NameRules {
+    rules: Vec<NameRule>,
+    /// A name → its rules, in policy order.
+    by_name: HashMap<String, Vec<u32>>,
+    /// A pattern's domain → the rules with a pattern on it.
+    by_domain: HashMap<String, Vec<u32>>,
+}
+
+impl NameRules {
+    fn new(rules: Vec<NameRule>) -> NameRules {
+        let mut indexed = NameRules::default();
+        for (at, rule) in rules.iter().enumerate() {
+            let slot = match HostPattern::parse(&rule.host) {
+                Some(Ok(pattern)) => indexed.by_domain.entry(pattern.domain).or_default(),
+                // A pattern spelled wrong never made it into a policy; it covers nothing.
+                Some(Err(_)) => continue,
+                None => indexed.by_name.entry(rule.host.clone()).or_default(),
+            };
+            slot.push(at as u32);
+        }
+        indexed.rules = rules;
+        indexed
+    }
+
+    /// The rules that cover `name`, in policy order.
+    fn covering(&self, name: &str) -> Vec<&NameRule> {
+        let mut found: Vec<u32> = self.by_name.get(name).cloned().unwrap_or_default();
+        for domain in domains_of(name) {
+            let rules = self.by_domain.get(domain).into_iter().flatten();
+            found.extend(rules.filter(|at| host_covers(&self.rules[**at as usize].host, name)));
+        }
+        found.sort_unstable();
+        found.dedup();
+        found.iter().map(|at| &self.rules[*at as usize]).collect()
+    }
 }
 
 impl NamePolicy {
@@ -83,7 +125,7 @@ impl NamePolicy {
             }
         }
         NamePolicy {
-            rules,
+            rules: std::sync::Arc::new(NameRules::new(rules)),
             unmatched: policy.enforcement().unmatched_network,
         }
     }
@@ -91,7 +133,7 @@ impl NamePolicy {
     /// No rules, and every name answered (a resolver before any policy is known).
     pub fn answering_all() -> Self {
         NamePolicy {
-            rules: Vec::new(),
+            rules: std::sync::Arc::default(),
             unmatched: Decision::Allow,
         }
     }
@@ -101,7 +143,7 @@ impl NamePolicy {
     /// address the name could have).
     pub fn decide(&self, name: &str) -> NameDecision {
         let mut ruled = false;
-        for rule in self.rules.iter().filter(|r| host_covers(&r.host, name)) {
+        for rule in self.rules.covering(name) {
             if rule.whole && rule.decision == Decision::Forbidden {
                 return NameDecision::Refuse(rule.clone());
             }

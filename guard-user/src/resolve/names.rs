@@ -34,8 +34,8 @@ pub enum NameDecision {
 /// A rule that speaks of names.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NameRule {
-    /// A name or a pattern (`*.example.com`).
-    pub host: String,
+    /// A name or a pattern (`*.example.com`), shared with the index that finds the rule.
+    pub host: std::sync::Arc<str>,
     pub decision: Decision,
     /// The rule as written (`network_rule(host="x", ...)`).
     pub text: String,
@@ -59,7 +59,7 @@ pub struct NamePolicy {
 struct NameRules {
     rules: Vec<NameRule>,
     /// A name → its rules, in policy order.
-    by_name: HashMap<String, Vec<u32>>,
+    by_name: HashMap<std::sync::Arc<str>, Vec<u32>>,
     /// A pattern's domain → the rules with a pattern on it.
     by_domain: HashMap<String, Vec<u32>>,
 }
@@ -102,7 +102,7 @@ impl NamePolicy {
             }
             let rule = &policy.network_rules()[host.deciding_rule];
             rules.push(NameRule {
-                host: host.host.clone(),
+                host: std::sync::Arc::from(host.host),
                 decision: host.decision,
                 text: network_rule_text(rule),
                 origin: rule.origin.clone(),
@@ -113,7 +113,7 @@ impl NamePolicy {
             for target in &rule.addresses {
                 if let AddressTarget::Host(name) = target {
                     rules.push(NameRule {
-                        host: name.clone(),
+                        host: std::sync::Arc::from(name.as_str()),
                         decision: rule.decision,
                         text: address_rule_text(rule),
                         origin: rule.origin.clone(),
@@ -157,7 +157,7 @@ impl NamePolicy {
             NameDecision::Held
         } else {
             NameDecision::Refuse(NameRule {
-                host: name.to_string(),
+                host: std::sync::Arc::from(name),
                 decision: self.unmatched,
                 text: format!(
                     "enforcement(unmatched_network=\"{}\"): no rule names it, and a name no \
@@ -210,6 +210,34 @@ address_rule(addresses=["*.partly.test"], ports=[25], decision="deny")
         // A denial of one port is held by the kernel, on the answered addresses.
         assert_eq!(policy.decide("mail.partly.test"), NameDecision::Ruled);
         assert_eq!(policy.decide("example.org"), NameDecision::Unknown);
+    }
+
+    #[test]
+    fn the_first_forbidding_rule_refuses_whether_it_names_the_name_or_covers_it() {
+        let policy = names(
+            r#"
+address_rule(addresses=["**.deep.test"], decision="deny")
+network_rule(host="a.b.deep.test", protocol="https", decision="deny")
+address_rule(addresses=["*.other.test"], ports=[443], decision="allow")
+network_rule(host="x.other.test", protocol="https", decision="deny")
+"#,
+        );
+        // The network rules' hosts come first, then the address rules' targets.
+        let NameDecision::Refuse(rule) = policy.decide("a.b.deep.test") else {
+            panic!("refused");
+        };
+        assert_eq!(rule.origin.unwrap().line, 3);
+        // Found through its domain two labels up.
+        let NameDecision::Refuse(rule) = policy.decide("c.b.deep.test") else {
+            panic!("refused");
+        };
+        assert_eq!(rule.origin.unwrap().line, 2);
+        let NameDecision::Refuse(rule) = policy.decide("x.other.test") else {
+            panic!("refused");
+        };
+        assert_eq!(rule.origin.unwrap().line, 5);
+        assert_eq!(policy.decide("y.other.test"), NameDecision::Ruled);
+        assert_eq!(policy.decide("other.test"), NameDecision::Unknown);
     }
 
     #[test]

@@ -123,6 +123,7 @@ impl InForce {
         if book.next_expiry().is_some_and(|due| due <= now) {
             changed.extend(book.prune(now));
         }
+        changed.extend(book.take_evicted());
         changed.sort();
         changed.dedup();
         let known = KnownAddresses {

@@ -31,6 +31,9 @@ pub struct AnswerBook {
     by_address: HashMap<IpAddr, BTreeSet<String>>,
     /// The stand-in addresses among them (few; looked at after every answer).
     stand_in_addresses: BTreeSet<std::net::Ipv4Addr>,
+    /// Names that lost addresses to the bound ([`MAX_ADDRESSES`]) since the last
+    /// [`AnswerBook::take_evicted`]: their entries must go from the maps too.
+    evicted: Vec<String>,
     size: usize,
 }
 
@@ -126,6 +129,7 @@ impl AnswerBook {
             if let Some(addrs) = self.names.get_mut(&name) {
                 addrs.remove(&ip);
                 self.size -= 1;
+                self.evicted.push(name.clone());
             }
             if let Some(names) = self.by_address.get_mut(&ip) {
                 names.remove(&name);
@@ -136,6 +140,14 @@ impl AnswerBook {
             }
         }
         self.names.retain(|_, addrs| !addrs.is_empty());
+    }
+
+    /// The names that lost addresses to the bound since the last call.
+    pub fn take_evicted(&mut self) -> Vec<String> {
+        let mut names = std::mem::take(&mut self.evicted);
+        names.sort();
+        names.dedup();
+        names
     }
 
     /// How many names have addresses kept.
@@ -367,5 +379,8 @@ mod tests {
         }
         assert_eq!(book.addresses("flood.test").len(), MAX_ADDRESSES);
         assert!(book.names_for(IpAddr::from(0u32.to_be_bytes())).is_empty());
+        // Its owner learns which names lost addresses, so their entries go from the maps too.
+        assert_eq!(book.take_evicted(), ["flood.test"]);
+        assert!(book.take_evicted().is_empty());
     }
 }

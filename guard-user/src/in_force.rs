@@ -135,6 +135,32 @@ impl InForce {
     }
 }
 
+/// The names guard resolves itself for `policy`: every name the rules name when its resolver is
+/// not in the path (`on_demand` false). With it in the path the scopes' lookups put the rules'
+/// names in force, and guard resolves only the names whose stand-ins a program holds and that
+/// may now leave the host: approved ones, and those a rule now names (an `--always` answer).
+pub fn names_guard_resolves(
+    policy: &Policy,
+    approvals: &Approvals,
+    book: &AnswerBook,
+    on_demand: bool,
+) -> Vec<String> {
+    let mut names = if on_demand {
+        let rules = crate::resolve::NamePolicy::from_policy(policy);
+        book.stand_ins()
+            .into_iter()
+            .map(|(_, name)| name)
+            .filter(|name| rules.decide(name) == crate::resolve::NameDecision::Ruled)
+            .collect()
+    } else {
+        crate::compile::host_names(policy)
+    };
+    names.extend(approvals.stand_in_names());
+    names.sort();
+    names.dedup();
+    names
+}
+
 fn image_of(
     policy: &Policy,
     known: &KnownAddresses,

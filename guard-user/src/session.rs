@@ -15,7 +15,7 @@ use crate::compile::image::EnforcementImage;
 use crate::compile::{CompileEnv, host_names};
 use crate::confine::sandbox::SandboxPlan;
 use crate::confine::{CommandConfinement, WritePlan};
-use crate::in_force::{InForce, Modes};
+use crate::in_force::{InForce, Modes, names_guard_resolves};
 use crate::kernel::events::{Action, EventKind, EventReader, KernelEvent};
 use crate::kernel::scope::{
     AbandonedScope, ScopeCgroup, join_from_pre_exec, remove_abandoned_scopes,
@@ -498,12 +498,12 @@ impl Session {
     /// Enforces `policy` instead (an amendment was written), with its names resolved and the
     /// approvals kept; on an error the old policy stays in force.
     pub fn replace_policy(&mut self, policy: Policy) -> Result<()> {
-        // guard's resolver puts the policy's names in force as they are asked.
-        let mut names = match self.resolver {
-            Some(_) => Vec::new(),
-            None => host_names(&policy),
-        };
-        names.extend(self.approvals.stand_in_names());
+        let names = names_guard_resolves(
+            &policy,
+            &self.approvals,
+            &self.answers,
+            self.resolver.is_some(),
+        );
         // The old policy's names may go unresolved after an error: it needs only its own.
         self.dns = resolve_names(self.dns.take(), &names, self.nameserver)?;
         let old_policy = std::mem::replace(&mut self.policy, policy);

@@ -955,3 +955,63 @@ fn with_many_names_resolved_by_guard_a_changed_answer_moves_only_its_names_entri
     assert_eq!(held(shared), ["steady.many.test"]);
     assert_eq!(held(moved_to), ["moving.many.test"]);
 }
+
+#[test]
+fn under_the_daemon_start_and_reload_ask_for_no_policy_name_and_a_looked_up_name_holds() {
+    if !can_run() {
+        return;
+    }
+    let dns = TestDns::start();
+    let address = v4("127.0.1.9");
+    let (port, _listeners) = listening_on(&[address]);
+    dns.set_a("ondemand.many.test", &[address], 300);
+    let rules = many_names(
+        "network_rule(host=\"ondemand.many.test\", protocol=\"socks5_tcp\", decision=\"allow\")\n",
+    );
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules,
+        nameserver: Some(dns.addr()),
+        ..Default::default()
+    });
+    let reload = daemon.guard(&["reload"]);
+    assert!(reload.status.success(), "{}", text(&reload.stderr));
+    assert_eq!(
+        filler_queries(&dns),
+        0,
+        "start or reload asked for policy names"
+    );
+    assert_eq!(dns.queries("ondemand.many.test"), 0);
+    // What guard status says: no name is unresolved or resolved by guard itself; the resolver
+    // puts them in force as they are asked.
+    let status = daemon.json(&["status", "--json"]);
+    assert_eq!(
+        status["unresolved_hosts"],
+        serde_json::json!([]),
+        "{status}"
+    );
+    assert_eq!(status["addresses"], serde_json::json!([]), "{status}");
+    let human = text(&daemon.guard(&["status"]).stdout);
+    assert!(
+        human.contains("put in force as the scopes look them up"),
+        "{human}"
+    );
+
+    // Not looked up: its address gets the unmatched default (deny).
+    let (code, stdout, _) = daemon.run_in_scope(
+        &helper("net-probe", env!("CARGO_BIN_EXE_net-probe")),
+        &["tcp", "127.0.0.1", &port.to_string()],
+    );
+    assert_eq!(
+        (code, stdout.trim()),
+        (1, "errno 1"),
+        "an address no rule names"
+    );
+    let (result, stderr) = probe_in_daemon(
+        &daemon,
+        &[ASKED, "ondemand.many.test", "udp", "1", &port.to_string()],
+    );
+    assert_eq!(result["connected"], 1, "{result}: {stderr}");
+    assert_eq!(dns.queries("ondemand.many.test"), 1);
+    let status = daemon.json(&["status", "--json"]);
+    assert!(status["resolver"]["names"].as_u64() >= Some(1), "{status}");
+}

@@ -32,7 +32,7 @@ use crate::daemon::responses::to_json;
 use crate::daemon::responses::{
     Blocked, ReloadResponse, ResolverStatus, RunEvent, RunResponse, WatchEvent,
 };
-use crate::in_force::{InForce, Modes};
+use crate::in_force::{InForce, Modes, names_guard_resolves};
 use crate::kernel::events::{EventReader, KernelEvent};
 use crate::kernel::scope::{cgroup_id, cgroup2_root};
 use crate::kernel::{Backend, Enforcer, pins};
@@ -375,12 +375,12 @@ impl Daemon {
             Err(err) => return Err(self.reload_refused(by, &err)),
         };
         let (loaded, (authz, authz_source)) = loaded;
-        // guard's resolver puts the policy's names in force as the scopes ask for them.
-        let mut names = match self.name_server {
-            Some(_) => Vec::new(),
-            None => host_names(&loaded.policy),
-        };
-        names.extend(self.approvals.stand_in_names());
+        let names = names_guard_resolves(
+            &loaded.policy,
+            &self.approvals,
+            &self.answers,
+            self.name_server.is_some(),
+        );
         let unknown: Vec<String> = names
             .iter()
             .filter(|n| self.dns.expires(n).is_none())

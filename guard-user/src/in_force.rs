@@ -146,11 +146,16 @@ pub fn names_guard_resolves(
     on_demand: bool,
 ) -> Vec<String> {
     let mut names = if on_demand {
-        let rules = crate::resolve::NamePolicy::from_policy(policy);
-        book.stand_ins()
-            .into_iter()
+        let held = book.stand_ins();
+        // Usually none: the policy's rules are read only for a scope holding stand-ins.
+        let rules = (!held.is_empty()).then(|| crate::resolve::NamePolicy::from_policy(policy));
+        held.into_iter()
             .map(|(_, name)| name)
-            .filter(|name| rules.decide(name) == crate::resolve::NameDecision::Ruled)
+            .filter(|name| {
+                rules
+                    .as_ref()
+                    .is_some_and(|r| r.decide(name) == crate::resolve::NameDecision::Ruled)
+            })
             .collect()
     } else {
         crate::compile::host_names(policy)

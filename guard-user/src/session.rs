@@ -697,10 +697,7 @@ pub fn destination_host<'a>(image: &'a EnforcementImage, event: &KernelEvent) ->
     let transport = crate::policy::Transport::parse(d.transport)?;
     image
         .destinations
-        .iter()
-        .filter(|entry| entry.verdict.rule == rule)
-        .filter(|entry| entry.covers(d.address, d.port, transport))
-        .find_map(|entry| entry.host.as_deref())
+        .host_for(d.address, d.port, transport, rule)
 }
 
 fn short_file(file: &str) -> &str {

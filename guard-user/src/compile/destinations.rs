@@ -8,6 +8,7 @@
 //! two sources share keeps the right winner when one of them goes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use ipnetwork::IpNetwork;
@@ -135,6 +136,19 @@ impl DestinationSet {
 
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
+    }
+
+    /// The name a connection to `ip`, `port` over `transport` that `rule` decided was made to:
+    /// the name of that rule's entry for the address. A name's entries are single addresses,
+    /// so a few lookups find it, not a walk over every entry (each refusal asks).
+    pub fn host_for(&self, ip: IpAddr, port: u16, transport: Transport, rule: u32) -> Option<&str> {
+        let network = IpNetwork::from(canonical_ip(ip));
+        [Some(port), None]
+            .into_iter()
+            .flat_map(|port| [(network, port, transport), (network, port, Transport::Any)])
+            .filter_map(|key| self.slots.get(&key))
+            .filter(|slot| slot.entry.verdict.rule == rule)
+            .find_map(|slot| slot.entry.host.as_deref())
     }
 
     /// The host names the resolver looked up and had no address for (sorted): their rules

@@ -279,6 +279,14 @@ fn a_key_two_names_share_keeps_the_other_names_verdict_when_one_goes() {
     );
     let entry = image.destinations.get(&key).unwrap();
     assert_eq!(entry.host.as_deref(), Some("a.test"), "deny is stronger");
+    let deny_rule = entry.verdict.rule;
+    assert_eq!(
+        image
+            .destinations
+            .host_for(shared, 443, Transport::Udp, deny_rule),
+        Some("a.test"),
+        "a refusal names the name whose rule decided"
+    );
     // a.test moves away: the address is b.test's again, allowed.
     world
         .0

@@ -376,6 +376,7 @@ impl Session {
         for event in resolver.take_events() {
             match event {
                 ResolverEvent::Answered(answer, done) => {
+                    self.dns_notes.push(DnsNote::Answered(answer.clone()));
                     answers.push(answer);
                     confirmations.push(done);
                 }
@@ -389,8 +390,6 @@ impl Session {
         let applied =
             self.in_force
                 .take_answers(&mut self.answers, resolved, &answers, Instant::now());
-        self.dns_notes
-            .extend(answers.into_iter().map(DnsNote::Answered));
         // Confirmed only once in force; on an error the queries time out into SERVFAIL.
         if applied.is_ok() {
             for done in confirmations {

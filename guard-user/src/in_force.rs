@@ -7,12 +7,14 @@
 use anyhow::{Result, anyhow};
 
 use crate::asks::Approvals;
+use crate::compile::dns::DnsCache;
 use crate::compile::image::EnforcementImage;
-use crate::compile::{CompileEnv, compile, recompile_destinations};
+use crate::compile::{CompileEnv, compile, update_destinations};
 use crate::kernel::loader::Enforcer;
 use crate::kernel::maps::SyncStats;
 use crate::policy::Policy;
-use crate::resolve::answers::KnownAddresses;
+use crate::resolve::Answered;
+use crate::resolve::answers::{AnswerBook, KnownAddresses};
 
 /// How the images of a run or a daemon are made, beyond the policy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -90,24 +92,78 @@ impl InForce {
         self.apply(image)
     }
 
-    /// Compiles the destination entries again from what is known of every name now, the rest
-    /// of the image (approvals included) kept; on an error they go back to what the maps hold.
-    pub fn recompile_destinations(
-        &mut self,
-        policy: &Policy,
-        known: &KnownAddresses,
-    ) -> Result<()> {
-        let before = (
-            self.image.destinations.clone(),
-            self.image.unresolved_hosts.clone(),
-        );
-        recompile_destinations(&mut self.image, policy, known);
-        if let Err(err) = self.enforcer.apply_destinations(&self.image) {
-            (self.image.destinations, self.image.unresolved_hosts) = before;
-            return Err(err);
+    /// Compiles again the destination entries of the sources `names` cover (what is known of
+    /// them changed) and writes only the map entries that change, new before old; the rest
+    /// of the image, approvals included, is kept. On an error the image is ahead of the maps,
+    /// and the next change writes every destination entry that differs.
+    pub fn update_names(&mut self, names: &[String], known: &KnownAddresses) -> Result<()> {
+        if names.is_empty() {
+            return Ok(());
         }
+        let touched = update_destinations(&mut self.image, names, known);
+        self.enforcer.update_destinations(&self.image, &touched)?;
         Ok(())
     }
+
+    /// What guard's resolver answered, for `guard run` and the daemon alike: the answers go in
+    /// `book`, what is past its time there goes, and the entries of the names whose addresses
+    /// changed are put in force. `Ok`: the answers' queries may be confirmed.
+    pub fn take_answers(
+        &mut self,
+        book: &mut AnswerBook,
+        resolved: Option<&DnsCache>,
+        answers: &[Answered],
+        now: std::time::Instant,
+    ) -> Result<()> {
+        let mut changed: Vec<String> = answers
+            .iter()
+            .filter(|answer| book.record(&answer.name, &answer.addrs, answer.ttl, now))
+            .map(|answer| answer.name.clone())
+            .collect();
+        if book.next_expiry().is_some_and(|due| due <= now) {
+            changed.extend(book.prune(now));
+        }
+        changed.extend(book.take_evicted());
+        changed.sort();
+        changed.dedup();
+        let known = KnownAddresses {
+            resolved,
+            answered: book,
+            on_demand: true,
+        };
+        self.update_names(&changed, &known)
+    }
+}
+
+/// The names guard resolves itself for `policy`: every name the rules name when its resolver is
+/// not in the path (`on_demand` false). With it in the path the scopes' lookups put the rules'
+/// names in force, and guard resolves only the names whose stand-ins a program holds and that
+/// may now leave the host: approved ones, and those a rule now names (an `--always` answer).
+pub fn names_guard_resolves(
+    policy: &Policy,
+    approvals: &Approvals,
+    book: &AnswerBook,
+    on_demand: bool,
+) -> Vec<String> {
+    let mut names = if on_demand {
+        let held = book.stand_ins();
+        // Usually none: the policy's rules are read only for a scope holding stand-ins.
+        let rules = (!held.is_empty()).then(|| crate::resolve::NamePolicy::from_policy(policy));
+        held.into_iter()
+            .map(|(_, name)| name)
+            .filter(|name| {
+                rules
+                    .as_ref()
+                    .is_some_and(|r| r.decide(name) == crate::resolve::NameDecision::Ruled)
+            })
+            .collect()
+    } else {
+        crate::compile::host_names(policy)
+    };
+    names.extend(approvals.stand_in_names());
+    names.sort();
+    names.dedup();
+    names
 }
 
 fn image_of(

@@ -15,7 +15,7 @@ use crate::compile::image::EnforcementImage;
 use crate::compile::{CompileEnv, host_names};
 use crate::confine::sandbox::SandboxPlan;
 use crate::confine::{CommandConfinement, WritePlan};
-use crate::in_force::{InForce, Modes};
+use crate::in_force::{InForce, Modes, names_guard_resolves};
 use crate::kernel::events::{Action, EventKind, EventReader, KernelEvent};
 use crate::kernel::scope::{
     AbandonedScope, ScopeCgroup, join_from_pre_exec, remove_abandoned_scopes,
@@ -25,9 +25,7 @@ use crate::policy::{Decision, Policy};
 use crate::resolve::answers::{AnswerBook, KnownAddresses};
 use crate::resolve::hosts_file;
 use crate::resolve::thread::ResolverThread;
-use crate::resolve::{
-    NameDecision, NamePolicy, Refusal, RefusedName, ResolverConfig, ResolverEvent,
-};
+use crate::resolve::{NamePolicy, Refusal, RefusedName, ResolverConfig, ResolverEvent};
 
 /// How a session is set up.
 #[derive(Clone, Debug, Default)]
@@ -131,16 +129,36 @@ impl Session {
         let mut env = CompileEnv::from_process();
         env.path_dirs
             .splice(0..0, options.extra_path_dirs.iter().cloned());
-        let names = host_names(&policy);
-        let dns = resolve_names(None, &names, options.nameserver)?;
+        let mut dns_notes = Vec::new();
+        let upstream = match options.resolver {
+            Some(refusal) => match crate::resolve::upstream::choose(options.nameserver) {
+                Ok(upstream) => Some(ResolverConfig { upstream, refusal }),
+                // No upstream to ask: the scope's DNS is decided by address, as without one.
+                Err(err) => {
+                    dns_notes.push(DnsNote::NoResolver(format!("{err:#}")));
+                    None
+                }
+            },
+            None => None,
+        };
+        // With guard's resolver in the path a rule's name is put in force when the scope asks
+        // for it: none is looked up before the command starts. Without it the kernel needs
+        // every name's addresses first.
+        let on_demand = upstream.is_some();
+        let dns = if on_demand {
+            None
+        } else {
+            resolve_names(None, &host_names(&policy), options.nameserver)?
+        };
         let mut answers = AnswerBook::new();
-        if options.resolver.is_some() {
+        if on_demand {
             // The names the system resolver answers without DNS, which guard's never sees.
             hosts_file::seed(&mut answers, std::path::Path::new(hosts_file::HOSTS_FILE));
         }
         let known = KnownAddresses {
             resolved: dns.as_ref().map(|(_, _, cache)| cache),
             answered: &answers,
+            on_demand,
         };
         let mut enforcer = Enforcer::load(backend)?;
         if let Some(timeout) = options.hold_network {
@@ -154,21 +172,12 @@ impl Session {
         let mut in_force = InForce::start(enforcer, &policy, &known, env, modes)?;
         let enforcer = in_force.enforcer_mut();
         let names = NamePolicy::from_policy(&policy);
-        let mut dns_notes = Vec::new();
-        let resolver = match options.resolver {
-            Some(refusal) => match crate::resolve::upstream::choose(options.nameserver) {
-                Ok(upstream) => {
-                    let thread =
-                        ResolverThread::start(ResolverConfig { upstream, refusal }, names.clone())?;
-                    enforcer.redirect_dns(thread.port())?;
-                    Some(thread)
-                }
-                // No upstream to ask: the scope's DNS is decided by address, as without one.
-                Err(err) => {
-                    dns_notes.push(DnsNote::NoResolver(format!("{err:#}")));
-                    None
-                }
-            },
+        let resolver = match upstream {
+            Some(config) => {
+                let thread = ResolverThread::start(config, names.clone())?;
+                enforcer.redirect_dns(thread.port())?;
+                Some(thread)
+            }
             None => None,
         };
         let abandoned = remove_abandoned_scopes();
@@ -365,24 +374,20 @@ impl Session {
     }
 
     /// Records the resolver's answers, puts the new addresses of names the policy rules on in
-    /// force (one map update for every answer waiting), then lets their queries be answered;
-    /// drops the addresses whose time is up.
+    /// force (one map update for every answer waiting, only their entries), then lets their
+    /// queries be answered; drops the addresses whose time is up.
     fn serve_resolver(&mut self) -> Result<()> {
         let Some(resolver) = &self.resolver else {
             return Ok(());
         };
-        let now = Instant::now();
-        let mut changed = false;
+        let mut answers = Vec::new();
         let mut confirmations = Vec::new();
         for event in resolver.take_events() {
             match event {
                 ResolverEvent::Answered(answer, done) => {
-                    let dns = self.dns.as_ref().map(|(_, _, cache)| cache);
-                    changed |= self.answers.take(&answer, now, |name| {
-                        dns.is_some_and(|cache| cache.expires(name).is_some())
-                    });
+                    self.dns_notes.push(DnsNote::Answered(answer.clone()));
+                    answers.push(answer);
                     confirmations.push(done);
-                    self.dns_notes.push(DnsNote::Answered(answer));
                 }
                 ResolverEvent::Refused(refused) => self.dns_notes.push(DnsNote::Refused(refused)),
                 ResolverEvent::UpstreamFailed { name, error } => {
@@ -390,19 +395,10 @@ impl Session {
                 }
             }
         }
-        if self.answers.next_expiry().is_some_and(|due| due <= now) {
-            let dns = self.dns.as_ref().map(|(_, _, cache)| cache);
-            for name in self.answers.prune(now) {
-                // A rule names it, or it is an approved stand-in's (guard resolved it).
-                changed |= self.names.decide(&name) == NameDecision::Ruled
-                    || dns.is_some_and(|cache| cache.expires(&name).is_some());
-            }
-        }
-        let applied = if changed {
-            self.apply_destinations()
-        } else {
-            Ok(())
-        };
+        let resolved = self.dns.as_ref().map(|(_, _, cache)| cache);
+        let applied =
+            self.in_force
+                .take_answers(&mut self.answers, resolved, &answers, Instant::now());
         // Confirmed only once in force; on an error the queries time out into SERVFAIL.
         if applied.is_ok() {
             for done in confirmations {
@@ -412,13 +408,13 @@ impl Session {
         applied
     }
 
-    /// The destination entries compiled again from what is known of every name now.
-    fn apply_destinations(&mut self) -> Result<()> {
-        let known = KnownAddresses {
+    /// What is known of the names now: what guard resolved, and what its resolver answered.
+    fn known(&self) -> KnownAddresses<'_> {
+        KnownAddresses {
             resolved: self.dns.as_ref().map(|(_, _, cache)| cache),
             answered: &self.answers,
-        };
-        self.in_force.recompile_destinations(&self.policy, &known)
+            on_demand: self.resolver.is_some(),
+        }
     }
 
     /// When the next DNS refresh is due.
@@ -439,18 +435,20 @@ impl Session {
         if changes.is_empty() {
             return Ok(false);
         }
-        let image = self.compiled(&self.approvals)?;
-        self.in_force.apply(image)?;
+        let names: Vec<String> = changes.into_iter().map(|change| change.host).collect();
+        let known = KnownAddresses {
+            resolved: self.dns.as_ref().map(|(_, _, cache)| cache),
+            answered: &self.answers,
+            on_demand: self.resolver.is_some(),
+        };
+        self.in_force.update_names(&names, &known)?;
         Ok(true)
     }
 
     /// The policy compiled with what is known of its names and with `approvals` on top.
     fn compiled(&self, approvals: &Approvals) -> Result<EnforcementImage> {
-        let known = KnownAddresses {
-            resolved: self.dns.as_ref().map(|(_, _, cache)| cache),
-            answered: &self.answers,
-        };
-        self.in_force.compile(&self.policy, &known, approvals)
+        self.in_force
+            .compile(&self.policy, &self.known(), approvals)
     }
 
     /// Holds `approval` in the kernel from now on (with the earlier ones); on an error nothing
@@ -508,8 +506,12 @@ impl Session {
     /// Enforces `policy` instead (an amendment was written), with its names resolved and the
     /// approvals kept; on an error the old policy stays in force.
     pub fn replace_policy(&mut self, policy: Policy) -> Result<()> {
-        let mut names = host_names(&policy);
-        names.extend(self.approvals.stand_in_names());
+        let names = names_guard_resolves(
+            &policy,
+            &self.approvals,
+            &self.answers,
+            self.resolver.is_some(),
+        );
         // The old policy's names may go unresolved after an error: it needs only its own.
         self.dns = resolve_names(self.dns.take(), &names, self.nameserver)?;
         let old_policy = std::mem::replace(&mut self.policy, policy);
@@ -703,10 +705,7 @@ pub fn destination_host<'a>(image: &'a EnforcementImage, event: &KernelEvent) ->
     let transport = crate::policy::Transport::parse(d.transport)?;
     image
         .destinations
-        .iter()
-        .filter(|entry| entry.verdict.rule == rule)
-        .filter(|entry| entry.covers(d.address, d.port, transport))
-        .find_map(|entry| entry.host.as_deref())
+        .host_for(d.address, d.port, transport, rule)
 }
 
 fn short_file(file: &str) -> &str {

@@ -94,6 +94,11 @@ pub fn finish_held(mut run: Child) -> (i32, String, String) {
     (status.code().unwrap_or(-1), stdout, stderr)
 }
 
+/// `[resolver] enabled = false` for [`DaemonSetup::extra_config`]: the daemon resolves the
+/// policy's names itself, before its scopes' programs look them up (as when guard's resolver is
+/// not in their path), so a test can connect to a name's address without looking it up.
+pub const NAMES_RESOLVED_BY_THE_DAEMON: &str = "[resolver]\nenabled = false\n";
+
 /// What a test changes in the daemon's config before it starts.
 #[derive(Clone, Debug, Default)]
 pub struct DaemonSetup {

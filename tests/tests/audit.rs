@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use guard::audit::files::{log_files, read_records};
 use guard::audit::{AuditRecord, RecordType};
-use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, text};
+use guard_tests::daemon::{DaemonSetup, NAMES_RESOLVED_BY_THE_DAEMON, TestDaemon, can_run, text};
 use guard_tests::dns::TestDns;
 use guard_tests::kernel::helper;
 
@@ -87,6 +87,8 @@ fn an_ask_its_approval_and_the_amendment_are_recorded_naming_the_rules_file_and_
                 decision=\"prompt\", justification=\"ask before talking to the API\")\n"
             .to_string(),
         nameserver: Some(dns.addr()),
+        // The daemon resolves the rule's name itself: the probe connects by address.
+        extra_config: NAMES_RESOLVED_BY_THE_DAEMON.to_string(),
         ..Default::default()
     });
     let (code, stdout, stderr) = run_probe(&daemon, &["tcp", "127.78.1.1", "443"]);

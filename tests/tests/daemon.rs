@@ -8,7 +8,7 @@ use std::net::{Ipv4Addr, TcpListener};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, text};
+use guard_tests::daemon::{DaemonSetup, NAMES_RESOLVED_BY_THE_DAEMON, TestDaemon, can_run, text};
 use guard_tests::dns::TestDns;
 use guard_tests::kernel::{copy_program, helper, touch_program};
 use serde_json::Value;
@@ -46,6 +46,9 @@ fn an_ask_for_a_host_is_approved_always_and_the_retry_succeeds_without_a_restart
                 justification=\"ask before talking to the API\")\n"
             .to_string(),
         nameserver: Some(dns.addr()),
+        // The daemon resolves the rules' names itself (guard's resolver, which would put them
+        // in force only as a scope looks them up, is off): the probe connects by address.
+        extra_config: NAMES_RESOLVED_BY_THE_DAEMON.to_string(),
         ..Default::default()
     });
 
@@ -270,6 +273,9 @@ fn a_process_inside_a_guard_scope_cannot_answer_asks_or_change_the_policy_even_a
             "network_rule(host=\"scoped.guard.test\", protocol=\"https\", decision=\"prompt\")\n"
                 .to_string(),
         nameserver: Some(dns.addr()),
+        // The daemon resolves the rules' names itself (guard's resolver, which would put them
+        // in force only as a scope looks them up, is off): the probe connects by address.
+        extra_config: NAMES_RESOLVED_BY_THE_DAEMON.to_string(),
         ..Default::default()
     });
     let (code, _, _) = run_probe(&daemon, &["tcp", "127.77.2.1", "443"]);
@@ -589,6 +595,9 @@ fn status_reports_backend_scopes_rules_addresses_asks_counters_and_uptime() {
                 prefix_rule(pattern=[\"git\", \"push\"], decision=\"forbidden\")\n"
                 .to_string(),
         nameserver: Some(dns.addr()),
+        // The daemon resolves the rules' names itself (guard's resolver, which would put them
+        // in force only as a scope looks them up, is off): the probe connects by address.
+        extra_config: NAMES_RESOLVED_BY_THE_DAEMON.to_string(),
         ..Default::default()
     });
     let (code, _, _) = run_probe(&daemon, &["tcp", "127.77.7.1", "443"]);
@@ -926,6 +935,9 @@ fn amendment_verbs_without_a_rules_file_go_through_the_daemon_and_apply_at_once(
     dns.set_a("deny.guard.test", &[Ipv4Addr::new(127, 77, 9, 1)], 300);
     let daemon = TestDaemon::start(&DaemonSetup {
         nameserver: Some(dns.addr()),
+        // The daemon resolves the rules' names itself (guard's resolver, which would put them
+        // in force only as a scope looks them up, is off): the probe connects by address.
+        extra_config: NAMES_RESOLVED_BY_THE_DAEMON.to_string(),
         ..Default::default()
     });
     let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.9.1", "443"]);
@@ -981,6 +993,9 @@ fn an_approval_never_overrides_a_forbidden_rule() {
                 address_rule(addresses=[\"127.77.10.2\"], decision=\"forbidden\")\n"
             .to_string(),
         nameserver: Some(dns.addr()),
+        // The daemon resolves the rules' names itself (guard's resolver, which would put them
+        // in force only as a scope looks them up, is off): the probe connects by address.
+        extra_config: NAMES_RESOLVED_BY_THE_DAEMON.to_string(),
         ..Default::default()
     });
     let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.10.2", "5353"]);
@@ -1095,7 +1110,11 @@ fn a_configured_cgroup_is_enforced_and_the_daemon_inside_it_is_exempt() {
             ns.ip(),
             ns.port()
         ),
-        extra_config: format!("[scope]\ncgroups = [{:?}]\n", scope.0),
+        // The daemon resolves the rule's name itself (the point here: its own queries).
+        extra_config: format!(
+            "{NAMES_RESOLVED_BY_THE_DAEMON}[scope]\ncgroups = [{:?}]\n",
+            scope.0
+        ),
         nameserver: Some(ns),
         daemon_cgroup: Some(daemon_cgroup.clone()),
         ..Default::default()

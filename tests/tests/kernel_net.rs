@@ -342,9 +342,9 @@ fn a_host_name_rule_follows_its_dns_answer() {
         return;
     };
     assert!(
-        session.image().unresolved_hosts.is_empty(),
+        session.image().unresolved_hosts().is_empty(),
         "blocked.test resolved at start: {:?}",
-        session.image().unresolved_hosts
+        session.image().unresolved_hosts()
     );
     expect(&session, "tcp", "127.0.0.5", 443, EPERM);
     expect(&session, "udp-sendto", "127.0.0.5", 443, EPERM);

@@ -754,3 +754,264 @@ fn under_the_daemon_an_unknown_name_is_answered_with_a_stand_in_whose_approved_c
         );
     }
 }
+
+// Names at policy size: a policy of `MANY` names, enforced by a session in this process.
+
+/// How many names the policies below have.
+const MANY: usize = 20_000;
+
+/// The filler names (`n{i}.many.test`, allowed on any TCP port) and `extra` rules, under a
+/// policy that refuses what no rule names.
+fn many_names(extra: &str) -> String {
+    let mut rules = String::from("enforcement(unmatched_network=\"deny\")\n");
+    rules.push_str(extra);
+    for i in 0..MANY {
+        rules.push_str(&format!(
+            "network_rule(host=\"n{i}.many.test\", protocol=\"socks5_tcp\", decision=\"allow\")\n"
+        ));
+    }
+    rules
+}
+
+/// Filler name `i`'s address: its own, on loopback.
+fn filler_address(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, 1, (i / 250) as u8, (i % 250) as u8 + 1)
+}
+
+/// How many queries the name server got for the policy's filler names.
+fn filler_queries(dns: &TestDns) -> usize {
+    (0..MANY)
+        .map(|i| dns.queries(&format!("n{i}.many.test")))
+        .sum()
+}
+
+/// `net-probe tcp ADDR PORT` in the session's scope: `ok` or `errno N`.
+fn connect_in_scope(session: &guard::session::Session, addr: Ipv4Addr, port: u16) -> String {
+    let mut command = Command::new(helper("net-probe", env!("CARGO_BIN_EXE_net-probe")));
+    command
+        .args(["tcp", &addr.to_string(), &port.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = session.spawn(&mut command).expect("starting net-probe");
+    let output = guard_tests::kernel::wait_output(child, RUN_TIMEOUT);
+    text(&output.stdout).trim().to_string()
+}
+
+/// `dns-probe ASKED NAME udp 1 PORT` in the session's scope (its query redirected to guard's
+/// resolver), the session polled meanwhile as `guard run` does: the probe's JSON line.
+fn lookup_in_scope(session: &mut guard::session::Session, name: &str, port: u16) -> Value {
+    let mut command = Command::new(dns_probe());
+    command
+        .args([ASKED, name, "udp", "1", &port.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = session.spawn(&mut command).expect("starting dns-probe");
+    let deadline = std::time::Instant::now() + RUN_TIMEOUT;
+    while child.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "dns-probe hung");
+        session.poll_events(Duration::from_millis(5));
+    }
+    tally(&child.wait_with_output().unwrap())
+}
+
+/// One port on each of `ips`, all listening.
+fn listening_on(ips: &[Ipv4Addr]) -> (u16, Vec<TcpListener>) {
+    for _ in 0..20 {
+        let first = TcpListener::bind((ips[0], 0)).unwrap();
+        let port = first.local_addr().unwrap().port();
+        let rest: Vec<TcpListener> = ips[1..]
+            .iter()
+            .filter_map(|ip| TcpListener::bind((*ip, port)).ok())
+            .collect();
+        if rest.len() == ips.len() - 1 {
+            return (port, std::iter::once(first).chain(rest).collect());
+        }
+    }
+    panic!("no port was free on {ips:?}");
+}
+
+#[test]
+fn with_many_names_start_asks_for_none_and_a_ruled_name_is_in_force_right_after_its_answer() {
+    let dns = TestDns::start();
+    let asked = v4("127.0.1.3");
+    let denied = v4("127.0.1.4");
+    let never_asked = filler_address(7);
+    let (port, _listeners) = listening_on(&[asked, denied, never_asked]);
+    dns.set_a("asked.many.test", &[asked], 300);
+    dns.set_a("denied.many.test", &[denied], 300);
+    dns.set_a("n7.many.test", &[never_asked], 300);
+    let rules = many_names(
+        "network_rule(host=\"asked.many.test\", protocol=\"socks5_tcp\", decision=\"allow\")\n\
+         network_rule(host=\"denied.many.test\", protocol=\"socks5_tcp\", decision=\"deny\")\n",
+    );
+    let options = guard::session::SessionOptions {
+        nameserver: Some(dns.addr()),
+        resolver: Some(guard::resolve::Refusal::Refused),
+        ..Default::default()
+    };
+    let Some(mut session) = guard_tests::kernel::session_or_skip(&rules, options) else {
+        return;
+    };
+    // The start looked none of the policy's names up, and reports none of them unresolved.
+    assert_eq!(filler_queries(&dns), 0, "the start asked for filler names");
+    assert_eq!(dns.queries("asked.many.test"), 0);
+    assert_eq!(dns.queries("denied.many.test"), 0);
+    assert!(
+        session.image().unresolved_hosts().is_empty(),
+        "{:?}",
+        &session.image().unresolved_hosts()[..3]
+    );
+
+    // Asked in the scope: the answer's address is in force before the program has it.
+    let result = lookup_in_scope(&mut session, "asked.many.test", port);
+    assert_eq!(
+        result["addresses"],
+        serde_json::json!(["127.0.1.3"]),
+        "{result}"
+    );
+    assert_eq!(result["connected"], 1, "{result}");
+    assert_eq!(result["refused"], 0, "{result}");
+    assert_eq!(dns.queries("asked.many.test"), 1);
+
+    // A denied name is refused by the resolver and never asked upstream; its address, which
+    // the program could only have hard-coded, gets the unmatched default (deny here).
+    let result = lookup_in_scope(&mut session, "denied.many.test", port);
+    assert_eq!(result["rcode"], "Refused", "{result}");
+    assert_eq!(result["connected"], 0, "{result}");
+    assert_eq!(dns.queries("denied.many.test"), 0);
+    assert_eq!(connect_in_scope(&session, denied, port), "errno 1");
+
+    // An allowed name nobody asked for is not in force: its address, hard-coded, is refused
+    // by the unmatched default until the scope looks the name up.
+    assert_eq!(connect_in_scope(&session, never_asked, port), "errno 1");
+    let result = lookup_in_scope(&mut session, "n7.many.test", port);
+    assert_eq!(result["connected"], 1, "{result}");
+    assert_eq!(connect_in_scope(&session, never_asked, port), "ok");
+    assert_eq!(
+        filler_queries(&dns),
+        1,
+        "only the asked filler name left the host"
+    );
+}
+
+#[test]
+fn with_many_names_resolved_by_guard_a_changed_answer_moves_only_its_names_entries() {
+    let dns = TestDns::start();
+    let shared = v4("127.0.1.5");
+    let moved_to = v4("127.0.1.6");
+    let (port, _listeners) = listening_on(&[shared, moved_to]);
+    for i in 0..MANY {
+        dns.set_a(&format!("n{i}.many.test"), &[filler_address(i)], 3600);
+    }
+    // Both names at one address: the deny wins there until `moving` moves away.
+    dns.set_a("moving.many.test", &[shared], 1);
+    dns.set_a("steady.many.test", &[shared], 3600);
+    let rules = many_names(
+        "network_rule(host=\"moving.many.test\", protocol=\"socks5_tcp\", decision=\"deny\")\n\
+         network_rule(host=\"steady.many.test\", protocol=\"socks5_tcp\", decision=\"allow\")\n",
+    );
+    // Without guard's resolver in the path, the kernel needs every name before the command.
+    let options = guard::session::SessionOptions {
+        nameserver: Some(dns.addr()),
+        resolver: None,
+        ..Default::default()
+    };
+    let Some(mut session) = guard_tests::kernel::session_or_skip(&rules, options) else {
+        return;
+    };
+    let unasked = (0..MANY).find(|i| dns.queries(&format!("n{i}.many.test")) == 0);
+    assert_eq!(unasked, None, "every name was resolved before the command");
+    assert_eq!(connect_in_scope(&session, shared, port), "errno 1");
+    assert_eq!(
+        connect_in_scope(&session, filler_address(11), port),
+        "errno 111"
+    );
+
+    dns.set_a("moving.many.test", &[moved_to], 1);
+    std::thread::sleep(Duration::from_millis(1100));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !session.refresh_dns().expect("refreshing the names") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no refresh saw the change"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Its old address is steady's alone now (allowed); its new one is denied.
+    assert_eq!(connect_in_scope(&session, shared, port), "ok");
+    assert_eq!(connect_in_scope(&session, moved_to, port), "errno 1");
+    let held = |ip: Ipv4Addr| {
+        let hosts: Vec<String> = session
+            .image()
+            .destinations
+            .iter()
+            .filter(|e| e.network.contains(ip.into()))
+            .filter_map(|e| e.host.as_deref().map(str::to_string))
+            .collect();
+        hosts
+    };
+    assert_eq!(held(shared), ["steady.many.test"]);
+    assert_eq!(held(moved_to), ["moving.many.test"]);
+}
+
+#[test]
+fn under_the_daemon_start_and_reload_ask_for_no_policy_name_and_a_looked_up_name_holds() {
+    if !can_run() {
+        return;
+    }
+    let dns = TestDns::start();
+    let address = v4("127.0.1.9");
+    let (port, _listeners) = listening_on(&[address]);
+    dns.set_a("ondemand.many.test", &[address], 300);
+    let rules = many_names(
+        "network_rule(host=\"ondemand.many.test\", protocol=\"socks5_tcp\", decision=\"allow\")\n",
+    );
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules,
+        nameserver: Some(dns.addr()),
+        ..Default::default()
+    });
+    let reload = daemon.guard(&["reload"]);
+    assert!(reload.status.success(), "{}", text(&reload.stderr));
+    assert_eq!(
+        filler_queries(&dns),
+        0,
+        "start or reload asked for policy names"
+    );
+    assert_eq!(dns.queries("ondemand.many.test"), 0);
+    // What guard status says: no name is unresolved or resolved by guard itself; the resolver
+    // puts them in force as they are asked.
+    let status = daemon.json(&["status", "--json"]);
+    assert_eq!(
+        status["unresolved_hosts"],
+        serde_json::json!([]),
+        "{status}"
+    );
+    assert_eq!(status["addresses"], serde_json::json!([]), "{status}");
+    let human = text(&daemon.guard(&["status"]).stdout);
+    assert!(
+        human.contains("put in force as the scopes look them up"),
+        "{human}"
+    );
+
+    // Not looked up: its address gets the unmatched default (deny).
+    let (code, stdout, _) = daemon.run_in_scope(
+        &helper("net-probe", env!("CARGO_BIN_EXE_net-probe")),
+        &["tcp", "127.0.0.1", &port.to_string()],
+    );
+    assert_eq!(
+        (code, stdout.trim()),
+        (1, "errno 1"),
+        "an address no rule names"
+    );
+    let (result, stderr) = probe_in_daemon(
+        &daemon,
+        &[ASKED, "ondemand.many.test", "udp", "1", &port.to_string()],
+    );
+    assert_eq!(result["connected"], 1, "{result}: {stderr}");
+    assert_eq!(dns.queries("ondemand.many.test"), 1);
+    let status = daemon.json(&["status", "--json"]);
+    assert!(status["resolver"]["names"].as_u64() >= Some(1), "{status}");
+}

@@ -97,7 +97,9 @@ enum Task {
     /// target/bench/enforcement.json), then `cargo bench -p guard-tests --bench resolver`
     /// (guard's resolver: refused resolve-then-connect cycles against a rotating name server,
     /// latency per query and queries a second; needs root; target/bench/resolver.json), then
-    /// `cargo bench -p guard-tests --bench hold` (what holding prompted execs costs the calls
+    /// `cargo bench -p guard-tests --bench names` (10 and 100 000 network_rule hosts: session
+    /// start, a ruled lookup, peak RSS, the daemon's reload; needs root; target/bench/names.json),
+    /// then `cargo bench -p guard-tests --bench hold` (what holding prompted execs costs the calls
     /// that are not prompted: exec, getppid and connect ratios; target/bench/hold.json), then
     /// `cargo bench -p guard-tests --bench daemon` (the
     /// daemon's status, reload, amend and approve round trips, and a reload under a flood of
@@ -296,12 +298,13 @@ fn vm_test(options: vm::Options) -> Result<i32> {
 }
 
 /// `cargo xtask bench`'s benchmarks, in the order they run: (name, package).
-const BENCHES: [(&str, &str); 7] = [
+const BENCHES: [(&str, &str); 8] = [
     ("policy", "guard-user"),
     ("enforcement", "guard-tests"),
     ("escapes", "guard-tests"),
     ("hold", "guard-tests"),
     ("resolver", "guard-tests"),
+    ("names", "guard-tests"),
     ("daemon", "guard-tests"),
     ("audit", "guard-tests"),
 ];
@@ -317,7 +320,7 @@ fn bench(args: &[String]) -> Result<i32> {
     };
     let mut code = 0;
     for (name, package) in BENCHES.iter().filter(|(name, _)| selected.contains(name)) {
-        if *name == "daemon" || *name == "audit" {
+        if matches!(*name, "daemon" | "audit" | "names") {
             // It drives the release `guard` binary, which `cargo bench` does not build.
             cmd::status(&mut cmd::cargo([
                 "build",

@@ -445,6 +445,15 @@ pub fn status(args: &StatusArgs) -> ExitCode {
     for file in &status.rules {
         println!("  {:>6}  {}", file.rules, file.file);
     }
+    // With guard's resolver in the path the policy's names are not resolved by guard: say so,
+    // or the names missing below read as names that failed.
+    if let Some(resolver) = &status.resolver {
+        println!(
+            "{bold}names{bold:#} put in force as the scopes look them up (guard's resolver on \
+             port {}: {} names, {} addresses answered)",
+            resolver.port, resolver.names, resolver.addresses
+        );
+    }
     if !status.addresses.is_empty() {
         println!("{bold}resolved{bold:#}");
         for host in &status.addresses {

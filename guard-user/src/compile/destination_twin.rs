@@ -77,12 +77,10 @@ impl DestinationTwin {
         let verdict = decided.verdict;
         let rule = (decided.flags & flag::UNMATCHED == 0).then_some(verdict.rule);
         let host = rule.and_then(|rule| {
-            self.engine
-                .image
-                .destinations
-                .iter()
-                .find(|e| e.verdict.rule == rule && e.covers(address, port, transport))
-                .and_then(|e| e.host.clone())
+            let destinations = &self.engine.image.destinations;
+            destinations
+                .host_for(address, port, transport, rule)
+                .map(str::to_string)
         });
         KernelDestinationDecision {
             // Not a code the encoder writes: the strongest answer.

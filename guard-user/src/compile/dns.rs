@@ -61,6 +61,9 @@ pub const NEGATIVE_TTL_WITHOUT_SOA: Duration = Duration::from_secs(5);
 /// The bound on one host's lookup (A and AAAA together), retries included: one unresponsive
 /// server must not stall a refresh of every other host.
 pub const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most hosts looked up at once. Each lookup is bounded by [`LOOKUP_TIMEOUT`], so N names
+/// take at most N ÷ this × that, and about N ÷ this round trips when the server answers.
+pub const LOOKUPS_IN_FLIGHT: usize = 128;
 /// hickory's per-request timeout. With [`RETRIES`], `(1 + RETRIES) * REQUEST_TIMEOUT` fits
 /// inside [`LOOKUP_TIMEOUT`], so a dead server is reported by hickory's own error (more
 /// precise than our timeout's).
@@ -176,8 +179,8 @@ impl DnsCache {
 
     /// Drops hosts not in `keep` (names no rule mentions any more).
     pub fn retain_hosts(&mut self, keep: &[String]) {
-        self.entries
-            .retain(|host, _| keep.iter().any(|k| normalise(k) == *host));
+        let keep: std::collections::HashSet<String> = keep.iter().map(|k| normalise(k)).collect();
+        self.entries.retain(|host, _| keep.contains(host));
     }
 
     /// The earliest time a host needs resolving again; `None` when the cache is empty.
@@ -397,18 +400,24 @@ impl DnsResolver {
         cache.next_refresh()
     }
 
-    /// Looks every host up concurrently; results in host order.
+    /// Looks every host up concurrently, at most [`LOOKUPS_IN_FLIGHT`] at a time (a policy of
+    /// 100 000 names must not become 100 000 tasks and sockets at once); results in host order.
     async fn lookup_all(&self, hosts: Vec<String>) -> Vec<(String, Answer, Answer)> {
         let mut tasks = JoinSet::new();
         let mut names = HashMap::new();
-        for host in hosts {
-            let this = self.clone();
-            let task_host = host.clone();
-            let handle = tasks.spawn(async move { this.lookup_host(&task_host).await });
-            names.insert(handle.id(), host);
-        }
-        let mut results = Vec::with_capacity(names.len());
-        while let Some(joined) = tasks.join_next_with_id().await {
+        let mut results = Vec::with_capacity(hosts.len());
+        let mut pending = hosts.into_iter();
+        loop {
+            while tasks.len() < LOOKUPS_IN_FLIGHT {
+                let Some(host) = pending.next() else { break };
+                let this = self.clone();
+                let task_host = host.clone();
+                let handle = tasks.spawn(async move { this.lookup_host(&task_host).await });
+                names.insert(handle.id(), host);
+            }
+            let Some(joined) = tasks.join_next_with_id().await else {
+                break;
+            };
             match joined {
                 Ok((id, (v4, v6))) => {
                     if let Some(host) = names.remove(&id) {

@@ -11,20 +11,18 @@
 //! than an approval covers never weakens a decision.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::IpAddr;
 
 use anyhow::{Result, bail};
 use guard_common::engine::argv::ArgvTables;
 use guard_common::limits::{MAX_LONG_TOKENS, TOKEN_LEN, UNIX_PATH_LEN};
 use guard_common::maps::{
-    ArgvEdge, ArgvNode, DEST_HEAD_BITS, DestV4, DestV6, ExecIdentity, ExecName, LongToken,
-    Settings, TRANSPORT_ANY, TRANSPORT_TCP, TRANSPORT_UDP, UnixKey, VERDICT_APPROVAL, Verdict,
-    dest_key,
+    ArgvEdge, ArgvNode, ExecIdentity, ExecName, LongToken, Settings, UnixKey, VERDICT_APPROVAL,
+    Verdict,
 };
 
+use super::destination_maps::DestinationMaps;
+pub use super::destination_maps::masked;
 use super::image::{EnforcementImage, Verdict as ImageVerdict, validate_exec_approval};
-use crate::policy::rule::Transport;
-
 /// Every map entry an image puts in force (the pattern tables are the image's own).
 #[derive(Clone, Debug, Default)]
 pub struct MapEntries {
@@ -39,8 +37,8 @@ pub struct MapEntries {
     pub roots: HashMap<ExecIdentity, ArgvNode>,
     /// `LONG_TOKEN_IDS`: each long token's whole text → its id.
     pub long: HashMap<LongToken, u32>,
-    pub v4: HashMap<(u32, DestV4), Verdict>,
-    pub v6: HashMap<(u32, DestV6), Verdict>,
+    /// `DEST_V4` and `DEST_V6`, and what they were made from.
+    pub destinations: DestinationMaps,
     /// `UNIX_EXACT`.
     pub unix_exact: HashMap<UnixKey, Verdict>,
     /// `UNIX_PREFIX`: (length in bits, bytes) → verdict.
@@ -110,7 +108,7 @@ impl MapEncoder {
         }));
         let ArgvTrie { edges, order, long } = self.build_trie(image)?;
         let roots = argv_roots(image, &edges, &self.long_ids);
-        let (v4, v6) = destination_entries(image);
+        let destinations = DestinationMaps::build(image);
         let (unix_exact, unix_prefix) = unix_entries(image);
         let approvals = edges.values().any(|n| n.here.approved());
         Ok(MapEntries {
@@ -130,8 +128,7 @@ impl MapEncoder {
             edge_order: order,
             roots,
             long,
-            v4,
-            v6,
+            destinations,
             unix_exact,
             unix_prefix,
         })
@@ -372,132 +369,6 @@ fn merge<K: std::hash::Hash + Eq>(
     out
 }
 
-fn transport_code(t: Transport) -> u8 {
-    match t {
-        Transport::Tcp => TRANSPORT_TCP,
-        Transport::Udp => TRANSPORT_UDP,
-        Transport::Any => TRANSPORT_ANY,
-    }
-}
-
-/// Trie entries per family: `(prefix length incl. the transport/port head, key data)`. Each
-/// entry's verdict is combined with every entry of the same (transport, port) class whose
-/// prefix contains it, so the longest match the kernel finds carries the strongest covering
-/// verdict: strongest wins, as in `guard check`.
-#[allow(clippy::type_complexity)]
-pub fn destination_entries(
-    image: &EnforcementImage,
-) -> (
-    HashMap<(u32, DestV4), Verdict>,
-    HashMap<(u32, DestV6), Verdict>,
-) {
-    // (transport, port, is_v6) -> (prefix, masked address bytes) -> verdict
-    let mut classes: HashMap<(u8, u16, bool), HashMap<(u8, Vec<u8>), Verdict>> = HashMap::new();
-    for entry in &image.destinations {
-        let (bytes, prefix, v6) = match entry.network.ip() {
-            IpAddr::V4(a) => (a.octets().to_vec(), entry.network.prefix(), false),
-            IpAddr::V6(a) => match a.to_ipv4_mapped() {
-                Some(v4) => (
-                    v4.octets().to_vec(),
-                    entry.network.prefix().saturating_sub(96),
-                    false,
-                ),
-                None => (a.octets().to_vec(), entry.network.prefix(), true),
-            },
-        };
-        let class = (transport_code(entry.transport), entry.port.unwrap_or(0), v6);
-        let slot = classes
-            .entry(class)
-            .or_default()
-            .entry((prefix, mask(&bytes, prefix)))
-            .or_insert(Verdict::NONE);
-        *slot = slot.strongest(kernel_verdict(&entry.verdict));
-    }
-    // Approvals: a full-length entry in their exact (transport, port) class, marked. Where no
-    // rule covers the address in that class the entry decides nothing itself (the mark only),
-    // so the kernel still takes the other classes and the unmatched default, then lets a
-    // `prompt` through.
-    let mut approved: HashMap<(u8, u16, bool, Vec<u8>), u32> = HashMap::new();
-    for approval in &image.destination_approvals {
-        let (bytes, v6) = match approval.address {
-            IpAddr::V4(a) => (a.octets().to_vec(), false),
-            IpAddr::V6(a) => (a.octets().to_vec(), true),
-        };
-        let prefix = if v6 { 128 } else { 32 };
-        let class = (transport_code(approval.transport), approval.port, v6);
-        classes
-            .entry(class)
-            .or_default()
-            .entry((prefix, bytes.clone()))
-            .or_insert(Verdict::NONE);
-        approved
-            .entry((class.0, class.1, v6, bytes))
-            .or_insert(approval.rule);
-    }
-    let mut v4 = HashMap::new();
-    let mut v6 = HashMap::new();
-    for ((transport, port, is_v6), entries) in &classes {
-        for ((prefix, bytes), verdict) in entries {
-            let mut combined = *verdict;
-            for shorter in 0..*prefix {
-                if let Some(cover) = entries.get(&(shorter, mask(bytes, shorter))) {
-                    combined = combined.strongest(*cover);
-                }
-            }
-            let full = if *is_v6 { 128 } else { 32 };
-            if *prefix == full
-                && let Some(rule) = approved.get(&(*transport, *port, *is_v6, bytes.clone()))
-            {
-                combined = if combined.is_none() {
-                    Verdict::approval(*rule)
-                } else {
-                    Verdict {
-                        flags: combined.flags | guard_common::maps::VERDICT_APPROVAL,
-                        ..combined
-                    }
-                };
-            } else {
-                // A covering approval never lends its mark to another address.
-                combined.flags &= !guard_common::maps::VERDICT_APPROVAL;
-            }
-            let len = DEST_HEAD_BITS + *prefix as u32;
-            if *is_v6 {
-                v6.insert((len, dest_key::<19>(*transport, *port, bytes)), combined);
-            } else {
-                v4.insert((len, dest_key::<7>(*transport, *port, bytes)), combined);
-            }
-        }
-    }
-    (v4, v6)
-}
-
-fn mask(bytes: &[u8], prefix: u8) -> Vec<u8> {
-    bytes
-        .iter()
-        .enumerate()
-        .map(|(i, b)| mask_byte(*b, i, prefix))
-        .collect()
-}
-
-/// `bytes` with only their first `prefix` bits kept.
-pub fn masked<const N: usize>(bytes: [u8; N], prefix: u8) -> [u8; N] {
-    let mut out = bytes;
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = mask_byte(*b, i, prefix);
-    }
-    out
-}
-
-/// Byte `i` of an address with only its first `prefix` bits kept.
-fn mask_byte(byte: u8, i: usize, prefix: u8) -> u8 {
-    let bits = (prefix as usize).saturating_sub(i * 8).min(8);
-    if bits == 0 {
-        0
-    } else {
-        byte & (0xffu8 << (8 - bits))
-    }
-}
-
 impl ArgvTables for MapEntries {
     fn child(&self, edge: &ArgvEdge) -> Option<ArgvNode> {
         self.edges.get(edge).copied()
@@ -558,9 +429,12 @@ pub fn unix_entries(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compile::destination_maps::DestinationMaps;
     use crate::compile::{CompileEnv, NoResolver, compile};
     use crate::policy::PolicyParser;
+    use crate::policy::rule::Transport;
     use guard_common::Decision;
+    use guard_common::maps::{DEST_HEAD_BITS, DestV4, TRANSPORT_UDP, dest_key};
 
     /// The image of `rules`, without the multi-call programs' forms of its rules (their trie
     /// paths are `compile::exec`'s to test; here they would only add edges to count).
@@ -716,10 +590,10 @@ mod tests {
 
     #[test]
     fn masks_keep_the_prefix_bits_only() {
-        assert_eq!(mask(&[10, 1, 2, 3], 8), vec![10, 0, 0, 0]);
-        assert_eq!(mask(&[10, 255, 2, 3], 12), vec![10, 240, 0, 0]);
-        assert_eq!(mask(&[10, 1, 2, 3], 32), vec![10, 1, 2, 3]);
-        assert_eq!(mask(&[10, 1, 2, 3], 0), vec![0, 0, 0, 0]);
+        assert_eq!(masked([10, 1, 2, 3], 8), [10, 0, 0, 0]);
+        assert_eq!(masked([10, 255, 2, 3], 12), [10, 240, 0, 0]);
+        assert_eq!(masked([10, 1, 2, 3], 32), [10, 1, 2, 3]);
+        assert_eq!(masked([10, 1, 2, 3], 0), [0, 0, 0, 0]);
     }
 
     fn approve_destination(image: &mut EnforcementImage, ip: &str, port: u16) -> u32 {
@@ -752,7 +626,7 @@ mod tests {
         let prompt_ok = approve_destination(&mut image, "10.0.0.5", 53);
         approve_destination(&mut image, "10.0.1.5", 53);
         let lone = approve_destination(&mut image, "10.0.2.5", 53);
-        let (v4, _) = destination_entries(&image);
+        let v4 = DestinationMaps::build(&image).v4;
         // Under a prompt rule: the prompt, marked (the kernel lets it through).
         let marked = v4_exact(&v4, [10, 0, 0, 5], 53).unwrap();
         assert_eq!(marked.decision, Decision::Prompt as u8);

@@ -3,10 +3,12 @@
 //! [`EnforcementImage::rules`], so an event from the kernel names a rule, its file and its line.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use guard_common::limits::{MAX_ARGV_TOKENS, NAME_LEN, TOKEN_MAX_LEN};
 use ipnetwork::IpNetwork;
 
+pub use super::destinations::{DestinationKey, DestinationSet};
 pub use super::patterns::PatternTables;
 pub use crate::policy::RuleKind as KernelRuleKind;
 use crate::policy::{Decision, EnforcementSettings, RuleOrigin, Transport};
@@ -33,12 +35,10 @@ pub struct EnforcementImage {
     /// that program's node for an exec of the file under any name (a hard link, a renamed copy
     /// of the path).
     pub argv_roots: Vec<ArgvRoot>,
-    /// Destinations: networks with a port (or any) and a transport. Several entries may match
-    /// one connection; the strongest verdict among them decides.
-    pub destinations: Vec<DestinationEntry>,
-    /// Host names the resolver had no address for (sorted, deduplicated). Their rules hold
-    /// nothing in the kernel until the names resolve.
-    pub unresolved_hosts: Vec<String>,
+    /// Destinations: networks with a port (or any) and a transport, by key, and the host names
+    /// the resolver had no address for. Several entries may match one connection; the
+    /// strongest verdict among them decides.
+    pub destinations: DestinationSet,
     /// Human sentences about rules the kernel cannot fully hold, e.g. a one-token rule whose
     /// program is on no PATH folder.
     pub warnings: Vec<String>,
@@ -264,8 +264,8 @@ pub struct DestinationEntry {
     /// `Any` covers TCP and UDP.
     pub transport: Transport,
     pub verdict: Verdict,
-    /// The host name the address came from, if any.
-    pub host: Option<String>,
+    /// The host name the address came from, if any (one copy shared by the name's entries).
+    pub host: Option<Arc<str>>,
 }
 
 impl DestinationEntry {
@@ -279,6 +279,15 @@ impl DestinationEntry {
 }
 
 impl EnforcementImage {
+    /// The host names the resolver looked up and had no address for (sorted): their rules
+    /// hold nothing in the kernel until the names resolve.
+    pub fn unresolved_hosts(&self) -> Vec<String> {
+        self.destinations
+            .unresolved_hosts()
+            .map(str::to_string)
+            .collect()
+    }
+
     /// The rule a verdict names.
     pub fn rule(&self, verdict: &Verdict) -> &KernelRule {
         &self.rules[verdict.rule as usize]

@@ -44,8 +44,8 @@ impl KernelEngine {
         let entries = MapEncoder::new().encode(&image)?;
         let settings = entries.settings.expect("the encoder always makes settings");
         Ok(KernelEngine {
-            v4_lengths: lengths(&entries.v4),
-            v6_lengths: lengths(&entries.v6),
+            v4_lengths: lengths(&entries.destinations.v4),
+            v6_lengths: lengths(&entries.destinations.v6),
             image,
             entries,
             settings,
@@ -114,11 +114,11 @@ impl KernelEngine {
         match address {
             IpAddr::V4(a) => self.v4_lengths.iter().find_map(|&len| {
                 let key = dest_key::<7>(transport, port, &masked(a.octets(), bits(len)));
-                self.entries.v4.get(&(len, key)).copied()
+                self.entries.destinations.v4.get(&(len, key)).copied()
             }),
             IpAddr::V6(a) => self.v6_lengths.iter().find_map(|&len| {
                 let key = dest_key::<19>(transport, port, &masked(a.octets(), bits(len)));
-                self.entries.v6.get(&(len, key)).copied()
+                self.entries.destinations.v6.get(&(len, key)).copied()
             }),
         }
     }

@@ -14,7 +14,9 @@
 //! - an `address_rule` becomes one entry per address (or resolved name) and port;
 //! - a legacy policy's `forbid_program_regex` and `forbid_substrings`, and a rule set's
 //!   `exec(...)` patterns, become pattern tables ([`patterns`]), walked by the kernel.
+pub mod destination_maps;
 mod destination_twin;
+pub mod destinations;
 pub mod dfa;
 pub mod dns;
 pub mod encode;
@@ -36,8 +38,9 @@ pub use destination_twin::{DestinationTwin, KernelDestinationDecision, prompts_u
 pub use exec::kernel_dev;
 pub use exec_twin::{ExecTwin, KernelExecDecision, kernel_exec_decision};
 pub use image::{
-    ApprovalError, ArgvRule, DestinationEntry, EnforcementImage, ExecApproval, IdentityEntry,
-    KernelRule, KernelRuleKind, NameEntry, Verdict, validate_exec_approval,
+    ApprovalError, ArgvRule, DestinationEntry, DestinationKey, DestinationSet, EnforcementImage,
+    ExecApproval, IdentityEntry, KernelRule, KernelRuleKind, NameEntry, Verdict,
+    validate_exec_approval,
 };
 
 use crate::policy::Policy;
@@ -92,7 +95,8 @@ pub fn compile(policy: &Policy, resolver: &dyn HostResolver, env: &CompileEnv) -
     let network_base = policy.prefix_rules().len() as u32;
     let address_base = network_base + policy.network_rules().len() as u32;
     let exec = exec::compile_exec(policy, env);
-    let net = network::compile_destinations(policy, resolver, network_base, address_base);
+    let sources = network::destination_sources(policy, network_base, address_base);
+    let destinations = destinations::DestinationSet::compile(sources, resolver);
     let patterns = patterns::compile_patterns(policy, rules.len() as u32);
     rules.extend(patterns.rules);
     let (unix_rules, unix) = unix::compile_unix(policy, rules.len() as u32);
@@ -108,8 +112,7 @@ pub fn compile(policy: &Policy, resolver: &dyn HostResolver, env: &CompileEnv) -
         names: exec.names,
         argv_rules: exec.argv_rules,
         argv_roots: exec.argv_roots,
-        destinations: net.destinations,
-        unresolved_hosts: net.unresolved_hosts,
+        destinations,
         warnings,
         exec_approvals: Vec::new(),
         destination_approvals: Vec::new(),
@@ -121,19 +124,23 @@ pub fn compile(policy: &Policy, resolver: &dyn HostResolver, env: &CompileEnv) -
     }
 }
 
-/// Compiles `image`'s destination entries again with what `resolver` knows now (a DNS answer
-/// came or went), keeping everything else, the exec approvals included.
-pub fn recompile_destinations(
+/// Compiles again the destination entries of the sources `names` cover (their addresses
+/// changed: guard's resolver answered them, a refresh or an expiry), with what `resolver` knows
+/// now, and the stand-ins; the rest of the image, the approvals included, is kept. Returns the
+/// keys whose entry changed, came or went.
+pub fn update_destinations(
     image: &mut EnforcementImage,
-    policy: &Policy,
+    names: &[String],
     resolver: &dyn HostResolver,
-) {
-    let network_base = policy.prefix_rules().len() as u32;
-    let address_base = network_base + policy.network_rules().len() as u32;
-    let net = network::compile_destinations(policy, resolver, network_base, address_base);
-    image.destinations = net.destinations;
-    image.unresolved_hosts = net.unresolved_hosts;
+) -> Vec<DestinationKey> {
+    let mut touched = Vec::new();
+    for name in names {
+        touched.extend(image.destinations.update_name(name, resolver));
+    }
+    touched.sort();
+    touched.dedup();
     image.stand_ins = resolver.stand_ins();
+    touched
 }
 
 /// Every rule of the policy, in the order prefix rules, network rules, address rules (the

@@ -1,71 +1,20 @@
-//! Network and address rules → destination entries: each address (an IP literal, a CIDR, or
-//! what the resolver knows for a name) × each port and transport the rule covers.
+//! Network and address rules → the sources of destination entries: each network rule host and
+//! each address rule target, with its verdict and the ports and transports it covers. What a
+//! source's addresses are (an IP literal, a CIDR, or what the resolver knows for a name) and how
+//! the entries are merged is [`super::destinations`]'s.
 //!
 //! Network rules are compiled per host (§2.4): the host's decision is the last allow/deny among
-//! its rules (prompt when all prompt), over the union of its rules' protocols. Entries with the
-//! same network, port and transport are merged, the strongest verdict kept.
+//! its rules (prompt when all prompt), over the union of its rules' protocols.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ipnetwork::IpNetwork;
 
-use super::HostResolver;
-use super::image::{DestinationEntry, Verdict};
+use super::destinations::{Source, SourceAddresses};
+use super::image::Verdict;
 use crate::policy::host::is_host_pattern;
-use crate::policy::rule::canonical_ip;
 use crate::policy::{AddressTarget, Policy, Transport};
-
-#[derive(Default)]
-pub(super) struct DestinationTables {
-    pub destinations: Vec<DestinationEntry>,
-    pub unresolved_hosts: Vec<String>,
-    index: HashMap<(IpNetwork, Option<u16>, Transport), usize>,
-}
-
-impl DestinationTables {
-    fn add(&mut self, entry: DestinationEntry) {
-        let key = (entry.network, entry.port, entry.transport);
-        match self.index.get(&key) {
-            Some(&slot) => {
-                let kept = &mut self.destinations[slot];
-                if entry.verdict.beats(&kept.verdict) {
-                    *kept = entry;
-                }
-            }
-            None => {
-                self.index.insert(key, self.destinations.len());
-                self.destinations.push(entry);
-            }
-        }
-    }
-
-    /// The networks a host stands for: itself if it is an IP literal, else what the resolver
-    /// knows (nothing: the name is recorded as unresolved).
-    fn networks_of_host(
-        &mut self,
-        host: &str,
-        resolver: &dyn HostResolver,
-    ) -> (Vec<IpNetwork>, bool) {
-        if let Ok(ip) = host.parse::<IpAddr>() {
-            return (vec![AddressTarget::single(ip)], false);
-        }
-        // A pattern can stand for thousands of answered addresses: dedup in one pass.
-        let mut seen = std::collections::HashSet::new();
-        let networks: Vec<IpNetwork> = resolver
-            .lookup(host)
-            .into_iter()
-            .map(|ip| IpNetwork::from(canonical_ip(ip)))
-            .filter(|network| seen.insert(*network))
-            .collect();
-        // A pattern has the addresses guard's resolver answered for names it covers; none yet
-        // is not a name that failed to resolve.
-        if networks.is_empty() && !is_host_pattern(host) {
-            self.unresolved_hosts.push(host.to_string());
-        }
-        (networks, true)
-    }
-}
 
 /// Every host name (not IP literal, not pattern) the policy's network and address rules name,
 /// sorted and deduplicated: what DNS must resolve before the policy can be held in full.
@@ -89,15 +38,16 @@ pub fn host_names(policy: &Policy) -> Vec<String> {
     names
 }
 
-/// Network rule `i` is kernel rule `network_base + i`, address rule `j` is
-/// `address_base + j`.
-pub(super) fn compile_destinations(
+/// The sources of `policy`'s destination entries, in the order their entries were always
+/// merged (network hosts first-seen, then address rules and their targets in order): at the
+/// same strength the earlier source's entry is kept. Network rule `i` is kernel rule
+/// `network_base + i`, address rule `j` is `address_base + j`.
+pub(super) fn destination_sources(
     policy: &Policy,
-    resolver: &dyn HostResolver,
     network_base: u32,
     address_base: u32,
-) -> DestinationTables {
-    let mut tables = DestinationTables::default();
+) -> Vec<Source> {
+    let mut sources = Vec::new();
     for host in policy.network_hosts() {
         let verdict = Verdict {
             decision: host.decision,
@@ -112,18 +62,15 @@ pub(super) fn compile_destinations(
                 }
             }
         }
-        let (networks, is_name) = tables.networks_of_host(&host.host, resolver);
-        for network in networks {
-            for &(transport, port) in &endpoints {
-                tables.add(DestinationEntry {
-                    network,
-                    port,
-                    transport,
-                    verdict,
-                    host: is_name.then(|| host.host.clone()),
-                });
+        let (addresses, host) = match host.host.parse::<IpAddr>() {
+            // An IP literal's entries name no host.
+            Ok(ip) => (SourceAddresses::Fixed(AddressTarget::single(ip)), None),
+            Err(_) => {
+                let name: Arc<str> = Arc::from(host.host);
+                (SourceAddresses::Name(name.clone()), Some(name))
             }
-        }
+        };
+        sources.push(Source::new(host, addresses, verdict, endpoints));
     }
     for (index, rule) in policy.address_rules().iter().enumerate() {
         let verdict = Verdict {
@@ -131,31 +78,29 @@ pub(super) fn compile_destinations(
             rule: address_base + index as u32,
             audit_only: rule.audit_only,
         };
-        let ports: Vec<Option<u16>> = match &rule.ports {
-            Some(ports) => ports.iter().copied().map(Some).collect(),
-            None => vec![None],
+        let endpoints: Vec<(Transport, Option<u16>)> = match &rule.ports {
+            Some(ports) => ports
+                .iter()
+                .map(|port| (rule.transport, Some(*port)))
+                .collect(),
+            None => vec![(rule.transport, None)],
         };
         for target in &rule.addresses {
-            let (networks, host) = match target {
-                AddressTarget::Network(network) => (vec![*network], None),
-                AddressTarget::Host(name) => {
-                    (tables.networks_of_host(name, resolver).0, Some(name))
-                }
+            let (addresses, host) = match target {
+                AddressTarget::Network(network) => (SourceAddresses::Fixed(*network), None),
+                AddressTarget::Host(name) => match name.parse::<IpAddr>() {
+                    Ok(ip) => (
+                        SourceAddresses::Fixed(IpNetwork::from(ip)),
+                        Some(Arc::from(name.as_str())),
+                    ),
+                    Err(_) => {
+                        let name: Arc<str> = Arc::from(name.as_str());
+                        (SourceAddresses::Name(name.clone()), Some(name))
+                    }
+                },
             };
-            for network in networks {
-                for &port in &ports {
-                    tables.add(DestinationEntry {
-                        network,
-                        port,
-                        transport: rule.transport,
-                        verdict,
-                        host: host.cloned(),
-                    });
-                }
-            }
+            sources.push(Source::new(host, addresses, verdict, endpoints.clone()));
         }
     }
-    tables.unresolved_hosts.sort();
-    tables.unresolved_hosts.dedup();
-    tables
+    sources
 }

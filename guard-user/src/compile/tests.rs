@@ -53,20 +53,38 @@ fn verdict(decision: Decision, rule: u32) -> Verdict {
     }
 }
 
-fn destinations(image: &EnforcementImage) -> Vec<(String, Option<u16>, Transport, Decision, u32)> {
-    image
-        .destinations
-        .iter()
-        .map(|entry| {
-            (
-                entry.network.to_string(),
-                entry.port,
-                entry.transport,
-                entry.verdict.decision,
-                entry.verdict.rule,
-            )
-        })
-        .collect()
+type DestinationRow = (String, Option<u16>, Transport, Decision, u32);
+
+/// An image's destination entries, compared in any order (the image keeps them by key).
+#[derive(Debug)]
+struct Destinations(Vec<DestinationRow>);
+
+impl<const N: usize> PartialEq<[DestinationRow; N]> for Destinations {
+    fn eq(&self, other: &[DestinationRow; N]) -> bool {
+        let mut mine = self.0.clone();
+        let mut theirs = other.to_vec();
+        mine.sort();
+        theirs.sort();
+        mine == theirs
+    }
+}
+
+fn destinations(image: &EnforcementImage) -> Destinations {
+    Destinations(
+        image
+            .destinations
+            .iter()
+            .map(|entry| {
+                (
+                    entry.network.to_string(),
+                    entry.port,
+                    entry.transport,
+                    entry.verdict.decision,
+                    entry.verdict.rule,
+                )
+            })
+            .collect(),
+    )
 }
 
 // --- exec ------------------------------------------------------------------------------------
@@ -390,7 +408,7 @@ network_rule(host="::ffff:10.0.0.9", protocol="http", decision="deny")
             .iter()
             .all(|e| e.host.is_none() && !e.verdict.audit_only)
     );
-    assert!(image.unresolved_hosts.is_empty());
+    assert!(image.unresolved_hosts().is_empty());
 }
 
 #[test]
@@ -464,7 +482,7 @@ fn an_overlay_deny_after_a_base_allow_compiles_to_deny() {
             1
         )]
     );
-    let rule = image.rule(&image.destinations[0].verdict);
+    let rule = image.rule(&image.destinations.iter().next().unwrap().verdict);
     let origin = rule.origin.as_ref().unwrap();
     assert_eq!((&*origin.file, origin.line), ("managed.rules", 2));
     assert_eq!(rule.justification.as_deref(), Some("managed"));
@@ -499,43 +517,44 @@ address_rule(addresses=["db.internal", "gone.example", "also-gone.example"], dec
             )
         })
         .collect();
+    // In key order: the address, then the port and transport.
     assert_eq!(
         entries,
         [
-            (
-                "93.184.216.34/32".into(),
-                Some(443),
-                Transport::Tcp,
-                Some("api.example.com")
-            ),
-            (
-                "93.184.216.34/32".into(),
-                Some(443),
-                Transport::Udp,
-                Some("api.example.com")
-            ),
-            (
-                "2606:2800::1/128".into(),
-                Some(443),
-                Transport::Tcp,
-                Some("api.example.com")
-            ),
-            (
-                "2606:2800::1/128".into(),
-                Some(443),
-                Transport::Udp,
-                Some("api.example.com")
-            ),
             (
                 "10.0.0.5/32".into(),
                 Some(5432),
                 Transport::Any,
                 Some("db.internal")
             ),
+            (
+                "93.184.216.34/32".into(),
+                Some(443),
+                Transport::Tcp,
+                Some("api.example.com")
+            ),
+            (
+                "93.184.216.34/32".into(),
+                Some(443),
+                Transport::Udp,
+                Some("api.example.com")
+            ),
+            (
+                "2606:2800::1/128".into(),
+                Some(443),
+                Transport::Tcp,
+                Some("api.example.com")
+            ),
+            (
+                "2606:2800::1/128".into(),
+                Some(443),
+                Transport::Udp,
+                Some("api.example.com")
+            ),
         ]
     );
     assert_eq!(
-        image.unresolved_hosts,
+        image.unresolved_hosts(),
         ["also-gone.example", "gone.example"]
     );
 }
@@ -591,8 +610,14 @@ address_rule(addresses=["0.0.0.0/0"], decision="allow")
             ("0.0.0.0/0".into(), None, Transport::Any, Decision::Allow, 2),
         ]
     );
-    assert!(image.destinations[..4].iter().all(|e| e.verdict.audit_only));
-    assert!(!image.destinations[4].verdict.audit_only);
+    // The first rule's entries are audit-only, the others' not.
+    for entry in image.destinations.iter() {
+        assert_eq!(
+            entry.verdict.audit_only,
+            entry.verdict.rule == 0,
+            "{entry:?}"
+        );
+    }
 }
 
 #[test]
@@ -687,11 +712,11 @@ enforcement(unmatched_exec="prompt", audit_only=True)
         assert!((v.rule as usize) < image.rules.len());
     }
     assert_eq!(image.argv_rules[1].verdict.rule, 1);
-    assert_eq!(image.destinations[0].verdict.rule, 3);
+    assert!(image.destinations.iter().any(|e| e.verdict.rule == 3));
     assert_eq!(image.settings, policy.enforcement());
     assert_eq!(image.settings.unmatched_exec, Decision::Prompt);
     assert!(image.settings.audit_only);
-    assert_eq!(image.unresolved_hosts, ["db.internal", "example.com"]);
+    assert_eq!(image.unresolved_hosts(), ["db.internal", "example.com"]);
 }
 
 #[test]

@@ -823,13 +823,15 @@ impl Enforcer {
         self.maps.apply(&mut self.ebpf, image)
     }
 
-    /// Only `image`'s destination entries (see [`super::maps::MapSync::apply_destinations`]),
-    /// after [`Enforcer::apply`] has put a whole image in force once.
-    pub fn apply_destinations(
+    /// Only `image`'s destination entries at `keys` and its stand-ins (see
+    /// [`super::maps::MapSync::update_destinations`]), after [`Enforcer::apply`] has put a
+    /// whole image in force once.
+    pub fn update_destinations(
         &mut self,
         image: &crate::compile::image::EnforcementImage,
+        keys: &[crate::compile::image::DestinationKey],
     ) -> Result<super::maps::SyncStats> {
-        self.maps.apply_destinations(&mut self.ebpf, image)
+        self.maps.update_destinations(&mut self.ebpf, image, keys)
     }
 
     /// What each scope put in the event ring buffer and lost, by its cgroup id.

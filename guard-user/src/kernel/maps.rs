@@ -18,9 +18,10 @@ use guard_common::maps::{
     Verdict, counter,
 };
 
+use crate::compile::destination_maps::{Change, DestinationMaps};
 use crate::compile::dfa::DfaTable;
-use crate::compile::encode::{MapEncoder, MapEntries, destination_entries};
-use crate::compile::image::EnforcementImage;
+use crate::compile::encode::{MapEncoder, MapEntries};
+use crate::compile::image::{DestinationKey, EnforcementImage};
 
 /// What one [`MapSync::apply`] wrote.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -47,6 +48,9 @@ pub struct MapSync {
     slots: [u32; table::COUNT as usize],
     /// `STAND_INS` as last written.
     stand_ins: HashMap<u32, u32>,
+    /// A write of some destination entries failed: the tries may hold entries `last` does not
+    /// know of, so the next change of destinations writes them all again.
+    destinations_unsure: bool,
 }
 
 impl MapSync {
@@ -57,13 +61,15 @@ impl MapSync {
     pub fn apply(&mut self, ebpf: &mut Ebpf, image: &EnforcementImage) -> Result<SyncStats> {
         // Everything is encoded before anything is written: a refused image changes nothing.
         let new = self.encoder.encode(image)?;
+        // Until the whole image is in, the tries may hold entries `last` does not know of.
+        self.destinations_unsure = true;
         let last = &self.last;
         let mut stats = SyncStats {
             identities: new.identities.len(),
             names: new.names.len(),
             argv_edges: new.edges.len(),
-            destinations_v4: new.v4.len(),
-            destinations_v6: new.v6.len(),
+            destinations_v4: new.destinations.v4.len(),
+            destinations_v6: new.destinations.v6.len(),
             approvals: new.edges.values().filter(|n| n.here.approved()).count(),
             ..SyncStats::default()
         };
@@ -99,7 +105,7 @@ impl MapSync {
             let mut map: BpfHashMap<_, ExecIdentity, ArgvNode> = hash_map(ebpf, "ARGV_ROOTS")?;
             write_changed(&new.roots, &last.roots, |k, v| map.insert(k, v, 0))?;
         }
-        self.write_destinations(ebpf, &new.v4, &new.v6)?;
+        self.write_destinations(ebpf, &new.destinations)?;
         let stand_ins = stand_in_entries(image);
         self.write_stand_ins(ebpf, &stand_ins)?;
         {
@@ -143,7 +149,8 @@ impl MapSync {
             let mut map: BpfHashMap<_, LongToken, u32> = hash_map(ebpf, "LONG_TOKEN_IDS")?;
             stats.removed += remove_stale(&new.long, &last.long, |k| map.remove(k))?;
         }
-        stats.removed += self.remove_stale_destinations(ebpf, &new.v4, &new.v6)?;
+        stats.removed += self.remove_stale_destinations(ebpf, &new.destinations)?;
+        self.destinations_unsure = false;
         {
             let mut map: BpfHashMap<_, UnixKey, Verdict> = hash_map(ebpf, "UNIX_EXACT")?;
             stats.removed += remove_stale(&new.unix_exact, &last.unix_exact, |k| map.remove(k))?;
@@ -158,27 +165,114 @@ impl MapSync {
     }
 
     /// Puts `image`'s destination entries (and destination approvals) in force and nothing
-    /// else: what an answer of guard's resolver changes. New and changed entries first, then
+    /// else, all of them compared with what the maps hold. New and changed entries first, then
     /// the stale ones go, as in [`MapSync::apply`]; the other maps are not read or written.
     pub fn apply_destinations(
         &mut self,
         ebpf: &mut Ebpf,
         image: &EnforcementImage,
     ) -> Result<SyncStats> {
-        let (v4, v6) = destination_entries(image);
+        let new = DestinationMaps::build(image);
+        self.destinations_unsure = true;
         let mut stats = SyncStats {
-            destinations_v4: v4.len(),
-            destinations_v6: v6.len(),
+            destinations_v4: new.v4.len(),
+            destinations_v6: new.v6.len(),
             ..SyncStats::default()
         };
-        self.write_destinations(ebpf, &v4, &v6)?;
+        self.write_destinations(ebpf, &new)?;
         let stand_ins = stand_in_entries(image);
         self.write_stand_ins(ebpf, &stand_ins)?;
-        stats.removed += self.remove_stale_destinations(ebpf, &v4, &v6)?;
+        stats.removed += self.remove_stale_destinations(ebpf, &new)?;
         stats.removed += self.remove_stale_stand_ins(ebpf, stand_ins)?;
-        self.last.v4 = v4;
-        self.last.v6 = v6;
+        self.last.destinations = new;
+        self.destinations_unsure = false;
         Ok(stats)
+    }
+
+    /// Puts in force the entries of `image` at `keys` (the ones a name's new addresses
+    /// changed, see [`crate::compile::update_destinations`]) and the stand-ins, writing only
+    /// the map entries that change: new and changed ones first, then the stale ones go. What
+    /// a failed write did not change stays known as the maps hold it.
+    pub fn update_destinations(
+        &mut self,
+        ebpf: &mut Ebpf,
+        image: &EnforcementImage,
+        keys: &[DestinationKey],
+    ) -> Result<SyncStats> {
+        if self.destinations_unsure {
+            return self.apply_destinations(ebpf, image);
+        }
+        let changes = self.last.destinations.update(image, keys);
+        let mut stats = SyncStats {
+            destinations_v4: self.last.destinations.v4.len(),
+            destinations_v6: self.last.destinations.v6.len(),
+            ..SyncStats::default()
+        };
+        let written = self.write_changes(ebpf, &changes.v4, &changes.v6);
+        if let Err(err) = written {
+            self.destinations_unsure = true;
+            return Err(err);
+        }
+        stats.removed = changes.v4.iter().filter(|c| c.new.is_none()).count()
+            + changes.v6.iter().filter(|c| c.new.is_none()).count();
+        let stand_ins = stand_in_entries(image);
+        self.write_stand_ins(ebpf, &stand_ins)?;
+        stats.removed += self.remove_stale_stand_ins(ebpf, stand_ins)?;
+        Ok(stats)
+    }
+
+    /// Writes `v4` and `v6`'s new and changed entries, then removes those that went; a change
+    /// that could not be written is taken back from `last`, which goes on saying what the
+    /// maps hold.
+    fn write_changes(
+        &mut self,
+        ebpf: &mut Ebpf,
+        v4: &[Change<(u32, DestV4)>],
+        v6: &[Change<(u32, DestV6)>],
+    ) -> Result<()> {
+        let mut done4 = vec![false; v4.len()];
+        let mut done6 = vec![false; v6.len()];
+        let result = (|| -> Result<()> {
+            let mut map: LpmTrie<_, DestV4, Verdict> = lpm(ebpf, "DEST_V4")?;
+            for (change, done) in v4.iter().zip(&mut done4).filter(|(c, _)| c.new.is_some()) {
+                let (len, data) = change.key;
+                let verdict = change.new.expect("filtered");
+                map.insert(&Key::new(len, data), verdict, 0)
+                    .context("writing DEST_V4")?;
+                *done = true;
+            }
+            let mut map: LpmTrie<_, DestV6, Verdict> = lpm(ebpf, "DEST_V6")?;
+            for (change, done) in v6.iter().zip(&mut done6).filter(|(c, _)| c.new.is_some()) {
+                let (len, data) = change.key;
+                let verdict = change.new.expect("filtered");
+                map.insert(&Key::new(len, data), verdict, 0)
+                    .context("writing DEST_V6")?;
+                *done = true;
+            }
+            // Only now, with every new entry in place, do the old ones go.
+            let mut map: LpmTrie<_, DestV4, Verdict> = lpm(ebpf, "DEST_V4")?;
+            for (change, done) in v4.iter().zip(&mut done4).filter(|(c, _)| c.new.is_none()) {
+                let (len, data) = change.key;
+                map.remove(&Key::new(len, data))
+                    .context("removing from DEST_V4")?;
+                *done = true;
+            }
+            let mut map: LpmTrie<_, DestV6, Verdict> = lpm(ebpf, "DEST_V6")?;
+            for (change, done) in v6.iter().zip(&mut done6).filter(|(c, _)| c.new.is_none()) {
+                let (len, data) = change.key;
+                map.remove(&Key::new(len, data))
+                    .context("removing from DEST_V6")?;
+                *done = true;
+            }
+            Ok(())
+        })();
+        for (change, _) in v4.iter().zip(&done4).filter(|(_, done)| !**done) {
+            self.last.destinations.undo_v4(change);
+        }
+        for (change, _) in v6.iter().zip(&done6).filter(|(_, done)| !**done) {
+            self.last.destinations.undo_v6(change);
+        }
+        result
     }
 
     /// Writes the stand-ins that are new or go somewhere else now (with the destinations: a
@@ -201,36 +295,28 @@ impl MapSync {
     }
 
     /// Writes the destination entries that are new or changed since the last sync.
-    fn write_destinations(
-        &self,
-        ebpf: &mut Ebpf,
-        v4: &HashMap<(u32, DestV4), Verdict>,
-        v6: &HashMap<(u32, DestV6), Verdict>,
-    ) -> Result<()> {
+    fn write_destinations(&self, ebpf: &mut Ebpf, new: &DestinationMaps) -> Result<()> {
+        let last = &self.last.destinations;
         let mut map: LpmTrie<_, DestV4, Verdict> = lpm(ebpf, "DEST_V4")?;
-        write_changed(v4, &self.last.v4, |(len, data), v| {
+        write_changed(&new.v4, &last.v4, |(len, data), v| {
             map.insert(&Key::new(*len, *data), v, 0)
         })?;
         let mut map: LpmTrie<_, DestV6, Verdict> = lpm(ebpf, "DEST_V6")?;
-        write_changed(v6, &self.last.v6, |(len, data), v| {
+        write_changed(&new.v6, &last.v6, |(len, data), v| {
             map.insert(&Key::new(*len, *data), v, 0)
         })?;
         Ok(())
     }
 
     /// Removes the destination entries the last sync wrote that `v4`/`v6` no longer have.
-    fn remove_stale_destinations(
-        &self,
-        ebpf: &mut Ebpf,
-        v4: &HashMap<(u32, DestV4), Verdict>,
-        v6: &HashMap<(u32, DestV6), Verdict>,
-    ) -> Result<usize> {
+    fn remove_stale_destinations(&self, ebpf: &mut Ebpf, new: &DestinationMaps) -> Result<usize> {
+        let last = &self.last.destinations;
         let mut map: LpmTrie<_, DestV4, Verdict> = lpm(ebpf, "DEST_V4")?;
-        let mut removed = remove_stale(v4, &self.last.v4, |(len, data)| {
+        let mut removed = remove_stale(&new.v4, &last.v4, |(len, data)| {
             map.remove(&Key::new(*len, *data))
         })?;
         let mut map: LpmTrie<_, DestV6, Verdict> = lpm(ebpf, "DEST_V6")?;
-        removed += remove_stale(v6, &self.last.v6, |(len, data)| {
+        removed += remove_stale(&new.v6, &last.v6, |(len, data)| {
             map.remove(&Key::new(*len, *data))
         })?;
         Ok(removed)

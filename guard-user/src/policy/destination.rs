@@ -27,6 +27,13 @@ pub trait HostResolver {
     /// empty when unknown.
     fn lookup(&self, host: &str) -> Vec<IpAddr>;
 
+    /// Whether `host` was looked up, so that no address means it has none (an unresolved
+    /// name) rather than that nobody asked for it yet (guard's resolver puts a name in force
+    /// when a program asks for it).
+    fn looked_up(&self, _host: &str) -> bool {
+        true
+    }
+
     /// The stand-in addresses guard's resolver answered for names that were since approved or
     /// named by a rule, each with the real address a connect to it goes to.
     fn stand_ins(&self) -> Vec<StandIn> {

@@ -301,6 +301,41 @@ network_rule(host="b.com", protocol="http", decision="allow")
     assert_eq!(domains.denied, ["a.com"]);
 }
 
+proptest::proptest! {
+    /// The domains are the reference's walk (each allow or deny moves its host to the end of
+    /// its list and out of the other), found without walking the lists.
+    #[test]
+    fn network_domains_are_the_references_walk(
+        rules in proptest::collection::vec((0..5usize, 0..3usize), 0..30),
+    ) {
+        let decisions = ["allow", "deny", "prompt"];
+        let text: String = rules
+            .iter()
+            .map(|(host, decision)| {
+                format!(
+                    "network_rule(host=\"h{host}.com\", protocol=\"https\", decision=\"{}\")\n",
+                    decisions[*decision]
+                )
+            })
+            .collect();
+        let (mut allowed, mut denied): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+        for (host, decision) in &rules {
+            let host = format!("h{host}.com");
+            let (upsert, remove) = match *decision {
+                0 => (&mut allowed, &mut denied),
+                1 => (&mut denied, &mut allowed),
+                _ => continue,
+            };
+            remove.retain(|h| *h != host);
+            upsert.retain(|h| *h != host);
+            upsert.push(host);
+        }
+        let domains = parse(&text).network_domains();
+        proptest::prop_assert_eq!(domains.allowed, allowed);
+        proptest::prop_assert_eq!(domains.denied, denied);
+    }
+}
+
 #[test]
 fn merge_overlay_appends_rules_and_replaces_host_executables() {
     let base = parse(

@@ -134,6 +134,13 @@ pub fn host_covers(host: &str, name: &str) -> bool {
     }
 }
 
+/// `name` and each name above it (`a.b.example.com`, `b.example.com`, `example.com`, `com`):
+/// the domains a [`HostPattern`] covering `name` can have, so rules on patterns are found by
+/// a few lookups instead of a walk over every pattern.
+pub fn domains_of(name: &str) -> impl Iterator<Item = &str> {
+    std::iter::once(name).chain(name.match_indices('.').map(move |(at, _)| &name[at + 1..]))
+}
+
 /// One or more ASCII digits; the value is deliberately not range-checked (`:99999` is a port).
 fn is_port(text: &str) -> bool {
     !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
@@ -142,6 +149,15 @@ fn is_port(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::{HostPattern, normalize_network_host};
+
+    #[test]
+    fn a_name_lies_below_each_of_its_domains() {
+        let domains: Vec<&str> = super::domains_of("a.b.example.test").collect();
+        assert_eq!(
+            domains,
+            ["a.b.example.test", "b.example.test", "example.test", "test"]
+        );
+    }
 
     #[test]
     fn host_patterns_cover_subdomains_and_with_two_stars_the_apex() {

@@ -29,6 +29,11 @@ pub struct AnswerBook {
     names: HashMap<String, HashMap<IpAddr, Instant>>,
     /// Address → the names it was answered for.
     by_address: HashMap<IpAddr, BTreeSet<String>>,
+    /// The stand-in addresses among them (few; looked at after every answer).
+    stand_in_addresses: BTreeSet<std::net::Ipv4Addr>,
+    /// Names that lost addresses to the bound ([`MAX_ADDRESSES`]) since the last
+    /// [`AnswerBook::take_evicted`]: their entries must go from the maps too.
+    evicted: Vec<String>,
     size: usize,
 }
 
@@ -56,6 +61,11 @@ impl AnswerBook {
                         .entry(ip)
                         .or_default()
                         .insert(name.to_string());
+                    if let IpAddr::V4(v4) = ip
+                        && super::stand_ins::is_stand_in_ip(ip)
+                    {
+                        self.stand_in_addresses.insert(v4);
+                    }
                     self.size += 1;
                     added = true;
                 }
@@ -67,38 +77,15 @@ impl AnswerBook {
         added
     }
 
-    /// Records one of the resolver's answers; whether the maps must change: a name a rule
-    /// speaks of got a new address, or a name guard resolved for real (`resolved`: one a person
-    /// approved) got its stand-in back after the book let it go.
-    pub fn take(
-        &mut self,
-        answer: &super::Answered,
-        now: Instant,
-        resolved: impl Fn(&str) -> bool,
-    ) -> bool {
-        let added = self.record(&answer.name, &answer.addrs, answer.ttl, now);
-        added
-            && match answer.decision {
-                super::NameDecision::Ruled => true,
-                super::NameDecision::Held => resolved(&answer.name),
-                _ => false,
-            }
-    }
-
     /// Every stand-in address kept, with the name it stands for.
     pub fn stand_ins(&self) -> Vec<(std::net::Ipv4Addr, String)> {
-        let mut out: Vec<_> = self
-            .by_address
+        self.stand_in_addresses
             .iter()
-            .filter_map(|(ip, names)| match ip {
-                IpAddr::V4(v4) if super::stand_ins::is_stand_in_ip(*ip) => {
-                    names.iter().next().map(|name| (*v4, name.clone()))
-                }
-                _ => None,
+            .filter_map(|v4| {
+                let names = self.by_address.get(&IpAddr::V4(*v4))?;
+                names.iter().next().map(|name| (*v4, name.clone()))
             })
-            .collect();
-        out.sort();
-        out
+            .collect()
     }
 
     /// Drops what is past its time; returns the names that lost an address.
@@ -112,6 +99,7 @@ impl AnswerBook {
                     names.remove(name);
                     if names.is_empty() {
                         self.by_address.remove(ip);
+                        forget_stand_in(&mut self.stand_in_addresses, *ip);
                     }
                 }
                 keep
@@ -141,15 +129,25 @@ impl AnswerBook {
             if let Some(addrs) = self.names.get_mut(&name) {
                 addrs.remove(&ip);
                 self.size -= 1;
+                self.evicted.push(name.clone());
             }
             if let Some(names) = self.by_address.get_mut(&ip) {
                 names.remove(&name);
                 if names.is_empty() {
                     self.by_address.remove(&ip);
+                    forget_stand_in(&mut self.stand_in_addresses, ip);
                 }
             }
         }
         self.names.retain(|_, addrs| !addrs.is_empty());
+    }
+
+    /// The names that lost addresses to the bound since the last call.
+    pub fn take_evicted(&mut self) -> Vec<String> {
+        let mut names = std::mem::take(&mut self.evicted);
+        names.sort();
+        names.dedup();
+        names
     }
 
     /// How many names have addresses kept.
@@ -195,12 +193,22 @@ impl AnswerBook {
     }
 }
 
+fn forget_stand_in(stand_ins: &mut BTreeSet<std::net::Ipv4Addr>, ip: IpAddr) {
+    if let IpAddr::V4(v4) = ip {
+        stand_ins.remove(&v4);
+    }
+}
+
 /// What compiling the policy knows of a host: what guard resolved for the policy's own names
 /// (`resolved`), and what its resolver answered the scope's programs (`answered`). A pattern has
 /// only the latter: the addresses of the names it covers that a program asked for.
 pub struct KnownAddresses<'a> {
     pub resolved: Option<&'a DnsCache>,
     pub answered: &'a AnswerBook,
+    /// guard's resolver is in the path of the scope's DNS and puts a rule's name in force when
+    /// a program asks for it: a name guard did not resolve itself was not looked up yet, it
+    /// is not unresolved.
+    pub on_demand: bool,
 }
 
 impl HostResolver for KnownAddresses<'_> {
@@ -230,6 +238,13 @@ impl HostResolver for KnownAddresses<'_> {
             // the image still applies.
             .take(guard_common::limits::MAX_STAND_INS as usize)
             .collect()
+    }
+
+    fn looked_up(&self, host: &str) -> bool {
+        !self.on_demand
+            || self
+                .resolved
+                .is_some_and(|cache| cache.expires(host).is_some())
     }
 
     fn lookup(&self, host: &str) -> Vec<IpAddr> {
@@ -287,6 +302,7 @@ mod tests {
         let known = KnownAddresses {
             resolved: None,
             answered: &book,
+            on_demand: true,
         };
         assert_eq!(known.lookup("*.example.test"), vec![ip("192.0.2.1")]);
         assert_eq!(
@@ -296,48 +312,30 @@ mod tests {
         assert_eq!(known.lookup("example.org"), vec![ip("192.0.2.3")]);
     }
 
-    fn answered(
-        name: &str,
-        addrs: &[&str],
-        decision: crate::resolve::NameDecision,
-    ) -> crate::resolve::Answered {
-        crate::resolve::Answered {
-            name: name.to_string(),
-            query_type: "A".to_string(),
-            addrs: addrs.iter().map(|a| ip(a)).collect(),
-            ttl: Duration::from_secs(60),
-            decision,
-            source: crate::resolve::AnswerSource::StandIn,
-            process: None,
-        }
-    }
-
     #[test]
     fn a_stand_in_goes_to_its_names_first_ipv4_address_once_guard_resolved_the_name() {
-        use crate::resolve::NameDecision;
         let now = Instant::now();
+        let ttl = Duration::from_secs(60);
         let mut book = AnswerBook::new();
         let mut resolved = DnsCache::new();
-        // Not approved yet: nothing to put in force, nowhere to send it.
-        let held = answered("api.test", &["198.18.0.1"], NameDecision::Held);
-        assert!(!book.take(&held, now, |_| false));
-        assert!(!book.take(
-            &answered("other.test", &["198.18.0.2"], NameDecision::Held),
-            now,
-            |_| false
-        ));
-        assert!(!book.take(
-            &answered("plain.test", &["192.0.2.9"], NameDecision::Unknown),
-            now,
-            |_| true
-        ));
+        // Not approved yet: nowhere to send it.
+        book.record("api.test", &[ip("198.18.0.1")], ttl, now);
+        book.record("other.test", &[ip("198.18.0.2")], ttl, now);
+        book.record("plain.test", &[ip("192.0.2.9")], ttl, now);
         let known = KnownAddresses {
             resolved: Some(&resolved),
             answered: &book,
+            on_demand: true,
         };
         assert!(known.stand_ins().is_empty());
         assert_eq!(book.names_for(ip("198.18.0.1")), vec!["api.test"]);
-        assert_eq!(book.stand_ins().len(), 2);
+        assert_eq!(
+            book.stand_ins(),
+            vec![
+                ("198.18.0.1".parse().unwrap(), "api.test".to_string()),
+                ("198.18.0.2".parse().unwrap(), "other.test".to_string())
+            ]
+        );
         // Approved: guard resolved it, and its stand-in goes to its first IPv4 address.
         resolved.answered_for_test(
             "api.test",
@@ -347,6 +345,7 @@ mod tests {
         let known = KnownAddresses {
             resolved: Some(&resolved),
             answered: &book,
+            on_demand: true,
         };
         assert_eq!(
             known.stand_ins(),
@@ -358,9 +357,9 @@ mod tests {
         );
         // The stand-in is one of the name's addresses, so a rule for the name covers it.
         assert!(known.lookup("api.test").contains(&ip("198.18.0.1")));
-        // Given again after the book let it go, an approved name's stand-in changes the maps.
-        let mut fresh = AnswerBook::new();
-        assert!(fresh.take(&held, now, |name| resolved.expires(name).is_some()));
+        // Once its time is up it is no stand-in any more.
+        book.prune(now + ttl + GRACE);
+        assert!(book.stand_ins().is_empty());
     }
 
     #[test]
@@ -380,5 +379,8 @@ mod tests {
         }
         assert_eq!(book.addresses("flood.test").len(), MAX_ADDRESSES);
         assert!(book.names_for(IpAddr::from(0u32.to_be_bytes())).is_empty());
+        // Its owner learns which names lost addresses, so their entries go from the maps too.
+        assert_eq!(book.take_evicted(), ["flood.test"]);
+        assert!(book.take_evicted().is_empty());
     }
 }

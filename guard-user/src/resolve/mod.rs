@@ -74,8 +74,10 @@ pub const CANNOT_SEE: [(&str, &str); 6] = [
     ),
     (
         "names resolved before the scope began, or answers kept past their TTL plus 60 s",
-        "decided by address: guard resolves the policy's own names itself (and keeps them \
-         fresh); any other address gets the unmatched-network default",
+        "decided by address: a rule's name holds for the addresses the scope was answered for \
+         it (until their TTL plus 60 s); any other address, a rule's name's included, gets the \
+         unmatched-network default. Without guard's resolver in the path guard resolves the \
+         policy's names itself and keeps them fresh",
     ),
     (
         "names asked through the daemon's resolver by several scopes",

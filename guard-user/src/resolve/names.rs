@@ -10,7 +10,9 @@
 //! ([`super::stand_ins`]), and only resolved for real once a person approved a connect to it.
 
 use crate::policy::Policy;
-use crate::policy::host::host_covers;
+use std::collections::HashMap;
+
+use crate::policy::host::{HostPattern, domains_of, host_covers};
 use crate::policy::render::{address_rule_text, network_rule_text};
 use crate::policy::rule::{AddressTarget, Decision, RuleOrigin, Transport};
 
@@ -32,8 +34,8 @@ pub enum NameDecision {
 /// A rule that speaks of names.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NameRule {
-    /// A name or a pattern (`*.example.com`).
-    pub host: String,
+    /// A name or a pattern (`*.example.com`), shared with the index that finds the rule.
+    pub host: std::sync::Arc<str>,
     pub decision: Decision,
     /// The rule as written (`network_rule(host="x", ...)`).
     pub text: String,
@@ -43,12 +45,52 @@ pub struct NameRule {
     pub whole: bool,
 }
 
-/// The policy's rules on names, looked up by the resolver on every query.
+/// The policy's rules on names, looked up by the resolver on every query. A clone shares them.
 #[derive(Clone, Debug)]
 pub struct NamePolicy {
-    rules: Vec<NameRule>,
+    rules: std::sync::Arc<NameRules>,
     /// The policy's `unmatched_network`: a name no rule covers is refused unless it is allow.
     unmatched: Decision,
+}
+
+/// The rules, indexed so that a query looks at the rules that can cover its name only: a
+/// policy of 100 000 names is decided as fast as one of ten.
+#[derive(Debug, Default)]
+struct NameRules {
+    rules: Vec<NameRule>,
+    /// A name → its rules, in policy order.
+    by_name: HashMap<std::sync::Arc<str>, Vec<u32>>,
+    /// A pattern's domain → the rules with a pattern on it.
+    by_domain: HashMap<String, Vec<u32>>,
+}
+
+impl NameRules {
+    fn new(rules: Vec<NameRule>) -> NameRules {
+        let mut indexed = NameRules::default();
+        for (at, rule) in rules.iter().enumerate() {
+            let slot = match HostPattern::parse(&rule.host) {
+                Some(Ok(pattern)) => indexed.by_domain.entry(pattern.domain).or_default(),
+                // A pattern spelled wrong never made it into a policy; it covers nothing.
+                Some(Err(_)) => continue,
+                None => indexed.by_name.entry(rule.host.clone()).or_default(),
+            };
+            slot.push(at as u32);
+        }
+        indexed.rules = rules;
+        indexed
+    }
+
+    /// The rules that cover `name`, in policy order.
+    fn covering(&self, name: &str) -> Vec<&NameRule> {
+        let mut found: Vec<u32> = self.by_name.get(name).cloned().unwrap_or_default();
+        for domain in domains_of(name) {
+            let rules = self.by_domain.get(domain).into_iter().flatten();
+            found.extend(rules.filter(|at| host_covers(&self.rules[**at as usize].host, name)));
+        }
+        found.sort_unstable();
+        found.dedup();
+        found.iter().map(|at| &self.rules[*at as usize]).collect()
+    }
 }
 
 impl NamePolicy {
@@ -60,7 +102,7 @@ impl NamePolicy {
             }
             let rule = &policy.network_rules()[host.deciding_rule];
             rules.push(NameRule {
-                host: host.host.clone(),
+                host: std::sync::Arc::from(host.host),
                 decision: host.decision,
                 text: network_rule_text(rule),
                 origin: rule.origin.clone(),
@@ -71,7 +113,7 @@ impl NamePolicy {
             for target in &rule.addresses {
                 if let AddressTarget::Host(name) = target {
                     rules.push(NameRule {
-                        host: name.clone(),
+                        host: std::sync::Arc::from(name.as_str()),
                         decision: rule.decision,
                         text: address_rule_text(rule),
                         origin: rule.origin.clone(),
@@ -83,7 +125,7 @@ impl NamePolicy {
             }
         }
         NamePolicy {
-            rules,
+            rules: std::sync::Arc::new(NameRules::new(rules)),
             unmatched: policy.enforcement().unmatched_network,
         }
     }
@@ -91,7 +133,7 @@ impl NamePolicy {
     /// No rules, and every name answered (a resolver before any policy is known).
     pub fn answering_all() -> Self {
         NamePolicy {
-            rules: Vec::new(),
+            rules: std::sync::Arc::default(),
             unmatched: Decision::Allow,
         }
     }
@@ -101,7 +143,7 @@ impl NamePolicy {
     /// address the name could have).
     pub fn decide(&self, name: &str) -> NameDecision {
         let mut ruled = false;
-        for rule in self.rules.iter().filter(|r| host_covers(&r.host, name)) {
+        for rule in self.rules.covering(name) {
             if rule.whole && rule.decision == Decision::Forbidden {
                 return NameDecision::Refuse(rule.clone());
             }
@@ -115,7 +157,7 @@ impl NamePolicy {
             NameDecision::Held
         } else {
             NameDecision::Refuse(NameRule {
-                host: name.to_string(),
+                host: std::sync::Arc::from(name),
                 decision: self.unmatched,
                 text: format!(
                     "enforcement(unmatched_network=\"{}\"): no rule names it, and a name no \
@@ -168,6 +210,34 @@ address_rule(addresses=["*.partly.test"], ports=[25], decision="deny")
         // A denial of one port is held by the kernel, on the answered addresses.
         assert_eq!(policy.decide("mail.partly.test"), NameDecision::Ruled);
         assert_eq!(policy.decide("example.org"), NameDecision::Unknown);
+    }
+
+    #[test]
+    fn the_first_forbidding_rule_refuses_whether_it_names_the_name_or_covers_it() {
+        let policy = names(
+            r#"
+address_rule(addresses=["**.deep.test"], decision="deny")
+network_rule(host="a.b.deep.test", protocol="https", decision="deny")
+address_rule(addresses=["*.other.test"], ports=[443], decision="allow")
+network_rule(host="x.other.test", protocol="https", decision="deny")
+"#,
+        );
+        // The network rules' hosts come first, then the address rules' targets.
+        let NameDecision::Refuse(rule) = policy.decide("a.b.deep.test") else {
+            panic!("refused");
+        };
+        assert_eq!(rule.origin.unwrap().line, 3);
+        // Found through its domain two labels up.
+        let NameDecision::Refuse(rule) = policy.decide("c.b.deep.test") else {
+            panic!("refused");
+        };
+        assert_eq!(rule.origin.unwrap().line, 2);
+        let NameDecision::Refuse(rule) = policy.decide("x.other.test") else {
+            panic!("refused");
+        };
+        assert_eq!(rule.origin.unwrap().line, 5);
+        assert_eq!(policy.decide("y.other.test"), NameDecision::Ruled);
+        assert_eq!(policy.decide("other.test"), NameDecision::Unknown);
     }
 
     #[test]

@@ -32,14 +32,14 @@ use crate::daemon::responses::to_json;
 use crate::daemon::responses::{
     Blocked, ReloadResponse, ResolverStatus, RunEvent, RunResponse, WatchEvent,
 };
-use crate::in_force::{InForce, Modes};
+use crate::in_force::{InForce, Modes, names_guard_resolves};
 use crate::kernel::events::{EventReader, KernelEvent};
 use crate::kernel::scope::{cgroup_id, cgroup2_root};
 use crate::kernel::{Backend, Enforcer, pins};
 use crate::policy::approval::{ApprovalPolicy, prompt_rejection};
 use crate::policy::load::{LoadedPolicy, load_policy_protecting};
 use crate::resolve::answers::{AnswerBook, KnownAddresses};
-use crate::resolve::{NameDecision, NamePolicy, Resolver, ResolverConfig, ResolverEvent};
+use crate::resolve::{NamePolicy, Resolver, ResolverConfig, ResolverEvent};
 use crate::session::describe_event;
 
 mod answers;
@@ -151,41 +151,6 @@ impl Daemon {
         let resolver = DnsResolver::new(&DnsConfig {
             nameserver: config.nameserver,
         })?;
-        let dns = resolver.resolve(&host_names(&loaded.policy)).await;
-        let backend = match config.backend.as_str() {
-            "lsm" => Backend::Lsm,
-            "cgroup" => Backend::Cgroup,
-            _ => Backend::detect().0,
-        };
-        if let Some(root) = config.pin_dir.parent() {
-            pins::ensure_bpffs(root)?;
-        }
-        let earlier = pins::generations(&config.pin_dir);
-        let mut enforcer = Enforcer::load(backend)?;
-        let events = enforcer.events()?;
-        let env = CompileEnv::from_process();
-        let mut answers = AnswerBook::new();
-        if config.resolver.enabled {
-            // The names the system resolver answers without DNS, which guard's never sees.
-            crate::resolve::hosts_file::seed(
-                &mut answers,
-                std::path::Path::new(crate::resolve::hosts_file::HOSTS_FILE),
-            );
-        }
-        let known = KnownAddresses {
-            resolved: Some(&dns),
-            answered: &answers,
-        };
-        let modes = Modes {
-            audit_only: config.audit_only,
-            record_allowed: config.audit.record_allowed,
-        };
-        let mut in_force = InForce::start(enforcer, &loaded.policy, &known, env, modes)?;
-        log_unheld_allowances(in_force.image());
-        let enforcer = in_force.enforcer_mut();
-        // Before the scopes are attached: on the lsm backend only cgroups attached after the
-        // redirect get the redirecting hooks.
-        let names = Arc::new(RwLock::new(NamePolicy::from_policy(&loaded.policy)));
         let mut notes = Vec::new();
         let upstream = if config.resolver.enabled {
             crate::resolve::upstream::choose(config.nameserver)
@@ -199,6 +164,49 @@ impl Daemon {
         } else {
             None
         };
+        // With guard's resolver in the path a rule's name is put in force when a scope asks for
+        // it: none is looked up at start. Without it the kernel needs every name's addresses.
+        let on_demand = upstream.is_some();
+        let dns = if on_demand {
+            DnsCache::new()
+        } else {
+            resolver.resolve(&host_names(&loaded.policy)).await
+        };
+        let backend = match config.backend.as_str() {
+            "lsm" => Backend::Lsm,
+            "cgroup" => Backend::Cgroup,
+            _ => Backend::detect().0,
+        };
+        if let Some(root) = config.pin_dir.parent() {
+            pins::ensure_bpffs(root)?;
+        }
+        let earlier = pins::generations(&config.pin_dir);
+        let mut enforcer = Enforcer::load(backend)?;
+        let events = enforcer.events()?;
+        let env = CompileEnv::from_process();
+        let mut answers = AnswerBook::new();
+        if on_demand {
+            // The names the system resolver answers without DNS, which guard's never sees.
+            crate::resolve::hosts_file::seed(
+                &mut answers,
+                std::path::Path::new(crate::resolve::hosts_file::HOSTS_FILE),
+            );
+        }
+        let known = KnownAddresses {
+            resolved: Some(&dns),
+            answered: &answers,
+            on_demand,
+        };
+        let modes = Modes {
+            audit_only: config.audit_only,
+            record_allowed: config.audit.record_allowed,
+        };
+        let mut in_force = InForce::start(enforcer, &loaded.policy, &known, env, modes)?;
+        log_unheld_allowances(in_force.image());
+        let enforcer = in_force.enforcer_mut();
+        // Before the scopes are attached: on the lsm backend only cgroups attached after the
+        // redirect get the redirecting hooks.
+        let names = Arc::new(RwLock::new(NamePolicy::from_policy(&loaded.policy)));
         let (name_server, resolver_events) = match upstream {
             Some(upstream) => {
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -351,12 +359,17 @@ impl Daemon {
     }
 
     fn compile_with(&self, approvals: &Approvals) -> Result<EnforcementImage> {
-        let known = KnownAddresses {
+        self.in_force
+            .compile(&self.loaded.policy, &self.known(), approvals)
+    }
+
+    /// What is known of the names now: what guard resolved, and what its resolver answered.
+    fn known(&self) -> KnownAddresses<'_> {
+        KnownAddresses {
             resolved: Some(&self.dns),
             answered: &self.answers,
-        };
-        self.in_force
-            .compile(&self.loaded.policy, &known, approvals)
+            on_demand: self.name_server.is_some(),
+        }
     }
 
     /// Re-reads the rules and the authorization policy. A policy that fails to load keeps the old
@@ -374,8 +387,12 @@ impl Daemon {
             Err(err) => return Err(self.reload_refused(by, &err)),
         };
         let (loaded, (authz, authz_source)) = loaded;
-        let mut names = host_names(&loaded.policy);
-        names.extend(self.approvals.stand_in_names());
+        let names = names_guard_resolves(
+            &loaded.policy,
+            &self.approvals,
+            &self.answers,
+            self.name_server.is_some(),
+        );
         let unknown: Vec<String> = names
             .iter()
             .filter(|n| self.dns.expires(n).is_none())
@@ -452,21 +469,17 @@ impl Daemon {
     }
 
     /// What guard's resolver answered or refused: answers are recorded, the new addresses of
-    /// names the policy rules on put in force (one map update for every answer waiting), and
-    /// only then are their queries let go; refusals are audited.
+    /// names the policy rules on put in force (one map update for every answer waiting, only
+    /// their entries), and only then are their queries let go; refusals are audited.
     pub fn on_resolver_events(&mut self, events: Vec<ResolverEvent>) {
-        let now = Instant::now();
-        let mut changed = false;
+        let mut answers = Vec::new();
         let mut confirmations = Vec::new();
         for event in events {
             match event {
                 ResolverEvent::Answered(answer, done) => {
-                    let dns = &self.dns;
-                    changed |= self
-                        .answers
-                        .take(&answer, now, |name| dns.expires(name).is_some());
-                    confirmations.push(done);
                     self.audit.emit(super::audit::dns_answered(&answer));
+                    answers.push(answer);
+                    confirmations.push(done);
                 }
                 ResolverEvent::Refused(refused) => {
                     self.audit.emit(super::audit::dns_refused(&refused));
@@ -476,7 +489,7 @@ impl Daemon {
                 }
             }
         }
-        if changed && let Err(err) = self.apply_destinations() {
+        if let Err(err) = self.take_answers(&answers) {
             // The queries are not confirmed: the programs get SERVFAIL, never an address that
             // might not be allowed.
             tracing::error!("putting answered addresses in force failed: {err:#}");
@@ -487,37 +500,11 @@ impl Daemon {
         }
     }
 
-    /// Drops the answered addresses whose time is up; the maps lose them when a rule named
-    /// their name.
-    fn prune_answers(&mut self) -> Result<()> {
-        let now = Instant::now();
-        if self.answers.next_expiry().is_none_or(|due| due > now) {
-            return Ok(());
-        }
-        let names = self
-            .names
-            .read()
-            .map(|n| n.clone())
-            .unwrap_or_else(|_| NamePolicy::answering_all());
-        // A rule names it, or it is an approved stand-in's (guard resolved it).
-        let ruled = self.answers.prune(now).iter().any(|name| {
-            names.decide(name) == NameDecision::Ruled || self.dns.expires(name).is_some()
-        });
-        if ruled {
-            self.apply_destinations()?;
-        }
-        Ok(())
-    }
-
-    /// The destination entries compiled again from what is known of every name now, the rest of
-    /// the image (approvals included) kept.
-    fn apply_destinations(&mut self) -> Result<()> {
-        let known = KnownAddresses {
-            resolved: Some(&self.dns),
-            answered: &self.answers,
-        };
+    /// Records `answers`, drops the answered addresses whose time is up, and puts the entries
+    /// of the names whose addresses changed in force.
+    fn take_answers(&mut self, answers: &[crate::resolve::Answered]) -> Result<()> {
         self.in_force
-            .recompile_destinations(&self.loaded.policy, &known)
+            .take_answers(&mut self.answers, Some(&self.dns), answers, Instant::now())
     }
 
     /// `{"port": P, "names": N, "addresses": M}` of guard's resolver, or null when the scopes'
@@ -550,7 +537,14 @@ impl Daemon {
         }
         let changes = self.resolver.refresh(&mut self.dns, Instant::now()).await;
         if !changes.is_empty() {
-            self.rebuild()?;
+            let names: Vec<String> = changes.into_iter().map(|change| change.host).collect();
+            let known = KnownAddresses {
+                resolved: Some(&self.dns),
+                answered: &self.answers,
+                on_demand: self.name_server.is_some(),
+            };
+            self.in_force.update_names(&names, &known)?;
+            self.refresh_holds();
         }
         Ok(())
     }
@@ -583,7 +577,7 @@ impl Daemon {
         if let Err(err) = self.refresh_dns().await {
             tracing::warn!("DNS refresh failed: {err:#}");
         }
-        if let Err(err) = self.prune_answers() {
+        if let Err(err) = self.take_answers(&[]) {
             tracing::error!("dropping expired DNS answers failed: {err:#}");
         }
         self.watchers.retain(|w| !w.is_closed());

@@ -72,7 +72,7 @@ impl Daemon {
                 .into_iter()
                 .map(|(file, rules)| RulesFile { file, rules })
                 .collect(),
-            unresolved_hosts: self.in_force.image().unresolved_hosts.clone(),
+            unresolved_hosts: self.in_force.image().unresolved_hosts(),
             addresses,
             resolver: self.resolver_status(),
             asks_pending: self.asks.pending_count(),

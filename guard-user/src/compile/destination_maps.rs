@@ -1,0 +1,342 @@
+//! An image's destination entries as the kernel's LPM tries hold them (`DEST_V4`, `DEST_V6`),
+//! kept with what they were made from, so that when some entries change only their map
+//! entries are worked out again: an answer of guard's resolver changes one name's entries, not
+//! the policy's.
+//!
+//! Each map entry's verdict is combined with every entry of the same (transport, port) class
+//! whose prefix contains it, so the longest match the kernel finds carries the strongest
+//! covering verdict: strongest wins, as in `guard check`. An approval is a full-length entry in
+//! its exact class, marked ([`VERDICT_APPROVAL`]); where no rule covers the address in that
+//! class the entry decides nothing itself (the mark only), so the kernel still takes the other
+//! classes and the unmatched default, then lets a `prompt` through.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::IpAddr;
+
+use guard_common::maps::{
+    DEST_HEAD_BITS, DestV4, DestV6, TRANSPORT_ANY, TRANSPORT_TCP, TRANSPORT_UDP, VERDICT_APPROVAL,
+    Verdict, dest_key,
+};
+use ipnetwork::IpNetwork;
+
+use super::destinations::DestinationKey;
+use super::image::{EnforcementImage, Verdict as ImageVerdict};
+use crate::policy::rule::Transport;
+
+/// An address's bytes (the first 4 for IPv4).
+type Bytes = [u8; 16];
+/// (transport code, port with 0 for any, IPv6).
+type Class = (u8, u16, bool);
+/// A map entry before it is keyed for the kernel: its class, prefix length and address.
+type Slot = (Class, u8, Bytes);
+
+/// The destination tries' entries, and what they were made from.
+#[derive(Clone, Debug, Default)]
+pub struct DestinationMaps {
+    /// Per class: (prefix, masked address) → the strongest verdict of the image's entries there.
+    classes: HashMap<Class, HashMap<(u8, Bytes), Verdict>>,
+    /// Per class: how many of those entries each prefix length has (the covers of an address
+    /// are looked up at these lengths only).
+    lengths: HashMap<Class, BTreeMap<u8, u32>>,
+    /// Approved addresses → the approval's rule.
+    approved: HashMap<(Class, Bytes), u32>,
+    /// `DEST_V4`: (prefix length incl. the transport/port head, key data) → verdict.
+    pub v4: HashMap<(u32, DestV4), Verdict>,
+    /// `DEST_V6`.
+    pub v6: HashMap<(u32, DestV6), Verdict>,
+}
+
+/// One map entry an update changed: its verdict before and after (`None`: no entry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Change<K> {
+    pub key: K,
+    pub old: Option<Verdict>,
+    pub new: Option<Verdict>,
+}
+
+/// The map entries an update changed, per trie.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DestinationChanges {
+    pub v4: Vec<Change<(u32, DestV4)>>,
+    pub v6: Vec<Change<(u32, DestV6)>>,
+}
+
+impl DestinationChanges {
+    pub fn is_empty(&self) -> bool {
+        self.v4.is_empty() && self.v6.is_empty()
+    }
+}
+
+fn kernel_verdict(v: &ImageVerdict) -> Verdict {
+    Verdict::new(v.decision, v.rule, v.audit_only)
+}
+
+fn transport_code(t: Transport) -> u8 {
+    match t {
+        Transport::Tcp => TRANSPORT_TCP,
+        Transport::Udp => TRANSPORT_UDP,
+        Transport::Any => TRANSPORT_ANY,
+    }
+}
+
+/// Where an image entry goes (an IPv4-mapped network is an IPv4 one).
+fn slot_of((network, port, transport): &DestinationKey) -> Slot {
+    let mut bytes = [0u8; 16];
+    let (prefix, v6) = match network.ip() {
+        IpAddr::V4(a) => {
+            bytes[..4].copy_from_slice(&a.octets());
+            (network.prefix(), false)
+        }
+        IpAddr::V6(a) => match a.to_ipv4_mapped() {
+            Some(v4) => {
+                bytes[..4].copy_from_slice(&v4.octets());
+                (network.prefix().saturating_sub(96), false)
+            }
+            None => {
+                bytes = a.octets();
+                (network.prefix(), true)
+            }
+        },
+    };
+    let class = (transport_code(*transport), port.unwrap_or(0), v6);
+    (class, prefix, masked(bytes, prefix))
+}
+
+fn full_length(class: &Class) -> u8 {
+    if class.2 { 128 } else { 32 }
+}
+
+/// `bytes` with only their first `prefix` bits kept.
+pub fn masked<const N: usize>(bytes: [u8; N], prefix: u8) -> [u8; N] {
+    let mut out = bytes;
+    for (i, b) in out.iter_mut().enumerate() {
+        let bits = (prefix as usize).saturating_sub(i * 8).min(8);
+        *b = if bits == 0 {
+            0
+        } else {
+            *b & (0xffu8 << (8 - bits))
+        };
+    }
+    out
+}
+
+impl DestinationMaps {
+    /// Every destination map entry of `image`.
+    pub fn build(image: &EnforcementImage) -> DestinationMaps {
+        let mut maps = DestinationMaps::default();
+        for entry in image.destinations.iter() {
+            let (class, prefix, bytes) = slot_of(&(entry.network, entry.port, entry.transport));
+            let verdict = kernel_verdict(&entry.verdict);
+            let slot = maps
+                .classes
+                .entry(class)
+                .or_default()
+                .entry((prefix, bytes))
+                .or_insert_with(|| {
+                    *maps
+                        .lengths
+                        .entry(class)
+                        .or_default()
+                        .entry(prefix)
+                        .or_default() += 1;
+                    Verdict::NONE
+                });
+            *slot = slot.strongest(verdict);
+        }
+        for approval in &image.destination_approvals {
+            let key = (
+                IpNetwork::from(approval.address),
+                Some(approval.port),
+                approval.transport,
+            );
+            let (class, _, bytes) = slot_of(&key);
+            // The first approval of an address names it.
+            maps.approved.entry((class, bytes)).or_insert(approval.rule);
+        }
+        let slots: Vec<Slot> = maps
+            .classes
+            .iter()
+            .flat_map(|(class, entries)| entries.keys().map(|(p, b)| (*class, *p, *b)))
+            .chain(
+                maps.approved
+                    .keys()
+                    .map(|(class, bytes)| (*class, full_length(class), *bytes)),
+            )
+            .collect();
+        for slot in slots {
+            if let Some(verdict) = maps.combined(&slot) {
+                maps.set(&slot, Some(verdict));
+            }
+        }
+        maps
+    }
+
+    /// The image's entries at `keys` changed (came, went, or got another verdict): works out
+    /// their map entries again, and those of every entry they cover, and returns what changed.
+    /// A name's entries are single addresses, which cover nothing: only they are looked at.
+    pub fn update(
+        &mut self,
+        image: &EnforcementImage,
+        keys: &[DestinationKey],
+    ) -> DestinationChanges {
+        let mut slots: Vec<Slot> = Vec::new();
+        let mut whole: HashSet<Class> = HashSet::new();
+        for key in keys {
+            let slot @ (class, prefix, bytes) = slot_of(key);
+            let verdict = image
+                .destinations
+                .get(key)
+                .map(|e| kernel_verdict(&e.verdict));
+            self.set_base(class, prefix, bytes, verdict);
+            if prefix == full_length(&class) {
+                slots.push(slot);
+            } else {
+                whole.insert(class);
+            }
+        }
+        for class in whole {
+            let entries = self.classes.get(&class).into_iter().flatten();
+            slots.extend(entries.map(|((p, b), _)| (class, *p, *b)));
+            let approved = self.approved.keys().filter(|(c, _)| *c == class);
+            slots.extend(approved.map(|(c, b)| (*c, full_length(c), *b)));
+            // Entries whose own base went: they are in `keys` already, or no longer covered.
+            slots.extend(self.held_in(class));
+        }
+        slots.sort_unstable();
+        slots.dedup();
+        let mut changes = DestinationChanges::default();
+        for slot in slots {
+            let new = self.combined(&slot);
+            let old = self.set(&slot, new);
+            if old != new {
+                let (class, prefix, bytes) = slot;
+                let len = DEST_HEAD_BITS + prefix as u32;
+                if class.2 {
+                    let key = (len, dest_key::<19>(class.0, class.1, &bytes));
+                    changes.v6.push(Change { key, old, new });
+                } else {
+                    let key = (len, dest_key::<7>(class.0, class.1, &bytes[..4]));
+                    changes.v4.push(Change { key, old, new });
+                }
+            }
+        }
+        changes
+    }
+
+    /// Puts back what a failed write of `change` left in the kernel, so these entries stay
+    /// what the maps hold.
+    pub fn undo_v4(&mut self, change: &Change<(u32, DestV4)>) {
+        restore(&mut self.v4, change);
+    }
+
+    pub fn undo_v6(&mut self, change: &Change<(u32, DestV6)>) {
+        restore(&mut self.v6, change);
+    }
+
+    /// The slots of `class` the tries hold now (to find one whose entry must go).
+    fn held_in(&self, class: Class) -> Vec<Slot> {
+        let (code, port, v6) = class;
+        let unkey = |len: u32, data: &[u8]| -> Option<Slot> {
+            // dest_key's layout: transport, port (big-endian), then the address.
+            (data[0] == code && u16::from_be_bytes([data[1], data[2]]) == port).then(|| {
+                let mut bytes = [0u8; 16];
+                bytes[..data.len() - 3].copy_from_slice(&data[3..]);
+                (class, (len - DEST_HEAD_BITS) as u8, bytes)
+            })
+        };
+        if v6 {
+            self.v6
+                .keys()
+                .filter_map(|(len, k)| unkey(*len, k))
+                .collect()
+        } else {
+            self.v4
+                .keys()
+                .filter_map(|(len, k)| unkey(*len, k))
+                .collect()
+        }
+    }
+
+    fn set_base(&mut self, class: Class, prefix: u8, bytes: Bytes, verdict: Option<Verdict>) {
+        let entries = self.classes.entry(class).or_default();
+        let lengths = self.lengths.entry(class).or_default();
+        let had = match verdict {
+            Some(verdict) => entries.insert((prefix, bytes), verdict).is_some(),
+            None => entries.remove(&(prefix, bytes)).is_some(),
+        };
+        match (had, verdict.is_some()) {
+            (false, true) => *lengths.entry(prefix).or_default() += 1,
+            (true, false) => {
+                if let Some(count) = lengths.get_mut(&prefix) {
+                    *count -= 1;
+                    if *count == 0 {
+                        lengths.remove(&prefix);
+                    }
+                }
+            }
+            _ => {}
+        }
+        if entries.is_empty() {
+            self.classes.remove(&class);
+            self.lengths.remove(&class);
+        }
+    }
+
+    /// The map entry `slot` should have: its own verdict combined with every entry of its
+    /// class whose prefix contains it, and an approval's mark (`None`: no entry).
+    fn combined(&self, &(class, prefix, bytes): &Slot) -> Option<Verdict> {
+        let entries = self.classes.get(&class);
+        let own = entries.and_then(|e| e.get(&(prefix, bytes))).copied();
+        let approval = (prefix == full_length(&class))
+            .then(|| self.approved.get(&(class, bytes)))
+            .flatten();
+        if own.is_none() && approval.is_none() {
+            return None;
+        }
+        let mut combined = own.unwrap_or(Verdict::NONE);
+        if let (Some(entries), Some(lengths)) = (entries, self.lengths.get(&class)) {
+            for shorter in lengths.range(..prefix).map(|(len, _)| *len) {
+                if let Some(cover) = entries.get(&(shorter, masked(bytes, shorter))) {
+                    combined = combined.strongest(*cover);
+                }
+            }
+        }
+        Some(match approval {
+            Some(rule) if combined.is_none() => Verdict::approval(*rule),
+            Some(_) => Verdict {
+                flags: combined.flags | VERDICT_APPROVAL,
+                ..combined
+            },
+            // A covering approval never lends its mark to another address.
+            None => Verdict {
+                flags: combined.flags & !VERDICT_APPROVAL,
+                ..combined
+            },
+        })
+    }
+
+    /// Sets `slot`'s map entry; returns what it was.
+    fn set(&mut self, &(class, prefix, bytes): &Slot, verdict: Option<Verdict>) -> Option<Verdict> {
+        let len = DEST_HEAD_BITS + prefix as u32;
+        if class.2 {
+            let key = (len, dest_key::<19>(class.0, class.1, &bytes));
+            match verdict {
+                Some(v) => self.v6.insert(key, v),
+                None => self.v6.remove(&key),
+            }
+        } else {
+            let key = (len, dest_key::<7>(class.0, class.1, &bytes[..4]));
+            match verdict {
+                Some(v) => self.v4.insert(key, v),
+                None => self.v4.remove(&key),
+            }
+        }
+    }
+}
+
+fn restore<K: std::hash::Hash + Eq + Copy>(map: &mut HashMap<K, Verdict>, change: &Change<K>) {
+    match change.old {
+        Some(old) => map.insert(change.key, old),
+        None => map.remove(&change.key),
+    };
+}

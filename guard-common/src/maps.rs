@@ -195,7 +195,10 @@ pub struct NetHold {
     /// Non-zero on the `lsm` backend: its socket hooks let a prompted call through unrecorded,
     /// and the cgroup connect and sendmsg programs (which run after them) hold it.
     pub lsm_defers: u8,
-    pub _pad: [u8; 2],
+    /// The port of guard's splice listener on 127.0.0.1 (host order; 0: none): a held connect
+    /// to a stand-in address with no real address yet goes there, and guard splices it to the
+    /// real address once approved.
+    pub splice_port: u16,
     /// `TCP_USER_TIMEOUT` of a held TCP socket until it connects: a blocking connect waits up
     /// to this long (the ask's expiry), then fails with ETIMEDOUT.
     pub user_timeout_ms: u32,
@@ -215,6 +218,10 @@ pub mod held {
     /// Denied (set by userspace): its packets stay dropped, and at its next SYN retry the
     /// sock_ops program ends the connect (ETIMEDOUT) where userspace could not end it at once.
     pub const DENIED: u8 = 4;
+    /// A held connect to a stand-in address with no real address yet, sent to guard's splice
+    /// listener instead (it connects at once there): guard splices it to the real address once
+    /// approved, and ends it when denied.
+    pub const SPLICED: u8 = 5;
 }
 
 /// A socket whose prompted connect (or UDP send) was let through and whose packets are held,

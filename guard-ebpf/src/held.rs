@@ -16,7 +16,7 @@ use aya_ebpf::helpers::generated::{
     bpf_get_socket_cookie, bpf_ktime_get_boot_ns, bpf_setsockopt, bpf_sock_ops_cb_flags_set,
 };
 use aya_ebpf::macros::{cgroup_skb, sock_ops};
-use aya_ebpf::programs::{SkBuffContext, SockOpsContext};
+use aya_ebpf::programs::{SkBuffContext, SockAddrContext, SockOpsContext};
 use guard_common::Decision;
 use guard_common::engine::destination::decide_destination;
 use guard_common::maps::{HeldSocket, NetHold, TRANSPORT_TCP, TRANSPORT_UDP, counter, held};
@@ -48,6 +48,37 @@ pub fn config() -> Option<NetHold> {
     NET_HOLD.get(0).copied().filter(|hold| hold.enabled != 0)
 }
 
+/// Whether socket `cookie` is held at guard's splice listener.
+#[inline(always)]
+pub fn spliced(cookie: u64) -> bool {
+    // SAFETY: a read of a hash map value the verifier bounds.
+    unsafe { HELD_SOCKETS.get(&cookie) }.is_some_and(|entry| entry.state == held::SPLICED)
+}
+
+/// Sends the connect to guard's splice listener on loopback (127.0.0.1, or `::ffff:127.0.0.1`
+/// from an IPv6 socket) at `port`.
+#[inline(always)]
+pub fn to_splice_listener(ctx: &SockAddrContext, v6: bool, port: u16) {
+    const LOOPBACK: u32 = u32::from_ne_bytes([127, 0, 0, 1]);
+    const V4_MAPPED_WORD: u32 = u32::from_ne_bytes([0, 0, 0xff, 0xff]);
+    // SAFETY: the context pointer the kernel passed; connect programs may write these fields.
+    let sa = unsafe { &mut *ctx.sock_addr };
+    // One 4-byte store per field (volatile, so LLVM cannot merge them): the verifier allows no
+    // wider store to the context.
+    if v6 {
+        let ip6 = (&raw mut sa.user_ip6).cast::<u32>();
+        for (i, word) in [0, 0, V4_MAPPED_WORD, LOOPBACK].into_iter().enumerate() {
+            // SAFETY: word `i` of the address in the context.
+            unsafe { core::ptr::write_volatile(ip6.add(i), word) };
+        }
+    } else {
+        // SAFETY: a field of the context.
+        unsafe { core::ptr::write_volatile(&raw mut sa.user_ip4, LOOPBACK) };
+    }
+    // SAFETY: a field of the context.
+    unsafe { core::ptr::write_volatile(&raw mut sa.user_port, u32::from(port.to_be())) };
+}
+
 /// Whether the current process's scope has its prompts held (someone answers for it): only
 /// looked up for a prompt, so the calls that are not prompted never pay for it.
 #[inline(always)]
@@ -68,7 +99,14 @@ pub fn socket_cookie<C: EbpfContext>(ctx: &C) -> u64 {
 /// (no cookie, the table is full): the caller refuses the call instead (fails closed, as
 /// without a hold).
 #[inline(always)]
-pub fn hold(cookie: u64, family: u16, addr: &[u8; 16], port: u16, transport: u8) -> bool {
+pub fn hold(
+    cookie: u64,
+    state: u8,
+    family: u16,
+    addr: &[u8; 16],
+    port: u16,
+    transport: u8,
+) -> bool {
     if cookie == 0 {
         return false;
     }
@@ -86,7 +124,7 @@ pub fn hold(cookie: u64, family: u16, addr: &[u8; 16], port: u16, transport: u8)
         family,
         port,
         transport,
-        state: held::HELD,
+        state,
         held_ns: now,
         changed_ns: now,
         ..HeldSocket::default()
@@ -112,6 +150,8 @@ pub fn held_egress(ctx: SkBuffContext) -> i32 {
     if entry.state == held::DENIED {
         return dropped();
     }
+    // HELD is decided below; RELEASED, CONNECTED and CLOSED were, and SPLICED goes to guard's
+    // splice listener on loopback.
     if entry.state != held::HELD {
         return SEND;
     }
@@ -234,6 +274,10 @@ pub fn held_sockops(ctx: SockOpsContext) -> u32 {
     // SAFETY: helper call without arguments.
     let now = unsafe { bpf_ktime_get_boot_ns() };
     if op == SOCK_OPS_ACTIVE_ESTABLISHED_CB {
+        if entry.state == held::SPLICED {
+            // Connected to guard's splice listener, which holds it.
+            return 1;
+        }
         entry.state = held::CONNECTED;
         entry.changed_ns = now;
         // The program's own timeouts again from here on.

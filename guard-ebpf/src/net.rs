@@ -13,7 +13,7 @@ use guard_common::engine::outcome::{Counters, Outcome};
 use guard_common::event::{action, flag, kind};
 use guard_common::limits::NO_RULE;
 use guard_common::maps::{
-    DEST_HEAD_BITS, DestV4, DestV6, TRANSPORT_TCP, TRANSPORT_UDP, Verdict, counter, dest_key,
+    DEST_HEAD_BITS, DestV4, DestV6, TRANSPORT_TCP, TRANSPORT_UDP, Verdict, counter, dest_key, held,
 };
 
 use crate::events::{Subject, conclude, emit};
@@ -67,27 +67,33 @@ fn from_sock_addr(ctx: &SockAddrContext, v6: bool, call: u8) -> i32 {
         }
     }
     let hold = crate::held::config();
-    // A socket may be held when the hold is on, unless it names a stand-in with no real
-    // address yet: that call has nowhere to go, and is refused below.
+    // A stand-in with no real address yet has nowhere to go: it is held only at guard's splice
+    // listener (TCP), else refused.
+    let unmapped = hold.is_some() && crate::stand_in::unmapped(ctx, v6);
+    let splice_port = hold.map_or(0, |h| h.splice_port);
+    // SAFETY: the context pointer the kernel passed.
+    let splice = unmapped && splice_port != 0 && unsafe { (*ctx.sock_addr).protocol } == 6;
     let cookie = match hold {
-        Some(_) if !crate::stand_in::unmapped(ctx, v6) => crate::held::socket_cookie(ctx),
+        Some(_) if !unmapped || splice => crate::held::socket_cookie(ctx),
         _ => 0,
     };
+    let state = if splice { held::SPLICED } else { held::HELD };
     // On the lsm backend these programs are attached only to redirect and hold; the LSM hooks
     // decided (a stand-in by its own address, as here), and let the prompts to hold through.
-    if redirect.is_some_and(|r| r.redirect_only != 0) || hold.is_some_and(|h| h.lsm_defers != 0) {
-        if hold.is_some() && decide_sock_addr(ctx, v6, call, HoldBy::Deferred(cookie)) {
-            return 0;
-        }
-        return i32::from(crate::stand_in::send_to_real(ctx, v6));
-    }
-    let by = if hold.is_some() {
-        HoldBy::Socket(cookie)
-    } else {
-        HoldBy::Nobody
+    let lsm =
+        redirect.is_some_and(|r| r.redirect_only != 0) || hold.is_some_and(|h| h.lsm_defers != 0);
+    let by = match (hold, lsm) {
+        (None, _) => HoldBy::Nobody,
+        (Some(_), false) => HoldBy::Socket(cookie, state),
+        (Some(_), true) => HoldBy::Deferred(cookie, state),
     };
-    if decide_sock_addr(ctx, v6, call, by) {
+    if (!lsm || hold.is_some()) && decide_sock_addr(ctx, v6, call, by) {
         return 0;
+    }
+    if splice && crate::held::spliced(cookie) {
+        // Held at guard's splice listener, which sends it on once approved.
+        crate::held::to_splice_listener(ctx, v6, splice_port);
+        return 1;
     }
     // Let through: a stand-in goes to the real address it stands for, or nowhere.
     i32::from(crate::stand_in::send_to_real(ctx, v6))
@@ -98,11 +104,12 @@ fn from_sock_addr(ctx: &SockAddrContext, v6: bool, call: u8) -> i32 {
 enum HoldBy {
     /// Nobody: a prompt is refused.
     Nobody,
-    /// This cgroup program: the socket with this cookie is held (0: it cannot be).
-    Socket(u64),
+    /// This cgroup program: the socket with this cookie is held (0: it cannot be), in this
+    /// `held` state.
+    Socket(u64, u8),
     /// This cgroup program, after an LSM hook decided everything but the prompts it let
     /// through: those are held, the rest pass unrecorded (the hook recorded them).
-    Deferred(u64),
+    Deferred(u64, u8),
     /// The cgroup program that runs after this LSM hook: a prompt goes through unrecorded.
     CgroupProgram,
 }
@@ -292,7 +299,7 @@ fn refuse(
         // The cgroup program that runs next holds it, and records it.
         HoldBy::CgroupProgram if holdable => return false,
         // The LSM hook decided and recorded everything else.
-        HoldBy::Deferred(_) if !holdable => return false,
+        HoldBy::Deferred(..) if !holdable => return false,
         _ => {}
     }
     // An allow nobody records: counted, no event (a decision, not a failure).
@@ -300,10 +307,11 @@ fn refuse(
         return false;
     };
     let mut cookie = 0;
-    if let HoldBy::Socket(socket) | HoldBy::Deferred(socket) = hold
+    if let HoldBy::Socket(socket, state) | HoldBy::Deferred(socket, state) = hold
         && holdable
         && crate::held::hold(
             socket,
+            state,
             destination.family,
             &destination.addr,
             destination.port,

@@ -46,6 +46,9 @@ pub struct SessionOptions {
     /// Hold prompted TCP connects and UDP sends as a slow network would instead of refusing
     /// them ([`Enforcer::hold_network`]); a blocking connect waits up to this long.
     pub hold_network: Option<Duration>,
+    /// With `hold_network`: where a held connect to a stand-in address waits
+    /// ([`crate::hold::splice::SpliceListener::port`]; `None`: such a connect is refused).
+    pub splice_port: Option<u16>,
 }
 
 /// A DNS matter of the scope, for the person running it.
@@ -162,7 +165,7 @@ impl Session {
         };
         let mut enforcer = Enforcer::load(backend)?;
         if let Some(timeout) = options.hold_network {
-            enforcer.hold_network(timeout)?;
+            enforcer.hold_network(timeout, options.splice_port)?;
         }
         let events = enforcer.events()?;
         let modes = Modes {

@@ -196,6 +196,51 @@ fn a_held_connect_to_a_stand_in_goes_to_the_real_host_once_approved() {
     assert!(dns.queries("held.example.test") > 0, "resolved on approval");
 }
 
+#[test]
+fn a_held_connect_to_a_stand_in_waits_at_the_splice_listener_and_its_request_reaches_the_real_host_once_approved()
+ {
+    if !can_run() {
+        return;
+    }
+    // curl looks the name up as any program does (its DNS is redirected to guard's resolver,
+    // which answers a stand-in), connects, sends its request and waits for the reply: the
+    // connect waits at guard's splice listener until the approval, then goes to the real host.
+    let dns = TestDns::start();
+    let port = http_server(1);
+    dns.set_a("spliced.example.test", &[std::net::Ipv4Addr::LOCALHOST], 60);
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "enforcement(unmatched_network=\"prompt\")\n".to_string(),
+        nameserver: Some(dns.addr()),
+        ..Default::default()
+    });
+    let url = format!("http://spliced.example.test:{port}/");
+    let mut run = daemon.held_run(&["curl", "-sS", "--max-time", "60", &url]);
+    let ask = daemon.pending_ask(&mut run);
+    assert_eq!(ask["record"]["host"], "spliced.example.test", "{ask}");
+    assert_eq!(
+        dns.queries("spliced.example.test"),
+        0,
+        "the name stays on the host while its connect is held"
+    );
+    let id = ask["id"].as_u64().unwrap().to_string();
+    let out = daemon.guard(&["approve", &id, "--once"]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    let (code, stdout, stderr) = finish_held(run);
+    assert_eq!(
+        (code, stdout.as_str()),
+        (0, "held-ok"),
+        "the request went through the splice to the real host: {stderr}"
+    );
+    let ended = records_until(&daemon, "held_ended", |r| !r.is_empty());
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!(
+        (ended[0]["outcome"].as_str(), ended[0]["action"].as_str()),
+        (Some("approved"), Some("continue")),
+        "{}",
+        ended[0]
+    );
+}
+
 fn net_probe() -> String {
     helper("net-probe", env!("CARGO_BIN_EXE_net-probe"))
         .to_string_lossy()

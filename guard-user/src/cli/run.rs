@@ -13,6 +13,7 @@ use crate::confine::landlock::Confinement;
 use crate::confine::sandbox::SandboxPlan;
 use crate::confine::{CommandConfinement, Holding, WritePlan, capabilities};
 use crate::hold::sockets::HeldSocket;
+use crate::hold::splice::SpliceListener;
 use crate::hold::{Hold, Twins};
 use crate::kernel::Backend;
 use crate::kernel::events::Action;
@@ -237,7 +238,17 @@ pub fn run(args: &RunArgs) -> ExitCode {
             && approval != ApprovalPolicy::Never
             && Terminal::open().is_some()
             && crate::hold::policy_prompts_destinations(&policy)
-            && crate::hold::kernel_holds_every_prompt(&policy, !args.no_resolver)
+    });
+    // Where a held connect to a stand-in address waits for its answer.
+    let splices = hold_network.and_then(|_| match SpliceListener::start() {
+        Ok(splices) => Some(splices),
+        Err(err) => {
+            eprintln!(
+                "guard: note: a prompted connect to a name no rule names is refused at once, not \
+                 held (no splice listener: {err})"
+            );
+            None
+        }
     });
     let options = SessionOptions {
         backend: args.backend,
@@ -247,6 +258,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
         resolver: (!args.no_resolver).then_some(args.dns_refusal),
         hold_network: hold_network
             .map(|asks| asks.timeout() + crate::hold::sockets::KERNEL_BOUND_GRACE),
+        splice_port: splices.as_ref().map(SpliceListener::port),
     };
     let mut session = match Session::start(policy, &options) {
         Ok(session) => session,
@@ -348,6 +360,9 @@ pub fn run(args: &RunArgs) -> ExitCode {
         approval,
         args.verbose,
     );
+    if let (Some(held), Some(splices)) = (held.as_mut(), splices) {
+        held.take_splices(splices);
+    }
     let child_end = held
         .as_ref()
         .and_then(HeldCalls::hold)

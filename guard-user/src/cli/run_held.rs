@@ -21,6 +21,7 @@ use crate::asks::{Answerer, ApprovalMode, AskState};
 use crate::compile::kernel_engine::KernelEngine;
 use crate::hold::event::held_event;
 use crate::hold::sockets::{HeldOutcome, HeldSocket};
+use crate::hold::splice::SpliceListener;
 use crate::hold::{HeldCall, Hold, Reply};
 use crate::policy::approval::{ApprovalPolicy, prompt_rejection};
 use crate::session::Session;
@@ -121,6 +122,8 @@ pub struct HeldCalls {
     waiting: Vec<Waiting>,
     /// Connects and sends the kernel holds.
     sockets: Vec<HeldSocket>,
+    /// Where held connects to stand-in addresses wait.
+    splices: Option<SpliceListener>,
     /// [`RunAsks::policies_applied`] when the hold last took the policy.
     policies_seen: u64,
 }
@@ -132,6 +135,7 @@ impl HeldCalls {
             terminal,
             waiting: Vec::new(),
             sockets: Vec::new(),
+            splices: None,
             policies_seen: 0,
         }
     }
@@ -142,6 +146,11 @@ impl HeldCalls {
 
     pub fn hold_mut(&mut self) -> Option<&mut Hold> {
         self.hold.as_mut()
+    }
+
+    /// The splice listener held connects to stand-in addresses wait at.
+    pub fn take_splices(&mut self, splices: SpliceListener) {
+        self.splices = Some(splices);
     }
 
     /// Connects the kernel holds, each with its ask (from the run's events).
@@ -279,7 +288,11 @@ impl HeldCalls {
         let mut still = Vec::new();
         for mut socket in std::mem::take(&mut self.sockets) {
             let state = asks.state(socket.ask);
-            match socket.step(session.enforcer_mut(), state.as_ref()) {
+            match socket.step(
+                session.enforcer_mut(),
+                state.as_ref(),
+                self.splices.as_mut(),
+            ) {
                 Ok(None) => still.push(socket),
                 Ok(Some(outcome @ (HeldOutcome::Denied | HeldOutcome::Expired))) => {
                     let how = if outcome == HeldOutcome::Expired {

@@ -20,6 +20,7 @@ pub mod event;
 pub mod filter;
 pub mod listener;
 pub mod sockets;
+pub mod splice;
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -180,15 +181,6 @@ impl Twins {
             Some(HeldRequest::Connect { call, decision })
         }
     }
-}
-
-/// Whether the kernel can hold every prompted connect of `policy` ([`sockets`]): all but those
-/// to a stand-in address, which guard's resolver hands out for names no rule names when
-/// `unmatched_network` is `prompt` (`dns_redirected`). Such a connect has no real address until
-/// its approval, and the kernel cannot send a held socket elsewhere; the seccomp hold can (it
-/// lets the call go on after the approval mapped the stand-in), so those policies keep it.
-pub fn kernel_holds_every_prompt(policy: &Policy, dns_redirected: bool) -> bool {
-    !(dns_redirected && policy.enforcement().unmatched_network == Decision::Prompt)
 }
 
 /// Whether holding execs is worth a filter: the policy asks about some exec (a `prompt` rule

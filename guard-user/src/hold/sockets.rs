@@ -8,9 +8,12 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
-use guard_common::maps::{TRANSPORT_TCP, held};
+use std::net::{Ipv4Addr, SocketAddr};
 
+use anyhow::Result;
+use guard_common::maps::{HeldSocket as KernelHeldSocket, TRANSPORT_TCP, held};
+
+use super::splice::{SpliceListener, splice};
 use crate::asks::AskState;
 use crate::kernel::Enforcer;
 
@@ -62,6 +65,9 @@ pub struct HeldSocket {
     ending: Option<HeldOutcome>,
 }
 
+/// Where held connects to stand-in addresses wait ([`super::splice`]).
+pub type Splices<'a> = Option<&'a mut SpliceListener>;
+
 impl HeldSocket {
     pub fn new(cookie: u64, ask: u64, pid: u32, transport: u8, refusal: String) -> HeldSocket {
         HeldSocket {
@@ -86,8 +92,13 @@ impl HeldSocket {
         &mut self,
         enforcer: &mut Enforcer,
         answer: Option<&AskState>,
+        splices: Splices<'_>,
     ) -> Result<Option<HeldOutcome>> {
-        let state = enforcer.held_socket(self.cookie)?.map(|entry| entry.state);
+        let entry = enforcer.held_socket(self.cookie)?;
+        if let Some(entry) = entry.filter(|e| e.state == held::SPLICED) {
+            return self.step_spliced(enforcer, &entry, answer, splices);
+        }
+        let state = entry.map(|entry| entry.state);
         let closed = matches!(state, None | Some(held::CLOSED));
         let outcome = if let Some(ending) = self.ending {
             closed.then_some(ending)
@@ -119,5 +130,52 @@ impl HeldSocket {
             enforcer.forget_held_socket(self.cookie)?;
         }
         Ok(outcome)
+    }
+
+    /// [`HeldSocket::step`] of a connect held at guard's splice listener: approved, its
+    /// connection there is spliced to the real address its stand-in now maps to; denied or
+    /// expired, it is closed.
+    fn step_spliced(
+        &mut self,
+        enforcer: &mut Enforcer,
+        entry: &KernelHeldSocket,
+        answer: Option<&AskState>,
+        splices: Splices<'_>,
+    ) -> Result<Option<HeldOutcome>> {
+        let connection = |splices: Splices<'_>| splices.and_then(|s| s.take(entry.local_port));
+        let outcome = match answer {
+            Some(AskState::Pending) => return Ok(None),
+            Some(AskState::Approved { .. }) => {
+                let stand_in =
+                    Ipv4Addr::new(entry.addr[0], entry.addr[1], entry.addr[2], entry.addr[3]);
+                match (enforcer.stand_in_target(stand_in)?, connection(splices)) {
+                    (Some(real), Some(client)) => {
+                        if let Err(err) = splice(client, SocketAddr::from((real, entry.port))) {
+                            tracing::warn!(
+                                "a held connect to {stand_in} was approved but {real}:{} could \
+                                 not be reached: {err}",
+                                entry.port
+                            );
+                        }
+                    }
+                    // Its name did not resolve, or the program is gone: nowhere to send it.
+                    _ => {
+                        enforcer.end_held_socket(self.cookie)?;
+                    }
+                }
+                HeldOutcome::Approved
+            }
+            other => {
+                drop(connection(splices));
+                enforcer.end_held_socket(self.cookie)?;
+                if matches!(other, Some(AskState::Denied { .. })) {
+                    HeldOutcome::Denied
+                } else {
+                    HeldOutcome::Expired
+                }
+            }
+        };
+        enforcer.forget_held_socket(self.cookie)?;
+        Ok(Some(outcome))
     }
 }

@@ -649,13 +649,19 @@ impl Enforcer {
 
     /// Holds prompted TCP connects and UDP sends as a slow network would, instead of refusing
     /// them (`guard-ebpf` `held`): a blocking connect waits up to `user_timeout`, the program's
-    /// own timeouts apply, an approval lets the next SYN out. Call before [`Enforcer::attach_cgroup`]
-    /// (it attaches the egress and sock_ops programs to each scope from then on).
-    pub fn hold_network(&mut self, user_timeout: std::time::Duration) -> Result<()> {
+    /// own timeouts apply, an approval lets the next SYN out. A connect to a stand-in address
+    /// with no real address yet goes to guard's splice listener at `splice_port` (`None`: it is
+    /// refused). Call before [`Enforcer::attach_cgroup`] (it attaches the egress and sock_ops
+    /// programs to each scope from then on).
+    pub fn hold_network(
+        &mut self,
+        user_timeout: std::time::Duration,
+        splice_port: Option<u16>,
+    ) -> Result<()> {
         self.write_net_hold(NetHold {
             enabled: 1,
             lsm_defers: u8::from(self.backend == Backend::Lsm),
-            _pad: [0; 2],
+            splice_port: splice_port.unwrap_or(0),
             user_timeout_ms: u32::try_from(user_timeout.as_millis()).unwrap_or(u32::MAX),
         })?;
         self.net_hold = true;
@@ -677,17 +683,6 @@ impl Enforcer {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
             Err(err) => Err(err).context("removing a scope whose connects were held"),
         }
-    }
-
-    /// Turns the hold [`Enforcer::hold_network`] set up on or off (its programs stay attached:
-    /// off, a prompt is refused again, and sockets held already wait for their answers).
-    pub fn set_network_hold(&mut self, on: bool) -> Result<()> {
-        if !self.net_hold {
-            bail!("the hold of prompted connects was not set up");
-        }
-        let mut hold = self.read_net_hold()?;
-        hold.enabled = u8::from(on);
-        self.write_net_hold(hold)
     }
 
     /// Whether prompted connects and sends are held now.
@@ -724,6 +719,24 @@ impl Enforcer {
         map.iter()
             .map(|entry| entry.context("reading HELD_SOCKETS"))
             .collect()
+    }
+
+    /// The real address stand-in `stand_in` is mapped to (`STAND_INS`), once an approval or a
+    /// rule let its name be resolved.
+    pub fn stand_in_target(
+        &self,
+        stand_in: std::net::Ipv4Addr,
+    ) -> Result<Option<std::net::Ipv4Addr>> {
+        let map = self
+            .ebpf
+            .map("STAND_INS")
+            .ok_or_else(|| anyhow!("no STAND_INS map"))?;
+        let map: aya::maps::HashMap<_, u32, u32> = aya::maps::HashMap::try_from(map)?;
+        match map.get(&u32::from_ne_bytes(stand_in.octets()), 0) {
+            Ok(real) => Ok(Some(std::net::Ipv4Addr::from(real.to_ne_bytes()))),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(err) => Err(err).context("reading STAND_INS"),
+        }
     }
 
     /// What the kernel says of held socket `cookie` (`None`: not listed).

@@ -200,7 +200,10 @@ impl Daemon {
         let mut ended = Vec::new();
         for mut waiting in std::mem::take(&mut self.held_sockets) {
             let state = self.asks.state(waiting.socket.ask);
-            match waiting.socket.step(self.in_force.enforcer_mut(), state) {
+            match waiting
+                .socket
+                .step(self.in_force.enforcer_mut(), state, self.splices.as_mut())
+            {
                 Ok(None) => self.held_sockets.push(waiting),
                 Ok(Some(outcome)) => ended.push((waiting, outcome)),
                 Err(err) => {

@@ -83,6 +83,8 @@ pub struct Daemon {
     pub held_calls: Option<UnboundedReceiver<u64>>,
     /// Connects and sends the kernel holds, waiting for their asks (`held.rs`).
     held_sockets: Vec<held::WaitingSocket>,
+    /// Where held connects to stand-in addresses wait.
+    splices: Option<crate::hold::splice::SpliceListener>,
 }
 
 /// What the daemon made of one event (see [`Daemon::take_event`]).
@@ -222,14 +224,24 @@ impl Daemon {
             }
             None => (None, None),
         };
-        // Prompted connects wait in the kernel, as on a slow network, when someone may answer.
+        // Prompted connects wait in the kernel, as on a slow network, when someone may answer;
+        // one to a stand-in address waits at guard's splice listener.
+        let mut splices = None;
         if config.asks.approval() != ApprovalPolicy::Never {
-            enforcer
-                .hold_network(config.asks.timeout() + crate::hold::sockets::KERNEL_BOUND_GRACE)?;
-            enforcer.set_network_hold(crate::hold::kernel_holds_every_prompt(
-                &loaded.policy,
-                name_server.is_some(),
-            ))?;
+            splices = crate::hold::splice::SpliceListener::start()
+                .map_err(|err| {
+                    notes.push(format!(
+                        "a prompted connect to a name no rule names is refused at once, not held \
+                         (no splice listener: {err})"
+                    ))
+                })
+                .ok();
+            enforcer.hold_network(
+                config.asks.timeout() + crate::hold::sockets::KERNEL_BOUND_GRACE,
+                splices
+                    .as_ref()
+                    .map(crate::hold::splice::SpliceListener::port),
+            )?;
         }
         let (mut audit, audit_error) =
             AuditTrail::open(config.audit.writer_config(), authz.clone());
@@ -241,6 +253,7 @@ impl Daemon {
             held_wake,
             held_calls: Some(held_calls),
             held_sockets: Vec::new(),
+            splices,
             authz,
             authz_source,
             resolver,
@@ -410,17 +423,6 @@ impl Daemon {
         }
         if let Ok(mut names) = self.names.write() {
             *names = NamePolicy::from_policy(&self.loaded.policy);
-        }
-        // The kernel holds the new policy's prompts unless it hands out stand-ins (runs started
-        // before keep the filters they were offered).
-        if self.in_force.enforcer().holds_network() {
-            let on = crate::hold::kernel_holds_every_prompt(
-                &self.loaded.policy,
-                self.name_server.is_some(),
-            );
-            if let Err(err) = self.in_force.enforcer_mut().set_network_hold(on) {
-                tracing::warn!("the hold of prompted connects is as it was: {err:#}");
-            }
         }
         self.last_reload_error = None;
         self.audit.set_authz(authz.clone());

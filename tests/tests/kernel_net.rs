@@ -665,6 +665,62 @@ fn a_denied_held_connect_fails_at_once_and_a_held_connect_from_any_thread_waits(
 }
 
 #[test]
+fn a_held_udp_datagram_is_dropped_as_a_lossy_network_would_until_its_destination_is_approved() {
+    let receiver = UdpSocket::bind("127.0.0.9:0").unwrap();
+    receiver
+        .set_read_timeout(Some(Duration::from_millis(1_500)))
+        .unwrap();
+    let port = receiver.local_addr().unwrap().port();
+    let rules = format!(
+        "address_rule(addresses=[\"127.0.0.9\"], ports=[{port}], transport=\"udp\", decision=\"prompt\")\n"
+    );
+    let Some(mut session) = session_or_skip(
+        &rules,
+        SessionOptions {
+            hold_network: Some(Duration::from_secs(60)),
+            ..SessionOptions::default()
+        },
+    ) else {
+        return;
+    };
+    // No error for the program, as on a lossy link; nothing arrives.
+    expect(&session, "udp-sendto", "127.0.0.9", port, Outcome::Ok);
+    let event = session.expect_event("the held datagram", EVENT_TIMEOUT, |e| {
+        e.kind == EventKind::Sendmsg
+    });
+    assert_eq!(
+        (event.decision, event.action),
+        (Decision::Prompt, Action::Held),
+        "{event:#?}"
+    );
+    let mut buffer = [0u8; 16];
+    assert!(
+        receiver.recv(&mut buffer).is_err(),
+        "the held datagram never arrived"
+    );
+    session
+        .hold_approval(guard::asks::Approval {
+            ask: 1,
+            mode: guard::asks::ApprovalMode::Session,
+            by: "test".into(),
+            target: guard::asks::ApprovalTarget::Network {
+                address: "127.0.0.9".parse().unwrap(),
+                port,
+                transport: guard::policy::Transport::Udp,
+                host: None,
+            },
+            scope: None,
+            until: None,
+        })
+        .expect("holding the approval");
+    expect(&session, "udp-sendto", "127.0.0.9", port, Outcome::Ok);
+    let got = receiver
+        .recv(&mut buffer)
+        .expect("the approved datagram arrives");
+    assert_eq!(&buffer[..got], b"guard");
+}
+
+#[test]
 fn processes_outside_the_scope_are_untouched() {
     let (listener, port) = listener("127.0.0.1");
     let rules =

@@ -10,6 +10,11 @@
 //! The drop asks the kernel for a "congestion" drop (return 2): TCP then retries a SYN every
 //! `TCP_RESOURCE_PROBE_INTERVAL` (500 ms) without backing off, so an approval reaches the
 //! program within about half a second, and UDP reports no error (as a lossy link would not).
+//!
+//! A connect to a stand-in address with no real address yet has nowhere to be held on the way
+//! to: it goes to guard's splice listener on loopback instead (`held::SPLICED`,
+//! [`to_splice_listener`]), which sends it on once approved. Only scopes listed in
+//! `HOLD_SCOPES` (someone answers for them) are held; elsewhere a prompt is refused.
 
 use aya_ebpf::EbpfContext;
 use aya_ebpf::helpers::generated::{

@@ -13,6 +13,11 @@
 //! Fails open to the kernel: a call the thread cannot read, or one it finds not prompted,
 //! continues and the BPF programs decide it as they always do (a prompt the twin missed is
 //! refused there, as without the hold).
+//!
+//! Connects and sends are cheaper to hold in the kernel, which `guard run` and the daemon do:
+//! the call goes on as on a slow network and only its packets wait ([`sockets`]; a connect to a
+//! stand-in waits at [`splice`]). So their filters hold execs alone; holding connects here is
+//! kept for a caller that has no kernel hold.
 
 pub mod call;
 pub mod connect;

@@ -399,9 +399,22 @@ pub fn run(args: &RunArgs) -> ExitCode {
             args.json_events,
             args.verbose,
         );
-        if let (Some(held), Some(asks)) = (held.as_mut(), asks.as_mut()) {
-            held.take_sockets(sockets);
-            held.step(&mut session, asks, approval);
+        match (held.as_mut(), asks.as_mut()) {
+            (Some(held), Some(asks)) => {
+                held.take_sockets(sockets);
+                held.step(&mut session, asks, approval);
+            }
+            // No terminal to ask on after all: refused at once, as without a hold.
+            _ => {
+                for socket in sockets {
+                    let ended = session
+                        .enforcer_mut()
+                        .end_and_forget_held_socket(socket.cookie);
+                    if let Err(err) = ended {
+                        eprintln!("guard: ending a held connect: {err:#}");
+                    }
+                }
+            }
         }
         if session
             .next_dns_refresh()
@@ -500,6 +513,11 @@ fn start_hold(
         session.resolver_port().is_some(),
     ) {
         Ok(twins) => twins,
+        // The kernel still holds connects: only execs are refused at once.
+        Err(err) if kernel_holds_network => {
+            eprintln!("guard: note: prompted execs are refused at once, not held: {err:#}");
+            Twins::default()
+        }
         Err(err) => {
             eprintln!("guard: note: prompted calls are refused at once, not held: {err:#}");
             return None;

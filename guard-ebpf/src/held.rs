@@ -249,7 +249,7 @@ pub fn held_sockops(ctx: SockOpsContext) -> u32 {
         // The local address is chosen by now: userspace needs it to end the socket on a denial.
         entry.local_port = ctx.local_port() as u16;
         if entry.family == AF_INET6 {
-            entry.local_addr = words(local_ip6(&ctx));
+            entry.local_addr = crate::net::words_to_bytes(local_ip6(&ctx));
         } else if ctx.family() == u32::from(AF_INET6) {
             // An IPv6 socket connecting to an IPv4-mapped address (held as IPv4): its local
             // address is IPv4-mapped too.
@@ -321,15 +321,4 @@ fn local_ip6(ctx: &SockOpsContext) -> [u32; 4] {
     // SAFETY: the context pointer the kernel passed; each word is a field of it.
     let ip6 = unsafe { &raw const (*ctx.ops).local_ip6 }.cast::<u32>();
     [0, 1, 2, 3].map(|i| unsafe { core::ptr::read_volatile(ip6.add(i)) })
-}
-
-#[inline(always)]
-fn words(words: [u32; 4]) -> [u8; 16] {
-    let mut addr = [0u8; 16];
-    let mut i = 0;
-    while i < 4 {
-        addr[i * 4..i * 4 + 4].copy_from_slice(&words[i].to_ne_bytes());
-        i += 1;
-    }
-    addr
 }

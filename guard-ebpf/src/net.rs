@@ -164,8 +164,9 @@ fn decide_sock_addr(ctx: &SockAddrContext, v6: bool, call: u8, hold: HoldBy) -> 
     refuse(destination, call, action::EPERM, 0, Verdict::NONE, hold)
 }
 
+/// An address the kernel keeps as four native words, as bytes.
 #[inline(always)]
-fn words_to_bytes(words: [u32; 4]) -> [u8; 16] {
+pub fn words_to_bytes(words: [u32; 4]) -> [u8; 16] {
     let mut addr = [0u8; 16];
     let mut i = 0;
     while i < 4 {

@@ -298,6 +298,16 @@ fn run_worker_in(
     port: u16,
     session: Option<&guard::session::Session>,
 ) -> Result<[f64; 4]> {
+    let mut command = worker_command(options, port)?;
+    let mut child = match session {
+        Some(session) => session.spawn(&mut command)?,
+        None => command.spawn()?,
+    };
+    read_worker(&mut child)
+}
+
+/// This bench as the worker, its figures on a pipe.
+fn worker_command(options: &Options, port: u16) -> Result<Command> {
     let mut command = Command::new(std::env::current_exe()?);
     command
         .args([
@@ -307,11 +317,7 @@ fn run_worker_in(
         ])
         .arg(port.to_string())
         .stdout(Stdio::piped());
-    let mut child = match session {
-        Some(session) => session.spawn(&mut command)?,
-        None => command.spawn()?,
-    };
-    read_worker(&mut child)
+    Ok(command)
 }
 
 /// What a worker printed: ns per exec, per getppid, per connect, per datagram.
@@ -330,15 +336,7 @@ fn read_worker(child: &mut std::process::Child) -> Result<[f64; 4]> {
 
 /// One worker run: ns per exec, per getppid, per connect, per datagram.
 fn run_worker(options: &Options, port: u16, held: bool) -> Result<[f64; 4]> {
-    let mut command = Command::new(std::env::current_exe()?);
-    command
-        .args([
-            "--worker",
-            &options.execs.to_string(),
-            &options.calls.to_string(),
-        ])
-        .arg(port.to_string())
-        .stdout(Stdio::piped());
+    let mut command = worker_command(options, port)?;
     let mut hold = if held {
         let mut parser = PolicyParser::new();
         parser

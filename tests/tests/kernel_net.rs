@@ -507,7 +507,8 @@ fn timed_outcome(child: std::process::Child) -> (String, u64) {
     (outcome.to_string(), ms.parse().expect("milliseconds"))
 }
 
-fn approve_127_0_0_9(session: &mut TestSession, port: u16) {
+/// Approves `transport` to 127.0.0.9 at `port` for the session, as an answered ask would.
+fn approve_127_0_0_9(session: &mut TestSession, port: u16, transport: guard::policy::Transport) {
     session
         .hold_approval(guard::asks::Approval {
             ask: 1,
@@ -516,7 +517,7 @@ fn approve_127_0_0_9(session: &mut TestSession, port: u16) {
             target: guard::asks::ApprovalTarget::Network {
                 address: "127.0.0.9".parse().unwrap(),
                 port,
-                transport: guard::policy::Transport::Tcp,
+                transport,
                 host: None,
             },
             scope: None,
@@ -576,7 +577,7 @@ fn a_held_connect_times_out_on_the_programs_schedule_never_reaches_the_listener_
     let waiting = spawn_timed(&session, 0, port);
     std::thread::sleep(Duration::from_millis(1_500));
     let approved = Instant::now();
-    approve_127_0_0_9(&mut session, port);
+    approve_127_0_0_9(&mut session, port, guard::policy::Transport::Tcp);
     let (outcome, ms) = timed_outcome(waiting);
     let latency = approved.elapsed();
     assert_eq!(
@@ -698,21 +699,7 @@ fn a_held_udp_datagram_is_dropped_as_a_lossy_network_would_until_its_destination
         receiver.recv(&mut buffer).is_err(),
         "the held datagram never arrived"
     );
-    session
-        .hold_approval(guard::asks::Approval {
-            ask: 1,
-            mode: guard::asks::ApprovalMode::Session,
-            by: "test".into(),
-            target: guard::asks::ApprovalTarget::Network {
-                address: "127.0.0.9".parse().unwrap(),
-                port,
-                transport: guard::policy::Transport::Udp,
-                host: None,
-            },
-            scope: None,
-            until: None,
-        })
-        .expect("holding the approval");
+    approve_127_0_0_9(&mut session, port, guard::policy::Transport::Udp);
     expect(&session, "udp-sendto", "127.0.0.9", port, Outcome::Ok);
     let got = receiver
         .recv(&mut buffer)

@@ -685,20 +685,6 @@ impl Enforcer {
         }
     }
 
-    /// Whether prompted connects and sends are held now.
-    pub fn network_held(&self) -> bool {
-        self.net_hold && self.read_net_hold().is_ok_and(|hold| hold.enabled != 0)
-    }
-
-    fn read_net_hold(&self) -> Result<NetHold> {
-        let map = self
-            .ebpf
-            .map("NET_HOLD")
-            .ok_or_else(|| anyhow!("no NET_HOLD map"))?;
-        let map: Array<_, NetHold> = Array::try_from(map)?;
-        map.get(&0, 0).context("reading NET_HOLD")
-    }
-
     fn write_net_hold(&mut self, hold: NetHold) -> Result<()> {
         let mut map: Array<_, NetHold> = Array::try_from(
             self.ebpf

@@ -51,7 +51,7 @@ pub fn hold_offer(daemon: &Daemon) -> HoldOffer {
     // Connects the kernel holds need no filter.
     let network = asking
         && crate::hold::policy_prompts_destinations(policy)
-        && !daemon.in_force.enforcer().network_held();
+        && !daemon.in_force.enforcer().holds_network();
     HoldOffer {
         exec: asking && crate::hold::policy_prompts_execs(policy),
         network,

@@ -23,11 +23,10 @@
 //! name through the resolver's path.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::Command;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -36,9 +35,7 @@ use guard::policy::load::load_policy;
 use guard::resolve::Refusal;
 use guard::session::{Session, SessionOptions};
 use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run};
-use guard_tests::dns::TestDns;
-use hickory_server::proto::op::{Message, Query};
-use hickory_server::proto::rr::{Name, RecordType};
+use guard_tests::dns::{TestDns, ask};
 use serde_json::{Value, json};
 
 const SMALL: usize = 10;
@@ -234,31 +231,6 @@ fn child(args: &str) {
             "peak_rss_mib": peak,
         })
     );
-}
-
-fn query(name: &str) -> Vec<u8> {
-    let mut message = Message::query();
-    message.metadata.id = 7;
-    message.metadata.recursion_desired = true;
-    message.add_query(Query::query(
-        Name::from_str(&format!("{name}.")).unwrap(),
-        RecordType::A,
-    ));
-    message.to_vec().unwrap()
-}
-
-/// One query's round trip (a fresh socket, as a stub resolver's).
-fn ask(server: SocketAddr, name: &str) -> Duration {
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let bytes = query(name);
-    let mut buffer = [0u8; 1500];
-    let started = Instant::now();
-    socket.send_to(&bytes, server).unwrap();
-    socket.recv_from(&mut buffer).expect("an answer");
-    started.elapsed()
 }
 
 /// `VmHWM` of process `pid`, in MiB.

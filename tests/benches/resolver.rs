@@ -28,7 +28,6 @@
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::process::{Command, Stdio};
-use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -36,10 +35,8 @@ use std::time::{Duration, Instant};
 use guard::policy::load::load_policy;
 use guard::resolve::Refusal;
 use guard::session::{Session, SessionOptions};
-use guard_tests::dns::TestDns;
+use guard_tests::dns::{TestDns, ask, query};
 use guard_tests::kernel::{helper, in_ci};
-use hickory_server::proto::op::{Message, Query};
-use hickory_server::proto::rr::{Name, RecordType};
 
 const CYCLES: usize = 1_000;
 const LATENCY_QUERIES: usize = 300;
@@ -307,31 +304,6 @@ fn cycles(
         refused,
         upstream_queries: dns.queries("api.bench.test") - before,
     }
-}
-
-fn query(name: &str, id: u16) -> Vec<u8> {
-    let mut message = Message::query();
-    message.metadata.id = id;
-    message.metadata.recursion_desired = true;
-    message.add_query(Query::query(
-        Name::from_str(&format!("{name}.")).unwrap(),
-        RecordType::A,
-    ));
-    message.to_vec().unwrap()
-}
-
-/// One query's round trip (a fresh socket, as a stub resolver's).
-fn ask(server: SocketAddr, name: &str) -> Duration {
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let bytes = query(name, 7);
-    let mut buffer = [0u8; 1500];
-    let started = Instant::now();
-    socket.send_to(&bytes, server).unwrap();
-    socket.recv_from(&mut buffer).expect("an answer");
-    started.elapsed()
 }
 
 /// Answers a second, `QPS_CLIENTS` clients each asking for `name` one query at a time.

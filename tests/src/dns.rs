@@ -387,3 +387,30 @@ async fn send<R: ResponseHandler>(
 fn normalise(name: &str) -> String {
     name.trim_end_matches('.').to_ascii_lowercase()
 }
+
+/// An A query for `name` with id `id`, as a stub resolver sends it.
+pub fn query(name: &str, id: u16) -> Vec<u8> {
+    let mut message = hickory_server::proto::op::Message::query();
+    message.metadata.id = id;
+    message.metadata.recursion_desired = true;
+    message.add_query(hickory_server::proto::op::Query::query(
+        Name::from_str(&format!("{name}.")).unwrap(),
+        RecordType::A,
+    ));
+    message.to_vec().unwrap()
+}
+
+/// One A query's round trip to `server` (a fresh socket, as a stub resolver's); panics
+/// without an answer within 5 s.
+pub fn ask(server: SocketAddr, name: &str) -> Duration {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let bytes = query(name, 7);
+    let mut buffer = [0u8; 1500];
+    let started = std::time::Instant::now();
+    socket.send_to(&bytes, server).unwrap();
+    socket.recv_from(&mut buffer).expect("an answer");
+    started.elapsed()
+}

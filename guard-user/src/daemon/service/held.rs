@@ -431,16 +431,7 @@ impl Daemon {
     /// (before its call returns, so the line comes before the program's own) and to its
     /// `guard run` client, which prints it when the program has no stderr to write to.
     fn fail_held(&mut self, scope_id: u64, held: &HeldCall, message: &str) {
-        // Said before the call returns, so the line comes before the program's own.
-        let on_stderr = crate::hold::tell_stderr(held.pid, message);
+        self.tell_run(scope_id, held.pid, message);
         self.reply_held(scope_id, held, Reply::Fail(held.refusal_errno()));
-        if let Some(listener) = self
-            .scopes
-            .by_id
-            .get_mut(&scope_id)
-            .and_then(|s| s.listener.as_mut())
-        {
-            listener.message(message, on_stderr);
-        }
     }
 }

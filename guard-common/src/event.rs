@@ -75,6 +75,9 @@ pub struct Event {
     /// `CLOCK_BOOTTIME` nanoseconds.
     pub time_ns: u64,
     pub cgroup_id: u64,
+    /// The scope it was decided in: the deepest listed cgroup on the process's way down (an
+    /// approval of it is held for this scope).
+    pub scope: u64,
     /// Exec: the executed file's identity.
     pub dev: u64,
     pub ino: u64,

@@ -73,3 +73,6 @@ pub const MAX_STAND_INS: u32 = 16_384;
 /// the ones answered that userspace has not yet cleared. Past it a prompt is refused as if no
 /// hold were on.
 pub const MAX_HELD_SOCKETS: u32 = 4096;
+/// Approvals held at once, each for its scope (`APPROVALS`): `--once` and `--session` answers.
+/// Past it an approval is refused when it is made.
+pub const MAX_APPROVALS: u32 = 8192;

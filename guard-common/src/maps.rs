@@ -245,6 +245,90 @@ pub struct HeldSocket {
     /// `CLOCK_BOOTTIME` nanoseconds: when it was held, and when it was released or connected.
     pub held_ns: u64,
     pub changed_ns: u64,
+    /// The scope it was held in: an approval holds it only when that scope was given it.
+    pub scope: u64,
+}
+
+/// An approval held for one scope (`APPROVALS`; the value is the approval's rule id). An
+/// approval mark ([`VERDICT_APPROVAL`]) in the argv trie or a destination trie says some scope
+/// was given that exact request; the kernel lets it pass a `prompt` only for a scope listed here
+/// with the same key, so a person's answer to one run's ask never answers another scope's.
+/// No padding the kernel would hash unset: every byte is a field.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ScopedApproval {
+    /// The scope's cgroup id (the deepest listed one, as `SCOPES` decides).
+    pub scope: u64,
+    /// A destination's address, network order (IPv4: the first 4 bytes); an exec's argv trie
+    /// node id in the first 4 bytes (native order).
+    pub key: [u8; 16],
+    /// Destination port, host order (0 for an exec).
+    pub port: u16,
+    pub transport: u8,
+    /// [`approval_kind`].
+    pub kind: u8,
+    pub _pad: u32,
+}
+
+/// What a [`ScopedApproval`] approves.
+pub mod approval_kind {
+    /// An exec whose argv ends at the key's trie node.
+    pub const EXEC: u8 = 1;
+    /// A connection or send to an IPv4 address.
+    pub const V4: u8 = 4;
+    /// A connection or send to an IPv6 address.
+    pub const V6: u8 = 6;
+}
+
+impl ScopedApproval {
+    /// The approval of an argv ending at trie node `node`, for `scope`.
+    pub const fn exec(scope: u64, node: u32) -> Self {
+        let id = node.to_ne_bytes();
+        let mut key = [0u8; 16];
+        key[0] = id[0];
+        key[1] = id[1];
+        key[2] = id[2];
+        key[3] = id[3];
+        ScopedApproval {
+            scope,
+            key,
+            port: 0,
+            transport: 0,
+            kind: approval_kind::EXEC,
+            _pad: 0,
+        }
+    }
+
+    /// The approval of `addr` (IPv4 when `v4`: its first 4 bytes, the rest zero), `port` and
+    /// `transport`, for `scope`.
+    pub const fn destination(
+        scope: u64,
+        v4: bool,
+        addr: [u8; 16],
+        port: u16,
+        transport: u8,
+    ) -> Self {
+        let mut key = addr;
+        if v4 {
+            let mut i = 4;
+            while i < 16 {
+                key[i] = 0;
+                i += 1;
+            }
+        }
+        ScopedApproval {
+            scope,
+            key,
+            port,
+            transport,
+            kind: if v4 {
+                approval_kind::V4
+            } else {
+                approval_kind::V6
+            },
+            _pad: 0,
+        }
+    }
 }
 
 /// Program identity: the executed file's device (kernel `dev_t`: major << 20 | minor) and inode.
@@ -548,7 +632,8 @@ mod tests {
         assert_eq!(core::mem::size_of::<Settings>(), 8);
         assert_eq!(core::mem::size_of::<ScopeEvents>(), 32);
         assert_eq!(core::mem::size_of::<NetHold>(), 8);
-        assert_eq!(core::mem::size_of::<HeldSocket>(), 56);
+        assert_eq!(core::mem::size_of::<HeldSocket>(), 64);
+        assert_eq!(core::mem::size_of::<ScopedApproval>(), 32);
         // No padding: the kernel hashes every byte of the key.
         assert_eq!(core::mem::size_of::<UnixKey>(), 4 + UNIX_PATH_LEN);
     }

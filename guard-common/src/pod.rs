@@ -4,7 +4,7 @@ use crate::dfa::{DfaHeader, DfaRow};
 use crate::event::{Event, TaskInfo};
 use crate::maps::{
     ArgvEdge, ArgvNode, DnsOriginal, DnsRedirect, ExecIdentity, ExecName, HeldSocket,
-    KernelOffsets, LongToken, NetHold, ScopeEvents, Settings, UnixKey, Verdict,
+    KernelOffsets, LongToken, NetHold, ScopeEvents, ScopedApproval, Settings, UnixKey, Verdict,
 };
 
 // SAFETY: plain old data: repr(C), Copy, every bit pattern valid.
@@ -14,6 +14,7 @@ unsafe impl aya::Pod for ScopeEvents {}
 unsafe impl aya::Pod for DnsRedirect {}
 unsafe impl aya::Pod for NetHold {}
 unsafe impl aya::Pod for HeldSocket {}
+unsafe impl aya::Pod for ScopedApproval {}
 unsafe impl aya::Pod for DnsOriginal {}
 unsafe impl aya::Pod for ExecIdentity {}
 unsafe impl aya::Pod for ExecName {}

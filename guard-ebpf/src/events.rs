@@ -73,8 +73,7 @@ const RING_CONTENDED: u64 = EVENTS_BYTES as u64 / 2;
 /// The current scope's share of the ring buffer on this CPU, with this event counted in its
 /// second. `None` (no entry could be made, or no scope): the event is not held to a share.
 #[inline(always)]
-fn scope_share() -> Option<&'static mut ScopeEvents> {
-    let scope = current_scope();
+fn scope_share(scope: u64) -> Option<&'static mut ScopeEvents> {
     if scope == 0 {
         return None;
     }
@@ -102,7 +101,8 @@ fn scope_share() -> Option<&'static mut ScopeEvents> {
 pub fn emit(subject: &Subject) {
     // A lost record never loses the decision: the refusal stands (the caller enforces after
     // emitting), and the loss is counted, in all and for the scope.
-    let mut share = scope_share();
+    let scope = current_scope();
+    let mut share = scope_share(scope);
     if let Some(share) = share.as_deref_mut()
         && share.in_second > SCOPE_EVENTS_PER_SECOND
         && EVENTS.query(BPF_RB_AVAIL_DATA) > RING_CONTENDED
@@ -129,6 +129,7 @@ pub fn emit(subject: &Subject) {
     unsafe {
         (*event).time_ns = bpf_ktime_get_boot_ns();
         (*event).cgroup_id = bpf_get_current_cgroup_id();
+        (*event).scope = scope;
         (*event).dev = subject.dev;
         (*event).ino = subject.ino;
         (*event).kind = subject.kind;

@@ -25,7 +25,7 @@ use crate::events::{Subject, conclude, emit};
 use crate::kernel::{file_identity, file_is_anonymous, lsm_return, offsets, read_at};
 use crate::maps::{EXEC_IDENTITIES, EXEC_NAMES, EXEC_SCRATCH, LSM_SCRATCH, TASKS, count, settings};
 use crate::patterns::{PatternInput, exec_tables_loaded, pattern_verdict};
-use crate::scope::current_in_scope;
+use crate::scope::{current_in_scope, current_scope};
 
 const SIGKILL: u32 = 9;
 const EPERM: i32 = 1;
@@ -48,7 +48,8 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
     let Some(settings) = settings() else {
         return Ok(());
     };
-    if !current_in_scope() {
+    let scope = current_scope();
+    if scope == 0 {
         return Ok(());
     }
     let task: *const u8 = ctx.arg(0);
@@ -106,7 +107,11 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
     // Strongest wins; a file no path names adds its default; nothing matched takes the
     // unmatched default; an approval of exactly this argv lets a `prompt` run (see
     // `guard_common::engine::exec`).
-    let by_argv = walk_argv(&identity, arg_start, arg_end);
+    let mut by_argv = walk_argv(&identity, arg_start, arg_end);
+    // An approval another scope was given is no approval here (fails closed).
+    if by_argv.approved != 0 && !crate::approvals::exec_approved(scope, by_argv.node) {
+        by_argv.approved = 0;
+    }
     let found = unsafe {
         ExecFindings {
             by_file: core::ptr::read_volatile(&scratch.identity_verdict),

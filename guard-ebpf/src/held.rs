@@ -87,8 +87,7 @@ pub fn to_splice_listener(ctx: &SockAddrContext, v6: bool, port: u16) {
 /// Whether the current process's scope has its prompts held (someone answers for it): only
 /// looked up for a prompt, so the calls that are not prompted never pay for it.
 #[inline(always)]
-pub fn scope_holds() -> bool {
-    let scope = crate::scope::current_scope();
+pub fn scope_holds(scope: u64) -> bool {
     // SAFETY: lookup of a plain u64 key.
     scope != 0 && unsafe { HOLD_SCOPES.get(&scope) }.is_some()
 }
@@ -111,6 +110,7 @@ pub fn hold(
     addr: &[u8; 16],
     port: u16,
     transport: u8,
+    scope: u64,
 ) -> bool {
     if cookie == 0 {
         return false;
@@ -132,6 +132,7 @@ pub fn hold(
         state,
         held_ns: now,
         changed_ns: now,
+        scope,
         ..HeldSocket::default()
     };
     if HELD_SOCKETS.insert(&cookie, &entry, 0).is_err() {
@@ -174,7 +175,7 @@ pub fn held_egress(ctx: SkBuffContext) -> i32 {
             None => return dropped(),
         }
     };
-    let (mut verdict, approved) = crate::net::look_up(family, &addr, port, transport);
+    let (mut verdict, approved) = crate::net::look_up(entry.scope, family, &addr, port, transport);
     let mut flags = 0;
     decide_destination(&settings, &mut verdict, &mut flags, approved);
     if verdict.decision != Decision::Allow as u8 {

@@ -16,6 +16,7 @@
 #![no_std]
 #![no_main]
 
+mod approvals;
 mod argv;
 mod devices;
 mod dns;

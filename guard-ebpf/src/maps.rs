@@ -8,13 +8,14 @@ use guard_common::event::TaskInfo;
 use crate::argv::ArgvWalk;
 use crate::patterns::{PatternInput, PatternReadings};
 use guard_common::limits::{
-    EVENTS_BYTES, FILE_PATH_BUF, MAX_EXEC_ENTRIES, MAX_HELD_SOCKETS, MAX_LONG_TOKENS,
-    MAX_NET_ENTRIES, MAX_SCOPES, MAX_STAND_INS, MAX_TASKS, MAX_UNIX_ENTRIES, PATTERN_ARGV_LEN,
-    TOKEN_SCAN_LEN, UNIX_PATH_LEN,
+    EVENTS_BYTES, FILE_PATH_BUF, MAX_APPROVALS, MAX_EXEC_ENTRIES, MAX_HELD_SOCKETS,
+    MAX_LONG_TOKENS, MAX_NET_ENTRIES, MAX_SCOPES, MAX_STAND_INS, MAX_TASKS, MAX_UNIX_ENTRIES,
+    PATTERN_ARGV_LEN, TOKEN_SCAN_LEN, UNIX_PATH_LEN,
 };
 use guard_common::maps::{
     ArgvEdge, ArgvNode, DestV4, DestV6, DnsOriginal, DnsRedirect, ExecIdentity, ExecName,
-    HeldSocket, LongToken, NetHold, ScopeEvents, Settings, UnixKey, Verdict, counter,
+    HeldSocket, LongToken, NetHold, ScopeEvents, ScopedApproval, Settings, UnixKey, Verdict,
+    counter,
 };
 
 #[map]
@@ -51,6 +52,10 @@ pub static HELD_SOCKETS: HashMap<u64, HeldSocket> = HashMap::with_max_entries(MA
 
 /// cgroup v2 ids listed for scope: 1 = under enforcement, 0 = exempt. The deepest listed
 /// cgroup among a process's cgroup and its ancestors decides (`scope::current_in_scope`).
+/// Which scope was given each approval the tries mark (`approvals.rs`).
+#[map]
+pub static APPROVALS: HashMap<ScopedApproval, u32> = HashMap::with_max_entries(MAX_APPROVALS, 0);
+
 #[map]
 pub static SCOPES: HashMap<u64, u32> = HashMap::with_max_entries(MAX_SCOPES, 0);
 

@@ -19,7 +19,7 @@ use guard_common::maps::{
 use crate::events::{Subject, conclude, emit};
 use crate::kernel::{lsm_return, offsets, read_at};
 use crate::maps::{DEST_V4, DEST_V6, dns_redirect, or_failed_open, settings};
-use crate::scope::current_in_scope;
+use crate::scope::current_scope;
 
 const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;
@@ -234,9 +234,24 @@ fn reached_by_unspecified(d: Destination, source_v4: [u8; 4], bound_v6: &[u8; 16
 }
 
 /// The destination tables' verdict for a destination (IPv4 in the first 4 bytes of `addr`),
-/// and whether it carried an approval of exactly this destination.
+/// and whether it carried an approval of exactly this destination that `scope` was given.
 #[inline(always)]
-pub fn look_up(family: u16, addr: &[u8; 16], port: u16, transport: u8) -> (Verdict, bool) {
+pub fn look_up(
+    scope: u64,
+    family: u16,
+    addr: &[u8; 16],
+    port: u16,
+    transport: u8,
+) -> (Verdict, bool) {
+    let (verdict, marked) = look_up_tables(family, addr, port, transport);
+    // Another scope's approval of the same destination is no approval here (fails closed).
+    let approved = marked
+        && crate::approvals::destination_approved(scope, family != AF_INET6, addr, port, transport);
+    (verdict, approved)
+}
+
+#[inline(always)]
+fn look_up_tables(family: u16, addr: &[u8; 16], port: u16, transport: u8) -> (Verdict, bool) {
     if family == AF_INET6 {
         lookup(transport, port, |transport, port| {
             let key: Key<DestV6> =
@@ -270,7 +285,8 @@ fn refuse(
     let Some(settings) = settings() else {
         return false;
     };
-    if !current_in_scope() {
+    let scope = current_scope();
+    if scope == 0 {
         return false;
     }
     // An IPv4-mapped IPv6 address is decided as the IPv4 address it stands for.
@@ -281,6 +297,7 @@ fn refuse(
         destination.family = AF_INET;
     }
     let (found, approved) = look_up(
+        scope,
         destination.family,
         &destination.addr,
         destination.port,
@@ -295,7 +312,7 @@ fn refuse(
         && (destination.transport == TRANSPORT_TCP || destination.transport == TRANSPORT_UDP)
         && verdict.decision == Decision::Prompt as u8
         && Outcome::of(&settings, verdict).refused
-        && crate::held::scope_holds();
+        && crate::held::scope_holds(scope);
     match hold {
         // The cgroup program that runs next holds it, and records it.
         HoldBy::CgroupProgram if holdable => return false,
@@ -317,6 +334,7 @@ fn refuse(
             &destination.addr,
             destination.port,
             destination.transport,
+            scope,
         )
     {
         action = action::HELD;

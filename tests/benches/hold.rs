@@ -240,6 +240,7 @@ fn held_connects(session: &mut guard::session::Session, ports: &[u16]) -> Result
                 host: None,
             },
             scope: None,
+            for_scope: session.scope().id(),
             until: None,
         })?;
         let out = waiting.wait_with_output().context("the waiting worker")?;

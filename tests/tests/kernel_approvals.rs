@@ -142,10 +142,12 @@ fn assert_untouched(work: &Path, args: &str, why: &str) {
     assert!(made.is_empty(), "`{args}` touched files: {why}");
 }
 
-fn with_approval(image: &EnforcementImage, argv: &str) -> EnforcementImage {
+/// `image` with `argv` approved for the scope `scope` (a cgroup id) alone.
+fn with_approval(image: &EnforcementImage, scope: u64, argv: &str) -> EnforcementImage {
     let mut image = image.clone();
     image
         .add_exec_approval(
+            scope,
             &words(argv),
             format!("approved exec `{argv}`"),
             format!("the command `{argv}`"),
@@ -165,7 +167,11 @@ fn an_approval_runs_exactly_the_approved_argv_and_nothing_else() {
     assert_killed(&session, &program, approved, "a prompt rule refuses");
 
     let original = session.image().clone();
-    let image = with_approval(&original, &format!("gt-appr {approved}"));
+    let image = with_approval(
+        &original,
+        session.scope().id(),
+        &format!("gt-appr {approved}"),
+    );
     let stats = session.apply_image(image).expect("applying the approval");
     assert_eq!(stats.approvals, 1, "{stats:?}");
     let _ = session.drain_events(Duration::from_millis(50), Duration::from_secs(2));
@@ -182,6 +188,25 @@ fn an_approval_runs_exactly_the_approved_argv_and_nothing_else() {
         !events.iter().any(|e| e.kind == EventKind::Exec),
         "an approved exec is an allow, with no event: {events:#?}"
     );
+    // Approvals belong to the scope whose ask they answered: the same approval given to
+    // another scope lets nothing through here.
+    let elsewhere = with_approval(
+        &original,
+        session.scope().id() + 1,
+        &format!("gt-appr {approved}"),
+    );
+    session
+        .apply_image(elsewhere)
+        .expect("applying another scope's approval");
+    assert_killed(&session, &program, approved, "another scope's approval");
+    let mine = with_approval(
+        &original,
+        session.scope().id(),
+        &format!("gt-appr {approved}"),
+    );
+    session
+        .apply_image(mine)
+        .expect("applying the approval again");
     for other in [
         "push origin main --force",
         "push origin",
@@ -208,8 +233,12 @@ fn forbidden_is_never_approved_away() {
         return;
     };
     let by_name = session.path().join("gt-forb-name");
-    let image = with_approval(session.image(), "gt-forb push origin main");
-    let image = with_approval(&image, "gt-forb-name made");
+    let image = with_approval(
+        session.image(),
+        session.scope().id(),
+        "gt-forb push origin main",
+    );
+    let image = with_approval(&image, session.scope().id(), "gt-forb-name made");
     session.apply_image(image).expect("applying the approvals");
 
     assert_killed(
@@ -241,7 +270,7 @@ fn an_approval_lets_an_unmatched_exec_run_where_the_default_is_prompt() {
         "made",
         "the unmatched default is prompt",
     );
-    let image = with_approval(session.image(), "gt-unm made");
+    let image = with_approval(session.image(), session.scope().id(), "gt-unm made");
     session.apply_image(image).expect("applying the approval");
     assert_runs(&session, &program, "made", "the approved argv");
     assert_killed(
@@ -274,7 +303,7 @@ fn an_approval_overrides_a_prompt_by_program_name() {
         "made",
         "a prompt by name refuses",
     );
-    let image = with_approval(session.image(), "gt-ask made");
+    let image = with_approval(session.image(), session.scope().id(), "gt-ask made");
     session.apply_image(image).expect("applying the approval");
     // On `lsm`, bprm_check_security lets a prompt through to the tracepoint while approvals
     // exist; the tracepoint runs the approved argv and kills the rest.

@@ -207,6 +207,7 @@ fn a_denied_read_stays_denied_in_every_sandbox_mode_and_after_an_approval_on_lsm
             .is_err_and(|err| err.contains("Operation not permitted")),
         "{refused:?}"
     );
+    let scope = session.scope().id();
     session
         .hold_approval(Approval {
             ask: 1,
@@ -216,6 +217,7 @@ fn a_denied_read_stays_denied_in_every_sandbox_mode_and_after_an_approval_on_lsm
                 tokens: vec!["cat".into(), "keys.env".into()],
             },
             scope: None,
+            for_scope: scope,
             until: None,
         })
         .expect("holding the approval");

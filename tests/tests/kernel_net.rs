@@ -467,6 +467,39 @@ fn a_prompt_destination_is_refused_and_asks() {
     );
     // transport="tcp": UDP to the same place is not this rule's.
     expect(&session, "udp-sendto", "127.0.0.7", port, Outcome::Ok);
+
+    // Approvals belong to the scope whose ask they answered: another scope's approval of
+    // exactly this destination lets nothing through here.
+    let scope = session.scope().id();
+    assert_eq!(event.scope, scope, "the event names the scope that decided");
+    let approval = |for_scope: u64| approval_of("127.0.0.7", port, for_scope);
+    session
+        .hold_approval(approval(scope + 1))
+        .expect("holding another scope's approval");
+    expect(&session, "tcp", "127.0.0.7", port, EPERM);
+    session
+        .hold_approval(approval(scope))
+        .expect("holding this scope's approval");
+    expect(&session, "tcp", "127.0.0.7", port, Outcome::Ok);
+}
+
+/// A session approval of TCP to `address` at `port`, for the scope `for_scope`, as an answered
+/// ask would make it.
+fn approval_of(address: &str, port: u16, for_scope: u64) -> guard::asks::Approval {
+    guard::asks::Approval {
+        ask: 1,
+        mode: guard::asks::ApprovalMode::Session,
+        by: "test".into(),
+        target: guard::asks::ApprovalTarget::Network {
+            address: address.parse().unwrap(),
+            port,
+            transport: guard::policy::Transport::Tcp,
+            host: None,
+        },
+        scope: None,
+        for_scope,
+        until: None,
+    }
 }
 
 /// A session that holds prompted connects (a blocking one waits up to 60 s), over a rule that
@@ -509,20 +542,12 @@ fn timed_outcome(child: std::process::Child) -> (String, u64) {
 
 /// Approves `transport` to 127.0.0.9 at `port` for the session, as an answered ask would.
 fn approve_127_0_0_9(session: &mut TestSession, port: u16, transport: guard::policy::Transport) {
+    let mut approval = approval_of("127.0.0.9", port, session.scope().id());
+    if let guard::asks::ApprovalTarget::Network { transport: t, .. } = &mut approval.target {
+        *t = transport;
+    }
     session
-        .hold_approval(guard::asks::Approval {
-            ask: 1,
-            mode: guard::asks::ApprovalMode::Session,
-            by: "test".into(),
-            target: guard::asks::ApprovalTarget::Network {
-                address: "127.0.0.9".parse().unwrap(),
-                port,
-                transport,
-                host: None,
-            },
-            scope: None,
-            until: None,
-        })
+        .hold_approval(approval)
         .expect("holding the approval");
 }
 

@@ -50,6 +50,10 @@ pub struct ArgvOutcome {
     pub verdict: Verdict,
     /// 1: approved (plain integer: the kernel stores it in map memory).
     pub approved: u32,
+    /// The trie node the approved argv ends at: an approval holds only for the scopes that
+    /// were given it there (`APPROVALS`, [`crate::maps::ScopedApproval::exec`]).
+    pub node: u32,
+    pub _pad: u32,
 }
 
 impl ArgvOutcome {
@@ -57,6 +61,8 @@ impl ArgvOutcome {
     pub const UNKNOWN: ArgvOutcome = ArgvOutcome {
         verdict: Verdict::NONE,
         approved: 0,
+        node: 0,
+        _pad: 0,
     };
 }
 
@@ -225,14 +231,23 @@ impl Readings {
         // elsewhere, is not approved (fails closed). The prompt it approves may come from the
         // walk, a name or identity rule, or the unmatched default: the caller checks the final
         // decision.
+        // Approvals are held per scope by the node they end at: readings that end at two
+        // different approved nodes are not approved (fails closed; the caller checks one node).
         let mut any_exact = false;
         let mut all_prompts_exact = true;
+        let mut node = 0;
         let mut r = 0;
         while r < READINGS {
             if self.state[r] != UNUSED {
                 let exact = self.finished != 0
                     && self.state[r] == FOLLOWING
                     && self.node[r].here.approved();
+                if exact {
+                    if any_exact && node != self.node[r].id {
+                        all_prompts_exact = false;
+                    }
+                    node = self.node[r].id;
+                }
                 any_exact |= exact;
                 if self.verdict[r].decision == Decision::Prompt as u8 && !exact {
                     all_prompts_exact = false;
@@ -240,9 +255,12 @@ impl Readings {
             }
             r += 1;
         }
+        let approved = any_exact && all_prompts_exact;
         ArgvOutcome {
             verdict,
-            approved: u32::from(any_exact && all_prompts_exact),
+            approved: u32::from(approved),
+            node: if approved { node } else { 0 },
+            _pad: 0,
         }
     }
 }

@@ -49,6 +49,9 @@ pub struct Approval {
     pub target: ApprovalTarget,
     /// A run scope it ends with (session approvals of asks from `guard run`).
     pub scope: Option<u64>,
+    /// The scope (cgroup id) whose requests it lets through: the one whose ask it answered.
+    /// No other scope's request is let through by it, whoever runs there.
+    pub for_scope: u64,
     #[serde(skip)]
     pub until: Option<Instant>,
 }
@@ -124,6 +127,7 @@ impl Approvals {
                     let shown = shlex::try_join(tokens.iter().map(String::as_str))
                         .unwrap_or_else(|_| tokens.join(" "));
                     if let Err(err) = image.add_exec_approval(
+                        approval.for_scope,
                         tokens,
                         format!(
                             "approval(ask={}, mode={})",
@@ -143,6 +147,7 @@ impl Approvals {
                 } => {
                     let name = host.as_ref().map(|h| format!(" ({h})")).unwrap_or_default();
                     image.add_destination_approval(
+                        approval.for_scope,
                         *address,
                         *port,
                         *transport,

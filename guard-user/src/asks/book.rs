@@ -124,6 +124,10 @@ pub struct Ask {
     pub scope: u64,
     /// That scope was a `guard run` (a session approval ends with it).
     pub from_run: bool,
+    /// Who may answer it besides the daemon's admins: the user who started the run it came
+    /// from (`None`: no run, only admins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     #[serde(skip, default = "Instant::now")]
     first_seen: Instant,
     #[serde(skip, default = "Instant::now")]
@@ -233,8 +237,11 @@ impl AskBook {
     ) -> Recorded {
         let k = key(&target);
         let dedupe = self.dedupe;
+        // An ask belongs to its scope: the same request from another scope is another ask,
+        // answered by whoever answers for that scope.
         if let Some(ask) = self.asks.values_mut().rev().find(|ask| {
-            key(&ask.target) == k
+            ask.scope == scope
+                && key(&ask.target) == k
                 && (ask.is_pending()
                     || ask
                         .resolved_at
@@ -243,9 +250,6 @@ impl AskBook {
         }) {
             ask.count += 1;
             ask.last_seen = now;
-            // The latest requester's scope: a session approval is for the run still asking.
-            ask.scope = scope;
-            ask.from_run = from_run;
             return Recorded::Repeat(ask.id);
         }
         let pending = self.pending_in_scope(scope);
@@ -266,6 +270,7 @@ impl AskBook {
                 expires_in: None,
                 scope,
                 from_run,
+                owner: None,
                 first_seen: now,
                 last_seen: now,
                 resolved_at: None,
@@ -274,6 +279,13 @@ impl AskBook {
         );
         self.prune(now);
         Recorded::New(id)
+    }
+
+    /// Says who may answer ask `id` besides the admins: the user whose run it came from.
+    pub fn set_owner(&mut self, id: u64, owner: String) {
+        if let Some(ask) = self.asks.get_mut(&id) {
+            ask.owner = Some(owner);
+        }
     }
 
     /// Keeps the audit record of the request that made ask `id`.
@@ -497,5 +509,18 @@ mod tests {
     fn timestamps_are_rfc3339_with_nanoseconds() {
         let t = SystemTime::UNIX_EPOCH + Duration::new(1_700_000_000, 5);
         assert_eq!(timestamp(t), "2023-11-14T22:13:20.000000005Z");
+    }
+
+    #[test]
+    fn the_same_request_from_another_scope_is_another_ask() {
+        let mut book = AskBook::new(Duration::from_secs(60), Duration::from_secs(300));
+        let t0 = Instant::now();
+        let mine = book.record(exec(&["git", "push"]), record(), "m".into(), (7, true), t0);
+        let theirs = book.record(exec(&["git", "push"]), record(), "m".into(), (9, true), t0);
+        assert_ne!(mine.id(), theirs.id(), "asks belong to their scope");
+        let again = book.record(exec(&["git", "push"]), record(), "m".into(), (7, true), t0);
+        assert_eq!(again, Recorded::Repeat(mine.id().unwrap()));
+        let scopes: Vec<u64> = book.pending(t0).iter().map(|a| a.scope).collect();
+        assert_eq!(scopes, [7, 9]);
     }
 }

@@ -317,6 +317,7 @@ mod tests {
             uid: 0,
             gid: 0,
             cgroup_id: 0,
+            scope: 0,
             comm: "sh".into(),
             exe: "/bin/sh".into(),
             argv: Vec::new(),

@@ -41,6 +41,9 @@ pub const IN_GUARD_SCOPE_ATTRIBUTE: &str = "in_guard_scope";
 pub const REFUSED_IN_SCOPE: &[&str] = &["approve", "amend", "reload"];
 /// The resource attribute holding the `sub` of whoever a record belongs to.
 pub const OWNER_ATTRIBUTE: &str = "owner";
+/// The resource attribute of an answer to an ask: `true` when it writes an amendment line to
+/// the daemon's policy (`--always`, a prefix), which every scope would then hold.
+pub const AMENDS_ATTRIBUTE: &str = "amends";
 
 pub fn is_known_action(action: &str) -> bool {
     ACTIONS.iter().any(|(name, _)| *name == action)
@@ -53,8 +56,11 @@ pub fn is_known_entity(entity: &str) -> bool {
 impl AuthzPolicy {
     /// Nobody inside a guard scope may approve, amend or reload (not even root: a guarded
     /// process must not answer its own asks); past that, root and `admin_group` may do
-    /// everything and anyone else may read the audit records of their own processes and
-    /// nothing more. Written as ordinary rules so a decision can name the one that made it.
+    /// everything. Anyone else, from outside a guard scope, may run their own commands in a
+    /// fresh scope of the daemon (that only takes rights away), list and answer the asks of
+    /// their own runs once or for the session (an approval holds for that run's scope alone;
+    /// `--always` would amend everyone's policy), and read the audit records of their own
+    /// processes. Written as ordinary rules so a decision can name the one that made it.
     pub fn builtin(admin_group: Option<&str>) -> Self {
         let everything_when = |key: &str, value: &str| Rule {
             effect: Effect::Allow,
@@ -77,6 +83,31 @@ impl AuthzPolicy {
         if let Some(group) = admin_group {
             rules.push(everything_when(GROUPS_ATTRIBUTE, group));
         }
+        rules.push(Rule {
+            effect: Effect::Allow,
+            actions: vec!["run".to_string()],
+            when: BTreeMap::from([(
+                IN_GUARD_SCOPE_ATTRIBUTE.to_string(),
+                vec!["false".to_string()],
+            )]),
+            obligations: Vec::new(),
+        });
+        rules.push(Rule {
+            effect: Effect::Allow,
+            actions: ["prompts", "approve", "deny"].map(String::from).to_vec(),
+            when: BTreeMap::from([
+                ("entity".to_string(), vec!["prompt".to_string()]),
+                (
+                    format!("{RESOURCE_PREFIX}{OWNER_ATTRIBUTE}"),
+                    vec![SUB_TEMPLATE.to_string()],
+                ),
+                (
+                    format!("{RESOURCE_PREFIX}{AMENDS_ATTRIBUTE}"),
+                    vec!["false".to_string()],
+                ),
+            ]),
+            obligations: Vec::new(),
+        });
         rules.push(Rule {
             effect: Effect::Allow,
             actions: vec!["audit".to_string()],

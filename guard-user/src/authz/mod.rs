@@ -19,9 +19,9 @@ mod subject;
 
 pub use attributes::{Attributes, parse_attributes};
 pub use builtin::{
-    ACTIONS, ENTITIES, GROUPS_ATTRIBUTE, IN_GUARD_SCOPE_ATTRIBUTE, OWNER_ATTRIBUTE,
-    REFUSED_IN_SCOPE, SCOPE_ATTRIBUTE, UID_ATTRIBUTE, builtin_json, is_known_action,
-    is_known_entity,
+    ACTIONS, AMENDS_ATTRIBUTE, ENTITIES, GROUPS_ATTRIBUTE, IN_GUARD_SCOPE_ATTRIBUTE,
+    OWNER_ATTRIBUTE, REFUSED_IN_SCOPE, SCOPE_ATTRIBUTE, UID_ATTRIBUTE, builtin_json,
+    is_known_action, is_known_entity,
 };
 pub use conditions::{EMAIL_TEMPLATE, ENV_PREFIX, NEGATION, RESOURCE_PREFIX, SUB_TEMPLATE};
 pub use decision::AuthzDecision;

@@ -329,6 +329,7 @@ impl RunAsks {
                     target,
                     // A session approval ends with the run: the approvals end with it.
                     scope: None,
+                    for_scope: ask.scope,
                     until: (mode == ApprovalMode::Once)
                         .then(|| Instant::now() + self.config.once()),
                 };

@@ -71,7 +71,7 @@ fn kernel_verdict(v: &ImageVerdict) -> Verdict {
     Verdict::new(v.decision, v.rule, v.audit_only)
 }
 
-fn transport_code(t: Transport) -> u8 {
+pub(crate) fn transport_code(t: Transport) -> u8 {
     match t {
         Transport::Tcp => TRANSPORT_TCP,
         Transport::Udp => TRANSPORT_UDP,

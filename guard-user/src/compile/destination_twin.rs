@@ -152,7 +152,7 @@ mod tests {
             twin.decide(mapped, 9, Transport::Tcp).decision,
             Decision::Prompt
         );
-        image.add_destination_approval(loopback(2), 9, Transport::Tcp, "a".into(), "a".into());
+        image.add_destination_approval(1, loopback(2), 9, Transport::Tcp, "a".into(), "a".into());
         let approved = twin_of(&image);
         assert_eq!(
             approved.decide(loopback(2), 9, Transport::Tcp).decision,

@@ -128,6 +128,7 @@ fn full(policy: &crate::policy::Policy, world: &World) -> EnforcementImage {
 
 fn approve(image: &mut EnforcementImage) {
     image.add_destination_approval(
+        1,
         "10.0.0.2".parse().unwrap(),
         443,
         Transport::Tcp,

@@ -16,8 +16,8 @@ use anyhow::{Result, bail};
 use guard_common::engine::argv::ArgvTables;
 use guard_common::limits::{MAX_LONG_TOKENS, TOKEN_LEN, UNIX_PATH_LEN};
 use guard_common::maps::{
-    ArgvEdge, ArgvNode, ExecIdentity, ExecName, LongToken, Settings, UnixKey, VERDICT_APPROVAL,
-    Verdict,
+    ArgvEdge, ArgvNode, ExecIdentity, ExecName, LongToken, ScopedApproval, Settings, UnixKey,
+    VERDICT_APPROVAL, Verdict,
 };
 
 use super::destination_maps::DestinationMaps;
@@ -43,6 +43,8 @@ pub struct MapEntries {
     pub unix_exact: HashMap<UnixKey, Verdict>,
     /// `UNIX_PREFIX`: (length in bits, bytes) → verdict.
     pub unix_prefix: HashMap<(u32, [u8; UNIX_PATH_LEN]), Verdict>,
+    /// `APPROVALS`: which scope was given each approval the tries mark → the approval's rule.
+    pub approvals: HashMap<ScopedApproval, u32>,
 }
 
 /// Encodes images, keeping node and long-token ids stable from one image to the next.
@@ -77,6 +79,52 @@ struct ArgvTrie {
 /// A token of an argv trie path, whole (a long one's edge key holds only its first bytes).
 type ArgvToken = String;
 
+/// The trie paths an approved argv ends at: by the program's name, and under an exec allowlist
+/// also by its files' identity.
+fn approval_paths(
+    image: &EnforcementImage,
+    allowlist: bool,
+    tokens: &[String],
+) -> Vec<Vec<ArgvToken>> {
+    let path: Vec<ArgvToken> = tokens.iter().map(|t| token(t)).collect();
+    let mut paths = vec![path.clone()];
+    if allowlist
+        && let Some((program, rest)) = path.split_first()
+        && has_files(image, program)
+    {
+        let mut by_identity = vec![identity_token(program)];
+        by_identity.extend(rest.iter().cloned());
+        paths.push(by_identity);
+    }
+    paths
+}
+
+/// The destination approvals' scopes: exactly the address, port and transport each approved.
+pub fn destination_approvals(image: &EnforcementImage) -> HashMap<ScopedApproval, u32> {
+    let mut approvals = HashMap::new();
+    for approval in &image.destination_approvals {
+        let (v4, addr) = match approval.address {
+            std::net::IpAddr::V4(ip) => {
+                let mut addr = [0u8; 16];
+                addr[..4].copy_from_slice(&ip.octets());
+                (true, addr)
+            }
+            std::net::IpAddr::V6(ip) => (false, ip.octets()),
+        };
+        let transport = super::destination_maps::transport_code(approval.transport);
+        approvals
+            .entry(ScopedApproval::destination(
+                approval.scope,
+                v4,
+                addr,
+                approval.port,
+                transport,
+            ))
+            .or_insert(approval.rule);
+    }
+    approvals
+}
+
 fn kernel_verdict(v: &ImageVerdict) -> Verdict {
     Verdict::new(v.decision, v.rule, v.audit_only)
 }
@@ -107,17 +155,19 @@ impl MapEncoder {
             ExecName::new(e.name.as_bytes()).map(|name| (name, kernel_verdict(&e.verdict)))
         }));
         let ArgvTrie { edges, order, long } = self.build_trie(image)?;
+        let mut approvals = self.exec_approvals(image);
+        approvals.extend(destination_approvals(image));
         let roots = argv_roots(image, &edges, &self.long_ids);
         let destinations = DestinationMaps::build(image);
         let (unix_exact, unix_prefix) = unix_entries(image);
-        let approvals = edges.values().any(|n| n.here.approved());
+        let exec_approvals = edges.values().any(|n| n.here.approved());
         Ok(MapEntries {
             settings: Some(Settings {
                 unmatched_exec: image.settings.unmatched_exec as u8,
                 unmatched_network: image.settings.unmatched_network as u8,
                 audit_only: image.settings.audit_only as u8,
                 ready: 1,
-                exec_approvals: u8::from(approvals),
+                exec_approvals: u8::from(exec_approvals),
                 record_allowed: u8::from(image.record_allowed),
                 anonymous_exec: image.settings.anonymous_exec as u8,
                 socket_kinds: image.settings.socket_kinds.bits(),
@@ -131,7 +181,25 @@ impl MapEncoder {
             destinations,
             unix_exact,
             unix_prefix,
+            approvals,
         })
+    }
+
+    /// The exec approvals' scopes, by the trie node each approved path ends at (after
+    /// [`MapEncoder::build_trie`] gave the paths their ids).
+    fn exec_approvals(&self, image: &EnforcementImage) -> HashMap<ScopedApproval, u32> {
+        let allowlist = allowlist(image);
+        let mut approvals = HashMap::new();
+        for approval in &image.exec_approvals {
+            for path in approval_paths(image, allowlist, &approval.tokens) {
+                if let Some(&node) = self.node_ids.get(&path) {
+                    approvals
+                        .entry(ScopedApproval::exec(approval.scope, node))
+                        .or_insert(approval.rule);
+                }
+            }
+        }
+        approvals
     }
 
     /// The argv trie as edges, with `order` listing edges parents-first (so writing it reversed
@@ -164,17 +232,7 @@ impl MapEncoder {
         // is added after `below` is computed, so it never reaches a `below`.
         let mut approved: BTreeMap<Vec<ArgvToken>, u32> = BTreeMap::new();
         for approval in &image.exec_approvals {
-            let path: Vec<ArgvToken> = approval.tokens.iter().map(|t| token(t)).collect();
-            let mut paths = vec![path.clone()];
-            if allowlist
-                && let Some((program, rest)) = path.split_first()
-                && has_files(image, program)
-            {
-                let mut by_identity = vec![identity_token(program)];
-                by_identity.extend(rest.iter().cloned());
-                paths.push(by_identity);
-            }
-            for path in paths {
+            for path in approval_paths(image, allowlist, &approval.tokens) {
                 for depth in 1..=path.len() {
                     here.entry(path[..depth].to_vec()).or_insert(Verdict::NONE);
                 }
@@ -457,6 +515,7 @@ mod tests {
     fn approve(image: &mut EnforcementImage, text: &str) -> u32 {
         image
             .add_exec_approval(
+                1,
                 &tokens(text),
                 format!("approved `{text}`"),
                 text.to_string(),
@@ -598,6 +657,7 @@ mod tests {
 
     fn approve_destination(image: &mut EnforcementImage, ip: &str, port: u16) -> u32 {
         image.add_destination_approval(
+            1,
             ip.parse().unwrap(),
             port,
             Transport::Udp,

@@ -74,6 +74,8 @@ pub struct UnixEntry {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecApproval {
     pub tokens: Vec<String>,
+    /// The scope (cgroup id) whose execs it lets through: only the one whose ask it answered.
+    pub scope: u64,
     /// Index into [`EnforcementImage::rules`] (an allow prefix rule with no origin).
     pub rule: u32,
 }
@@ -85,6 +87,8 @@ pub struct DestinationApproval {
     pub address: std::net::IpAddr,
     pub port: u16,
     pub transport: Transport,
+    /// The scope (cgroup id) whose connects and sends it lets through.
+    pub scope: u64,
     pub rule: u32,
 }
 
@@ -301,8 +305,11 @@ impl EnforcementImage {
     /// Adds an allow [`KernelRule`] with `text` and `summary` (what events and `guard` output
     /// show; no justification, no origin) and returns its rule id. Fails, changing nothing,
     /// when the kernel could not match `tokens` exactly (see [`validate_exec_approval`]).
+    /// Only the processes of `scope` (a cgroup id, as the kernel's scope lookup finds it) are
+    /// let through: an approval answers the ask of one scope.
     pub fn add_exec_approval(
         &mut self,
+        scope: u64,
         tokens: &[String],
         text: String,
         summary: String,
@@ -319,6 +326,7 @@ impl EnforcementImage {
         });
         self.exec_approvals.push(ExecApproval {
             tokens: tokens.to_vec(),
+            scope,
             rule,
         });
         Ok(rule)
@@ -328,9 +336,11 @@ impl EnforcementImage {
     /// send) to exactly `address`, `port` over `transport` goes through where it would be
     /// decided `prompt`. Other ports, transports and addresses are decided as before, and
     /// `forbidden` is never overridden. Adds an allow [`KernelRule`] and returns its id.
-    /// `transport` must be TCP or UDP (a request has one).
+    /// `transport` must be TCP or UDP (a request has one). Only the processes of `scope` are
+    /// let through.
     pub fn add_destination_approval(
         &mut self,
+        scope: u64,
         address: std::net::IpAddr,
         port: u16,
         transport: Transport,
@@ -351,6 +361,7 @@ impl EnforcementImage {
             address: crate::policy::rule::canonical_ip(address),
             port,
             transport,
+            scope,
             rule,
         });
         rule

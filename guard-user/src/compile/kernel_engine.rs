@@ -11,8 +11,8 @@ use guard_common::engine::destination::{decide_destination, is_v4_mapped, lookup
 use guard_common::engine::exec::{ExecFindings, decide_exec};
 use guard_common::limits::NAME_LEN;
 use guard_common::maps::{
-    DEST_HEAD_BITS, ExecIdentity, ExecName, Settings, TRANSPORT_ANY, TRANSPORT_TCP, TRANSPORT_UDP,
-    Verdict, dest_key,
+    DEST_HEAD_BITS, ExecIdentity, ExecName, ScopedApproval, Settings, TRANSPORT_ANY, TRANSPORT_TCP,
+    TRANSPORT_UDP, Verdict, dest_key,
 };
 
 use super::encode::{MapEncoder, MapEntries, masked};
@@ -28,6 +28,9 @@ pub struct KernelEngine {
     /// longest match looks up only these, as an LPM trie visits only the nodes it has.
     v4_lengths: Vec<u32>,
     v6_lengths: Vec<u32>,
+    /// The scope whose calls are decided: only its approvals count, as in the kernel. `None`:
+    /// every approval the image holds counts (a decision for no scope in particular).
+    scope: Option<u64>,
 }
 
 /// The distinct prefix lengths of `entries`, longest first.
@@ -49,7 +52,20 @@ impl KernelEngine {
             image,
             entries,
             settings,
+            scope: None,
         })
+    }
+
+    /// Decides the calls of `scope` (a cgroup id): other scopes' approvals do not count.
+    pub fn for_scope(mut self, scope: u64) -> KernelEngine {
+        self.scope = Some(scope);
+        self
+    }
+
+    /// Whether the approval the tries mark holds for the scope decided for.
+    fn approval_holds(&self, key: impl Fn(u64) -> ScopedApproval) -> bool {
+        self.scope
+            .is_none_or(|scope| self.entries.approvals.contains_key(&key(scope)))
     }
 
     pub fn settings(&self) -> &Settings {
@@ -71,7 +87,12 @@ impl KernelEngine {
             region.extend_from_slice(token.as_bytes());
             region.push(0);
         }
-        let by_argv = walk(&self.entries, &identity, &name, &region);
+        let mut by_argv = walk(&self.entries, &identity, &name, &region);
+        if by_argv.approved != 0
+            && !self.approval_holds(|scope| ScopedApproval::exec(scope, by_argv.node))
+        {
+            by_argv.approved = 0;
+        }
         let argv0 = argv.first().map_or("", String::as_str);
         let args: Vec<&str> = argv.iter().skip(1).map(String::as_str).collect();
         let file_name = String::from_utf8_lossy(&name.name[..str_len(&name.name)]).into_owned();
@@ -99,9 +120,20 @@ impl KernelEngine {
             Transport::Udp => TRANSPORT_UDP,
             Transport::Any => TRANSPORT_ANY,
         };
-        let (found, approved) = lookup(code, port, |transport, port| {
+        let (found, marked) = lookup(code, port, |transport, port| {
             self.longest_match(transport, port, address)
         });
+        let (v4, addr) = match address {
+            IpAddr::V4(a) => {
+                let mut addr = [0; 16];
+                addr[..4].copy_from_slice(&a.octets());
+                (true, addr)
+            }
+            IpAddr::V6(a) => (false, a.octets()),
+        };
+        let approved = marked
+            && self
+                .approval_holds(|scope| ScopedApproval::destination(scope, v4, addr, port, code));
         let (mut verdict, mut flags) = (found, 0);
         decide_destination(&self.settings, &mut verdict, &mut flags, approved);
         Decided { verdict, flags }

@@ -901,6 +901,7 @@ fn an_approval_adds_an_allow_rule_without_origin_and_returns_its_id() {
     let before = image.rules.len();
     let id = image
         .add_exec_approval(
+            1,
             &words("git push origin main"),
             "approved `git push origin main`".into(),
             "the command `git push origin main`".into(),
@@ -917,6 +918,7 @@ fn an_approval_adds_an_allow_rule_without_origin_and_returns_its_id() {
         image.exec_approvals,
         [ExecApproval {
             tokens: words("git push origin main"),
+            scope: 1,
             rule: id,
         }]
     );
@@ -974,7 +976,7 @@ fn approvals_the_kernel_cannot_match_exactly_are_refused_and_change_nothing() {
     let mut image = compile_plain(&parse(""));
     let builtin_rules = image.rules.len();
     for (tokens, want) in cases {
-        let got = image.add_exec_approval(&tokens, String::new(), String::new());
+        let got = image.add_exec_approval(1, &tokens, String::new(), String::new());
         assert_eq!(got, Err(want.clone()), "{tokens:?}");
         let message = want.to_string();
         assert!(
@@ -995,14 +997,69 @@ fn approvals_at_the_bounds_are_accepted() {
     tokens.extend((1..MAX_ARGV_TOKENS).map(|_| "t".repeat(TOKEN_MAX_LEN)));
     assert_eq!(tokens.len(), MAX_ARGV_TOKENS);
     image
-        .add_exec_approval(&tokens, String::new(), String::new())
+        .add_exec_approval(1, &tokens, String::new(), String::new())
         .unwrap();
     // An empty token is a real argv token the kernel compares exactly.
     image
-        .add_exec_approval(&["git".into(), String::new()], String::new(), String::new())
+        .add_exec_approval(
+            1,
+            &["git".into(), String::new()],
+            String::new(),
+            String::new(),
+        )
         .unwrap();
     image
-        .add_exec_approval(&words("git"), String::new(), String::new())
+        .add_exec_approval(1, &words("git"), String::new(), String::new())
         .unwrap();
     assert_eq!(image.exec_approvals.len(), 3);
+}
+
+#[test]
+fn an_approval_holds_only_for_the_scope_it_was_given_to() {
+    let mut image = compile_plain(&parse(
+        "prefix_rule(pattern=[\"git\", \"push\"], decision=\"prompt\")\n\
+         address_rule(addresses=[\"127.0.0.0/8\"], ports=[9], decision=\"prompt\")\n",
+    ));
+    let loopback: IpAddr = "127.0.0.2".parse().unwrap();
+    image
+        .add_exec_approval(7, &words("git push origin"), String::new(), String::new())
+        .unwrap();
+    image.add_destination_approval(7, loopback, 9, Transport::Tcp, String::new(), String::new());
+    let no_file = guard_common::maps::ExecIdentity { dev: 0, ino: 0 };
+    let push = words("git push origin");
+    let decide = |scope: u64| {
+        let engine = kernel_engine(&image).for_scope(scope);
+        (
+            engine_decision(engine.exec(no_file, "git", &push)),
+            engine_decision(engine.destination(loopback, 9, Transport::Tcp)),
+        )
+    };
+    assert_eq!(
+        decide(7),
+        (Decision::Allow, Decision::Allow),
+        "its own scope"
+    );
+    assert_eq!(
+        decide(8),
+        (Decision::Prompt, Decision::Prompt),
+        "another scope's request is still asked"
+    );
+    let entries = super::encode::MapEncoder::new().encode(&image).unwrap();
+    let kinds: Vec<(u64, u8)> = {
+        let mut kinds: Vec<_> = entries
+            .approvals
+            .keys()
+            .map(|k| (k.scope, k.kind))
+            .collect();
+        kinds.sort_unstable();
+        kinds
+    };
+    assert_eq!(
+        kinds,
+        [
+            (7, guard_common::maps::approval_kind::EXEC),
+            (7, guard_common::maps::approval_kind::V4)
+        ],
+        "one scope entry for each approval"
+    );
 }

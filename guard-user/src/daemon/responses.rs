@@ -399,6 +399,7 @@ mod tests {
                     tokens: vec!["git".into(), "push".into()],
                 },
                 scope: None,
+                for_scope: 9,
                 until: None,
             }],
             counters,

@@ -31,6 +31,7 @@ pub fn held_event(image: &EnforcementImage, scope: u64, held: &HeldCall) -> Kern
         uid: status.uid,
         gid: status.gid,
         cgroup_id: scope,
+        scope,
         comm: comm.trim_end().to_string(),
         exe,
         // The process's argv (a held exec's is the one it asks to run, set below).

@@ -126,6 +126,9 @@ pub struct KernelEvent {
     pub uid: u32,
     pub gid: u32,
     pub cgroup_id: u64,
+    /// The scope that decided (a cgroup id): the deepest listed cgroup on the process's way
+    /// down, which is `cgroup_id` or one of its ancestors. Approvals are held for it.
+    pub scope: u64,
     pub comm: String,
     pub exe: String,
     pub argv: Vec<String>,
@@ -338,6 +341,7 @@ impl KernelEvent {
             uid: e.uid,
             gid: e.gid,
             cgroup_id: e.cgroup_id,
+            scope: e.scope,
             comm: cstr(&e.comm),
             exe: String::from_utf8_lossy(&e.exe[..exe_len]).into_owned(),
             argv,

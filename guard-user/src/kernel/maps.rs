@@ -14,13 +14,13 @@ use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
 use guard_common::dfa::{DfaHeader, DfaRow, header_index, row_index, table};
 use guard_common::limits::UNIX_PATH_LEN;
 use guard_common::maps::{
-    ArgvEdge, ArgvNode, DestV4, DestV6, ExecIdentity, ExecName, LongToken, Settings, UnixKey,
-    Verdict, counter,
+    ArgvEdge, ArgvNode, DestV4, DestV6, ExecIdentity, ExecName, LongToken, ScopedApproval,
+    Settings, UnixKey, Verdict, approval_kind, counter,
 };
 
 use crate::compile::destination_maps::{Change, DestinationMaps};
 use crate::compile::dfa::DfaTable;
-use crate::compile::encode::{MapEncoder, MapEntries};
+use crate::compile::encode::{MapEncoder, MapEntries, destination_approvals};
 use crate::compile::image::{DestinationKey, EnforcementImage};
 
 /// What one [`MapSync::apply`] wrote.
@@ -75,6 +75,9 @@ impl MapSync {
         };
 
         // 1. Write what is new or changed.
+        // The scopes of approvals before the marks that need them: a mark without its scope's
+        // entry approves nothing (fails closed), an entry without a mark nothing either.
+        write_approvals(ebpf, &new.approvals, &last.approvals)?;
         {
             let mut map: BpfHashMap<_, ExecIdentity, Verdict> = hash_map(ebpf, "EXEC_IDENTITIES")?;
             write_changed(&new.identities, &last.identities, |k, v| {
@@ -159,6 +162,7 @@ impl MapSync {
                 map.remove(&Key::new(*len, *data))
             })?;
         }
+        stats.removed += remove_stale_approvals(ebpf, &new.approvals, &last.approvals)?;
         stats.removed += self.remove_stale_stand_ins(ebpf, stand_ins)?;
         self.last = new;
         Ok(stats)
@@ -173,6 +177,16 @@ impl MapSync {
         image: &EnforcementImage,
     ) -> Result<SyncStats> {
         let new = DestinationMaps::build(image);
+        // The exec approvals stay as they are; the destination approvals are the image's.
+        let mut approvals: HashMap<ScopedApproval, u32> = self
+            .last
+            .approvals
+            .iter()
+            .filter(|(k, _)| k.kind == approval_kind::EXEC)
+            .map(|(k, v)| (*k, *v))
+            .collect();
+        approvals.extend(destination_approvals(image));
+        write_approvals(ebpf, &approvals, &self.last.approvals)?;
         self.destinations_unsure = true;
         let mut stats = SyncStats {
             destinations_v4: new.v4.len(),
@@ -184,6 +198,8 @@ impl MapSync {
         self.write_stand_ins(ebpf, &stand_ins)?;
         stats.removed += self.remove_stale_destinations(ebpf, &new)?;
         stats.removed += self.remove_stale_stand_ins(ebpf, stand_ins)?;
+        stats.removed += remove_stale_approvals(ebpf, &approvals, &self.last.approvals)?;
+        self.last.approvals = approvals;
         self.last.destinations = new;
         self.destinations_unsure = false;
         Ok(stats)
@@ -379,6 +395,26 @@ impl MapSync {
         map.remove(&cgroup_id).context("removing the scope")?;
         Ok(())
     }
+}
+
+/// Writes the approvals' scopes that are new or changed (`APPROVALS`).
+fn write_approvals(
+    ebpf: &mut Ebpf,
+    new: &HashMap<ScopedApproval, u32>,
+    last: &HashMap<ScopedApproval, u32>,
+) -> Result<()> {
+    let mut map: BpfHashMap<_, ScopedApproval, u32> = hash_map(ebpf, "APPROVALS")?;
+    write_changed(new, last, |k, v| map.insert(k, v, 0))
+}
+
+/// Removes the approvals' scopes no longer held; how many went.
+fn remove_stale_approvals(
+    ebpf: &mut Ebpf,
+    new: &HashMap<ScopedApproval, u32>,
+    last: &HashMap<ScopedApproval, u32>,
+) -> Result<usize> {
+    let mut map: BpfHashMap<_, ScopedApproval, u32> = hash_map(ebpf, "APPROVALS")?;
+    remove_stale(new, last, |k| map.remove(k))
 }
 
 fn write_changed<K: std::hash::Hash + Eq, V: PartialEq + Copy>(

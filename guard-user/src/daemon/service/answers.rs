@@ -128,6 +128,7 @@ impl Daemon {
             } else {
                 None
             },
+            for_scope: ask.scope,
             until: (mode == ApprovalMode::Once).then(|| Instant::now() + self.config.asks.once()),
         };
         let mut trial = Approvals::default();

@@ -67,7 +67,7 @@ pub struct Daemon {
     scopes: Scopes,
     asks: AskBook,
     approvals: Approvals,
-    watchers: Vec<UnboundedSender<String>>,
+    watchers: Vec<Watcher>,
     audit: AuditTrail,
     /// What the metrics count that only the daemon can label.
     tally: crate::daemon::metrics::tally::Tally,
@@ -107,6 +107,47 @@ impl TakenEvent {
             record: None,
         }
     }
+}
+
+/// A `guard watch` stream, and whose asks it is shown (`None`: every ask).
+struct Watcher {
+    subject: Option<Subject>,
+    stream: UnboundedSender<String>,
+}
+
+/// The authorization resource of `ask`: its owner, if a run's user owns it, and whether the
+/// answer would amend the policy.
+fn ask_resource(ask: &crate::asks::Ask, amends: bool) -> Attributes {
+    let mut resource = Attributes::from([(
+        crate::authz::AMENDS_ATTRIBUTE.to_string(),
+        vec![amends.to_string()],
+    )]);
+    if let Some(owner) = &ask.owner {
+        resource.insert(
+            crate::authz::OWNER_ATTRIBUTE.to_string(),
+            vec![owner.clone()],
+        );
+    }
+    resource
+}
+
+/// Whether `subject` may answer `ask` once or for the session (or list it, which the same rule
+/// decides).
+fn may_answer(
+    authz: &AuthzPolicy,
+    subject: &Subject,
+    ask: &crate::asks::Ask,
+    amends: bool,
+) -> bool {
+    authz
+        .evaluate(&AuthzRequest {
+            subject,
+            action: "prompts",
+            entity: Some("prompt"),
+            resource: &ask_resource(ask, amends),
+            env: &Attributes::new(),
+        })
+        .allowed
 }
 
 /// Loads the rules, the amendments file, then the overlays; the daemon's own files (state
@@ -582,7 +623,7 @@ impl Daemon {
         if let Err(err) = self.take_answers(&[]) {
             tracing::error!("dropping expired DNS answers failed: {err:#}");
         }
-        self.watchers.retain(|w| !w.is_closed());
+        self.watchers.retain(|w| !w.stream.is_closed());
         for scope in self.scopes.by_id.values_mut() {
             if let Some(listener) = scope.listener.as_mut() {
                 listener.settle(now, false);
@@ -686,7 +727,7 @@ impl Daemon {
         let from_run = self
             .scopes
             .by_id
-            .get(&event.cgroup_id)
+            .get(&event.scope)
             .is_some_and(|s| s.is_run());
         let mut new_ask = None;
         let mut ask_id = None;
@@ -698,7 +739,7 @@ impl Daemon {
                 target,
                 blocked_request(self.in_force.image(), &event, &answered),
                 message.clone(),
-                (event.cgroup_id, from_run),
+                (event.scope, from_run),
                 now,
             );
             ask_id = recorded.id();
@@ -706,6 +747,12 @@ impl Daemon {
                 Recorded::New(id) => {
                     new_ask = Some(id);
                     self.tally.asks_raised += 1;
+                    // A run's asks are its user's to answer too (the built-in authorization).
+                    if let Some(ScopeKind::Run { uid, .. }) =
+                        self.scopes.by_id.get(&event.scope).map(|s| &s.kind)
+                    {
+                        self.asks.set_owner(id, user_name(*uid));
+                    }
                 }
                 Recorded::Full { pending } => {
                     message.push_str(&format!(
@@ -718,7 +765,7 @@ impl Daemon {
         if let Some(listener) = self
             .scopes
             .by_id
-            .get_mut(&event.cgroup_id)
+            .get_mut(&event.scope)
             .and_then(|s| s.listener.as_mut())
         {
             let image = self.in_force.image();
@@ -753,7 +800,7 @@ impl Daemon {
         let scope = self
             .scopes
             .by_id
-            .get(&event.cgroup_id)
+            .get(&event.scope)
             .map(|s| s.path.as_path());
         let mut record = self.audit.kernel_record(
             self.in_force.image(),
@@ -792,8 +839,42 @@ impl Daemon {
     }
 
     fn notify_watchers(&mut self, event: WatchEvent) {
+        let (WatchEvent::Ask { ask } | WatchEvent::Resolved { ask }) = &event;
         let line = stream_line(&event);
-        self.watchers.retain(|w| w.send(line.clone()).is_ok());
+        let authz = self.authz.clone();
+        self.watchers.retain(|w| {
+            let sees = w
+                .subject
+                .as_ref()
+                .is_none_or(|subject| may_answer(&authz, subject, ask, false));
+            !sees || w.stream.send(line.clone()).is_ok()
+        });
+    }
+
+    /// The pending asks `subject` may answer (`None`: every pending ask).
+    fn visible_asks(&self, subject: Option<&Subject>) -> Vec<crate::asks::Ask> {
+        let mut asks = self.asks.pending(Instant::now());
+        if let Some(subject) = subject {
+            asks.retain(|ask| may_answer(&self.authz, subject, ask, false));
+        }
+        asks
+    }
+
+    /// The resource an answer is authorized with: its ask's owner (the user whose run asked),
+    /// and whether it would amend the policy every scope holds. Other requests have none.
+    fn resource_of(&self, request: &Request) -> Attributes {
+        let (id, amends) = match request {
+            Request::Approve { id, mode, prefix } => (
+                *id,
+                *mode == crate::asks::ApprovalMode::Always || prefix.is_some(),
+            ),
+            Request::Deny { id, always } => (*id, *always),
+            _ => return Attributes::new(),
+        };
+        match self.asks.get(id, Instant::now()) {
+            Some(ask) => ask_resource(&ask, amends),
+            None => Attributes::new(),
+        }
     }
 
     /// The authorization subject of a peer, and the guard scope it runs in.
@@ -814,16 +895,22 @@ impl Daemon {
     ) -> ResponseLine {
         let (subject, membership) = self.subject_of(&peer);
         let empty = Attributes::new();
+        // An answer is authorized with its ask's owner; `prompts` and `watch` list what the
+        // caller may see, ask by ask, when it may not see them all.
+        let resource = self.resource_of(&request);
+        let per_ask = matches!(request, Request::Prompts | Request::Watch);
+        let mut sees_every_ask = true;
         // `audit` is authorized per record (whose processes it is about), in `audit_read`.
         if !matches!(request, Request::Audit { .. }) {
             let decision = self.authz.evaluate(&AuthzRequest {
                 subject: &subject,
                 action: request.action(),
                 entity: Some(request.entity()),
-                resource: &empty,
+                resource: &resource,
                 env: &empty,
             });
-            if !decision.allowed {
+            sees_every_ask = decision.allowed;
+            if !decision.allowed && !per_ask {
                 let message =
                     if membership.is_confined() && REFUSED_IN_SCOPE.contains(&request.action()) {
                         format!(
@@ -872,14 +959,19 @@ impl Daemon {
             name: subject.sub.clone(),
             uid: peer.uid,
         };
+        // `None`: every ask; else only the asks this subject may answer.
+        let visible_to = (!sees_every_ask).then_some(&subject);
         let result = match request {
             Request::Status => Ok(to_json(&self.status())),
-            Request::Prompts => Ok(to_json(&self.asks.pending(Instant::now()))),
+            Request::Prompts => Ok(to_json(&self.visible_asks(visible_to))),
             Request::Watch => {
                 if let Some(stream) = stream {
-                    self.watchers.push(stream);
+                    self.watchers.push(Watcher {
+                        subject: visible_to.cloned(),
+                        stream,
+                    });
                 }
-                Ok(to_json(&self.asks.pending(Instant::now())))
+                Ok(to_json(&self.visible_asks(visible_to)))
             }
             Request::Approve { id, mode, prefix } => self
                 .approve(id, mode, prefix.as_deref(), &by)

@@ -7,7 +7,7 @@
 use anyhow::{Result, anyhow};
 
 use crate::asks::Approvals;
-use crate::compile::dns::DnsCache;
+use crate::resolve::lookup::DnsCache;
 use crate::compile::image::EnforcementImage;
 use crate::compile::{CompileEnv, compile, update_destinations};
 use crate::kernel::loader::Enforcer;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use crate::asks::{Approval, Approvals};
-use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
+use crate::resolve::lookup::{DnsCache, DnsConfig, DnsResolver};
 use crate::compile::image::EnforcementImage;
 use crate::compile::{CompileEnv, host_names};
 use crate::confine::sandbox::SandboxPlan;

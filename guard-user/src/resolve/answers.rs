@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use crate::compile::HostResolver;
-use crate::compile::dns::DnsCache;
+use crate::resolve::lookup::DnsCache;
 use crate::policy::destination::StandIn;
 use crate::policy::host::{HostPattern, is_host_pattern};
 use crate::policy::rule::canonical_ip;

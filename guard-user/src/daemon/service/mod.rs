@@ -24,7 +24,7 @@ use crate::asks::{Described, blocked_request, describe};
 use crate::audit::filter::AuditFilter;
 use crate::audit::{AuditRecord, RecordType};
 use crate::authz::{Attributes, AuthzPolicy, REFUSED_IN_SCOPE, Request as AuthzRequest, Subject};
-use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
+use crate::resolve::lookup::{DnsCache, DnsConfig, DnsResolver};
 use crate::compile::image::EnforcementImage;
 use crate::compile::{CompileEnv, host_names};
 use crate::confine::sandbox::SandboxPlan;

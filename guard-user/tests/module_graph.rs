@@ -1,6 +1,7 @@
 //! The library's modules follow the data flow (docs/design.md): the languages and the policy,
-//! then compiling it, then the kernel, then enforcing it for a scope, then the host service,
-//! then the command line. A module may use its own layer and the layers before it; this test
+//! then compiling it, then the kernel, then enforcing it for a scope (the audit log, the
+//! resolver, asks, what is in force, the hold, confinement, the session, each on the ones
+//! before), then the host service, then the command line. A module may use its own layer and the layers before it; this test
 //! fails on an import that points back, naming the file, the line and the layers.
 //!
 //! It reads the sources (`crate::NAME` paths outside comments), leaving out test code: test
@@ -16,12 +17,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("compiling a policy", &["compile"]),
     ("the kernel", &["kernel"]),
-    (
-        "enforcement for a scope",
-        &[
-            "confine", "hold", "resolve", "asks", "audit", "in_force", "session",
-        ],
-    ),
+    // Enforcement for a scope, in the order its parts build on each other.
+    ("the audit log", &["audit"]),
+    ("guard's resolver and the rules' name lookups", &["resolve"]),
+    ("asks, approvals and their messages", &["asks"]),
+    ("what is in force and how it changes", &["in_force"]),
+    ("holding a prompted call until it is answered", &["hold"]),
+    ("confining a command's writes and escapes", &["confine"]),
+    ("one enforcement session", &["session"]),
     ("the host service and its reports", &["daemon", "doctor"]),
     ("the command line", &["cli"]),
 ];

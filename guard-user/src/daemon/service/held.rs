@@ -177,7 +177,7 @@ impl Daemon {
             Some("udp") => guard_common::maps::TRANSPORT_UDP,
             _ => guard_common::maps::TRANSPORT_TCP,
         };
-        let refusal = crate::session::describe_event(self.in_force.image(), &event, &[]);
+        let refusal = crate::asks::messages::describe_event(self.in_force.image(), &event, &[]);
         let taken = self.take_event(event, now, true);
         match (taken.rejected, taken.ask) {
             (None, Some(ask)) => self.held_sockets.push(WaitingSocket {
@@ -283,7 +283,7 @@ impl Daemon {
                     let event = held_event(self.in_force.image(), scope_id, &call.held);
                     let message = format!(
                         "{}; ask {} {how}",
-                        crate::session::describe_event(self.in_force.image(), &event, &[]),
+                        crate::asks::messages::describe_event(self.in_force.image(), &event, &[]),
                         call.ask
                     );
                     self.fail_held(scope_id, &call.held, &message);

@@ -14,8 +14,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::peer::user_name;
-use super::protocol::stream_line;
-use super::responses::{AuditEvent, AuditStatus, SyslogStatus};
+use super::wire::protocol::stream_line;
+use super::wire::responses::{AuditEvent, AuditStatus, SyslogStatus};
 use crate::asks::messages::destination_host;
 use crate::asks::protocol_for;
 use crate::audit::files::{Newest, ReadStats, log_files, read_records};

@@ -15,9 +15,10 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use super::audit::{AuditTrail, HistoryRead};
 use super::config::Config;
 use super::peer::{PeerCredentials, subject, user_name};
-use super::protocol::{ErrorCode, Request, ResponseLine, stream_line};
 use super::run_stream::repeat_key;
-use super::scopes::{Membership, ScopeKind, Scopes, configured_cgroup, own_cgroup};
+use super::scopes::{Membership, Scopes, configured_cgroup, own_cgroup};
+use super::wire::protocol::{ErrorCode, Request, ResponseLine, stream_line};
+use super::wire::responses::ScopeKind;
 use crate::asks::Approvals;
 use crate::asks::messages::describe_event;
 use crate::asks::{AskBook, AskTarget, Recorded};
@@ -28,8 +29,8 @@ use crate::authz::{Attributes, AuthzPolicy, REFUSED_IN_SCOPE, Request as AuthzRe
 use crate::compile::image::EnforcementImage;
 use crate::compile::{CompileEnv, host_names};
 use crate::confine::sandbox::SandboxPlan;
-use crate::daemon::responses::to_json;
-use crate::daemon::responses::{
+use crate::daemon::wire::responses::to_json;
+use crate::daemon::wire::responses::{
     Blocked, ReloadResponse, ResolverStatus, RunEvent, RunResponse, WatchEvent,
 };
 use crate::in_force::{InForce, Modes, names_guard_resolves};

@@ -10,7 +10,7 @@
 
 use std::sync::OnceLock;
 
-use guard::daemon::protocol::{MAX_REQUEST_BYTES, PROTOCOL_VERSION, RequestLine};
+use guard::daemon::wire::protocol::{MAX_REQUEST_BYTES, PROTOCOL_VERSION, RequestLine};
 use guard::daemon::server::{parse_request, read_line};
 use libfuzzer_sys::fuzz_target;
 

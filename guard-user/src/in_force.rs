@@ -7,7 +7,6 @@
 use anyhow::{Result, anyhow};
 
 use crate::asks::Approvals;
-use crate::compile::dns::DnsCache;
 use crate::compile::image::EnforcementImage;
 use crate::compile::{CompileEnv, compile, update_destinations};
 use crate::kernel::loader::Enforcer;
@@ -15,6 +14,7 @@ use crate::kernel::maps::SyncStats;
 use crate::policy::Policy;
 use crate::resolve::Answered;
 use crate::resolve::answers::{AnswerBook, KnownAddresses};
+use crate::resolve::lookup::DnsCache;
 
 /// How the images of a run or a daemon are made, beyond the policy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

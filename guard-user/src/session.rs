@@ -9,21 +9,22 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
+use crate::asks::messages::describe_event;
 use crate::asks::{Approval, Approvals};
-use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
 use crate::compile::image::EnforcementImage;
 use crate::compile::{CompileEnv, host_names};
 use crate::confine::sandbox::SandboxPlan;
 use crate::confine::{CommandConfinement, WritePlan};
 use crate::in_force::{InForce, Modes, names_guard_resolves};
-use crate::kernel::events::{Action, EventKind, EventReader, KernelEvent};
+use crate::kernel::events::{EventReader, KernelEvent};
 use crate::kernel::scope::{
     AbandonedScope, ScopeCgroup, join_from_pre_exec, remove_abandoned_scopes,
 };
 use crate::kernel::{Backend, Enforcer};
-use crate::policy::{Decision, Policy};
+use crate::policy::Policy;
 use crate::resolve::answers::{AnswerBook, KnownAddresses};
 use crate::resolve::hosts_file;
+use crate::resolve::lookup::{DnsCache, DnsConfig, DnsResolver};
 use crate::resolve::thread::ResolverThread;
 use crate::resolve::{NamePolicy, Refusal, RefusedName, ResolverConfig, ResolverEvent};
 
@@ -581,139 +582,4 @@ fn dns_runtime(nameserver: Option<SocketAddr>) -> Result<(tokio::runtime::Runtim
             .context("starting the DNS runtime")?,
         DnsResolver::new(&DnsConfig { nameserver })?,
     ))
-}
-
-/// `guard: refused exec of `git push origin main`: policy forbids commands starting with
-/// `git push` (team.rules:3)`. `answered`: the names guard's resolver answered a destination's
-/// address for, named when no rule's host does.
-pub fn describe_event(
-    image: &EnforcementImage,
-    event: &KernelEvent,
-    answered: &[String],
-) -> String {
-    let what = match (&event.kind, &event.destination) {
-        (EventKind::Exec, _) => {
-            format!("exec of `{}`", shown_command(event))
-        }
-        (EventKind::Unix, _) => {
-            let unix = event.unix.as_ref();
-            format!(
-                "{} unix socket {}",
-                if unix.is_some_and(|u| u.call == "send") {
-                    "send to"
-                } else {
-                    "connect to"
-                },
-                unix.map_or("?", |u| u.address.as_str())
-            )
-        }
-        (EventKind::Read | EventKind::Write, _) => format!(
-            "{} of `{}`",
-            if event.kind == EventKind::Read {
-                "read"
-            } else {
-                "write"
-            },
-            event.path.as_deref().unwrap_or("?")
-        ),
-        (kind, Some(d)) => {
-            let verb = if *kind == EventKind::Connect {
-                "connect to"
-            } else {
-                "send to"
-            };
-            let addr = match d.address {
-                std::net::IpAddr::V6(a) => format!("[{a}]"),
-                a => a.to_string(),
-            };
-            let host = match destination_host(image, event) {
-                Some(host) => format!(" ({host})"),
-                None if !answered.is_empty() => format!(" ({})", answered.join(", ")),
-                None => String::new(),
-            };
-            format!("{verb} {addr}:{}/{}{host}", d.port, d.transport)
-        }
-        (_, None) => "call".to_string(),
-    };
-    let verb = if event.audit_only || event.action == Action::None {
-        "audit-only, would refuse"
-    } else {
-        "refused"
-    };
-    if let Some(socket) = &event.socket {
-        return format!("guard: {verb} {}", socket_refusal(socket));
-    }
-    let why = match event.rule.and_then(|id| image.rules.get(id as usize)) {
-        Some(rule) => {
-            let location = rule
-                .origin
-                .as_ref()
-                .map(|o| format!(" ({}:{})", short_file(&o.file), o.line))
-                .unwrap_or_default();
-            let reason = match event.decision {
-                Decision::Prompt => format!("approval required for {}", rule.summary),
-                _ => format!("policy forbids {}", rule.summary),
-            };
-            let justification = rule
-                .justification
-                .as_deref()
-                .map(|j| format!(": {j}"))
-                .unwrap_or_default();
-            format!("{reason}{justification}{location}")
-        }
-        None if event.anonymous => format!(
-            "the executed file has no path a rule could name (a memfd or a deleted file), and \
-             this policy's enforcement(anonymous_exec=...) is `{}`",
-            event.decision.as_str()
-        ),
-        None => format!(
-            "no rule matches, and this policy's default for unmatched {} is `{}`",
-            if event.kind == EventKind::Exec {
-                "execs"
-            } else {
-                "destinations"
-            },
-            event.decision.as_str()
-        ),
-    };
-    format!("guard: {verb} {what}: {why}")
-}
-
-/// `a raw socket (IPPROTO_ICMP): enforcement(socket_kinds=...) does not allow "raw"`.
-pub fn socket_refusal(socket: &crate::kernel::events::EventSocket) -> String {
-    format!(
-        "a {} socket ({}): enforcement(socket_kinds=...) does not allow \"{}\"",
-        socket.kind,
-        socket.protocol_name(),
-        socket.kind
-    )
-}
-
-/// An exec as a person would type it: the original argv (the path, when argv is unknown),
-/// shell-quoted.
-pub fn shown_command(event: &KernelEvent) -> String {
-    let argv = if event.argv.is_empty() {
-        vec![event.exe.clone()]
-    } else {
-        event.argv.clone()
-    };
-    shlex::try_join(argv.iter().map(String::as_str)).unwrap_or_else(|_| argv.join(" "))
-}
-
-/// The host name a refused destination's address came from: the name of the deciding entry
-/// that covers it (`None` for an address rule's CIDR, an IP literal, or the unmatched default).
-pub fn destination_host<'a>(image: &'a EnforcementImage, event: &KernelEvent) -> Option<&'a str> {
-    let d = event.destination.as_ref()?;
-    let rule = event.rule?;
-    let transport = crate::policy::Transport::parse(d.transport)?;
-    image
-        .destinations
-        .host_for(d.address, d.port, transport, rule)
-}
-
-fn short_file(file: &str) -> &str {
-    std::path::Path::new(file)
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or(file)
 }

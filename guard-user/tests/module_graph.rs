@@ -1,6 +1,7 @@
 //! The library's modules follow the data flow (docs/design.md): the languages and the policy,
-//! then compiling it, then the kernel, then enforcing it for a scope, then the host service,
-//! then the command line. A module may use its own layer and the layers before it; this test
+//! then compiling it, then the kernel, then enforcing it for a scope (the audit log, the
+//! resolver, asks, what is in force, the hold, confinement, the session, each on the ones
+//! before), then the host service, then the command line. A module may use its own layer and the layers before it; this test
 //! fails on an import that points back, naming the file, the line and the layers.
 //!
 //! It reads the sources (`crate::NAME` paths outside comments), leaving out test code: test
@@ -16,12 +17,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("compiling a policy", &["compile"]),
     ("the kernel", &["kernel"]),
-    (
-        "enforcement for a scope",
-        &[
-            "confine", "hold", "resolve", "asks", "audit", "in_force", "session",
-        ],
-    ),
+    // Enforcement for a scope, in the order its parts build on each other.
+    ("the audit log", &["audit"]),
+    ("guard's resolver and the rules' name lookups", &["resolve"]),
+    ("asks, approvals and their messages", &["asks"]),
+    ("what is in force and how it changes", &["in_force"]),
+    ("holding a prompted call until it is answered", &["hold"]),
+    ("confining a command's writes and escapes", &["confine"]),
+    ("one enforcement session", &["session"]),
     ("the host service and its reports", &["daemon", "doctor"]),
     ("the command line", &["cli"]),
 ];
@@ -59,16 +62,21 @@ fn is_test_file(path: &Path) -> bool {
 
 /// The top-level modules `line` names as `crate::NAME`.
 fn crate_modules(line: &str) -> Vec<String> {
-    line.match_indices("crate::")
+    modules_after(line, "crate::")
+}
+
+/// The modules `line` names as `PREFIX` + `NAME` (`prefix` a path ending in `::`).
+fn modules_after(line: &str, prefix: &str) -> Vec<String> {
+    line.match_indices(prefix)
         .filter(|(at, _)| {
-            // Not `guard_crate::` or the like: `crate` must start a path.
+            // Not `guard_crate::` or the like: the prefix must start a path.
             line[..*at]
                 .chars()
                 .last()
                 .is_none_or(|c| !(c.is_alphanumeric() || c == '_'))
         })
         .map(|(at, _)| {
-            line[at + "crate::".len()..]
+            line[at + prefix.len()..]
                 .chars()
                 .take_while(|c| c.is_alphanumeric() || *c == '_')
                 .collect()
@@ -171,6 +179,46 @@ fn no_module_imports_a_later_layer() {
     );
 }
 
+/// The control socket's wire types (`src/daemon/wire/`) stand on their own: of the daemon's
+/// modules they use only each other, never its state, service, scopes or server (which convert
+/// to them), so the CLI reads them without the daemon's internals.
+#[test]
+fn the_wire_types_use_no_other_daemon_module() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = sources(&src.join("daemon/wire"));
+    assert!(
+        files.len() >= 3,
+        "src/daemon/wire/ has {} files: has it moved?",
+        files.len()
+    );
+    let mut outside = Vec::new();
+    for path in files {
+        let relative = path.strip_prefix(&src).unwrap();
+        // `super::` is the daemon from the wire's mod.rs, the wire module from a file beside it.
+        let leaves = if path.ends_with("mod.rs") {
+            "super::"
+        } else {
+            "super::super::"
+        };
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (number, code) in non_test_lines(&text) {
+            if code.contains(leaves)
+                || modules_after(code, "crate::daemon::")
+                    .iter()
+                    .any(|m| m != "wire")
+            {
+                outside.push(format!("src/{}:{number}: {code}", relative.display()));
+            }
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "wire types that use another daemon module (give the wire its own plain type, or \
+         move the type into the wire, and convert at the daemon's edge):\n{}",
+        outside.join("\n")
+    );
+}
+
 #[test]
 fn every_top_level_module_has_a_layer() {
     let lib =
@@ -200,6 +248,13 @@ fn the_scan_sees_a_back_edge() {
         ["kernel", "policy"]
     );
     assert!(crate_modules("use guard_crate::x;").is_empty());
+    assert_eq!(
+        modules_after(
+            "use crate::daemon::wire::protocol::Request; crate::daemon::scopes::x",
+            "crate::daemon::"
+        ),
+        ["wire", "scopes"]
+    );
     assert!(layer_of("daemon") > layer_of("compile"));
     let source = "use crate::a;\n#[cfg(test)]\nmod tests;\nuse crate::b;\n#[cfg(test)]\nmod t {\n    use crate::c;\n    fn f() {}\n}\n// crate::d\nuse crate::e;\n";
     let kept: Vec<&str> = non_test_lines(source).into_iter().map(|(_, l)| l).collect();

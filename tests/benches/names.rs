@@ -12,7 +12,7 @@
 //!    lookups (`VmHWM`): each size runs in a child process of its own.
 //! 4. **Session start without guard's resolver** at `LARGE`: the policy's names are then
 //!    resolved before the command starts (they are unknown to the server: NXDOMAIN), at most
-//!    `compile::dns::LOOKUPS_IN_FLIGHT` at a time.
+//!    `resolve::lookup::LOOKUPS_IN_FLIGHT` at a time.
 //! 5. **The daemon**: its start, the median of `RELOADS` reloads and its peak RSS, at both
 //!    sizes.
 //!

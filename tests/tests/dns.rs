@@ -1,4 +1,4 @@
-//! The daemon's host-name resolution (`guard::compile::dns`) against a real DNS server on
+//! The daemon's host-name resolution (`guard::resolve::lookup`) against a real DNS server on
 //! loopback (`guard_tests::dns::TestDns`).
 
 use std::future::Future;
@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use guard::compile::HostResolver;
-use guard::compile::dns::{DnsCache, DnsConfig, DnsResolver, HostChange};
+use guard::resolve::lookup::{DnsCache, DnsConfig, DnsResolver, HostChange};
 use guard_tests::dns::TestDns;
 
 /// The bound on any single await in these tests.

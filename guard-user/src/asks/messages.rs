@@ -1,14 +1,14 @@
 //! From a kernel event to what people and programs read: the blocked-request record, the
 //! human message (`docs/policy-language.md` §5.2 for execs, §7 for network), and for a
-//! `prompt`, the ask's target.
+//! `prompt`, the ask's target; the refusal line `guard run` and the daemon print
+//! ([`describe_event`]).
 
 use std::path::Path;
 
 use super::book::{AskTarget, BlockedRequest, RulePlace, timestamp};
 use crate::compile::image::EnforcementImage;
-use crate::kernel::events::{EventKind, KernelEvent};
+use crate::kernel::events::{Action, EventKind, KernelEvent};
 use crate::policy::{Decision, NetworkProtocol};
-use crate::session::{destination_host, shown_command};
 
 /// The network protocol whose endpoints cover a destination (the one an amendment for it
 /// names): 80/tcp is http, 443 is https, any other port socks5 over its transport.
@@ -87,7 +87,7 @@ pub fn describe(image: &EnforcementImage, event: &KernelEvent, answered: &[Strin
         }
         (EventKind::Socket, _) => Described {
             message: match &event.socket {
-                Some(socket) => format!("Refused {}.", crate::session::socket_refusal(socket)),
+                Some(socket) => format!("Refused {}.", socket_refusal(socket)),
                 None => "A socket was refused by policy.".to_string(),
             },
             // No approval can answer a socket's creation (the kind is the policy's to allow).
@@ -272,6 +272,141 @@ pub fn blocked_request(
         }),
         justification: rule.and_then(|r| r.justification.clone()),
     }
+}
+
+/// `guard: refused exec of `git push origin main`: policy forbids commands starting with
+/// `git push` (team.rules:3)`. `answered`: the names guard's resolver answered a destination's
+/// address for, named when no rule's host does.
+pub fn describe_event(
+    image: &EnforcementImage,
+    event: &KernelEvent,
+    answered: &[String],
+) -> String {
+    let what = match (&event.kind, &event.destination) {
+        (EventKind::Exec, _) => {
+            format!("exec of `{}`", shown_command(event))
+        }
+        (EventKind::Unix, _) => {
+            let unix = event.unix.as_ref();
+            format!(
+                "{} unix socket {}",
+                if unix.is_some_and(|u| u.call == "send") {
+                    "send to"
+                } else {
+                    "connect to"
+                },
+                unix.map_or("?", |u| u.address.as_str())
+            )
+        }
+        (EventKind::Read | EventKind::Write, _) => format!(
+            "{} of `{}`",
+            if event.kind == EventKind::Read {
+                "read"
+            } else {
+                "write"
+            },
+            event.path.as_deref().unwrap_or("?")
+        ),
+        (kind, Some(d)) => {
+            let verb = if *kind == EventKind::Connect {
+                "connect to"
+            } else {
+                "send to"
+            };
+            let addr = match d.address {
+                std::net::IpAddr::V6(a) => format!("[{a}]"),
+                a => a.to_string(),
+            };
+            let host = match destination_host(image, event) {
+                Some(host) => format!(" ({host})"),
+                None if !answered.is_empty() => format!(" ({})", answered.join(", ")),
+                None => String::new(),
+            };
+            format!("{verb} {addr}:{}/{}{host}", d.port, d.transport)
+        }
+        (_, None) => "call".to_string(),
+    };
+    let verb = if event.audit_only || event.action == Action::None {
+        "audit-only, would refuse"
+    } else {
+        "refused"
+    };
+    if let Some(socket) = &event.socket {
+        return format!("guard: {verb} {}", socket_refusal(socket));
+    }
+    let why = match event.rule.and_then(|id| image.rules.get(id as usize)) {
+        Some(rule) => {
+            let location = rule
+                .origin
+                .as_ref()
+                .map(|o| format!(" ({}:{})", short_file(&o.file), o.line))
+                .unwrap_or_default();
+            let reason = match event.decision {
+                Decision::Prompt => format!("approval required for {}", rule.summary),
+                _ => format!("policy forbids {}", rule.summary),
+            };
+            let justification = rule
+                .justification
+                .as_deref()
+                .map(|j| format!(": {j}"))
+                .unwrap_or_default();
+            format!("{reason}{justification}{location}")
+        }
+        None if event.anonymous => format!(
+            "the executed file has no path a rule could name (a memfd or a deleted file), and \
+             this policy's enforcement(anonymous_exec=...) is `{}`",
+            event.decision.as_str()
+        ),
+        None => format!(
+            "no rule matches, and this policy's default for unmatched {} is `{}`",
+            if event.kind == EventKind::Exec {
+                "execs"
+            } else {
+                "destinations"
+            },
+            event.decision.as_str()
+        ),
+    };
+    format!("guard: {verb} {what}: {why}")
+}
+
+/// `a raw socket (IPPROTO_ICMP): enforcement(socket_kinds=...) does not allow "raw"`.
+pub fn socket_refusal(socket: &crate::kernel::events::EventSocket) -> String {
+    format!(
+        "a {} socket ({}): enforcement(socket_kinds=...) does not allow \"{}\"",
+        socket.kind,
+        socket.protocol_name(),
+        socket.kind
+    )
+}
+
+/// An exec as a person would type it: the original argv (the path, when argv is unknown),
+/// shell-quoted.
+pub fn shown_command(event: &KernelEvent) -> String {
+    let argv = if event.argv.is_empty() {
+        vec![event.exe.clone()]
+    } else {
+        event.argv.clone()
+    };
+    shlex::try_join(argv.iter().map(String::as_str)).unwrap_or_else(|_| argv.join(" "))
+}
+
+/// The host name a refused destination's address came from: the name of the deciding entry
+/// that covers it (`None` for an address rule's CIDR, an IP literal, or the unmatched default).
+pub fn destination_host<'a>(image: &'a EnforcementImage, event: &KernelEvent) -> Option<&'a str> {
+    let d = event.destination.as_ref()?;
+    let rule = event.rule?;
+    let transport = crate::policy::Transport::parse(d.transport)?;
+    image
+        .destinations
+        .host_for(d.address, d.port, transport, rule)
+}
+
+fn short_file(file: &str) -> &str {
+    std::path::Path::new(file)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(file)
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@ use clap::Args;
 use serde_json::json;
 
 use super::output::{print_json, say, usage_error};
-use crate::daemon::protocol::{Amendment, Request};
-use crate::daemon::responses::{AmendmentApplied, to_json};
+use crate::daemon::wire::protocol::{Amendment, Request};
+use crate::daemon::wire::responses::{AmendmentApplied, to_json};
 use crate::policy::amend::{
     AmendOutcome, append_line, network_amendment_line, prefix_amendment_line,
     prefix_amendment_refusal,

@@ -19,8 +19,8 @@ use crate::audit::filter::AuditFilter;
 use crate::audit::record::AuditRecord;
 use crate::audit::syslog::{Facility, SyslogSender, SyslogTarget, rfc5424};
 use crate::daemon::client::Client;
-use crate::daemon::protocol::Request;
-use crate::daemon::responses::{AuditEvent, StreamLine};
+use crate::daemon::wire::protocol::Request;
+use crate::daemon::wire::responses::{AuditEvent, StreamLine};
 use crate::policy::Decision;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -8,12 +8,12 @@ use anstream::println;
 use serde_json::{Value, json};
 
 use crate::cli::output::{decision_style, dim, print_json};
-use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
 use crate::compile::{HostResolver, NoResolver, host_names};
 use crate::policy::host::normalize_network_host;
 use crate::policy::load::{EMBEDDED_DEFAULT_NAME, SYSTEM_RULES_DIR};
 use crate::policy::rule::canonical_ip;
 use crate::policy::{Decision, DestinationEvaluation, Policy, RuleKind, Transport};
+use crate::resolve::lookup::{DnsCache, DnsConfig, DnsResolver};
 
 /// The host part of `--dest`.
 #[derive(Clone, Debug, PartialEq, Eq)]

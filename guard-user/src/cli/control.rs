@@ -17,8 +17,8 @@ use super::output::{dim, print_json};
 use crate::asks::Ask;
 use crate::daemon::client::{Client, ClientError};
 use crate::daemon::config::DEFAULT_SOCKET;
-use crate::daemon::protocol::{ApprovalMode, Request};
-use crate::daemon::responses::{
+use crate::daemon::wire::protocol::{ApprovalMode, Request};
+use crate::daemon::wire::responses::{
     AmendmentApplied, ApproveResponse, DenyResponse, ReloadResponse, StatusResponse, to_json,
 };
 

@@ -193,8 +193,9 @@ pub fn release(args: &ReleaseArgs) -> ExitCode {
 /// or it does not say).
 fn live_daemon_pins(socket: &std::path::Path) -> Option<PathBuf> {
     let mut client = crate::daemon::client::Client::connect(socket).ok()?;
-    let status: crate::daemon::responses::StatusResponse =
-        client.call(crate::daemon::protocol::Request::Status).ok()?;
+    let status: crate::daemon::wire::responses::StatusResponse = client
+        .call(crate::daemon::wire::protocol::Request::Status)
+        .ok()?;
     Some(PathBuf::from(status.pinned))
 }
 

@@ -19,9 +19,11 @@ use crate::asks::{
 };
 use crate::daemon::config::AskConfig;
 use crate::daemon::peer::user_name;
-use crate::daemon::protocol::{ErrorCode, MAX_REQUEST_BYTES, Request, RequestLine, ResponseLine};
-use crate::daemon::responses::to_json;
-use crate::daemon::responses::{AmendmentApplied, ApproveResponse, DenyResponse};
+use crate::daemon::wire::protocol::{
+    ErrorCode, MAX_REQUEST_BYTES, Request, RequestLine, ResponseLine,
+};
+use crate::daemon::wire::responses::to_json;
+use crate::daemon::wire::responses::{AmendmentApplied, ApproveResponse, DenyResponse};
 use crate::kernel::events::KernelEvent;
 use crate::policy::amend::append_line;
 use crate::policy::approval::ApprovalPolicy;

@@ -20,8 +20,8 @@ use super::control::client_error;
 use crate::confine::sandbox::SandboxPlan;
 use crate::confine::{CommandConfinement, WritePlan};
 use crate::daemon::client::{Client, ClientError};
-use crate::daemon::protocol::{FLUSH_LINE, Request};
-use crate::daemon::responses::{
+use crate::daemon::wire::protocol::{FLUSH_LINE, Request};
+use crate::daemon::wire::responses::{
     Blocked, HoldOffer, HoldResponse, RunEvent, RunResponse, StreamLine,
 };
 use crate::hold::{ChildEnd, HeldSyscalls, filter};

@@ -13,8 +13,8 @@ use std::time::Duration;
 use super::control::{answer, ask_line, client_error};
 use crate::asks::Ask;
 use crate::daemon::client::Client;
-use crate::daemon::protocol::{ApprovalMode, Request};
-use crate::daemon::responses::WatchEvent;
+use crate::daemon::wire::protocol::{ApprovalMode, Request};
+use crate::daemon::wire::responses::WatchEvent;
 use anstream::{eprintln, println};
 use nix::sys::termios::{self, LocalFlags, SetArg, Termios};
 

@@ -1,6 +1,6 @@
 //! Policy → [`EnforcementImage`]: what the kernel programs need to decide, with every entry
 //! pointing back at the rule (file and line) it came from. Host names are resolved through a
-//! [`HostResolver`] snapshot (the DNS module keeps one fresh).
+//! [`HostResolver`] snapshot (`crate::resolve::lookup` keeps one fresh; compiling does no DNS).
 //!
 //! [`compile`] is pure apart from `stat`: the same policy, resolver snapshot and PATH give the
 //! same image. How each rule becomes kernel entries:
@@ -18,7 +18,6 @@ pub mod destination_maps;
 mod destination_twin;
 pub mod destinations;
 pub mod dfa;
-pub mod dns;
 pub mod encode;
 mod exec;
 mod exec_twin;

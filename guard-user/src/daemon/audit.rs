@@ -14,8 +14,9 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::peer::user_name;
-use super::protocol::stream_line;
-use super::responses::{AuditEvent, AuditStatus, SyslogStatus};
+use super::wire::protocol::stream_line;
+use super::wire::responses::{AuditEvent, AuditStatus, SyslogStatus};
+use crate::asks::messages::destination_host;
 use crate::asks::protocol_for;
 use crate::audit::files::{Newest, ReadStats, log_files, read_records};
 use crate::audit::filter::{AuditFilter, CompiledFilter};
@@ -28,7 +29,6 @@ use crate::audit::writer::{AuditWriter, WriterConfig};
 use crate::authz::{Attributes, AuthzPolicy, Request as AuthzRequest, Subject};
 use crate::compile::image::EnforcementImage;
 use crate::kernel::events::{Action, KernelEvent};
-use crate::session::destination_host;
 
 /// Who may read which records: the authorization policy's `audit` action on entity `audit`,
 /// with the record's `owner` and `type` as `resource.owner` and `resource.type`. Decisions are

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::protocol::{ErrorBody, ErrorCode, PROTOCOL_VERSION, Request, RequestLine, ResponseLine};
+use super::wire::protocol::{
+    ErrorBody, ErrorCode, PROTOCOL_VERSION, Request, RequestLine, ResponseLine,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -87,7 +89,7 @@ impl Client {
         }
     }
 
-    /// Sends `request` and reads its result as `R`, the type `daemon::responses` (or the
+    /// Sends `request` and reads its result as `R`, the type `daemon::wire::responses` (or the
     /// asks, for `prompts` and `watch`) gives it.
     pub fn call<R: serde::de::DeserializeOwned>(
         &mut self,

@@ -6,17 +6,17 @@
 //! asks and answers into approvals and amendment lines (shared with a stand-alone `guard run`);
 //! `audit.rs` numbers, streams and accounts for the audit records (`crate::audit` writes and
 //! reads the log), `run_stream.rs` tells a `guard run` client its refusals; `peer.rs` and
-//! `crate::authz` decide who may ask what; `client.rs` is the other end of the socket, for the
-//! CLI.
+//! `crate::authz` decide who may ask what; `wire/` types what travels on the socket (requests,
+//! results, stream lines; it uses no other daemon module); `client.rs` is the other end of the
+//! socket, for the CLI.
 
 pub mod audit;
 pub mod client;
 pub mod config;
 pub mod metrics;
 pub mod peer;
-pub mod protocol;
-pub mod responses;
 pub mod run_stream;
 pub mod scopes;
 pub mod server;
 pub mod service;
+pub mod wire;

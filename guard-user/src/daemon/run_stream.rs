@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::protocol::stream_line;
-use super::responses::{Blocked, RunEvent};
+use super::wire::protocol::stream_line;
+use super::wire::responses::{Blocked, RunEvent};
 use crate::kernel::events::KernelEvent;
 
 /// Repeats of one line within this window are counted, not sent.
@@ -115,7 +115,7 @@ impl RunStream {
 
 #[cfg(test)]
 mod tests {
-    use super::super::responses::StreamLine;
+    use super::super::wire::responses::StreamLine;
     use super::*;
     use crate::asks::BlockedRequest;
 

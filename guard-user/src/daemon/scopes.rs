@@ -8,40 +8,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::run_stream::RunStream;
+use super::wire::responses::ScopeKind;
 use anyhow::{Context, Result};
-use serde::Serialize;
 
 use crate::kernel::scope::{cgroup_id, cgroup2_root};
-
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum ScopeKind {
-    /// Every process of the host (the daemon's own cgroup is exempt).
-    Host,
-    /// A cgroup from the config, with everything below it.
-    Cgroup,
-    /// The parent of the run scopes.
-    Runs,
-    /// One `guard run`.
-    Run {
-        uid: u32,
-        argv: Vec<String>,
-        /// A run the daemon found at start (its client talked to an earlier daemon).
-        adopted: bool,
-    },
-}
-
-impl ScopeKind {
-    /// Its `kind` in JSON.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            ScopeKind::Host => "host",
-            ScopeKind::Cgroup => "cgroup",
-            ScopeKind::Runs => "runs",
-            ScopeKind::Run { .. } => "run",
-        }
-    }
-}
 
 /// The kind of guard scope a process runs in (the `scope` attribute of a control-socket
 /// subject).

@@ -17,12 +17,12 @@ use super::audit::HistoryRead;
 use super::config::Config;
 use super::metrics::http::ReadingRequest;
 use super::peer::PeerCredentials;
-use super::protocol::{
+use super::service::{Daemon, TICK};
+use super::wire::protocol::{
     ErrorCode, MAX_REQUEST_BYTES, PROTOCOL_VERSION, Request, RequestLine, ResponseLine, is_flush,
     stream_line,
 };
-use super::responses::{AuditEvent, AuditResponse, HistoryEnd, to_json};
-use super::service::{Daemon, TICK};
+use super::wire::responses::{AuditEvent, AuditResponse, HistoryEnd, to_json};
 use crate::audit::filter::AuditFilter;
 
 /// Events handled per turn of the loop (a request waits at most one batch: well under a

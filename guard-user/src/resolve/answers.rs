@@ -12,10 +12,10 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use crate::compile::HostResolver;
-use crate::compile::dns::DnsCache;
 use crate::policy::destination::StandIn;
 use crate::policy::host::{HostPattern, is_host_pattern};
 use crate::policy::rule::canonical_ip;
+use crate::resolve::lookup::DnsCache;
 
 /// How long an address is kept after its answer's TTL ran out.
 pub const GRACE: Duration = Duration::from_secs(60);

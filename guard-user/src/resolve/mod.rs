@@ -22,10 +22,15 @@
 //!
 //! Messages are parsed and written by hickory-proto; nothing here reads DNS wire format by
 //! hand.
+//!
+//! The policy's own host names are looked up here too ([`lookup`]): a cache of their addresses,
+//! which compiling reads, and the resolver that fills and refreshes it. `crate::compile` does no
+//! DNS.
 
 pub mod answers;
 pub mod cache;
 pub mod hosts_file;
+pub mod lookup;
 pub mod names;
 pub mod peer;
 pub mod serve;

@@ -395,8 +395,8 @@ impl Collector for Reading {
 pub(crate) mod tests {
     use super::*;
     use crate::daemon::metrics::tally::Tally;
-    use crate::daemon::responses::{AuditStatus, ScopeStatus, StatusResponse};
-    use crate::daemon::scopes::ScopeKind;
+    use crate::daemon::wire::responses::ScopeKind;
+    use crate::daemon::wire::responses::{AuditStatus, ScopeStatus, StatusResponse};
     use crate::kernel::loader::ProgramRunStats;
     use crate::resolve::stats::{Outcome, ResolverStats};
     use guard_common::maps::counter;

@@ -12,7 +12,7 @@ pub mod exposition;
 pub mod http;
 pub mod tally;
 
-use crate::daemon::responses::StatusResponse;
+use crate::daemon::wire::responses::StatusResponse;
 use crate::kernel::loader::ProgramRunStats;
 use crate::resolve::stats::ResolverSnapshot;
 

@@ -11,8 +11,8 @@ use crate::asks::approvals::{Answerer, Approval, ApprovalTarget, Approvals};
 use crate::asks::book::{Ask, AskState};
 use crate::audit::RecordType;
 use crate::audit::record::{AmendmentInfo, ApprovalInfo, AuditRecord};
-use crate::daemon::protocol::{Amendment, ApprovalMode, ErrorCode};
-use crate::daemon::responses::{AmendmentApplied, ApproveResponse, DenyResponse, WatchEvent};
+use crate::daemon::wire::protocol::{Amendment, ApprovalMode, ErrorCode};
+use crate::daemon::wire::responses::{AmendmentApplied, ApproveResponse, DenyResponse, WatchEvent};
 use crate::policy::NetworkProtocol;
 use crate::policy::amend::{
     append_line, network_amendment_line, prefix_amendment_line, prefix_amendment_refusal,

@@ -16,8 +16,8 @@ use crate::audit::{AuditRecord, RecordType};
 use crate::compile::kernel_engine::KernelEngine;
 use crate::compile::prompts_udp;
 use crate::daemon::peer::PeerCredentials;
-use crate::daemon::protocol::ErrorCode;
-use crate::daemon::responses::{HoldOffer, HoldResponse};
+use crate::daemon::wire::protocol::ErrorCode;
+use crate::daemon::wire::responses::{HoldOffer, HoldResponse};
 use crate::hold::event::held_event;
 pub use crate::hold::sockets::HeldOutcome;
 use crate::hold::sockets::HeldSocket;
@@ -177,7 +177,7 @@ impl Daemon {
             Some("udp") => guard_common::maps::TRANSPORT_UDP,
             _ => guard_common::maps::TRANSPORT_TCP,
         };
-        let refusal = crate::session::describe_event(self.in_force.image(), &event, &[]);
+        let refusal = crate::asks::messages::describe_event(self.in_force.image(), &event, &[]);
         let taken = self.take_event(event, now, true);
         match (taken.rejected, taken.ask) {
             (None, Some(ask)) => self.held_sockets.push(WaitingSocket {
@@ -283,7 +283,7 @@ impl Daemon {
                     let event = held_event(self.in_force.image(), scope_id, &call.held);
                     let message = format!(
                         "{}; ask {} {how}",
-                        crate::session::describe_event(self.in_force.image(), &event, &[]),
+                        crate::asks::messages::describe_event(self.in_force.image(), &event, &[]),
                         call.ask
                     );
                     self.fail_held(scope_id, &call.held, &message);

@@ -15,21 +15,22 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use super::audit::{AuditTrail, HistoryRead};
 use super::config::Config;
 use super::peer::{PeerCredentials, subject, user_name};
-use super::protocol::{ErrorCode, Request, ResponseLine, stream_line};
 use super::run_stream::repeat_key;
-use super::scopes::{Membership, ScopeKind, Scopes, configured_cgroup, own_cgroup};
+use super::scopes::{Membership, Scopes, configured_cgroup, own_cgroup};
+use super::wire::protocol::{ErrorCode, Request, ResponseLine, stream_line};
+use super::wire::responses::ScopeKind;
 use crate::asks::Approvals;
+use crate::asks::messages::describe_event;
 use crate::asks::{AskBook, AskTarget, Recorded};
 use crate::asks::{Described, blocked_request, describe};
 use crate::audit::filter::AuditFilter;
 use crate::audit::{AuditRecord, RecordType};
 use crate::authz::{Attributes, AuthzPolicy, REFUSED_IN_SCOPE, Request as AuthzRequest, Subject};
-use crate::compile::dns::{DnsCache, DnsConfig, DnsResolver};
 use crate::compile::image::EnforcementImage;
 use crate::compile::{CompileEnv, host_names};
 use crate::confine::sandbox::SandboxPlan;
-use crate::daemon::responses::to_json;
-use crate::daemon::responses::{
+use crate::daemon::wire::responses::to_json;
+use crate::daemon::wire::responses::{
     Blocked, ReloadResponse, ResolverStatus, RunEvent, RunResponse, WatchEvent,
 };
 use crate::in_force::{InForce, Modes, names_guard_resolves};
@@ -39,8 +40,8 @@ use crate::kernel::{Backend, Enforcer, pins};
 use crate::policy::approval::{ApprovalPolicy, prompt_rejection};
 use crate::policy::load::{LoadedPolicy, load_policy_protecting};
 use crate::resolve::answers::{AnswerBook, KnownAddresses};
+use crate::resolve::lookup::{DnsCache, DnsConfig, DnsResolver};
 use crate::resolve::{NamePolicy, Resolver, ResolverConfig, ResolverEvent};
-use crate::session::describe_event;
 
 mod answers;
 mod held;

@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use super::Daemon;
-use crate::daemon::responses::{HostAddresses, RulesFile, ScopeStatus, StatusResponse};
+use crate::daemon::wire::responses::{HostAddresses, RulesFile, ScopeStatus, StatusResponse};
 
 impl Daemon {
     pub fn status(&self) -> StatusResponse {

@@ -7,7 +7,6 @@ use std::borrow::Cow;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
-use super::scopes::ScopeKind;
 use crate::asks::{Approval, ApprovalMode, Ask, BlockedRequest};
 use crate::audit::AuditRecord;
 use crate::confine::WriteRules;
@@ -59,6 +58,37 @@ pub struct ScopeStatus {
     pub events_submitted: u64,
     #[serde(default)]
     pub events_lost: u64,
+}
+
+/// What a scope is (`status`'s `kind`): the daemon's scopes are of these kinds.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum ScopeKind {
+    /// Every process of the host (the daemon's own cgroup is exempt).
+    Host,
+    /// A cgroup from the config, with everything below it.
+    Cgroup,
+    /// The parent of the run scopes.
+    Runs,
+    /// One `guard run`.
+    Run {
+        uid: u32,
+        argv: Vec<String>,
+        /// A run the daemon found at start (its client talked to an earlier daemon).
+        adopted: bool,
+    },
+}
+
+impl ScopeKind {
+    /// Its `kind` in JSON.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ScopeKind::Host => "host",
+            ScopeKind::Cgroup => "cgroup",
+            ScopeKind::Runs => "runs",
+            ScopeKind::Run { .. } => "run",
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -447,7 +477,7 @@ mod tests {
 
     #[test]
     fn every_stream_event_reads_back_as_written() {
-        use crate::daemon::protocol::stream_line;
+        use crate::daemon::wire::protocol::stream_line;
 
         let blocked = Blocked {
             line: "guard: refused exec of /usr/bin/curl".into(),

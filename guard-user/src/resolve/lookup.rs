@@ -1,4 +1,6 @@
-//! Name resolution for the host names in `network_rule`s.
+//! Looking up the host names in `network_rule`s, guard asking a name server itself (the scopes'
+//! own queries are [`super::serve`]'s): the lookups, and the cache of addresses they fill that
+//! compiling reads.
 //!
 //! The kernel matches destinations by address, so every host name in the policy has to be turned
 //! into addresses by the daemon and kept current: DNS answers change (load balancers, CDNs,
@@ -43,7 +45,7 @@ use hickory_resolver::proto::rr::{Name, RData, RecordType};
 use hickory_resolver::{TokioResolver, system_conf};
 use tokio::task::JoinSet;
 
-use super::HostResolver;
+use crate::policy::destination::HostResolver;
 
 /// The shortest time an answer is trusted: a TTL of 0 (or 1) must not turn into a query loop.
 pub const MIN_REFRESH: Duration = Duration::from_secs(1);

@@ -67,14 +67,14 @@ fn json_output_shape_and_exit_codes_with_the_builtin_policy() {
         sandbox.check_json(&own),
         (
             0,
-            json!({"decision": "allow", "rule": 2, "obligations": []})
+            json!({"decision": "allow", "rule": 4, "obligations": []})
         )
     );
     // The exact line, key order included.
     let out = sandbox.check(&[&["--json"], &own[..]].concat());
     assert_eq!(
         out.stdout,
-        "{\"decision\":\"allow\",\"rule\":2,\"obligations\":[]}\n"
+        "{\"decision\":\"allow\",\"rule\":4,\"obligations\":[]}\n"
     );
     assert_eq!(out.stderr, "");
 
@@ -154,7 +154,7 @@ fn human_output_names_the_rule() {
     out.assert_code(0);
     assert_eq!(
         out.stdout,
-        "allow: rule 2 (allow [audit] when entity=audit, resource.owner=$sub)\n"
+        "allow: rule 4 (allow [audit] when entity=audit, resource.owner=$sub)\n"
     );
     let out = sandbox.check(&["--subject", ALICE, "--action", "status"]);
     out.assert_code(1);
@@ -435,6 +435,14 @@ fn default_prints_a_policy_that_parses_back_and_decides_the_same() {
             expected
                 .push(json!({"effect": "allow", "actions": ["*"], "when": {"groups": [group]}}));
         }
+        expected.push(
+            json!({"effect": "allow", "actions": ["run"], "when": {"in_guard_scope": ["false"]}}),
+        );
+        expected.push(json!({
+            "effect": "allow",
+            "actions": ["prompts", "approve", "deny"],
+            "when": {"entity": ["prompt"], "resource.owner": ["$sub"], "resource.amends": ["false"]},
+        }));
         expected.push(json!({
             "effect": "allow",
             "actions": ["audit"],

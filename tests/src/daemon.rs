@@ -504,3 +504,123 @@ impl Drop for TestDaemon {
         }
     }
 }
+
+/// One `guard run` (one scope) that runs `PROGRAM ARGS...` when told to, as often as told, and
+/// says how each time went: approvals belong to the scope whose ask they answered, so a retry
+/// that an approval lets through must come from the same run.
+pub struct RetryingRun {
+    run: Child,
+    /// Where the shell looks for `go-N` and writes `out-N` and `rc-N` (a folder of its own:
+    /// the daemon's folder holds protected paths, which `guard run` confines).
+    folder: PathBuf,
+    tries: usize,
+}
+
+/// Who starts a [`RetryingRun`].
+#[derive(Clone, Copy)]
+enum Starter {
+    Root { hold: bool },
+    User(u32),
+}
+
+/// How long one try may take to start and finish.
+const TRY_WAIT: Duration = Duration::from_secs(20);
+
+impl RetryingRun {
+    /// Starts the run; nothing runs until [`RetryingRun::attempt`].
+    pub fn start(daemon: &TestDaemon, program: &Path, args: &[&str]) -> RetryingRun {
+        Self::start_run(daemon, program, args, Starter::Root { hold: false })
+    }
+
+    /// The same, its prompted calls held while they are asked about (GUARD_NO_HOLD removed).
+    pub fn start_holding(daemon: &TestDaemon, program: &Path, args: &[&str]) -> RetryingRun {
+        Self::start_run(daemon, program, args, Starter::Root { hold: true })
+    }
+
+    /// The same, started by user and group `id` (no supplementary groups).
+    pub fn start_as(daemon: &TestDaemon, id: u32, program: &Path, args: &[&str]) -> RetryingRun {
+        Self::start_run(daemon, program, args, Starter::User(id))
+    }
+
+    fn start_run(daemon: &TestDaemon, program: &Path, args: &[&str], by: Starter) -> RetryingRun {
+        static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let folder = daemon.dir.path().join(format!("retrying-{n}"));
+        std::fs::create_dir_all(&folder).expect("a folder for the tries");
+        if let Starter::User(id) = by {
+            std::os::unix::fs::chown(&folder, Some(id), Some(id))
+                .expect("giving the user the folder");
+        }
+        let mut command = shlex::try_quote(program.to_str().expect("a UTF-8 path"))
+            .expect("a quotable path")
+            .into_owned();
+        for arg in args {
+            command.push(' ');
+            command.push_str(&shlex::try_quote(arg).expect("a quotable argument"));
+        }
+        // Each try waits for its go file (at most 60 s in all), runs, and leaves its output and
+        // exit code; `stop` ends the loop.
+        let script = format!(
+            "cd {dir} || exit 125; i=0; while [ $i -lt 100 ]; do n=0; \
+             while [ ! -e go-$i ] && [ ! -e stop ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n+1)); done; \
+             [ -e go-$i ] || exit 0; {command} > out-$i 2>&1; echo $? > rc-$i.part; mv rc-$i.part rc-$i; \
+             i=$((i+1)); done",
+            dir = shlex::try_quote(folder.to_str().expect("a UTF-8 path")).expect("quotable"),
+        );
+        let run_args = ["run", "--", "sh", "-c", &script];
+        let mut command = match by {
+            Starter::User(id) => daemon.guard_command_as(id, &run_args),
+            Starter::Root { hold } => {
+                let mut command = daemon.guard_command(&run_args);
+                if hold {
+                    command.env_remove("GUARD_NO_HOLD");
+                }
+                command
+            }
+        };
+        let run = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting guard run");
+        RetryingRun {
+            run,
+            folder,
+            tries: 0,
+        }
+    }
+
+    /// Runs the program once more in the run's scope: its exit code and output.
+    pub fn attempt(&mut self) -> (i32, String) {
+        let i = self.tries;
+        self.tries += 1;
+        std::fs::write(self.folder.join(format!("go-{i}")), "").expect("writing the go file");
+        let rc = self.folder.join(format!("rc-{i}"));
+        let deadline = Instant::now() + TRY_WAIT;
+        while !rc.exists() {
+            if let Ok(Some(status)) = self.run.try_wait() {
+                panic!("the run ended ({status}) before try {i}");
+            }
+            assert!(Instant::now() < deadline, "try {i} did not finish");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let code = std::fs::read_to_string(&rc)
+            .ok()
+            .and_then(|c| c.trim().parse().ok())
+            .unwrap_or(-1);
+        let out = std::fs::read_to_string(self.folder.join(format!("out-{i}"))).unwrap_or_default();
+        (code, out)
+    }
+}
+
+impl Drop for RetryingRun {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.folder.join("stop"), "");
+        let deadline = Instant::now() + TRY_WAIT;
+        while matches!(self.run.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.run.kill();
+        let _ = self.run.wait();
+    }
+}

@@ -5,10 +5,13 @@
 //! loopback addresses only.
 
 use std::net::{Ipv4Addr, TcpListener};
-use std::path::PathBuf;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use guard_tests::daemon::{DaemonSetup, NAMES_RESOLVED_BY_THE_DAEMON, TestDaemon, can_run, text};
+use guard_tests::daemon::{
+    DaemonSetup, NAMES_RESOLVED_BY_THE_DAEMON, RetryingRun, TestDaemon, can_run, text,
+};
 use guard_tests::dns::TestDns;
 use guard_tests::kernel::{copy_program, helper, touch_program};
 use serde_json::Value;
@@ -415,14 +418,24 @@ fn identical_asks_are_one_and_an_unanswered_ask_expires_denied() {
         extra_config: "[asks]\ntimeout_secs = 2\n".to_string(),
         ..Default::default()
     });
+    let mut run = RetryingRun::start(
+        &daemon,
+        &net_probe(),
+        &["udp-connect", "127.77.4.1", "5353"],
+    );
     for _ in 0..3 {
-        let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.4.1", "5353"]);
-        assert_eq!(code, 1);
+        assert_eq!(run.attempt().0, 1);
     }
     let asks = daemon.prompts();
     assert_eq!(asks.len(), 1, "{asks:?}");
     assert_eq!(asks[0]["count"], 3);
     assert_eq!(asks[0]["record"]["protocol"], "socks5_udp");
+    // Asks belong to their scope: the same request from another run is another ask.
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.4.1", "5353"]);
+    assert_eq!(code, 1);
+    let asks = daemon.prompts();
+    assert_eq!(asks.len(), 2, "{asks:?}");
+    assert_ne!(asks[0]["scope"], asks[1]["scope"], "{asks:?}");
     let deadline = Instant::now() + Duration::from_secs(10);
     while !daemon.prompts().is_empty() {
         assert!(Instant::now() < deadline, "the ask did not expire");
@@ -439,8 +452,7 @@ fn identical_asks_are_one_and_an_unanswered_ask_expires_denied() {
         !daemon.amendments().exists(),
         "an expired ask writes no rule"
     );
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.4.1", "5353"]);
-    assert_eq!(code, 1, "still refused");
+    assert_eq!(run.attempt().0, 1, "still refused");
 }
 
 #[test]
@@ -454,20 +466,26 @@ fn once_approvals_expire_and_session_approvals_hold_while_the_run_lives() {
         ..Default::default()
     });
     // Once: the retry within the window succeeds, after it the request is refused again.
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.5.1", "5353"]);
-    assert_eq!(code, 1);
+    let mut run = RetryingRun::start(
+        &daemon,
+        &net_probe(),
+        &["udp-connect", "127.77.5.1", "5353"],
+    );
+    assert_eq!(run.attempt().0, 1);
     let id = daemon.prompts()[0]["id"].as_u64().unwrap().to_string();
     let out = daemon.guard(&["approve", &id, "--once"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let (code, stdout, _) = run_probe(&daemon, &["udp-connect", "127.77.5.1", "5353"]);
+    let (code, stdout) = run.attempt();
     assert_eq!(
         (code, stdout.trim()),
         (0, "ok"),
         "retried within the window"
     );
+    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.5.1", "5353"]);
+    assert_eq!(code, 1, "another run's request is not the one approved");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.5.1", "5353"]);
+        let (code, _) = run.attempt();
         if code == 1 {
             break;
         }
@@ -861,14 +879,28 @@ fn an_exec_ask_approved_once_runs_exactly_that_argv_and_a_prompt_rule_has_no_alw
     );
     assert!(!daemon.amendments().exists(), "nothing written");
 
-    let out = daemon.guard(&["approve", &id, "--once"]);
+    // The retry comes from a run that asked the same (an approval answers its own scope's ask).
+    let mut run = RetryingRun::start(&daemon, Path::new(tool), &["push", "prod"]);
+    assert_eq!(run.attempt().0, 137, "killed before it ran");
+    let ask = daemon
+        .prompts()
+        .into_iter()
+        .find(|a| a["id"].as_u64().unwrap().to_string() != id)
+        .expect("the run's own ask");
+    let out = daemon.guard(&["approve", &ask["id"].to_string(), "--once"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        run.attempt().0,
+        0,
+        "the approved argv runs in the scope that asked"
+    );
     assert_eq!(
         daemon
             .guard(&["run", "--", tool, "push", "prod"])
             .status
             .code(),
-        Some(0)
+        Some(137),
+        "another run asks for itself"
     );
     assert_eq!(
         daemon
@@ -1027,12 +1059,15 @@ fn a_live_once_approval_does_not_let_through_what_a_reload_made_forbidden() {
         rules: "address_rule(addresses=[\"127.77.12.1\"], decision=\"prompt\")\n".to_string(),
         ..Default::default()
     });
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.12.1", "5353"]);
-    assert_eq!(code, 1);
+    let mut run = RetryingRun::start(
+        &daemon,
+        &net_probe(),
+        &["udp-connect", "127.77.12.1", "5353"],
+    );
+    assert_eq!(run.attempt().0, 1);
     let id = daemon.prompts()[0]["id"].as_u64().unwrap().to_string();
     assert!(daemon.guard(&["approve", &id, "--once"]).status.success());
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.12.1", "5353"]);
-    assert_eq!(code, 0, "approved");
+    assert_eq!(run.attempt().0, 0, "approved");
     std::fs::write(
         &daemon.rules_file,
         "address_rule(addresses=[\"127.77.12.0/24\"], decision=\"forbidden\")\n",
@@ -1045,8 +1080,7 @@ fn a_live_once_approval_does_not_let_through_what_a_reload_made_forbidden() {
         1,
         "the approval still lives"
     );
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.12.1", "5353"]);
-    assert_eq!(code, 1, "forbidden wins over the live approval");
+    assert_eq!(run.attempt().0, 1, "forbidden wins over the live approval");
 }
 
 /// A cgroup of the test's own under the cgroup2 root, removed (processes killed) on drop.
@@ -1222,8 +1256,12 @@ fn prompts_watch_on_a_terminal_takes_a_key_without_enter() {
         rules: "address_rule(addresses=[\"127.77.13.1\"], decision=\"prompt\")\n".to_string(),
         ..Default::default()
     });
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.13.1", "5353"]);
-    assert_eq!(code, 1);
+    let mut run = RetryingRun::start(
+        &daemon,
+        &net_probe(),
+        &["udp-connect", "127.77.13.1", "5353"],
+    );
+    assert_eq!(run.attempt().0, 1);
     // `script` gives the watcher a real terminal (a pty), as ssh does.
     let watch = format!(
         "{} prompts --watch",
@@ -1253,8 +1291,7 @@ fn prompts_watch_on_a_terminal_takes_a_key_without_enter() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let status = daemon.json(&["status", "--json"]);
     assert_eq!(status["approvals"][0]["mode"], "once", "{status}");
-    let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.13.1", "5353"]);
-    assert_eq!(code, 0, "approved once from the terminal");
+    assert_eq!(run.attempt().0, 0, "approved once from the terminal");
 }
 
 #[test]
@@ -1511,5 +1548,85 @@ fn a_flooding_scope_loses_only_its_own_events_and_asks_and_another_scope_keeps_e
         Some(lost),
         status["events_lost"].as_u64(),
         "every event lost was the flooding scope's"
+    );
+}
+
+#[test]
+fn a_user_runs_in_a_scope_without_sudo_and_answers_their_own_runs_asks_and_no_one_elses() {
+    if !can_run() {
+        return;
+    }
+    const ALICE: u32 = 64_341;
+    const BOB: u32 = 64_342;
+    // The built-in authorization, and no socket group: every local user may connect.
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "address_rule(addresses=[\"127.77.20.1\"], decision=\"prompt\")\n".to_string(),
+        ..Default::default()
+    });
+    let mode = std::fs::metadata(&daemon.socket)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o666, "any local user may connect");
+    let mut run = RetryingRun::start_as(
+        &daemon,
+        ALICE,
+        &net_probe(),
+        &["udp-connect", "127.77.20.1", "5353"],
+    );
+    assert_eq!(run.attempt().0, 1, "refused: it asks");
+    let asks = daemon.prompts();
+    assert_eq!(asks.len(), 1, "{asks:?}");
+    assert_eq!(asks[0]["owner"], ALICE.to_string(), "{asks:?}");
+    let id = asks[0]["id"].to_string();
+    let listed = |uid: u32| -> Vec<Value> {
+        let out = daemon.guard_as(uid, &["prompts", "--json"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_str(&text(&out.stdout)).unwrap()
+    };
+    assert_eq!(listed(ALICE).len(), 1, "Alice sees her run's ask");
+    assert!(listed(BOB).is_empty(), "Bob sees no one else's ask");
+
+    let out = daemon.guard_as(BOB, &["approve", &id, "--once"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("not authorized"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = daemon.guard_as(ALICE, &["approve", &id, "--always"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "--always would amend everyone's policy: {}",
+        text(&out.stderr)
+    );
+    assert!(!daemon.amendments().exists(), "nothing was written");
+    assert_eq!(run.attempt().0, 1, "still asked");
+
+    let out = daemon.guard_as(ALICE, &["approve", &id, "--session"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(run.attempt().0, 0, "her approval lets her run through");
+    // Her approval holds for her run's scope alone: Bob's run of the same request asks anew.
+    let mut bobs = RetryingRun::start_as(
+        &daemon,
+        BOB,
+        &net_probe(),
+        &["udp-connect", "127.77.20.1", "5353"],
+    );
+    assert_eq!(bobs.attempt().0, 1, "Bob's run is not answered by Alice");
+    let bobs_ask = listed(BOB);
+    assert_eq!(bobs_ask.len(), 1, "{bobs_ask:?}");
+    let out = daemon.guard_as(ALICE, &["deny", &bobs_ask[0]["id"].to_string()]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+
+    let records = audit(&daemon);
+    let answered: Vec<&Value> = records.iter().filter(|r| r["type"] == "approval").collect();
+    assert_eq!(answered.len(), 1, "{records:?}");
+    assert_eq!(answered[0]["approval"]["uid"], ALICE, "{}", answered[0]);
+    assert_eq!(
+        answered[0]["approval"]["mode"], "session",
+        "{}",
+        answered[0]
     );
 }

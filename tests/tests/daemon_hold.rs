@@ -4,9 +4,10 @@
 //! terminal, or fails with the blocked-request message after `guard deny` or the ask's
 //! timeout. Needs root; without it each test prints `skipped: ...` (a failure when CI=true).
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, finish_held, text};
+use guard_tests::daemon::{DaemonSetup, RetryingRun, TestDaemon, can_run, finish_held, text};
 use guard_tests::dns::TestDns;
 use guard_tests::kernel::{helper, http_server, touch_program};
 fn daemon_asking_about(ports: &[u16], extra_config: &str) -> TestDaemon {
@@ -329,16 +330,20 @@ fn a_held_connect_its_program_gives_up_never_connects_and_its_retry_connects_aft
     let port_text = port.to_string();
     // The program's own timeout: a connect that gives up after 2 s (a non-blocking connect and
     // a poll, as `curl --connect-timeout 2`).
+    // Its retry comes from the same run: an approval answers the scope that asked.
     let started = Instant::now();
-    let mut run = daemon.held_run(&[&probe, "timed", "2", "127.0.0.1", &port_text]);
-    let ask = daemon.pending_ask(&mut run);
-    let id = ask["id"].as_u64().unwrap();
-    let (code, stdout, stderr) = finish_held(run);
+    let mut run = RetryingRun::start_holding(
+        &daemon,
+        Path::new(&probe),
+        &["timed", "2", "127.0.0.1", &port_text],
+    );
+    let (code, stdout) = run.attempt();
     let took = started.elapsed();
     assert!(
         code == 1 && stdout.trim().starts_with("timeout "),
-        "the program gave up its connect on its own timeout: {code} {stdout} {stderr}"
+        "the program gave up its connect on its own timeout: {code} {stdout}"
     );
+    let id = daemon.prompts()[0]["id"].as_u64().unwrap();
     assert!(
         took < Duration::from_secs(10),
         "on its own schedule, not the ask's 60 s: {took:?}"
@@ -358,14 +363,10 @@ fn a_held_connect_its_program_gives_up_never_connects_and_its_retry_connects_aft
     );
     let out = daemon.guard(&["approve", &id.to_string(), "--once"]);
     assert!(out.status.success(), "approve: {}", text(&out.stderr));
-    let (code, stdout, stderr) = daemon.run_in_scope(
-        std::path::Path::new(&probe),
-        &["tcp", "127.0.0.1", &port_text],
-    );
-    assert_eq!(
-        (code, stdout.trim()),
-        (0, "ok"),
-        "the retry connects: {stderr}"
+    let (code, stdout) = run.attempt();
+    assert!(
+        code == 0 && stdout.trim().starts_with("ok "),
+        "the retry connects: {code} {stdout}"
     );
     listener.set_nonblocking(false).unwrap();
     assert!(listener.accept().is_ok(), "the retry reached the listener");

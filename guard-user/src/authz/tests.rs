@@ -855,13 +855,15 @@ fn builtin_has_the_documented_rules() {
         {"effect": "deny", "actions": ["approve", "amend", "reload"], "when": {"in_guard_scope": ["true"]}},
         {"effect": "allow", "actions": ["*"], "when": {"uid": ["0"]}},
         {"effect": "allow", "actions": ["*"], "when": {"groups": ["wheel"]}},
+        {"effect": "allow", "actions": ["run"], "when": {"in_guard_scope": ["false"]}},
+        {"effect": "allow", "actions": ["prompts", "approve", "deny"], "when": {"entity": ["prompt"], "resource.owner": ["$sub"], "resource.amends": ["false"]}},
         {"effect": "allow", "actions": ["audit"], "when": {"entity": ["audit"], "resource.owner": ["$sub"]}}
     ]}"#;
     assert_eq!(AuthzPolicy::builtin(Some("wheel")), policy(expected));
     let without_group = AuthzPolicy::builtin(None);
-    assert_eq!(without_group.rules.len(), 3);
+    assert_eq!(without_group.rules.len(), 5);
     assert_eq!(without_group.rules[..2], policy(expected).rules[..2]);
-    assert_eq!(without_group.rules[2], policy(expected).rules[3]);
+    assert_eq!(without_group.rules[2..], policy(expected).rules[3..]);
     assert!(without_group.unknown_actions().is_empty());
 }
 
@@ -1042,4 +1044,62 @@ fn a_policy_is_shared_across_threads() {
         })
         .collect();
     assert!(handles.into_iter().all(|handle| handle.join().unwrap()));
+}
+
+#[test]
+fn builtin_lets_a_plain_user_run_outside_a_scope_and_answer_only_their_own_runs_asks() {
+    let outside = subject(
+        "alice",
+        &[("uid", &["1000"]), ("in_guard_scope", &["false"])],
+    );
+    let inside = subject(
+        "alice",
+        &[("uid", &["1000"]), ("in_guard_scope", &["true"])],
+    );
+    let ask = |owner: &str, amends: bool| {
+        Attributes::from([
+            ("owner".to_string(), vec![owner.to_string()]),
+            ("amends".to_string(), vec![amends.to_string()]),
+        ])
+    };
+    for policy in [
+        AuthzPolicy::builtin(None),
+        AuthzPolicy::builtin(Some("wheel")),
+    ] {
+        let run = |who: &Subject| {
+            policy
+                .evaluate(&Request::new(who, "run").with_entity("policy"))
+                .allowed
+        };
+        assert!(run(&outside), "a fresh scope only takes rights away");
+        assert!(
+            !run(&inside),
+            "not from a scope, which may hold a stricter policy"
+        );
+        let answers = |who: &Subject, action: &str, resource: &Attributes| {
+            policy
+                .evaluate(
+                    &Request::new(who, action)
+                        .with_entity("prompt")
+                        .with_resource(resource),
+                )
+                .allowed
+        };
+        for action in ["prompts", "approve", "deny"] {
+            assert!(answers(&outside, action, &ask("alice", false)), "{action}");
+            assert!(
+                !answers(&outside, action, &ask("alice", true)),
+                "{action}: an amendment is everyone's policy"
+            );
+            assert!(!answers(&outside, action, &ask("bob", false)), "{action}");
+            assert!(
+                !answers(&outside, action, &Attributes::new()),
+                "{action}: an ask no run owns is the admins'"
+            );
+        }
+        assert!(
+            !answers(&inside, "approve", &ask("alice", false)),
+            "a guarded process never answers its own asks"
+        );
+    }
 }

@@ -29,7 +29,8 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// The control socket.
     pub socket: PathBuf,
-    /// The group that owns the control socket (mode 0660); a name or a number. Empty: root's.
+    /// The group that owns the control socket (mode 0660); a name or a number. Empty: the
+    /// socket is every local user's (mode 0666) and the authorization policy decides.
     pub socket_group: String,
     /// Members of this group may do everything over the control socket (with the built-in
     /// authorization policy). Empty: root only.

@@ -223,7 +223,15 @@ fn bind_socket(config: &Config) -> Result<UnixListener> {
     }
     let listener =
         UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    // Without a socket group every local user may connect, and the authorization policy
+    // decides what each may do (the built-in one lets a user run commands in a scope and
+    // answer their own runs' asks); with one, only its members and root reach the daemon.
+    let mode = if config.socket_group.is_empty() {
+        0o666
+    } else {
+        0o660
+    };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     if !config.socket_group.is_empty() {
         let gid = group_id(&config.socket_group)?;
         std::os::unix::fs::chown(path, None, Some(gid)).with_context(|| {

@@ -1601,6 +1601,11 @@ fn a_user_runs_in_a_scope_without_sudo_and_answers_their_own_runs_asks_and_no_on
         "--always would amend everyone's policy: {}",
         text(&out.stderr)
     );
+    assert!(
+        text(&out.stderr).contains("`--once`/`--session`"),
+        "says what she may do: {}",
+        text(&out.stderr)
+    );
     assert!(!daemon.amendments().exists(), "nothing was written");
     assert_eq!(run.attempt().0, 1, "still asked");
 

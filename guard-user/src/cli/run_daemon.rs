@@ -223,8 +223,9 @@ fn print_blocked(blocked: &Blocked) {
         .unwrap_or("[--once|--session|--always]");
     if blocked.held {
         eprintln!(
-            "guard: ask {id}: the command waits for the answer: `sudo guard approve {id} \
-             {answers}` or `sudo guard deny {id}` from another terminal (it expires in {}s)",
+            "guard: ask {id}: the command waits for the answer: `guard approve {id} \
+             {answers}` or `guard deny {id}` from another terminal, as you or an admin \
+             (`--always` is an admin's: it changes every scope's policy; it expires in {}s)",
             blocked.expires_in
         );
     } else {

@@ -852,6 +852,30 @@ impl Daemon {
         });
     }
 
+    /// Whether the answer `request` would be allowed if it did not amend the policy.
+    fn allowed_without_amending(
+        &self,
+        subject: &Subject,
+        request: &Request,
+        resource: &Attributes,
+    ) -> bool {
+        let amends = crate::authz::AMENDS_ATTRIBUTE;
+        if resource.get(amends).is_none_or(|v| v.as_slice() != ["true"]) {
+            return false;
+        }
+        let mut plain = resource.clone();
+        plain.insert(amends.to_string(), vec!["false".to_string()]);
+        self.authz
+            .evaluate(&AuthzRequest {
+                subject,
+                action: request.action(),
+                entity: Some(request.entity()),
+                resource: &plain,
+                env: &Attributes::new(),
+            })
+            .allowed
+    }
+
     /// The pending asks `subject` may answer (`None`: every pending ask).
     fn visible_asks(&self, subject: Option<&Subject>) -> Vec<crate::asks::Ask> {
         let mut asks = self.asks.pending(Instant::now());
@@ -923,6 +947,14 @@ impl Daemon {
                             peer.pid.map_or("?".to_string(), |p| p.to_string()),
                             membership.as_str(),
                             self.authz_source
+                        )
+                    } else if self.allowed_without_amending(&subject, &request, &resource) {
+                        format!(
+                            "not authorized: {} (uid {}) may answer this ask once or for the \
+                             session, but `--always` (or a prefix) writes to the daemon's \
+                             policy, which every scope holds: ask an admin, or answer \
+                             `--once`/`--session` (under {})",
+                            subject.sub, peer.uid, self.authz_source
                         )
                     } else {
                         format!(

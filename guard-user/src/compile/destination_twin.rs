@@ -31,6 +31,8 @@ pub struct DestinationTwin {
     engine: Arc<KernelEngine>,
     /// DNS goes to guard's resolver, which decides by name: port 53 is not the tables'.
     dns_redirected: bool,
+    /// The scope whose calls it decides: only its approvals count (`None`: every approval).
+    scope: Option<u64>,
 }
 
 /// Whether some UDP datagram could be prompted under `image`: only then are the message calls
@@ -47,7 +49,14 @@ impl DestinationTwin {
         DestinationTwin {
             engine,
             dns_redirected,
+            scope: None,
         }
+    }
+
+    /// Decides the calls of `scope` (a cgroup id): other scopes' approvals do not count.
+    pub fn for_scope(mut self, scope: Option<u64>) -> DestinationTwin {
+        self.scope = scope;
+        self
     }
 
     /// Whether some UDP datagram could be prompted: only then are the message calls held.
@@ -73,7 +82,9 @@ impl DestinationTwin {
                 audit_only: false,
             };
         }
-        let decided = self.engine.destination(address, port, transport);
+        let decided = self
+            .engine
+            .destination_in(self.scope, address, port, transport);
         let verdict = decided.verdict;
         let rule = (decided.flags & flag::UNMATCHED == 0).then_some(verdict.rule);
         let host = rule.and_then(|rule| {

@@ -67,11 +67,22 @@ fn executed_file(program: &str, env: &CompileEnv) -> PathBuf {
 #[derive(Clone)]
 pub struct ExecTwin {
     engine: Arc<KernelEngine>,
+    /// The scope whose execs it decides: only its approvals count (`None`: every approval).
+    scope: Option<u64>,
 }
 
 impl ExecTwin {
     pub fn new(engine: Arc<KernelEngine>) -> ExecTwin {
-        ExecTwin { engine }
+        ExecTwin {
+            engine,
+            scope: None,
+        }
+    }
+
+    /// Decides the execs of `scope` (a cgroup id): other scopes' approvals do not count.
+    pub fn for_scope(mut self, scope: Option<u64>) -> ExecTwin {
+        self.scope = scope;
+        self
     }
 
     /// The decision for an exec of `file` (the file the kernel runs: its name is token 0, its
@@ -89,7 +100,7 @@ impl ExecTwin {
         };
         let program = file.to_string_lossy();
         let name = executable_name(file).unwrap_or(&program);
-        let decided = self.engine.exec(identity, name, argv);
+        let decided = self.engine.exec_in(self.scope, identity, name, argv);
         KernelExecDecision {
             // Not a code the encoder writes: the strongest answer.
             decision: Decision::from_code(decided.verdict.decision).unwrap_or(Decision::Forbidden),

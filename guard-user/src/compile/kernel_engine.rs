@@ -28,9 +28,6 @@ pub struct KernelEngine {
     /// longest match looks up only these, as an LPM trie visits only the nodes it has.
     v4_lengths: Vec<u32>,
     v6_lengths: Vec<u32>,
-    /// The scope whose calls are decided: only its approvals count, as in the kernel. `None`:
-    /// every approval the image holds counts (a decision for no scope in particular).
-    scope: Option<u64>,
 }
 
 /// The distinct prefix lengths of `entries`, longest first.
@@ -52,20 +49,13 @@ impl KernelEngine {
             image,
             entries,
             settings,
-            scope: None,
         })
     }
 
-    /// Decides the calls of `scope` (a cgroup id): other scopes' approvals do not count.
-    pub fn for_scope(mut self, scope: u64) -> KernelEngine {
-        self.scope = Some(scope);
-        self
-    }
-
-    /// Whether the approval the tries mark holds for the scope decided for.
-    fn approval_holds(&self, key: impl Fn(u64) -> ScopedApproval) -> bool {
-        self.scope
-            .is_none_or(|scope| self.entries.approvals.contains_key(&key(scope)))
+    /// Whether an approval the tries mark holds for `scope` (`None`: a decision for no scope
+    /// in particular, where every approval the image holds counts).
+    fn approval_holds(&self, scope: Option<u64>, key: impl Fn(u64) -> ScopedApproval) -> bool {
+        scope.is_none_or(|scope| self.entries.approvals.contains_key(&key(scope)))
     }
 
     pub fn settings(&self) -> &Settings {
@@ -81,6 +71,18 @@ impl KernelEngine {
     /// the caller gave it), as `sched_process_exec` makes it; the pattern tables are walked by
     /// their own twin ([`super::patterns::PatternTables::decide_exec`]).
     pub fn exec(&self, identity: ExecIdentity, name: &str, argv: &[String]) -> Decided {
+        self.exec_in(None, identity, name, argv)
+    }
+
+    /// [`KernelEngine::exec`] for a process of `scope` (a cgroup id): only that scope's
+    /// approvals count, as in the kernel (`None`: every approval counts).
+    pub fn exec_in(
+        &self,
+        scope: Option<u64>,
+        identity: ExecIdentity,
+        name: &str,
+        argv: &[String],
+    ) -> Decided {
         let name = exec_name(name);
         let mut region = Vec::new();
         for token in argv {
@@ -89,7 +91,7 @@ impl KernelEngine {
         }
         let mut by_argv = walk(&self.entries, &identity, &name, &region);
         if by_argv.approved != 0
-            && !self.approval_holds(|scope| ScopedApproval::exec(scope, by_argv.node))
+            && !self.approval_holds(scope, |scope| ScopedApproval::exec(scope, by_argv.node))
         {
             by_argv.approved = 0;
         }
@@ -109,6 +111,18 @@ impl KernelEngine {
     /// The decision for a connect or send to `address`, `port` over `transport`, as the
     /// destination programs make it (an IPv4-mapped address is decided as IPv4).
     pub fn destination(&self, address: IpAddr, port: u16, transport: Transport) -> Decided {
+        self.destination_in(None, address, port, transport)
+    }
+
+    /// [`KernelEngine::destination`] for a process of `scope` (a cgroup id): only that scope's
+    /// approvals count (`None`: every approval counts).
+    pub fn destination_in(
+        &self,
+        scope: Option<u64>,
+        address: IpAddr,
+        port: u16,
+        transport: Transport,
+    ) -> Decided {
         let address = match address {
             IpAddr::V6(v6) if is_v4_mapped(&v6.octets()) => {
                 IpAddr::V4(v6.to_ipv4_mapped().expect("checked mapped"))
@@ -132,8 +146,9 @@ impl KernelEngine {
             IpAddr::V6(a) => (false, a.octets()),
         };
         let approved = marked
-            && self
-                .approval_holds(|scope| ScopedApproval::destination(scope, v4, addr, port, code));
+            && self.approval_holds(scope, |scope| {
+                ScopedApproval::destination(scope, v4, addr, port, code)
+            });
         let (mut verdict, mut flags) = (found, 0);
         decide_destination(&self.settings, &mut verdict, &mut flags, approved);
         Decided { verdict, flags }

@@ -1027,11 +1027,11 @@ fn an_approval_holds_only_for_the_scope_it_was_given_to() {
     image.add_destination_approval(7, loopback, 9, Transport::Tcp, String::new(), String::new());
     let no_file = guard_common::maps::ExecIdentity { dev: 0, ino: 0 };
     let push = words("git push origin");
+    let engine = kernel_engine(&image);
     let decide = |scope: u64| {
-        let engine = kernel_engine(&image).for_scope(scope);
         (
-            engine_decision(engine.exec(no_file, "git", &push)),
-            engine_decision(engine.destination(loopback, 9, Transport::Tcp)),
+            engine_decision(engine.exec_in(Some(scope), no_file, "git", &push)),
+            engine_decision(engine.destination_in(Some(scope), loopback, 9, Transport::Tcp)),
         )
     };
     assert_eq!(

@@ -121,6 +121,9 @@ impl HeldCall {
 pub struct Twins {
     pub exec: Option<ExecTwin>,
     pub destinations: Option<DestinationTwin>,
+    /// The scope whose calls they decide: only its approvals count, as in the kernel (`None`:
+    /// every approval, for a session's one scope).
+    pub scope: Option<u64>,
 }
 
 impl Twins {
@@ -149,6 +152,16 @@ impl Twins {
         Twins {
             exec: exec.then(|| ExecTwin::new(engine.clone())),
             destinations: network.then(|| DestinationTwin::new(engine.clone(), dns_redirected)),
+            scope: None,
+        }
+    }
+
+    /// The same twins deciding for `scope` (a cgroup id) alone.
+    pub fn for_scope(self, scope: Option<u64>) -> Twins {
+        Twins {
+            exec: self.exec.map(|twin| twin.for_scope(scope)),
+            destinations: self.destinations.map(|twin| twin.for_scope(scope)),
+            scope,
         }
     }
 
@@ -337,7 +350,7 @@ impl Hold {
     pub fn set_engine(&self, engine: &Arc<KernelEngine>, dns_redirected: bool) {
         if let Ok(mut twins) = self.twins.write() {
             let (exec, network) = (twins.exec.is_some(), twins.destinations.is_some());
-            *twins = Twins::of_engine(engine, exec, network, dns_redirected);
+            *twins = Twins::of_engine(engine, exec, network, dns_redirected).for_scope(twins.scope);
         }
     }
 }

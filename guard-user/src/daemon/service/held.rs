@@ -102,9 +102,11 @@ impl Daemon {
             ))
         })?;
         let offer = hold_offer(self);
+        // Decided for this run's scope: another run's approvals are no approval here.
         let twins = self
             .hold_twins(offer.exec, offer.network)
-            .map_err(|e| failed(format!("deciding held calls: {e:#}")))?;
+            .map_err(|e| failed(format!("deciding held calls: {e:#}")))?
+            .for_scope(Some(scope_id));
         let wake = self.held_wake.clone();
         let hold = Hold::adopt(
             listener,

@@ -860,7 +860,10 @@ impl Daemon {
         resource: &Attributes,
     ) -> bool {
         let amends = crate::authz::AMENDS_ATTRIBUTE;
-        if resource.get(amends).is_none_or(|v| v.as_slice() != ["true"]) {
+        if resource
+            .get(amends)
+            .is_none_or(|v| v.as_slice() != ["true"])
+        {
             return false;
         }
         let mut plain = resource.clone();

@@ -19,6 +19,18 @@ pub struct PeerCredentials {
     pub pid: Option<u32>,
 }
 
+/// The real user id of process `pid` now (`None`: it is gone or unreadable). The peer's pid is
+/// the kernel's from when it connected, and a pid can be taken by another process since: a
+/// request that acts on the pid checks it is still the peer user's.
+pub fn uid_of_pid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().next())
+        .and_then(|real| real.parse().ok())
+}
+
 /// A user's name, or its number when the user database has none.
 pub fn user_name(uid: u32) -> String {
     match User::from_uid(Uid::from_raw(uid)) {
@@ -126,5 +138,12 @@ mod tests {
         assert_eq!(subject.attrs["in_guard_scope"], vec!["true"]);
         assert_eq!(subject.attrs["team"], vec!["infra"]);
         assert_eq!(subject.email.as_deref(), Some("x@example.com"));
+    }
+
+    #[test]
+    fn a_pid_is_read_back_as_its_real_user() {
+        let me = nix::unistd::getuid().as_raw();
+        assert_eq!(uid_of_pid(std::process::id()), Some(me));
+        assert_eq!(uid_of_pid(u32::MAX), None, "no such process");
     }
 }

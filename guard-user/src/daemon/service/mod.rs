@@ -1055,6 +1055,17 @@ impl Daemon {
             ErrorCode::Failed,
             "the kernel gave no pid for this connection".to_string(),
         ))?;
+        // Any local user may run: never move a process of another user that took the pid
+        // since the peer connected (the peer's own processes it could confine anyway).
+        if super::peer::uid_of_pid(pid) != Some(peer.uid) {
+            return Err((
+                ErrorCode::Failed,
+                format!(
+                    "pid {pid}, which connected as uid {}, is gone or is another user's now:                      nothing was moved into a scope",
+                    peer.uid
+                ),
+            ));
+        }
         let id = self
             .scopes
             .create_run(peer.uid, argv.clone(), pid)

@@ -436,7 +436,7 @@ fn default_prints_a_policy_that_parses_back_and_decides_the_same() {
                 .push(json!({"effect": "allow", "actions": ["*"], "when": {"groups": [group]}}));
         }
         expected.push(
-            json!({"effect": "allow", "actions": ["run"], "when": {"in_guard_scope": ["false"]}}),
+            json!({"effect": "allow", "actions": ["run"], "when": {"scope": ["none", "host", "run"]}}),
         );
         expected.push(json!({
             "effect": "allow",

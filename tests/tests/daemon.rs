@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use guard_tests::daemon::{
-    DaemonSetup, NAMES_RESOLVED_BY_THE_DAEMON, RetryingRun, TestDaemon, can_run, text,
+    DaemonSetup, NAMES_RESOLVED_BY_THE_DAEMON, RetryingRun, TestDaemon, can_run, finish_held, text,
 };
 use guard_tests::dns::TestDns;
 use guard_tests::kernel::{copy_program, helper, touch_program};
@@ -1634,4 +1634,43 @@ fn a_user_runs_in_a_scope_without_sudo_and_answers_their_own_runs_asks_and_no_on
         "{}",
         answered[0]
     );
+}
+
+#[test]
+fn a_users_prompted_exec_waits_in_her_run_for_her_own_answer() {
+    if !can_run() {
+        return;
+    }
+    const ALICE: u32 = 64_343;
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "prefix_rule(pattern=[\"touch\"], decision=\"prompt\")\n".to_string(),
+        ..Default::default()
+    });
+    // A folder of hers, outside the daemon's (whose protected paths her run may not write).
+    let work = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let made = work.path().join("mine");
+    std::os::unix::fs::chown(work.path(), Some(ALICE), Some(ALICE)).unwrap();
+    let script = format!("touch {}; echo rc=$?", made.display());
+    // Without root the hold's filter goes in with no-new-privileges, as Landlock does.
+    let mut run = daemon
+        .guard_command_as(ALICE, &["run", "--", "sh", "-c", &script])
+        .env_remove("GUARD_NO_HOLD")
+        .current_dir(work.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ask = daemon.pending_ask(&mut run);
+    assert_eq!(ask["owner"], ALICE.to_string(), "{ask}");
+    let out = daemon.guard_as(ALICE, &["approve", &ask["id"].to_string(), "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (code, stdout, stderr) = finish_held(run);
+    assert_eq!(
+        (code, stdout.trim()),
+        (0, "rc=0"),
+        "the held exec went on: {stderr}"
+    );
+    assert!(stderr.contains("holding exec of `touch"), "{stderr}");
+    assert!(made.exists(), "touch ran");
 }

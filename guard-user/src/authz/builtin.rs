@@ -56,8 +56,8 @@ pub fn is_known_entity(entity: &str) -> bool {
 impl AuthzPolicy {
     /// Nobody inside a guard scope may approve, amend or reload (not even root: a guarded
     /// process must not answer its own asks); past that, root and `admin_group` may do
-    /// everything. Anyone else, from outside a guard scope, may run their own commands in a
-    /// fresh scope of the daemon (that only takes rights away), list and answer the asks of
+    /// everything. Anyone else, from outside a guard scope or from a run of the daemon, may run
+    /// their own commands in a fresh scope of the daemon (that only takes rights away), list and answer the asks of
     /// their own runs once or for the session (an approval holds for that run's scope alone;
     /// `--always` would amend everyone's policy), and read the audit records of their own
     /// processes. Written as ordinary rules so a decision can name the one that made it.
@@ -83,12 +83,14 @@ impl AuthzPolicy {
         if let Some(group) = admin_group {
             rules.push(everything_when(GROUPS_ATTRIBUTE, group));
         }
+        // From a run of the daemon too: its client hands over its command's hold from there,
+        // and a fresh run scope holds the same policy without the run's approvals.
         rules.push(Rule {
             effect: Effect::Allow,
             actions: vec!["run".to_string()],
             when: BTreeMap::from([(
-                IN_GUARD_SCOPE_ATTRIBUTE.to_string(),
-                vec!["false".to_string()],
+                SCOPE_ATTRIBUTE.to_string(),
+                ["none", "host", "run"].map(String::from).to_vec(),
             )]),
             obligations: Vec::new(),
         });

@@ -855,7 +855,7 @@ fn builtin_has_the_documented_rules() {
         {"effect": "deny", "actions": ["approve", "amend", "reload"], "when": {"in_guard_scope": ["true"]}},
         {"effect": "allow", "actions": ["*"], "when": {"uid": ["0"]}},
         {"effect": "allow", "actions": ["*"], "when": {"groups": ["wheel"]}},
-        {"effect": "allow", "actions": ["run"], "when": {"in_guard_scope": ["false"]}},
+        {"effect": "allow", "actions": ["run"], "when": {"scope": ["none", "host", "run"]}},
         {"effect": "allow", "actions": ["prompts", "approve", "deny"], "when": {"entity": ["prompt"], "resource.owner": ["$sub"], "resource.amends": ["false"]}},
         {"effect": "allow", "actions": ["audit"], "when": {"entity": ["audit"], "resource.owner": ["$sub"]}}
     ]}"#;
@@ -1050,11 +1050,27 @@ fn a_policy_is_shared_across_threads() {
 fn builtin_lets_a_plain_user_run_outside_a_scope_and_answer_only_their_own_runs_asks() {
     let outside = subject(
         "alice",
-        &[("uid", &["1000"]), ("in_guard_scope", &["false"])],
+        &[
+            ("uid", &["1000"]),
+            ("scope", &["none"]),
+            ("in_guard_scope", &["false"]),
+        ],
+    );
+    let in_her_run = subject(
+        "alice",
+        &[
+            ("uid", &["1000"]),
+            ("scope", &["run"]),
+            ("in_guard_scope", &["true"]),
+        ],
     );
     let inside = subject(
         "alice",
-        &[("uid", &["1000"]), ("in_guard_scope", &["true"])],
+        &[
+            ("uid", &["1000"]),
+            ("scope", &["cgroup"]),
+            ("in_guard_scope", &["true"]),
+        ],
     );
     let ask = |owner: &str, amends: bool| {
         Attributes::from([
@@ -1073,8 +1089,12 @@ fn builtin_lets_a_plain_user_run_outside_a_scope_and_answer_only_their_own_runs_
         };
         assert!(run(&outside), "a fresh scope only takes rights away");
         assert!(
+            run(&in_her_run),
+            "from a run: its client hands its hold over from there"
+        );
+        assert!(
             !run(&inside),
-            "not from a scope, which may hold a stricter policy"
+            "not from another scope, which may hold a stricter policy"
         );
         let answers = |who: &Subject, action: &str, resource: &Attributes| {
             policy
@@ -1098,7 +1118,7 @@ fn builtin_lets_a_plain_user_run_outside_a_scope_and_answer_only_their_own_runs_
             );
         }
         assert!(
-            !answers(&inside, "approve", &ask("alice", false)),
+            !answers(&in_her_run, "approve", &ask("alice", false)),
             "a guarded process never answers its own asks"
         );
     }

@@ -147,7 +147,7 @@ pub fn run(
     command.args(&argv[1..]);
     super::inherited_fds::pass_only_std_fds(&mut command, preserve_fds);
     let mut steps = confinement.steps();
-    let holds = held_syscalls(started.holds, verbose).filter(|_| hold);
+    let holds = held_syscalls(started.holds).filter(|_| hold);
     let child_socket = match holds.map(|held| hand_over_hold(hold_client, held, handed_over)) {
         Some(Ok((end, socket))) => {
             steps.hold = Some(end);
@@ -238,26 +238,14 @@ fn print_blocked(blocked: &Blocked) {
 
 /// The calls the daemon offers to hold (`holds` in its `run` answer), when this process can
 /// install the filter: with CAP_SYS_ADMIN (root), so the command needs no no-new-privileges.
-fn held_syscalls(offer: HoldOffer, verbose: bool) -> Option<HeldSyscalls> {
+fn held_syscalls(offer: HoldOffer) -> Option<HeldSyscalls> {
     let held = HeldSyscalls {
         exec: offer.exec,
         connect: offer.network,
         messages: offer.messages,
     };
-    if !held.any() {
-        return None;
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        if verbose {
-            eprintln!(
-                "guard: note: not root: prompted execs and connects are refused at once, not \
-                 held (answer the ask, then retry)"
-            );
-        }
-        return None;
-    }
-    Some(held)
+    // Without root the filter is installed with no-new-privileges (as Landlock is).
+    held.any().then_some(held)
 }
 
 /// Prepares the hold: the filter for the command's `pre_exec`, and a thread that receives its

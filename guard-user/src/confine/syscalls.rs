@@ -166,37 +166,15 @@ pub fn program() -> Vec<libc::sock_filter> {
     program
 }
 
-/// Installs [`program`] on the calling process. Only raw syscalls on data made before the fork:
-/// usable between fork and exec. Tried first without `no_new_privs` (guard's root has
-/// `CAP_SYS_ADMIN`, and a root command keeps its set-user-ID behaviour); only when the kernel
-/// refuses (`EACCES`) is `PR_SET_NO_NEW_PRIVS` set and the call made again. Fails closed: an
-/// error stops the command from starting.
+/// Installs [`program`] on the calling process between fork and exec (with
+/// `no_new_privs` only where the kernel asks for it: [`crate::hold::filter::seccomp_from_pre_exec`]).
+/// Fails closed: an error stops the command from starting.
 pub fn install_from_pre_exec(program: &[libc::sock_filter]) -> io::Result<()> {
     let fprog = libc::sock_fprog {
         len: program.len() as u16,
         filter: program.as_ptr() as *mut libc::sock_filter,
     };
-    // SAFETY: raw syscalls with a valid program that outlives them, and integer arguments.
-    unsafe {
-        let install = || {
-            libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                0,
-                &fprog as *const libc::sock_fprog,
-            )
-        };
-        if install() == 0 {
-            return Ok(());
-        }
-        if io::Error::last_os_error().raw_os_error() != Some(libc::EACCES) {
-            return Err(io::Error::last_os_error());
-        }
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || install() != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
+    crate::hold::filter::seccomp_from_pre_exec(0, &fprog).map(|_| ())
 }
 
 /// Runs a seccomp program of loads, equality jumps and returns on `data` (a `seccomp_data`) as

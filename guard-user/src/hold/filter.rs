@@ -204,19 +204,8 @@ impl ChildEnd {
             len: self.program.len() as u16,
             filter: self.program.as_ptr() as *mut libc::sock_filter,
         };
-        // SAFETY: a raw syscall with a valid program; it returns a new descriptor or -1.
-        let listener = unsafe {
-            libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
-                &fprog as *const libc::sock_fprog,
-            )
-        };
-        if listener < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let listener = listener as RawFd;
+        let listener =
+            seccomp_from_pre_exec(libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u32, &fprog)? as RawFd;
         let copied = self.wait_for_copy(listener);
         // SAFETY: the listener is ours; guard has its own copy now (or never will).
         unsafe { libc::close(listener) };
@@ -288,6 +277,41 @@ impl GuardEnd {
         // closed.
         unsafe { libc::write(self.0.as_raw_fd(), (&answer as *const u8).cast(), 1) };
         copy.map(Some)
+    }
+}
+
+/// Installs the seccomp filter `fprog` with `flags` on the calling process; what the call
+/// returned (a listener's descriptor, with `SECCOMP_FILTER_FLAG_NEW_LISTENER`). Only raw
+/// syscalls: usable between fork and exec. Tried first without `no_new_privs` (guard's root
+/// has `CAP_SYS_ADMIN`, and a root command keeps its set-user-ID behaviour); only when the
+/// kernel refuses (`EACCES`: a user's `guard run` under the daemon) is `PR_SET_NO_NEW_PRIVS`
+/// set and the call made again. Fails closed: an error stops the command from starting.
+pub fn seccomp_from_pre_exec(flags: u32, fprog: &libc::sock_fprog) -> io::Result<libc::c_long> {
+    // SAFETY: raw syscalls with a valid program that outlives them, and integer arguments.
+    unsafe {
+        let install = || {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                flags,
+                fprog as *const libc::sock_fprog,
+            )
+        };
+        let done = install();
+        if done >= 0 {
+            return Ok(done);
+        }
+        if io::Error::last_os_error().raw_os_error() != Some(libc::EACCES) {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let done = install();
+        if done < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(done)
     }
 }
 

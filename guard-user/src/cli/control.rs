@@ -226,7 +226,11 @@ pub fn ask_line(ask: &Ask) -> String {
         .expires_in
         .map(|s| format!("expires in {s}s"))
         .unwrap_or_default();
-    let who = format!("pid {} {}", ask.record.pid, ask.record.executable);
+    let mut who = format!("pid {} {}", ask.record.pid, ask.record.executable);
+    // A run's ask: whose run it is (they may answer it too).
+    if let Some(owner) = &ask.owner {
+        who.push_str(&format!(", {owner}'s run"));
+    }
     format!(
         "{yellow}{id:>4}{yellow:#}  ×{count:<3} {:<16} {}  {}({who}){}",
         expires,

@@ -28,6 +28,9 @@ pub struct ArgvWalk {
     pub _pad: [u8; 3],
     /// The executed file, for the identity reading.
     pub identity: ExecIdentity,
+    /// The scope the exec is decided in (set by the program before the walk): only its
+    /// approvals count.
+    pub scope: u64,
     /// Where argv starts, where the next token starts, where it ends.
     pub start: u64,
     pub pos: u64,
@@ -243,7 +246,11 @@ extern "C" fn finish_walk(_index: u64, _ctx: *mut c_void) -> i64 {
     let walk = unsafe { &mut (*scratch).argv };
     // More tokens than the kernel compares (or the loop did not run): the rules below count
     // as matched.
-    walk.outcome = walk.readings.finish(walk.pos, walk.end);
+    // An approval another scope was given is no approval here (fails closed).
+    let scope = walk.scope;
+    walk.outcome = walk.readings.finish(walk.pos, walk.end, |node| {
+        crate::approvals::exec_approved(scope, node)
+    });
     1
 }
 

@@ -55,6 +55,9 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
     let task: *const u8 = ctx.arg(0);
     let bprm: *const u8 = ctx.arg(2);
     let scratch = unsafe { &mut *EXEC_SCRATCH.get_ptr_mut(0).ok_or(0)? };
+    // Kept in the scratch for the argv walk's approvals, not in a register across the program
+    // (the verifier would carry it through every path).
+    scratch.argv.scope = scope;
     let off = offsets();
 
     let file: *const u8 = unsafe { read_at(bprm, off.bprm_file)? };
@@ -107,11 +110,7 @@ unsafe fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Result<(), i32> 
     // Strongest wins; a file no path names adds its default; nothing matched takes the
     // unmatched default; an approval of exactly this argv lets a `prompt` run (see
     // `guard_common::engine::exec`).
-    let mut by_argv = walk_argv(&identity, arg_start, arg_end);
-    // An approval another scope was given is no approval here (fails closed).
-    if by_argv.approved != 0 && !crate::approvals::exec_approved(scope, by_argv.node) {
-        by_argv.approved = 0;
-    }
+    let by_argv = walk_argv(&identity, arg_start, arg_end);
     let found = unsafe {
         ExecFindings {
             by_file: core::ptr::read_volatile(&scratch.identity_verdict),

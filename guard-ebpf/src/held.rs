@@ -175,9 +175,12 @@ pub fn held_egress(ctx: SkBuffContext) -> i32 {
             None => return dropped(),
         }
     };
-    let (mut verdict, approved) = crate::net::look_up(entry.scope, family, &addr, port, transport);
+    let (mut verdict, marked) = crate::net::look_up(family, &addr, port, transport);
     let mut flags = 0;
-    decide_destination(&settings, &mut verdict, &mut flags, approved);
+    let scope = entry.scope;
+    decide_destination(&settings, &mut verdict, &mut flags, marked, || {
+        crate::net::approved_for(scope, family, &addr, port, transport)
+    });
     if verdict.decision != Decision::Allow as u8 {
         return dropped();
     }

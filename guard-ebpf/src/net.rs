@@ -234,24 +234,10 @@ fn reached_by_unspecified(d: Destination, source_v4: [u8; 4], bound_v6: &[u8; 16
 }
 
 /// The destination tables' verdict for a destination (IPv4 in the first 4 bytes of `addr`),
-/// and whether it carried an approval of exactly this destination that `scope` was given.
+/// and whether it carried an approval of exactly this destination (some scope's: ask
+/// [`approved_for`] whose).
 #[inline(always)]
-pub fn look_up(
-    scope: u64,
-    family: u16,
-    addr: &[u8; 16],
-    port: u16,
-    transport: u8,
-) -> (Verdict, bool) {
-    let (verdict, marked) = look_up_tables(family, addr, port, transport);
-    // Another scope's approval of the same destination is no approval here (fails closed).
-    let approved = marked
-        && crate::approvals::destination_approved(scope, family != AF_INET6, addr, port, transport);
-    (verdict, approved)
-}
-
-#[inline(always)]
-fn look_up_tables(family: u16, addr: &[u8; 16], port: u16, transport: u8) -> (Verdict, bool) {
+pub fn look_up(family: u16, addr: &[u8; 16], port: u16, transport: u8) -> (Verdict, bool) {
     if family == AF_INET6 {
         lookup(transport, port, |transport, port| {
             let key: Key<DestV6> =
@@ -267,6 +253,13 @@ fn look_up_tables(family: u16, addr: &[u8; 16], port: u16, transport: u8) -> (Ve
             DEST_V4.get(&key).copied()
         })
     }
+}
+
+/// Whether `scope` was given the approval the tables marked for this destination: another
+/// scope's approval of the same destination is no approval here (fails closed).
+#[inline(always)]
+pub fn approved_for(scope: u64, family: u16, addr: &[u8; 16], port: u16, transport: u8) -> bool {
+    crate::approvals::destination_approved(scope, family != AF_INET6, addr, port, transport)
 }
 
 /// Decides and records; `true` when the call must fail. `floor` is the weakest verdict it may
@@ -296,8 +289,7 @@ fn refuse(
         destination.addr = v4;
         destination.family = AF_INET;
     }
-    let (found, approved) = look_up(
-        scope,
+    let (found, marked) = look_up(
         destination.family,
         &destination.addr,
         destination.port,
@@ -305,7 +297,15 @@ fn refuse(
     );
     let mut verdict = found.strongest(floor);
     let mut flags = extra_flags;
-    decide_destination(&settings, &mut verdict, &mut flags, approved);
+    decide_destination(&settings, &mut verdict, &mut flags, marked, || {
+        approved_for(
+            scope,
+            destination.family,
+            &destination.addr,
+            destination.port,
+            destination.transport,
+        )
+    });
     // Only a prompt is held, and only in a scope someone answers for (looked up last: the
     // calls that are not prompted never pay for it).
     let holdable = !matches!(hold, HoldBy::Nobody)

@@ -50,10 +50,6 @@ pub struct ArgvOutcome {
     pub verdict: Verdict,
     /// 1: approved (plain integer: the kernel stores it in map memory).
     pub approved: u32,
-    /// The trie node the approved argv ends at: an approval holds only for the scopes that
-    /// were given it there (`APPROVALS`, [`crate::maps::ScopedApproval::exec`]).
-    pub node: u32,
-    pub _pad: u32,
 }
 
 impl ArgvOutcome {
@@ -61,8 +57,6 @@ impl ArgvOutcome {
     pub const UNKNOWN: ArgvOutcome = ArgvOutcome {
         verdict: Verdict::NONE,
         approved: 0,
-        node: 0,
-        _pad: 0,
     };
 }
 
@@ -207,17 +201,18 @@ impl Readings {
     }
 
     /// After the token loop (stopped at `pos`): readings cut short by the bound take the
-    /// rules below, and the outcome.
+    /// rules below, and the outcome. `held_here(node)`: whether the caller's scope was given
+    /// the approval that trie node `node` is marked with (asked only of marked nodes).
     #[inline(always)]
-    pub fn finish(&mut self, pos: u64, end: u64) -> ArgvOutcome {
+    pub fn finish(&mut self, pos: u64, end: u64, held_here: impl Fn(u32) -> bool) -> ArgvOutcome {
         if self.finished == 0 && pos < end {
             self.take_below();
         }
-        self.outcome()
+        self.outcome(held_here)
     }
 
     #[inline(always)]
-    fn outcome(&self) -> ArgvOutcome {
+    fn outcome(&self, held_here: impl Fn(u32) -> bool) -> ArgvOutcome {
         let mut verdict = Verdict::NONE;
         let mut r = 0;
         while r < READINGS {
@@ -226,28 +221,20 @@ impl Readings {
             }
             r += 1;
         }
-        // An approval is exact: some reading followed every token to an approved node, and
-        // each reading that prompts did. Anything cut short, or a reading that prompts
-        // elsewhere, is not approved (fails closed). The prompt it approves may come from the
-        // walk, a name or identity rule, or the unmatched default: the caller checks the final
-        // decision.
-        // Approvals are held per scope by the node they end at: readings that end at two
-        // different approved nodes are not approved (fails closed; the caller checks one node).
+        // An approval is exact: some reading followed every token to a node approved for the
+        // caller's scope, and each reading that prompts did. Anything cut short, a reading that
+        // prompts elsewhere, or another scope's approval, is not approved (fails closed). The
+        // prompt it approves may come from the walk, a name or identity rule, or the unmatched
+        // default: the caller checks the final decision.
         let mut any_exact = false;
         let mut all_prompts_exact = true;
-        let mut node = 0;
         let mut r = 0;
         while r < READINGS {
             if self.state[r] != UNUSED {
                 let exact = self.finished != 0
                     && self.state[r] == FOLLOWING
-                    && self.node[r].here.approved();
-                if exact {
-                    if any_exact && node != self.node[r].id {
-                        all_prompts_exact = false;
-                    }
-                    node = self.node[r].id;
-                }
+                    && self.node[r].here.approved()
+                    && held_here(self.node[r].id);
                 any_exact |= exact;
                 if self.verdict[r].decision == Decision::Prompt as u8 && !exact {
                     all_prompts_exact = false;
@@ -255,12 +242,9 @@ impl Readings {
             }
             r += 1;
         }
-        let approved = any_exact && all_prompts_exact;
         ArgvOutcome {
             verdict,
-            approved: u32::from(approved),
-            node: if approved { node } else { 0 },
-            _pad: 0,
+            approved: u32::from(any_exact && all_prompts_exact),
         }
     }
 }
@@ -398,6 +382,7 @@ pub fn walk<T: ArgvTables>(
     identity: &ExecIdentity,
     name: &ExecName,
     argv: &[u8],
+    held_here: impl Fn(u32) -> bool,
 ) -> ArgvOutcome {
     let mut readings = Readings {
         node: [ArgvNode {
@@ -451,11 +436,11 @@ pub fn walk<T: ArgvTables>(
     let end = argv.len() as u64;
     let Some(argv0) = read_token(argv, 0) else {
         readings.take_below();
-        return readings.finish(0, end);
+        return readings.finish(0, end, held_here);
     };
     if argv0.len() >= TOKEN_SCAN_LEN - 1 {
         readings.take_below();
-        return readings.finish(0, end);
+        return readings.finish(0, end, held_here);
     }
     let marks = WordMarks::of(argv0, argv0.len());
     let base_len = argv0.len().saturating_sub(marks.base);
@@ -480,7 +465,7 @@ pub fn walk<T: ArgvTables>(
             break;
         }
     }
-    readings.finish(pos, end)
+    readings.finish(pos, end, held_here)
 }
 
 /// The token at `at` as the kernel's string read gives it: up to its NUL, at most

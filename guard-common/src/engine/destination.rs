@@ -42,21 +42,25 @@ pub fn lookup(
 
 /// The decision for a destination whose tables gave `verdict` (with any floor the caller
 /// applied): nothing matched takes the unmatched default (adding [`flag::UNMATCHED`] to
-/// `flags`), and an approval of exactly this destination lets a `prompt` through. In place:
-/// the kernel's programs keep both in registers (a returned struct made the verifier walk 6 %
-/// more of `connect4`).
+/// `flags`), and an approval of exactly this destination (`marked`: the tables carry one)
+/// lets a `prompt` through when `held_here` says the caller's scope was given it. That is asked
+/// last, only for a marked prompt: the calls nobody approved never pay for it, and the kernel's
+/// verifier sees one more branch inside the approval's, not a split of everything after it.
+/// In place: the kernel's programs keep both in registers (a returned struct made the verifier
+/// walk 6 % more of `connect4`).
 #[inline(always)]
 pub fn decide_destination(
     settings: &Settings,
     verdict: &mut Verdict,
     flags: &mut u8,
-    approved: bool,
+    marked: bool,
+    held_here: impl FnOnce() -> bool,
 ) {
     if verdict.is_none() {
         *verdict = default_verdict(settings.unmatched_network);
         *flags |= flag::UNMATCHED;
     }
-    if approved && verdict.decision == Decision::Prompt as u8 {
+    if marked && verdict.decision == Decision::Prompt as u8 && held_here() {
         verdict.decision = Decision::Allow as u8;
     }
 }
@@ -122,7 +126,7 @@ mod tests {
         assert!(approved);
         let decide = |found: Verdict, approved: bool| {
             let (mut verdict, mut flags) = (found, 0);
-            decide_destination(&settings(), &mut verdict, &mut flags, approved);
+            decide_destination(&settings(), &mut verdict, &mut flags, approved, || true);
             (verdict, flags)
         };
         assert_eq!(decide(found, approved).0.decision, Decision::Allow as u8);

@@ -102,8 +102,6 @@ mod tests {
             by_argv: ArgvOutcome {
                 verdict: argv,
                 approved: u32::from(approved),
-                node: 0,
-                _pad: 0,
             },
             by_pattern: Verdict::NONE,
             anonymous: false,

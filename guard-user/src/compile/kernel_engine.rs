@@ -89,12 +89,9 @@ impl KernelEngine {
             region.extend_from_slice(token.as_bytes());
             region.push(0);
         }
-        let mut by_argv = walk(&self.entries, &identity, &name, &region);
-        if by_argv.approved != 0
-            && !self.approval_holds(scope, |scope| ScopedApproval::exec(scope, by_argv.node))
-        {
-            by_argv.approved = 0;
-        }
+        let by_argv = walk(&self.entries, &identity, &name, &region, |node| {
+            self.approval_holds(scope, |scope| ScopedApproval::exec(scope, node))
+        });
         let argv0 = argv.first().map_or("", String::as_str);
         let args: Vec<&str> = argv.iter().skip(1).map(String::as_str).collect();
         let file_name = String::from_utf8_lossy(&name.name[..str_len(&name.name)]).into_owned();
@@ -145,12 +142,13 @@ impl KernelEngine {
             }
             IpAddr::V6(a) => (false, a.octets()),
         };
-        let approved = marked
-            && self.approval_holds(scope, |scope| {
-                ScopedApproval::destination(scope, v4, addr, port, code)
-            });
+
         let (mut verdict, mut flags) = (found, 0);
-        decide_destination(&self.settings, &mut verdict, &mut flags, approved);
+        decide_destination(&self.settings, &mut verdict, &mut flags, marked, || {
+            self.approval_holds(scope, |scope| {
+                ScopedApproval::destination(scope, v4, addr, port, code)
+            })
+        });
         Decided { verdict, flags }
     }
 

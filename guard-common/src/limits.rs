@@ -28,8 +28,12 @@ pub const PATH_LEN: usize = 256;
 pub const ARGV_LEN: usize = 512;
 /// cgroup levels searched for a scoped ancestor.
 pub const MAX_SCOPE_DEPTH: u32 = 16;
-/// Capacity of the exec maps (identities, names, argv trie edges).
+/// Capacity of the exec maps (identities, names, argv trie roots).
 pub const MAX_EXEC_ENTRIES: u32 = 262_144;
+/// Capacity of the argv trie (`ARGV_TRIE`): a refusing or asking rule is held three times (as
+/// itself and as `busybox`'s and `toybox`'s applet), so 100 000 such rules need about 330 000
+/// edges. Preallocated, about 112 bytes an edge.
+pub const MAX_ARGV_EDGES: u32 = 524_288;
 /// Capacity of each destination trie (IPv4, IPv6).
 pub const MAX_NET_ENTRIES: u32 = 262_144;
 /// Capacity of the scope map (cgroups under enforcement).

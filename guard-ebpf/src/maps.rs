@@ -8,7 +8,7 @@ use guard_common::event::TaskInfo;
 use crate::argv::ArgvWalk;
 use crate::patterns::{PatternInput, PatternReadings};
 use guard_common::limits::{
-    EVENTS_BYTES, FILE_PATH_BUF, MAX_APPROVALS, MAX_EXEC_ENTRIES, MAX_HELD_SOCKETS,
+    EVENTS_BYTES, FILE_PATH_BUF, MAX_APPROVALS, MAX_ARGV_EDGES, MAX_EXEC_ENTRIES, MAX_HELD_SOCKETS,
     MAX_LONG_TOKENS, MAX_NET_ENTRIES, MAX_SCOPES, MAX_STAND_INS, MAX_TASKS, MAX_UNIX_ENTRIES,
     PATTERN_ARGV_LEN, TOKEN_SCAN_LEN, UNIX_PATH_LEN,
 };
@@ -67,7 +67,7 @@ pub static EXEC_IDENTITIES: HashMap<ExecIdentity, Verdict> =
 pub static EXEC_NAMES: HashMap<ExecName, Verdict> = HashMap::with_max_entries(MAX_EXEC_ENTRIES, 0);
 
 #[map]
-pub static ARGV_TRIE: HashMap<ArgvEdge, ArgvNode> = HashMap::with_max_entries(MAX_EXEC_ENTRIES, 0);
+pub static ARGV_TRIE: HashMap<ArgvEdge, ArgvNode> = HashMap::with_max_entries(MAX_ARGV_EDGES, 0);
 
 /// Each argv token of the rules longer than a trie key holds (whole, NUL-padded) → its id,
 /// which the trie keys it by (`argv`).

@@ -14,7 +14,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use anyhow::{Result, bail};
 use guard_common::engine::argv::ArgvTables;
-use guard_common::limits::{MAX_LONG_TOKENS, TOKEN_LEN, UNIX_PATH_LEN};
+use guard_common::limits::{
+    MAX_ARGV_EDGES, MAX_EXEC_ENTRIES, MAX_LONG_TOKENS, TOKEN_LEN, UNIX_PATH_LEN,
+};
 use guard_common::maps::{
     ArgvEdge, ArgvNode, ExecIdentity, ExecName, LongToken, ScopedApproval, Settings, UnixKey,
     VERDICT_APPROVAL, Verdict,
@@ -155,6 +157,22 @@ impl MapEncoder {
             ExecName::new(e.name.as_bytes()).map(|name| (name, kernel_verdict(&e.verdict)))
         }));
         let ArgvTrie { edges, order, long } = self.build_trie(image)?;
+        // Refused before anything is written: a map that fills up half-way would leave a
+        // reload's new entries beside the old ones.
+        for (map, held, most) in [
+            ("argv trie edges", edges.len(), MAX_ARGV_EDGES),
+            ("file identities", identities.len(), MAX_EXEC_ENTRIES),
+            ("program names", names.len(), MAX_EXEC_ENTRIES),
+        ] {
+            if held > most as usize {
+                bail!(
+                    "the rules need {held} {map} in the kernel, which holds at most {most}; \
+                     split the policy between scopes or use fewer prefix rules (a rule that \
+                     refuses or asks is held three times: as itself, and as busybox's and \
+                     toybox's applet)"
+                );
+            }
+        }
         let mut approvals = self.exec_approvals(image);
         approvals.extend(destination_approvals(image));
         let roots = argv_roots(image, &edges, &self.long_ids);

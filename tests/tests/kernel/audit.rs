@@ -6,24 +6,15 @@
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::common::{net_probe, run_probe};
 use guard::audit::files::{log_files, read_records};
 use guard::audit::{AuditRecord, RecordType};
 use guard_tests::daemon::{DaemonSetup, NAMES_RESOLVED_BY_THE_DAEMON, TestDaemon, can_run, text};
 use guard_tests::dns::TestDns;
-use guard_tests::kernel::helper;
-
-fn net_probe() -> PathBuf {
-    helper("net-probe", env!("CARGO_BIN_EXE_net-probe"))
-}
-
-/// `guard run -- net-probe ARGS...` under the daemon: (exit code, stdout, stderr).
-fn run_probe(daemon: &TestDaemon, args: &[&str]) -> (i32, String, String) {
-    daemon.run_in_scope(&net_probe(), args)
-}
 
 /// `guard audit --json ARGS...` as root, parsed.
 fn audit(daemon: &TestDaemon, args: &[&str]) -> Vec<AuditRecord> {

@@ -310,7 +310,7 @@ fn two_hundred_records_over_tcp_all_arrive() {
 
 /// `guard run -- net-probe udp-connect ADDR 9` under `daemon`: refused.
 fn refused_connect(daemon: &guard_tests::daemon::TestDaemon, address: &str) {
-    let probe = guard_tests::kernel::helper("net-probe", env!("CARGO_BIN_EXE_net-probe"));
+    let probe = crate::common::net_probe();
     let out = daemon.guard(&[
         "run",
         "--",

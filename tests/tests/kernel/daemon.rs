@@ -9,21 +9,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::common::{net_probe, run_probe};
 use guard_tests::daemon::{
     DaemonSetup, NAMES_RESOLVED_BY_THE_DAEMON, RetryingRun, TestDaemon, can_run, finish_held, text,
 };
 use guard_tests::dns::TestDns;
-use guard_tests::kernel::{copy_program, helper, touch_program};
+use guard_tests::kernel::{copy_program, touch_program};
 use serde_json::Value;
-
-fn net_probe() -> PathBuf {
-    helper("net-probe", env!("CARGO_BIN_EXE_net-probe"))
-}
-
-/// `guard run -- net-probe ARGS...` under the daemon: (exit code, stdout, stderr).
-fn run_probe(daemon: &TestDaemon, args: &[&str]) -> (i32, String, String) {
-    daemon.run_in_scope(&net_probe(), args)
-}
 
 /// `guard audit --json` (JSON lines) as root.
 fn audit(daemon: &TestDaemon) -> Vec<Value> {

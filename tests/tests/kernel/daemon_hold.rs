@@ -7,9 +7,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::common::{dns_probe, net_probe};
 use guard_tests::daemon::{DaemonSetup, RetryingRun, TestDaemon, can_run, finish_held, text};
 use guard_tests::dns::TestDns;
-use guard_tests::kernel::{helper, http_server, touch_program};
+use guard_tests::kernel::{http_server, touch_program};
 fn daemon_asking_about(ports: &[u16], extra_config: &str) -> TestDaemon {
     let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
     let ports = ports.join(", ");
@@ -159,7 +160,7 @@ fn a_held_connect_to_a_stand_in_goes_to_the_real_host_once_approved() {
         nameserver: Some(dns.addr()),
         ..Default::default()
     });
-    let probe = helper("dns-probe", env!("CARGO_BIN_EXE_dns-probe"));
+    let probe = dns_probe();
     let probe = probe.to_string_lossy();
     let mut run = daemon.held_run(&[
         &probe,
@@ -242,12 +243,6 @@ fn a_held_connect_to_a_stand_in_waits_at_the_splice_listener_and_its_request_rea
     );
 }
 
-fn net_probe() -> String {
-    helper("net-probe", env!("CARGO_BIN_EXE_net-probe"))
-        .to_string_lossy()
-        .into_owned()
-}
-
 /// The daemon's audit records (`guard audit --json`) of `kind`, once `ready` holds for them
 /// (at most 10 s: records reach the log in batches).
 fn records_until(
@@ -277,7 +272,7 @@ fn a_held_connect_from_a_worker_thread_waits_goes_on_when_approved_and_is_record
     }
     let port = http_server(1);
     let daemon = daemon_asking_about(&[port], "");
-    let probe = net_probe();
+    let probe = net_probe().to_string_lossy().into_owned();
     let port_text = port.to_string();
     let mut run = daemon.held_run(&[&probe, "thread", "tcp", "127.0.0.1", &port_text]);
     let ask = daemon.pending_ask(&mut run);
@@ -326,7 +321,7 @@ fn a_held_connect_its_program_gives_up_never_connects_and_its_retry_connects_aft
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
     let daemon = daemon_asking_about(&[port], "[asks]\ntimeout_secs = 60\n");
-    let probe = net_probe();
+    let probe = net_probe().to_string_lossy().into_owned();
     let port_text = port.to_string();
     // The program's own timeout: a connect that gives up after 2 s (a non-blocking connect and
     // a poll, as `curl --connect-timeout 2`).

@@ -4,20 +4,15 @@
 //! refusal counted. Traffic goes to loopback addresses only.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::common::net_probe;
 use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run};
-use guard_tests::kernel::helper;
 use guard_tests::prometheus::{Prometheus, free_tcp_port, http_get};
 
 /// How long Prometheus may take to scrape and answer with the refusal counted (it scrapes every
 /// second).
 const SCRAPED_WITHIN: Duration = Duration::from_secs(30);
-
-fn net_probe() -> PathBuf {
-    helper("net-probe", env!("CARGO_BIN_EXE_net-probe"))
-}
 
 #[test]
 fn prometheus_scrapes_the_daemon_and_answers_with_a_refusal_counted() {

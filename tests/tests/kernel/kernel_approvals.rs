@@ -18,13 +18,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use crate::common::{net_probe, stderr};
 use guard::compile::EnforcementImage;
 use guard::kernel::events::EventKind;
 use guard::kernel::scope::ScopeCgroup;
 use guard::session::SessionOptions;
 use guard_tests::kernel::{
-    TestSession, copy_program, exec_refused, helper, killed, run_in, session_in_or_skip,
-    touch_program,
+    TestSession, copy_program, exec_refused, killed, run_in, session_in_or_skip, touch_program,
 };
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(20);
@@ -68,10 +68,6 @@ fn run_args_in(
         RUN_TIMEOUT,
     );
     (result, work)
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// `program ARGS` ran: it exited 0 and touched one file per argument.
@@ -370,7 +366,7 @@ fn the_deepest_listed_cgroup_decides_whether_a_process_is_in_scope() {
     let (result, work) = run_args_in(&session, &exempt, &program, "made");
     assert_ran(result, &work, "made", "P/x is exempt");
 
-    let probe = helper("net-probe", env!("CARGO_BIN_EXE_net-probe"));
+    let probe = net_probe();
     let connect = |cgroup: &ScopeCgroup| -> String {
         let output = run_in(
             cgroup,

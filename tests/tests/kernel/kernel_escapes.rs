@@ -12,13 +12,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use crate::common::{
+    assert_absent, assert_exists, assert_ran, exec_anon, fresh_dir, scope_escape, stderr,
+};
 use guard::compile::loader::LOADER_RULE_ORIGIN;
 use guard::kernel::events::EventKind;
 use guard::policy::Decision;
 use guard::session::SessionOptions;
 use guard_tests::kernel::{
-    TestSession, copy_program, exec_refused, helper, killed, session_in_or_skip, shell_program,
-    skip, system_program, touch_program,
+    TestSession, copy_program, exec_refused, killed, session_in_or_skip, shell_program, skip,
+    system_program, touch_program,
 };
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(20);
@@ -28,26 +31,6 @@ fn options_for(dir: &Path) -> SessionOptions {
     SessionOptions {
         extra_path_dirs: vec![dir.to_path_buf()],
         ..SessionOptions::default()
-    }
-}
-
-fn exec_anon() -> PathBuf {
-    helper("exec-anon", env!("CARGO_BIN_EXE_exec-anon"))
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn assert_ran(what: &str, result: io::Result<Output>) {
-    match result {
-        Ok(output) if output.status.success() => {}
-        Ok(output) => panic!(
-            "{what}: expected it to run, got {} (stderr: {})",
-            output.status,
-            stderr(&output)
-        ),
-        Err(err) => panic!("{what}: expected it to run, the exec failed: {err}"),
     }
 }
 
@@ -70,22 +53,8 @@ fn assert_refused(what: &str, result: io::Result<Output>) {
     }
 }
 
-fn assert_absent(path: &Path, why: &str) {
-    assert!(!path.exists(), "{} exists: {why}", path.display());
-}
-
-fn assert_exists(path: &Path, why: &str) {
-    assert!(path.exists(), "{} does not exist: {why}", path.display());
-}
-
 fn run(session: &TestSession, command: &mut Command) -> io::Result<Output> {
     session.run(command, RUN_TIMEOUT)
-}
-
-fn fresh_dir(parent: &Path, name: &str) -> PathBuf {
-    let dir = parent.join(name);
-    std::fs::create_dir(&dir).unwrap();
-    dir
 }
 
 // --- files no path names ---------------------------------------------------------------------
@@ -453,7 +422,7 @@ fn root_in_scope_makes_no_device_node_and_writes_no_block_device() {
         "mknod outside the scope: {}",
         io::Error::last_os_error()
     );
-    let escape = helper("scope-escape", env!("CARGO_BIN_EXE_scope-escape"));
+    let escape = scope_escape();
     let said = |args: &[&std::ffi::OsStr]| {
         let output = run(&session, Command::new(&escape).args(args)).expect("the helper ran");
         String::from_utf8_lossy(&output.stdout).into_owned()
@@ -543,7 +512,7 @@ fn unix_sockets_are_decided_by_path_and_abstract_name() {
         &[&open_abstract, &closed_abstract],
         &[&dgram],
     );
-    let escape = helper("scope-escape", env!("CARGO_BIN_EXE_scope-escape"));
+    let escape = scope_escape();
     let said = |session: &TestSession, args: &[&str], cwd: &Path| {
         let output = run(session, Command::new(&escape).args(args).current_dir(cwd))
             .expect("the helper ran");
@@ -621,7 +590,7 @@ fn a_refusing_network_default_refuses_unix_sockets_no_rule_names() {
         return;
     }
     let _servers = unix_servers(&[&named, &other], &[], &[]);
-    let escape = helper("scope-escape", env!("CARGO_BIN_EXE_scope-escape"));
+    let escape = scope_escape();
     let said = |address: &Path| {
         let output = run(
             &session,
@@ -651,7 +620,7 @@ fn servers_that_run_commands_are_refused_under_every_policy() {
         .unwrap();
     let socket = folder.path().join("default");
     let _servers = unix_servers(&[&socket], &[], &[]);
-    let escape = helper("scope-escape", env!("CARGO_BIN_EXE_scope-escape"));
+    let escape = scope_escape();
     let output = run(
         &session,
         Command::new(&escape).arg("unix-connect").arg(&socket),

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use crate::common::{assert_absent, assert_exists, assert_ran, fresh_dir, stderr};
 use guard::compile::kernel_dev;
 use guard::kernel::Backend;
 use guard::kernel::events::{Action, EventKind, KernelEvent};
@@ -42,19 +43,6 @@ fn programs_dir() -> (tempfile::TempDir, SessionOptions) {
 
 fn run(session: &TestSession, command: &mut Command) -> io::Result<Output> {
     session.run(command, RUN_TIMEOUT)
-}
-
-/// The command ran and succeeded.
-fn assert_ran(what: &str, result: io::Result<Output>) {
-    match result {
-        Ok(output) if output.status.success() => {}
-        Ok(output) => panic!(
-            "{what}: expected it to run, got {} (stderr: {})",
-            output.status,
-            stderr(&output)
-        ),
-        Err(err) => panic!("{what}: expected it to run, the exec failed: {err}"),
-    }
 }
 
 /// The exec was refused the way `backend` refuses a program by identity or name: SIGKILL
@@ -106,18 +94,6 @@ fn assert_shell_saw_refusal(backend: Backend, what: &str, result: io::Result<Out
         output.status,
         stderr(&output)
     );
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn assert_exists(path: &Path, why: &str) {
-    assert!(path.exists(), "{} does not exist: {why}", path.display());
-}
-
-fn assert_absent(path: &Path, why: &str) {
-    assert!(!path.exists(), "{} exists: {why}", path.display());
 }
 
 /// The kernel's (dev, ino) of a file, as identity entries and events carry it.
@@ -360,12 +336,6 @@ fn fake_git() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("making a temporary folder");
     let git = copy_program(&touch_program(), dir.path(), "git");
     (dir, git)
-}
-
-fn fresh_dir(parent: &Path, name: &str) -> PathBuf {
-    let dir = parent.join(name);
-    std::fs::create_dir(&dir).unwrap();
-    dir
 }
 
 #[test]

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use crate::common::stderr;
 use guard::kernel::Backend;
 use guard::kernel::events::{Action, EventKind};
 use guard::policy::Decision;
@@ -31,10 +32,6 @@ fn shell(session: &TestSession, dir: &Path, script: &str) -> Output {
     session
         .run(&mut command, RUN_TIMEOUT)
         .unwrap_or_else(|err| panic!("`{script}`: the shell did not start: {err}"))
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 fn assert_refused(output: &Output, script: &str) {

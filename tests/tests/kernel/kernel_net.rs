@@ -9,15 +9,15 @@
 //! test prints `skipped: ...` (and fails when CI=true).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::common::{dns_probe, net_probe};
 use guard::kernel::events::{Action, EventKind, KernelEvent};
 use guard::policy::Decision;
 use guard::session::SessionOptions;
 use guard_tests::dns::TestDns;
-use guard_tests::kernel::{TestSession, helper, session_or_skip};
+use guard_tests::kernel::{TestSession, session_or_skip};
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 const EVENT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -31,10 +31,6 @@ enum Outcome {
 
 const EPERM: Outcome = Outcome::Errno(libc::EPERM);
 const ECONNREFUSED: Outcome = Outcome::Errno(libc::ECONNREFUSED);
-
-fn probe_path() -> PathBuf {
-    helper("net-probe", env!("CARGO_BIN_EXE_net-probe"))
-}
 
 /// Runs `net-probe CALL ADDR PORT` in the scope; its outcome and pid.
 fn probe_with_pid(session: &TestSession, call: &str, addr: &str, port: u16) -> (Outcome, u32) {
@@ -382,7 +378,7 @@ fn events_for_refused_destinations_name_the_rule_and_the_process() {
     let Some(mut session) = session_or_skip(&rules, SessionOptions::default()) else {
         return;
     };
-    let probe = probe_path();
+    let probe = net_probe();
     let probe_exe = probe.to_str().unwrap().to_string();
     let line = session.line_of("address_rule");
     let rules_file = session.rules_file.display().to_string();
@@ -519,7 +515,7 @@ fn holding_session(port: u16) -> Option<TestSession> {
 
 /// `net-probe timed SECS 127.0.0.9 PORT` started in the scope: its child, to wait for.
 fn spawn_timed(session: &TestSession, secs: u64, port: u16) -> std::process::Child {
-    let mut command = Command::new(probe_path());
+    let mut command = Command::new(net_probe());
     command
         .args(["timed", &secs.to_string(), "127.0.0.9", &port.to_string()])
         .stdin(std::process::Stdio::null())
@@ -669,7 +665,7 @@ fn a_denied_held_connect_fails_at_once_and_a_held_connect_from_any_thread_waits(
     );
 
     // From a worker thread (Go, Java and Node connect there): held the same way, not refused.
-    let mut command = Command::new(probe_path());
+    let mut command = Command::new(net_probe());
     command
         .args(["thread", "tcp", "127.0.0.9", &port.to_string()])
         .stdin(std::process::Stdio::null())
@@ -763,7 +759,7 @@ fn a_flood_past_the_scopes_share_of_the_ring_buffer_is_counted_so_every_refusal_
     };
     let output = session
         .run(
-            Command::new(probe_path()).args(["udp-flood", "127.0.0.9", "9", &SENDS.to_string()]),
+            Command::new(net_probe()).args(["udp-flood", "127.0.0.9", "9", &SENDS.to_string()]),
             PROBE_TIMEOUT,
         )
         .expect("the flood starts");
@@ -816,7 +812,7 @@ fn a_flood_past_the_scopes_share_of_the_ring_buffer_is_counted_so_every_refusal_
 
 /// Runs `net-probe ARGS...` in the scope (`Some`) or outside it (`None`, this test's own cgroup).
 fn probe_args(session: Option<&TestSession>, args: &[&str]) -> (Outcome, u32) {
-    let mut command = Command::new(probe_path());
+    let mut command = Command::new(net_probe());
     command
         .args(args)
         .stdin(std::process::Stdio::null())
@@ -1073,7 +1069,7 @@ fn dns_probe_in(
     session: &mut TestSession,
     args: &[&str],
 ) -> (serde_json::Value, Vec<guard::session::DnsNote>) {
-    let mut command = Command::new(helper("dns-probe", env!("CARGO_BIN_EXE_dns-probe")));
+    let mut command = Command::new(dns_probe());
     command
         .args(args)
         .stdout(std::process::Stdio::piped())

@@ -402,9 +402,11 @@ fn a_deny_glob_the_kernel_cannot_hold_refuses_the_start_and_one_rule_sets_ten_gl
         backend: Some(guard_tests::kernel::backend()),
         ..SessionOptions::default()
     };
+    let starting = guard_tests::kernel::starting();
     let Err(err) = guard::session::Session::start(loaded.policy, &options) else {
         panic!("a policy with deny rules the kernel cannot hold was enforced");
     };
+    drop(starting);
     let err = format!("{err:#}");
     assert!(err.contains("cannot hold the deny rule"), "{err}");
     assert!(err.contains("secrets.rules:2"), "{err}");

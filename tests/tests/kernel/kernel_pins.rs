@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::common::net_probe;
 use aya::programs::links::{FdLink, PinnedLink};
 use guard::compile::EnforcementImage;
 use guard::kernel::scope::ScopeCgroup;
@@ -55,7 +56,7 @@ impl Fixture {
         Fixture {
             dir,
             program,
-            probe: helper("net-probe", env!("CARGO_BIN_EXE_net-probe")),
+            probe: net_probe(),
             _listener: listener,
             port,
             image,

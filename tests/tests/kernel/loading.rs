@@ -165,11 +165,19 @@ network_rule(host="evil.example", protocol="https", decision="deny")"#,
     load_policy(&[base_with_entry], &[strict]).expect("overlay examples do not see base entries");
 }
 
-/// Tests that touch the process environment run in one test, one after the other.
+/// Tests that touch the process environment run in one test, one after the other, in a child
+/// process of their own: set here, the variable would reach every `guard` the binary's other
+/// tests spawn meanwhile.
 #[test]
 fn without_paths_the_system_folder_then_the_embedded_default_is_used() {
+    if !guard_tests::alone_in_a_child(concat!(
+        module_path!(),
+        "::without_paths_the_system_folder_then_the_embedded_default_is_used"
+    )) {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
-    // SAFETY: no other test of this binary reads or writes this variable.
+    // SAFETY: this process runs only this test (`alone_in_a_child`).
     unsafe { std::env::set_var(SYSTEM_RULES_ENV, dir.path().join("absent")) };
     let loaded = load_policy(&[], &[]).unwrap();
     assert_eq!(loaded.sources, [RulesSource::EmbeddedDefault]);

@@ -11,6 +11,8 @@
 //! and `guard run` start removes abandoned scopes), and a test that sets an environment
 //! variable runs alone in a child process ([`guard_tests::alone_in_a_child`]).
 
+mod common;
+
 mod audit;
 mod audit_syslog;
 mod daemon;

@@ -167,8 +167,10 @@ fn kernel_exec_decisions_equal_guard_check() {
             extra_path_dirs: vec![bin.clone()],
             ..SessionOptions::default()
         };
+        let starting = kernel::starting();
         let mut session = Session::start(policy.clone(), &options)
             .unwrap_or_else(|err| panic!("the kernel refused guard's programs: {err:#}"));
+        drop(starting);
         let engine = Arc::new(KernelEngine::new(session.image().clone()).unwrap());
         let twin = ExecTwin::new(engine);
         // (command, expected, pid, exit status says refused)
@@ -246,7 +248,7 @@ fn kernel_destination_decisions_equal_guard_check() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let probe = kernel::helper("net-probe", env!("CARGO_BIN_EXE_net-probe"));
+    let probe = crate::common::net_probe();
     let mut rng = Lcg(11);
     let mut total = 0;
     let mut seen: HashMap<Decision, usize> = HashMap::new();
@@ -263,8 +265,10 @@ fn kernel_destination_decisions_equal_guard_check() {
             backend: Some(kernel::backend()),
             ..SessionOptions::default()
         };
+        let starting = kernel::starting();
         let mut session = Session::start(policy.clone(), &options)
             .unwrap_or_else(|err| panic!("the kernel refused guard's programs: {err:#}"));
+        drop(starting);
         let engine = Arc::new(KernelEngine::new(session.image().clone()).unwrap());
         let twin = DestinationTwin::new(engine, session.resolver_port().is_some());
         let mut cases = Vec::new();

@@ -10,18 +10,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use crate::common::{dns_probe, net_probe, run_guard};
 use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, guard_bin, text};
 use guard_tests::dns::TestDns;
-use guard_tests::kernel::{helper, piped_output, root_or_skip};
+use guard_tests::kernel::root_or_skip;
+use guard_tests::kernel::{Starting, starting};
 use serde_json::Value;
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 /// Where the command sends its queries: a loopback address nothing listens on.
 const ASKED: &str = "127.0.0.153:53";
-
-fn dns_probe() -> PathBuf {
-    helper("dns-probe", env!("CARGO_BIN_EXE_dns-probe"))
-}
 
 fn v4(text: &str) -> Ipv4Addr {
     text.parse().unwrap()
@@ -63,7 +61,7 @@ fn write_rules(dir: &Path) -> PathBuf {
 
 /// `guard run --rules R --nameserver DNS [EXTRA] -- dns-probe ARGS`.
 fn run_probe(dns: &TestDns, rules: &Path, extra: &[&str], probe: &[&str]) -> Output {
-    piped_output(
+    run_guard(
         Command::new(guard_bin())
             .args(["run", "--json-events", "--rules"])
             .arg(rules)
@@ -346,6 +344,8 @@ struct KeptAnswerRun {
     approved: PathBuf,
     _listener: TcpListener,
     _dir: tempfile::TempDir,
+    /// The run removes abandoned scopes as it starts.
+    _starting: Starting,
 }
 
 impl KeptAnswerRun {
@@ -354,6 +354,7 @@ impl KeptAnswerRun {
     /// `name` is answered `address` by `dns`, and port 443 listens there.
     fn start(dns: &TestDns, name: &str, address: Ipv4Addr) -> KeptAnswerRun {
         dns.set_a(name, &[address], 60);
+        let starting = starting();
         let listener = TcpListener::bind((address, 443)).expect("listening on port 443");
         let dir = tempfile::tempdir().unwrap();
         let rules = dir.path().join("run.rules");
@@ -396,6 +397,7 @@ impl KeptAnswerRun {
             approved,
             _listener: listener,
             _dir: dir,
+            _starting: starting,
         }
     }
 
@@ -790,7 +792,7 @@ fn filler_queries(dns: &TestDns) -> usize {
 
 /// `net-probe tcp ADDR PORT` in the session's scope: `ok` or `errno N`.
 fn connect_in_scope(session: &guard::session::Session, addr: Ipv4Addr, port: u16) -> String {
-    let mut command = Command::new(helper("net-probe", env!("CARGO_BIN_EXE_net-probe")));
+    let mut command = Command::new(net_probe());
     command
         .args(["tcp", &addr.to_string(), &port.to_string()])
         .stdin(Stdio::null())
@@ -1000,10 +1002,8 @@ fn under_the_daemon_start_and_reload_ask_for_no_policy_name_and_a_looked_up_name
     );
 
     // Not looked up: its address gets the unmatched default (deny).
-    let (code, stdout, _) = daemon.run_in_scope(
-        &helper("net-probe", env!("CARGO_BIN_EXE_net-probe")),
-        &["tcp", "127.0.0.1", &port.to_string()],
-    );
+    let (code, stdout, _) =
+        daemon.run_in_scope(&net_probe(), &["tcp", "127.0.0.1", &port.to_string()]);
     assert_eq!(
         (code, stdout.trim()),
         (1, "errno 1"),

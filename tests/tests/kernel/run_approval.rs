@@ -9,8 +9,10 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use crate::common::run_guard;
 use guard_tests::daemon::{guard_bin, text};
-use guard_tests::kernel::{piped_output, root_or_skip, shell_program};
+use guard_tests::kernel::starting;
+use guard_tests::kernel::{root_or_skip, shell_program};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -21,7 +23,7 @@ const RULES: &str =
 fn run(dir: &Path, extra: &[&str], script: &str) -> Output {
     let rules = dir.join("approval.rules");
     std::fs::write(&rules, RULES).unwrap();
-    piped_output(
+    run_guard(
         Command::new(guard_bin())
             .args(["run", "--rules"])
             .arg(&rules)
@@ -80,6 +82,7 @@ fn untrusted_asks_about_every_exec_that_is_not_known_safe() {
     // `sh` itself is not known-safe, so the command is `ls` directly (known-safe: it runs).
     let rules = dir.path().join("approval.rules");
     std::fs::write(&rules, RULES).unwrap();
+    let _starting = starting();
     let listed = Command::new(guard_bin())
         .args(["run", "--approval", "untrusted", "--rules"])
         .arg(&rules)

@@ -13,22 +13,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::scope_escape;
 use guard::kernel::scope::cgroup_pids;
 use guard_tests::daemon::{DaemonSetup, TestDaemon, guard_bin, text};
-use guard_tests::kernel::{root_or_skip, wait_output};
+use guard_tests::kernel::{no_other_starts, root_or_skip, starting, wait_output};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Held by every test here that starts `guard run` or a daemon: each start removes the scopes
-/// a killed `guard run` left, so one running beside the kill -9 test would clean up (and say
-/// so) in its place.
-static STARTS_GUARD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_guard_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    STARTS_GUARD
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// A rules file in `dir` whose one rule matches nothing these tests run.
 fn write_rules(dir: &Path) -> PathBuf {
@@ -82,7 +72,7 @@ fn inherited_descriptors_do_not_reach_the_command_unless_preserved() {
     if !root_or_skip() {
         return;
     }
-    let _one = one_guard_at_a_time();
+    let _starting = starting();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inherited");
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -185,7 +175,8 @@ fn a_kill_9_of_guard_run_leaves_nothing_past_the_next_run_or_daemon_start() {
     if !root_or_skip() {
         return;
     }
-    let _one = one_guard_at_a_time();
+    // Every start removes abandoned scopes: none may run beside this test's own.
+    let _alone = no_other_starts();
     let dir = tempfile::tempdir().unwrap();
     let rules = write_rules(dir.path());
 
@@ -253,7 +244,7 @@ fn a_signal_to_guard_run_goes_to_the_command_and_the_scope_ends_with_the_run() {
     if !root_or_skip() {
         return;
     }
-    let _one = one_guard_at_a_time();
+    let _starting = starting();
     let dir = tempfile::tempdir().unwrap();
     let rules = write_rules(dir.path());
     let (pid_file, got) = (dir.path().join("pid"), dir.path().join("got"));
@@ -297,7 +288,8 @@ fn a_kill_9_of_guard_run_leaves_its_scope_enforced_until_release() {
     if !root_or_skip() {
         return;
     }
-    let _one = one_guard_at_a_time();
+    // Every start removes abandoned scopes: none may run beside this test's own.
+    let _alone = no_other_starts();
     let dir = tempfile::tempdir().unwrap();
     let rules = dir.path().join("test.rules");
     std::fs::write(
@@ -367,16 +359,12 @@ fn a_kill_9_of_guard_run_leaves_its_scope_enforced_until_release() {
     assert!(!pins.exists(), "and then removed the pins");
 }
 
-fn scope_escape() -> PathBuf {
-    guard_tests::kernel::helper("scope-escape", env!("CARGO_BIN_EXE_scope-escape"))
-}
-
 #[test]
 fn the_command_cannot_start_a_process_in_another_cgroup() {
     if !root_or_skip() {
         return;
     }
-    let _one = one_guard_at_a_time();
+    let _starting = starting();
     let dir = tempfile::tempdir().unwrap();
     let rules = write_rules(dir.path());
     let root = guard::kernel::scope::cgroup2_root().unwrap();
@@ -429,7 +417,7 @@ fn the_command_cannot_push_keystrokes_into_its_terminal() {
     if !root_or_skip() {
         return;
     }
-    let _one = one_guard_at_a_time();
+    let _starting = starting();
     let dir = tempfile::tempdir().unwrap();
     let rules = write_rules(dir.path());
     let (mut controller, terminal) = pty();
@@ -530,7 +518,7 @@ fn a_tmux_server_outside_the_scope_runs_nothing_for_the_command() {
     if !root_or_skip() {
         return;
     }
-    let _one = one_guard_at_a_time();
+    let _starting = starting();
     let dir = tempfile::tempdir().unwrap();
     // tmux's own folder for uid 0 is /tmp/tmux-0; any /tmp/tmux-* is on the built-in list.
     let folder = tempfile::Builder::new()

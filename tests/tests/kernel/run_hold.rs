@@ -14,6 +14,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use guard_tests::daemon::guard_bin;
+use guard_tests::kernel::starting;
 use guard_tests::kernel::{http_server, root_or_skip, shell_program, wait_status};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -47,6 +48,7 @@ fn run_on_terminal(dir: &Path, script: &str, key: u8) -> String {
 
 /// [`run_on_terminal`] with these rules.
 fn run_on_terminal_with(dir: &Path, rules_text: &str, script: &str, key: u8) -> String {
+    let _starting = starting();
     let rules = dir.join("hold.rules");
     std::fs::write(&rules, rules_text).unwrap();
     let (master, slave) = pty();

@@ -10,6 +10,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, guard_bin, text};
+use guard_tests::kernel::starting;
 use guard_tests::kernel::{piped_output, root_or_skip, shell_program, wait_output};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
@@ -30,6 +31,7 @@ fn output_in(dir: &Path, command: &mut Command) -> Output {
 
 /// `guard run --sandbox MODE -- sh -c SCRIPT` in `dir` (the default policy).
 fn run(dir: &Path, mode: &str, script: &str) -> Output {
+    let _starting = starting();
     let mut command = Command::new(guard_bin());
     command
         .args(["run", "--sandbox", mode, "--"])
@@ -180,6 +182,7 @@ fn a_rules_files_sandbox_is_held_with_its_writable_roots_and_the_flag_wins() {
     // New names each run: touching a file that exists changes only its times, which Landlock
     // does not decide.
     let run_with = |flags: &[&str], name: &str| {
+        let _starting = starting();
         let script = format!(
             "touch {}/{name}; echo rc1=$?; touch ./{name}; echo rc2=$?",
             extra.display()

@@ -9,45 +9,20 @@
 //! without them a test prints `skipped: ...` (and fails under `CI=true`).
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
-use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, guard_bin, text};
-use guard_tests::kernel::{skip, wait_output};
+use crate::common::{describe, landlock_or_skip, run_guard, step};
+use guard_tests::daemon::{DaemonSetup, TestDaemon, guard_bin, text};
+use guard_tests::kernel::skip;
 
 /// How long one `guard run` may take (a `cargo build` among its steps).
 const RUN_TIMEOUT: Duration = Duration::from_secs(180);
 
 const RULES: &str = "prefix_rule(pattern = [\"git\", \"push\"], decision = \"forbidden\")\n";
 
-fn landlock_or_skip() -> bool {
-    if !can_run() {
-        return false;
-    }
-    match guard::confine::landlock::abi() {
-        Ok(abi) if abi >= 1 => true,
-        Ok(abi) => {
-            skip(&format!("this kernel answers Landlock ABI {abi}"));
-            false
-        }
-        Err(err) => {
-            skip(&format!(
-                "no Landlock here: {}",
-                guard::confine::landlock::absent_because(&err)
-            ));
-            false
-        }
-    }
-}
-
 fn run(command: &mut Command) -> Output {
-    let child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting guard");
-    wait_output(child, RUN_TIMEOUT)
+    run_guard(command, RUN_TIMEOUT)
 }
 
 /// `guard run -v --rules RULES -- sh -c SCRIPT` in `cwd`, `$D` set to `dir`.
@@ -58,20 +33,6 @@ fn guard_run(rules: &Path, cwd: &Path, dir: &Path, script: &str) -> Output {
         .args(["--", "sh", "-c", script])
         .env("D", dir)
         .current_dir(cwd))
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        output.status,
-        text(&output.stdout),
-        text(&output.stderr)
-    )
-}
-
-/// A `sh -c` line that reports whether `command` succeeded.
-fn step(name: &str, command: &str) -> String {
-    format!("if {command}; then echo {name}=ok; else echo {name}=refused; fi; ")
 }
 
 /// The `name=...` lines of `output`, checked against `expected`.

@@ -1,12 +1,10 @@
 //! `guard legacy check` end to end: every behaviour of the legacy engine (docs/policy-language.md §8) as the
 //! binary reports it, with the built-in policy or small policies written for one behaviour.
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
-use common::{Run, Sandbox, display};
+use crate::common::{Run, Sandbox, display};
 use serde_json::{Value, json};
 
 impl Sandbox {
@@ -857,7 +855,7 @@ fn colour_only_on_request_or_a_terminal() {
     command
         .env("CLICOLOR_FORCE", "1")
         .args(["legacy", "check", "--", "ls", "-al"]);
-    let coloured = common::run_command(&mut command);
+    let coloured = crate::common::run_command(&mut command);
     assert!(coloured.stdout.contains("\x1b["), "{:?}", coloured.stdout);
 }
 

@@ -1,9 +1,7 @@
 //! `guard replay` end to end: a week's audit log (as the daemon writes it, torn last line
 //! included) replayed against draft policies, in both output forms, and its failures.
 
-mod common;
-
-use common::{Run, Sandbox};
+use crate::common::{Run, Sandbox};
 use serde_json::{Value, json};
 
 /// The policy the recording was made under, as the records name it.

@@ -1,11 +1,9 @@
 //! `rule_set(deny=, ask=, allow=)` and the built-in protected paths, through the binary: `guard
 //! policy evaluate`, `guard check`, `guard policy show` and `guard policy validate`.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::{Run, Sandbox, display};
+use crate::common::{Run, Sandbox, display};
 use serde_json::{Value, json};
 
 impl Sandbox {

@@ -1,9 +1,7 @@
 //! End-to-end tests of `guard authz check` and `guard authz default`: the binary run as a real
 //! process, in a temporary folder (the helpers shared with `cli.rs` are in `common/`).
 
-mod common;
-
-use common::{Run, Sandbox, display, run_command};
+use crate::common::{Run, Sandbox, display, run_command};
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------------------------
@@ -12,17 +10,17 @@ use serde_json::{Value, json};
 
 impl Sandbox {
     /// `guard authz check ARGS...`.
-    fn check(&self, args: &[&str]) -> Run {
+    fn authz_check(&self, args: &[&str]) -> Run {
         let mut all = vec!["authz", "check"];
         all.extend_from_slice(args);
         self.run(&all)
     }
 
     /// `guard authz check --json ARGS...`: the exit status and the one JSON line.
-    fn check_json(&self, args: &[&str]) -> (i32, Value) {
+    fn authz_check_json(&self, args: &[&str]) -> (i32, Value) {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
-        let out = self.check(&all);
+        let out = self.authz_check(&all);
         (out.code.expect("exited"), out.one_json_line())
     }
 }
@@ -64,14 +62,14 @@ fn json_output_shape_and_exit_codes_with_the_builtin_policy() {
         r#"{"owner": "alice"}"#,
     ];
     assert_eq!(
-        sandbox.check_json(&own),
+        sandbox.authz_check_json(&own),
         (
             0,
             json!({"decision": "allow", "rule": 4, "obligations": []})
         )
     );
     // The exact line, key order included.
-    let out = sandbox.check(&[&["--json"], &own[..]].concat());
+    let out = sandbox.authz_check(&[&["--json"], &own[..]].concat());
     assert_eq!(
         out.stdout,
         "{\"decision\":\"allow\",\"rule\":4,\"obligations\":[]}\n"
@@ -89,16 +87,16 @@ fn json_output_shape_and_exit_codes_with_the_builtin_policy() {
         "--resource",
         r#"{"owner": "bob"}"#,
     ];
-    assert_eq!(sandbox.check_json(&theirs), (1, refused.clone()));
+    assert_eq!(sandbox.authz_check_json(&theirs), (1, refused.clone()));
     for action in ["status", "approve", "reload"] {
         assert_eq!(
-            sandbox.check_json(&["--subject", ALICE, "--action", action]),
+            sandbox.authz_check_json(&["--subject", ALICE, "--action", action]),
             (1, refused.clone()),
             "{action}"
         );
     }
     assert_eq!(
-        sandbox.check_json(&["--subject", ROOT, "--action", "reload"]),
+        sandbox.authz_check_json(&["--subject", ROOT, "--action", "reload"]),
         (
             0,
             json!({"decision": "allow", "rule": 1, "obligations": []})
@@ -107,7 +105,7 @@ fn json_output_shape_and_exit_codes_with_the_builtin_policy() {
     // Root inside a guard scope may not reload (rule 0, before root's own).
     let scoped_root = r#"{"sub": "root", "attrs": {"uid": ["0"], "in_guard_scope": ["true"]}}"#;
     assert_eq!(
-        sandbox.check_json(&["--subject", scoped_root, "--action", "reload"]),
+        sandbox.authz_check_json(&["--subject", scoped_root, "--action", "reload"]),
         (1, json!({"decision": "deny", "rule": 0, "obligations": []}))
     );
 }
@@ -123,10 +121,10 @@ fn admin_group_applies_to_the_builtin_policy() {
         "--entity",
         "prompt",
     ];
-    assert_eq!(sandbox.check_json(&approve).0, 1);
+    assert_eq!(sandbox.authz_check_json(&approve).0, 1);
     let with_group = [&approve[..], &["--admin-group", "wheel"]].concat();
     assert_eq!(
-        sandbox.check_json(&with_group),
+        sandbox.authz_check_json(&with_group),
         (
             0,
             json!({"decision": "allow", "rule": 2, "obligations": []})
@@ -134,14 +132,14 @@ fn admin_group_applies_to_the_builtin_policy() {
     );
     // The group is the built-in policy's: it cannot go with a policy file.
     let file = display(&sandbox.write("p.json", r#"{"rules": []}"#));
-    let out = sandbox.check(&[&with_group[..], &["--policy", &file]].concat());
+    let out = sandbox.authz_check(&[&with_group[..], &["--policy", &file]].concat());
     out.assert_code(2);
 }
 
 #[test]
 fn human_output_names_the_rule() {
     let sandbox = Sandbox::new();
-    let out = sandbox.check(&[
+    let out = sandbox.authz_check(&[
         "--subject",
         ALICE,
         "--action",
@@ -156,7 +154,7 @@ fn human_output_names_the_rule() {
         out.stdout,
         "allow: rule 4 (allow [audit] when entity=audit, resource.owner=$sub)\n"
     );
-    let out = sandbox.check(&["--subject", ALICE, "--action", "status"]);
+    let out = sandbox.authz_check(&["--subject", ALICE, "--action", "status"]);
     out.assert_code(1);
     assert_eq!(
         out.stdout,
@@ -199,7 +197,7 @@ fn a_file_policy_with_resource_and_env() {
     let own = ["--policy", &policy, "--subject", ALICE, "--action", "audit"];
     let owner = ["--resource", r#"{"owner": ["alice", "carol"]}"#];
     assert_eq!(
-        sandbox.check_json(&[&own[..], &owner].concat()),
+        sandbox.authz_check_json(&[&own[..], &owner].concat()),
         (
             0,
             json!({"decision": "allow", "rule": 1, "obligations": ["mask"]})
@@ -208,14 +206,19 @@ fn a_file_policy_with_resource_and_env() {
     // Over TCP the deny rule comes first, and a denial carries no obligations.
     let tcp = ["--env", r#"{"transport": "tcp"}"#];
     assert_eq!(
-        sandbox.check_json(&[&own[..], &owner, &tcp].concat()),
+        sandbox.authz_check_json(&[&own[..], &owner, &tcp].concat()),
         (1, json!({"decision": "deny", "rule": 0, "obligations": []}))
     );
     let unix = ["--env", r#"{"transport": "unix"}"#];
-    assert_eq!(sandbox.check_json(&[&own[..], &owner, &unix].concat()).0, 0);
+    assert_eq!(
+        sandbox
+            .authz_check_json(&[&own[..], &owner, &unix].concat())
+            .0,
+        0
+    );
     // Without --resource the record has no owner: refused.
     assert_eq!(
-        sandbox.check_json(&own),
+        sandbox.authz_check_json(&own),
         (
             1,
             json!({"decision": "deny", "rule": null, "obligations": []})
@@ -225,7 +228,7 @@ fn a_file_policy_with_resource_and_env() {
     let sneaky = r#"{"sub": "alice", "attrs": {"resource.owner": ["alice"]}}"#;
     assert_eq!(
         sandbox
-            .check_json(&[
+            .authz_check_json(&[
                 "--policy",
                 &policy,
                 "--subject",
@@ -237,20 +240,20 @@ fn a_file_policy_with_resource_and_env() {
         1
     );
 
-    let out = sandbox.check(&[&own[..], &owner].concat());
+    let out = sandbox.authz_check(&[&own[..], &owner].concat());
     out.assert_code(0);
     assert_eq!(
         out.stdout,
         "allow: rule 1 (allow [audit] when resource.owner=$sub) obligations: mask\n"
     );
-    let out = sandbox.check(&[&own[..], &owner, &tcp].concat());
+    let out = sandbox.authz_check(&[&own[..], &owner, &tcp].concat());
     out.assert_code(1);
     assert_eq!(
         out.stdout,
         "deny: rule 0 (deny [*] when env.transport=tcp)\n"
     );
     let ops = r#"{"sub": "olga", "attrs": {"groups": ["ops"]}}"#;
-    let out = sandbox.check(&["--policy", &policy, "--subject", ops, "--action", "prompts"]);
+    let out = sandbox.authz_check(&["--policy", &policy, "--subject", ops, "--action", "prompts"]);
     out.assert_code(0);
     assert_eq!(
         out.stdout,
@@ -265,7 +268,7 @@ fn unknown_names_are_warned_about_on_stderr_and_decided_anyway() {
         "typo.json",
         r#"{"rules": [{"effect": "allow", "actions": ["aprove"]}]}"#,
     ));
-    let out = sandbox.check(&[
+    let out = sandbox.authz_check(&[
         "--json",
         "--policy",
         &policy,
@@ -327,7 +330,7 @@ fn a_bad_json_argument_names_the_flag() {
         ),
     ] {
         sandbox
-            .check(&[&base[..], &args].concat())
+            .authz_check(&[&base[..], &args].concat())
             .assert_bad_input(prefix);
     }
 }
@@ -345,7 +348,7 @@ fn a_bad_policy_file_names_the_file_line_and_column() {
         if json {
             args.push("--json");
         }
-        let out = sandbox.check(&args);
+        let out = sandbox.authz_check(&args);
         out.assert_bad_input(&format!(
             "{path}:3:21: error: invalid effect \"permit\": expected \"allow\" or \"deny\""
         ));
@@ -355,7 +358,7 @@ fn a_bad_policy_file_names_the_file_line_and_column() {
         "{\"rules\": [\n  {\"actions\": [\"*\"]}\n]}",
     );
     sandbox
-        .check(&[
+        .authz_check(&[
             "--policy",
             &display(&missing),
             "--subject",
@@ -369,7 +372,7 @@ fn a_bad_policy_file_names_the_file_line_and_column() {
         ));
     let absent = sandbox.file("absent.json");
     sandbox
-        .check(&[
+        .authz_check(&[
             "--policy",
             &display(&absent),
             "--subject",
@@ -386,14 +389,14 @@ fn a_bad_policy_file_names_the_file_line_and_column() {
 #[test]
 fn missing_required_flags_are_usage_errors() {
     let sandbox = Sandbox::new();
-    sandbox.check(&["--action", "status"]).assert_code(2);
-    sandbox.check(&["--subject", ALICE]).assert_code(2);
+    sandbox.authz_check(&["--action", "status"]).assert_code(2);
+    sandbox.authz_check(&["--subject", ALICE]).assert_code(2);
 }
 
 #[test]
 fn help_teaches_the_rule_shape_and_the_exit_status() {
     let sandbox = Sandbox::new();
-    let out = sandbox.check(&["--help"]);
+    let out = sandbox.authz_check(&["--help"]);
     out.assert_code(0);
     for needle in [
         "\"effect\": \"allow\" or \"deny\"",
@@ -453,15 +456,21 @@ fn default_prints_a_policy_that_parses_back_and_decides_the_same() {
         // As a policy file it decides exactly as the built-in policy does.
         let file = display(&sandbox.write("authz.json", &out.stdout));
         for (subject, action) in [(ROOT, "run"), (ADA, "approve"), (ALICE, "status")] {
-            let from_file =
-                sandbox.check_json(&["--policy", &file, "--subject", subject, "--action", action]);
+            let from_file = sandbox.authz_check_json(&[
+                "--policy",
+                &file,
+                "--subject",
+                subject,
+                "--action",
+                action,
+            ]);
             let mut builtin = vec!["--subject", subject, "--action", action];
             if let Some(group) = group {
                 builtin.extend_from_slice(&["--admin-group", group]);
             }
             assert_eq!(
                 from_file,
-                sandbox.check_json(&builtin),
+                sandbox.authz_check_json(&builtin),
                 "{subject} {action}"
             );
         }

@@ -2,15 +2,11 @@
 //! the same decisions, and a Codex rules folder holding the lines Codex appends is guard's
 //! `--rules` as it is (see `codex_cli.rs` for the install and the environment).
 
-#[path = "codex/install.rs"]
-mod install;
-#[path = "codex/run.rs"]
-mod run;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use run::{Outcome, guard, run};
+use crate::install;
+use crate::run::{Outcome, guard, run};
 
 /// The Codex home of this file's runs (`codex_cli.rs` uses 0 to 6).
 const WORKER: usize = 7;

@@ -2,12 +2,10 @@
 //! temporary folder, with `GUARD_SYSTEM_RULES` pointing at a path that does not exist (so the
 //! machine's /etc/guard/rules never leaks in) unless a test sets it on purpose.
 
-mod common;
-
 use std::fs;
 use std::path::Path;
 
-use common::{Run, Sandbox, display, read, run_command};
+use crate::common::{Run, Sandbox, display, read, run_command};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

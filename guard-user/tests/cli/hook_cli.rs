@@ -4,12 +4,10 @@
 //! Bash tool's `command`, `description`, `timeout`, `run_in_background`; and its guide's
 //! `rm -rf /tmp/build`), decided with guard's policies.
 
-mod common;
-
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use common::{Run, Sandbox};
+use crate::common::{Run, Sandbox};
 use serde_json::{Value, json};
 
 /// The README's policy.

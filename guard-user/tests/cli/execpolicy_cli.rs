@@ -2,9 +2,7 @@
 //! `codex execpolicy check` 0.169.0 printed for the same files and arguments; the Codex CLI
 //! tier (`codex_cli.rs`) compares with the real binary on thousands more, where npm is reachable.
 
-mod common;
-
-use common::Sandbox;
+use crate::common::Sandbox;
 
 const AGENT_RULES: &str = r#"prefix_rule(pattern = ["git", ["status", "log", "diff"]])
 prefix_rule(pattern = ["git", "push"], decision = "prompt", justification = "pushes leave the machine")

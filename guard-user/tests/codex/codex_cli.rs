@@ -9,20 +9,14 @@
 //! Both run with the same environment, minus `RUST_BACKTRACE` (with it set Codex adds a stack
 //! backtrace to its errors; guard never does, see docs/commands.md).
 
-#[path = "codex/generate.rs"]
-mod generate;
-#[path = "codex/install.rs"]
-mod install;
-#[path = "codex/run.rs"]
-mod run;
-
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use generate::{GeneratedPolicy, Rng};
-use run::{Outcome, guard, run};
+use crate::generate::{self, GeneratedPolicy, Rng};
+use crate::install;
+use crate::run::{Outcome, guard, run};
 
 /// Commands the comparison must cover at least.
 const MIN_COMMANDS: usize = 10_000;

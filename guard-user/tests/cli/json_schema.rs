@@ -1,9 +1,7 @@
 //! guard's own JSON is schema v2 (docs/json.md): every key snake_case, every time RFC 3339.
 //! This runs each command that prints JSON without a daemon and checks every key it printed.
 
-mod common;
-
-use common::Sandbox;
+use crate::common::Sandbox;
 use serde_json::Value;
 
 const RULES: &str = r#"

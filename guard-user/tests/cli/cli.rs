@@ -1738,7 +1738,7 @@ network_rule(host=\"127.0.0.1\", protocol=\"https\", decision=\"allow\")
 impl Sandbox {
     /// `guard check --json --no-resolve --rules <rules> --dest <dest> [options...]`, parsed:
     /// the rules as written, no DNS (resolution is tested with a DNS server of its own in
-    /// `tests/tests/dns.rs`).
+    /// `tests/tests/kernel/dns.rs`).
     fn check_dest_json(&self, rules: &str, dest: &str, options: &[&str]) -> Value {
         let mut args = vec![
             "check",

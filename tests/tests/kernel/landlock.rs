@@ -1,6 +1,6 @@
 //! `guard run` confines the command's writes: a write below a protected path or a rule set's
 //! `write(...)` denial fails (EROFS, "Read-only file system", from the read-only binds of the
-//! command's mount namespace; see tests/writes.rs for the rest) and leaves the file as it was,
+//! command's mount namespace; see `writes` for the rest) and leaves the file as it was,
 //! while reads and writes elsewhere go on. Stand-alone (`--rules`) and under a test daemon
 //! (`--socket`), on the real kernel.
 //!

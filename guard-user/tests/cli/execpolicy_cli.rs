@@ -1,6 +1,7 @@
 //! `guard execpolicy check`: the Codex CLI's contract. The expected texts below are what
 //! `codex execpolicy check` 0.169.0 printed for the same files and arguments; the Codex CLI
-//! tier (`tests/codex/codex_cli.rs`) compares with the real binary on thousands more, where npm is reachable.
+//! tier (`tests/codex/codex_cli.rs`) compares with the real binary on thousands more, where npm
+//! is reachable.
 
 use crate::common::Sandbox;
 

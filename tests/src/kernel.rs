@@ -603,3 +603,28 @@ pub fn http_server(count: usize) -> u16 {
     });
     port
 }
+
+/// A pseudo-terminal: (the controller, which a test reads and types on; the terminal's own
+/// side, which a command runs on).
+pub fn pty() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let (mut controller, mut terminal) = (0, 0);
+    // SAFETY: openpty writes two descriptors; no name, termios or size is asked for.
+    let rc = unsafe {
+        libc::openpty(
+            &mut controller,
+            &mut terminal,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both were just made and are owned here alone.
+    unsafe {
+        (
+            OwnedFd::from_raw_fd(controller),
+            OwnedFd::from_raw_fd(terminal),
+        )
+    }
+}

@@ -13,8 +13,7 @@ use std::time::Duration;
 use crate::common::{dns_probe, net_probe, run_guard};
 use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, guard_bin, text};
 use guard_tests::dns::TestDns;
-use guard_tests::kernel::root_or_skip;
-use guard_tests::kernel::{Starting, starting};
+use guard_tests::kernel::{Starting, root_or_skip, starting};
 use serde_json::Value;
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);

@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use crate::common::run_guard;
 use guard_tests::daemon::{guard_bin, text};
-use guard_tests::kernel::starting;
-use guard_tests::kernel::{root_or_skip, shell_program};
+use guard_tests::kernel::{root_or_skip, shell_program, starting};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 

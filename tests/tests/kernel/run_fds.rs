@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crate::common::scope_escape;
 use guard::kernel::scope::cgroup_pids;
 use guard_tests::daemon::{DaemonSetup, TestDaemon, guard_bin, text};
-use guard_tests::kernel::{no_other_starts, root_or_skip, starting, wait_output};
+use guard_tests::kernel::{no_other_starts, pty, root_or_skip, starting, wait_output};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -387,30 +387,6 @@ fn the_command_cannot_start_a_process_in_another_cgroup() {
     assert!(!marker.exists(), "no process ran in the root cgroup");
 }
 
-/// A pseudo-terminal: (controller, the terminal's own side).
-fn pty() -> (std::fs::File, std::fs::File) {
-    use std::os::fd::FromRawFd;
-    let (mut controller, mut terminal) = (0, 0);
-    // SAFETY: openpty writes two descriptors; no name, termios or size is asked for.
-    let rc = unsafe {
-        libc::openpty(
-            &mut controller,
-            &mut terminal,
-            std::ptr::null_mut(),
-            std::ptr::null(),
-            std::ptr::null(),
-        )
-    };
-    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
-    // SAFETY: both were just made and are owned here alone.
-    unsafe {
-        (
-            std::fs::File::from_raw_fd(controller),
-            std::fs::File::from_raw_fd(terminal),
-        )
-    }
-}
-
 #[test]
 fn the_command_cannot_push_keystrokes_into_its_terminal() {
     use std::io::Write;
@@ -420,7 +396,11 @@ fn the_command_cannot_push_keystrokes_into_its_terminal() {
     let _starting = starting();
     let dir = tempfile::tempdir().unwrap();
     let rules = write_rules(dir.path());
-    let (mut controller, terminal) = pty();
+    let (controller, terminal) = pty();
+    let (mut controller, terminal) = (
+        std::fs::File::from(controller),
+        std::fs::File::from(terminal),
+    );
     let answer = dir.path().join("answer");
     // What a person types arrives as ever; what the command pushes does not.
     let script = format!(

@@ -6,7 +6,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -14,31 +14,12 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use guard_tests::daemon::guard_bin;
-use guard_tests::kernel::starting;
-use guard_tests::kernel::{http_server, root_or_skip, shell_program, wait_status};
+use guard_tests::kernel::{http_server, pty, root_or_skip, shell_program, starting, wait_status};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
 const RULES: &str =
     "prefix_rule(pattern=[\"touch\"], decision=\"prompt\", justification=\"asks first\")\n";
-
-/// A pseudo-terminal: (the side guard's test reads and types on, the side guard runs on).
-fn pty() -> (OwnedFd, OwnedFd) {
-    let (mut master, mut slave) = (0, 0);
-    // SAFETY: two out-pointers; no name, termios or window size.
-    let rc = unsafe {
-        libc::openpty(
-            &mut master,
-            &mut slave,
-            std::ptr::null_mut(),
-            std::ptr::null(),
-            std::ptr::null(),
-        )
-    };
-    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
-    // SAFETY: both were just made and are owned here alone.
-    unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) }
-}
 
 /// Runs `guard run --rules R -- sh -c SCRIPT` in `dir` on a terminal; when the terminal shows
 /// the question, types `key`. Returns everything the terminal showed.

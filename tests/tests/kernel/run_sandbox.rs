@@ -10,8 +10,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, guard_bin, text};
-use guard_tests::kernel::starting;
-use guard_tests::kernel::{piped_output, root_or_skip, shell_program, wait_output};
+use guard_tests::kernel::{piped_output, root_or_skip, shell_program, starting, wait_output};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 

@@ -30,6 +30,20 @@ pub fn scope_escape() -> PathBuf {
     helper("scope-escape", env!("CARGO_BIN_EXE_scope-escape"))
 }
 
+/// guard's programs on the `lsm` backend's hooks, in the order the Enforcer attaches them: what
+/// the tests expect loaded and pinned (written here, not read from the loader they check).
+pub const LSM_HOOKS: &[&str] = &[
+    "bprm_check_security",
+    "socket_connect",
+    "socket_sendmsg",
+    "file_open",
+    "path_mkdir",
+    "path_unlink",
+    "path_rmdir",
+    "path_rename",
+    "path_truncate",
+];
+
 /// `guard run -- net-probe ARGS...` under the daemon: (exit code, stdout, stderr).
 pub fn run_probe(daemon: &TestDaemon, args: &[&str]) -> (i32, String, String) {
     daemon.run_in_scope(&net_probe(), args)

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use crate::common::{assert_absent, assert_exists, assert_ran, fresh_dir, stderr};
+use crate::common::{LSM_HOOKS, assert_absent, assert_exists, assert_ran, fresh_dir, stderr};
 use guard::compile::kernel_dev;
 use guard::kernel::Backend;
 use guard::kernel::events::{Action, EventKind, KernelEvent};
@@ -705,7 +705,8 @@ fn processes_outside_the_scope_are_untouched() {
     drop(session);
 }
 
-/// The names guard's programs have in the kernel (which keeps at most 15 bytes of a name).
+/// The names guard's programs have in the kernel (which keeps at most 15 bytes of a name),
+/// besides the [`LSM_HOOKS`].
 const PROGRAM_NAMES: &[&str] = &[
     "sched_process_exec",
     "connect4",
@@ -718,15 +719,6 @@ const PROGRAM_NAMES: &[&str] = &[
     "device_access",
     "connect_unix",
     "sendmsg_unix",
-    "bprm_check_security",
-    "socket_connect",
-    "socket_sendmsg",
-    "file_open",
-    "path_mkdir",
-    "path_unlink",
-    "path_rmdir",
-    "path_rename",
-    "path_truncate",
     "held_egress",
     "held_sockops",
 ];
@@ -735,6 +727,7 @@ fn is_guard_program_name(kernel_name: &str) -> bool {
     !kernel_name.is_empty()
         && PROGRAM_NAMES
             .iter()
+            .chain(LSM_HOOKS)
             .any(|name| name.starts_with(kernel_name))
 }
 

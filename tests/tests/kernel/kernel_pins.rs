@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::common::net_probe;
+use crate::common::{LSM_HOOKS, net_probe};
 use aya::programs::links::{FdLink, PinnedLink};
 use guard::compile::EnforcementImage;
 use guard::kernel::scope::ScopeCgroup;
@@ -228,18 +228,9 @@ fn pin_names(dir: &Path) -> BTreeSet<String> {
 fn expected_pins(backend: Backend, unix: bool) -> BTreeSet<String> {
     let mut names: Vec<&str> = match backend {
         Backend::Cgroup => vec!["sched_process_exec"],
-        Backend::Lsm => vec![
-            "sched_process_exec",
-            "bprm_check_security",
-            "socket_connect",
-            "socket_sendmsg",
-            "file_open",
-            "path_mkdir",
-            "path_unlink",
-            "path_rmdir",
-            "path_rename",
-            "path_truncate",
-        ],
+        Backend::Lsm => std::iter::once("sched_process_exec")
+            .chain(LSM_HOOKS.iter().copied())
+            .collect(),
     };
     names.extend(["sock_create", "device_access"]);
     if unix {

@@ -135,6 +135,8 @@ pub struct TestDaemon {
     child: Option<Child>,
     /// The daemon's stderr, line by line, as it arrives.
     log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// Each start of the daemon and the `guard release` on drop remove abandoned scopes.
+    _starting: crate::kernel::Starting,
 }
 
 static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -175,6 +177,7 @@ impl TestDaemon {
                 .collect(),
             child: None,
             log: Default::default(),
+            _starting: crate::kernel::starting(),
             dir,
         };
         let mut rules = vec![daemon.rules_file.clone()];

@@ -6,13 +6,16 @@
 //!
 //! Every test makes its own session: its own programs, maps and a fresh cgroup, and only what it
 //! spawns through [`Session::spawn`] is in that scope. Nothing here changes the process
-//! environment, so tests may run in parallel threads.
+//! environment, so tests may run in parallel threads. The one thing they share is the stand-alone
+//! scopes a killed `guard run` leaves: every start removes them ([`starting`], [`no_other_starts`]).
 
 use std::io;
 use std::ops::{Deref, DerefMut};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use guard::compile::{CompileEnv, EnforcementImage, NoResolver, compile};
@@ -49,6 +52,78 @@ pub fn backend() -> Backend {
         Ok("cgroup") => Backend::Cgroup,
         Ok(other) => panic!("{BACKEND_ENV}={other:?}: use lsm or cgroup"),
         Err(_) => Backend::detect().0,
+    }
+}
+
+/// The starts under way in this test binary (sessions, daemons, `guard run`s, `guard release`s)
+/// and the test thread, if any, that leaves a `guard run`'s scope abandoned. Each of those starts
+/// removes the abandoned scopes it finds (`guard::kernel::scope::remove_abandoned_scopes`), so
+/// one beside that test would remove its scope (and say so) in its place.
+struct Starts {
+    under_way: usize,
+    alone: Option<ThreadId>,
+}
+
+static STARTS: Mutex<Starts> = Mutex::new(Starts {
+    under_way: 0,
+    alone: None,
+});
+static STARTS_CHANGED: Condvar = Condvar::new();
+
+fn starts() -> MutexGuard<'static, Starts> {
+    STARTS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Held while something that removes abandoned scopes runs: a session's start, a daemon's life,
+/// a `guard run` a test spawns. Waits while another thread holds [`no_other_starts`]; many may be
+/// held at once, by any thread.
+#[must_use = "held while the start runs"]
+pub struct Starting(());
+
+pub fn starting() -> Starting {
+    let me = std::thread::current().id();
+    let mut state = starts();
+    while state.alone.is_some_and(|alone| alone != me) {
+        state = STARTS_CHANGED
+            .wait(state)
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+    }
+    state.under_way += 1;
+    Starting(())
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        starts().under_way -= 1;
+        STARTS_CHANGED.notify_all();
+    }
+}
+
+/// Held by a test that kills a `guard run` with SIGKILL and checks what removes the scope it
+/// left: it waits until no other thread's start is under way, and no other thread starts
+/// anything ([`starting`]) until it is dropped. Its own thread's starts go on. Take it before
+/// any start of the test's own.
+#[must_use = "held for the whole test"]
+pub struct NoOtherStarts(());
+
+pub fn no_other_starts() -> NoOtherStarts {
+    let me = std::thread::current().id();
+    let mut state = starts();
+    while state.alone.is_some() || state.under_way > 0 {
+        state = STARTS_CHANGED
+            .wait(state)
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+    }
+    state.alone = Some(me);
+    NoOtherStarts(())
+}
+
+impl Drop for NoOtherStarts {
+    fn drop(&mut self) {
+        starts().alone = None;
+        STARTS_CHANGED.notify_all();
     }
 }
 
@@ -216,7 +291,10 @@ pub fn session_from_files_or_skip(
         .unwrap_or_else(|err| panic!("the test's rules do not load: {err}\n{files:?}"));
     let backend = options.backend.unwrap_or_else(backend);
     options.backend = Some(backend);
-    match Session::start(loaded.policy, &options) {
+    let starting = starting();
+    let started = Session::start(loaded.policy, &options);
+    drop(starting);
+    match started {
         Ok(session) => Some(TestSession {
             session,
             rules_file,
@@ -524,4 +602,29 @@ pub fn http_server(count: usize) -> u16 {
         }
     });
     port
+}
+
+/// A pseudo-terminal: (the controller, which a test reads and types on; the terminal's own
+/// side, which a command runs on).
+pub fn pty() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let (mut controller, mut terminal) = (0, 0);
+    // SAFETY: openpty writes two descriptors; no name, termios or size is asked for.
+    let rc = unsafe {
+        libc::openpty(
+            &mut controller,
+            &mut terminal,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both were just made and are owned here alone.
+    unsafe {
+        (
+            OwnedFd::from_raw_fd(controller),
+            OwnedFd::from_raw_fd(terminal),
+        )
+    }
 }

@@ -51,31 +51,34 @@ enum Task {
     /// Run guard's kernel integration tests in a qemu VM whose kernel allows BPF LSM.
     ///
     /// This machine's kernel refuses BPF LSM programs, so the tests here exercise the `cgroup`
-    /// backend; in the VM the same test binaries exercise the `lsm` backend. Steps (cached under
+    /// backend; in the VM the same test binary exercises the `lsm` backend. Steps (cached under
     /// target/vm/ where they can be), in order:
     ///
     ///   setup      qemu-system-x86 and cpio (apt-get install --no-install-recommends)
     ///   kernel     the package linux-image-6.12-cloud-amd64 depends on: apt-get download
     ///              (not installed), vmlinuz extracted with dpkg-deb
-    ///   build      guard-tests' bins and the VM's integration tests (loading, the kernel_*
-    ///              tests, resolver, parity), debug profile
-    ///   initramfs  /init = vm-init, /tests/NAME = each test, /helpers/BIN = the other bins
+    ///   build      guard-tests' bins and its kernel test binary (the VM runs its modules
+    ///              loading, the kernel_* modules, resolver, parity), debug profile
+    ///   initramfs  /init = vm-init, /tests/kernel = the test binary, /tests/modules = the
+    ///              modules to run, /helpers/BIN = the other bins
     ///              (debug info stripped), their shared libraries, /bin/sh and the few
     ///              programs the tests exec, /etc/passwd, /etc/group
     ///   qemu       -accel tcg (KVM does not work here), 2 CPUs, 2 GiB, booted with
     ///              lsm=lockdown,capability,landlock,bpf; console in target/vm/console.txt
     ///
     /// In the VM, vm-init (PID 1) mounts proc, sysfs, devtmpfs, securityfs, cgroup2, bpffs and
-    /// tmpfs, brings lo up, fails unless `bpf` is an active LSM, and runs each test binary with
-    /// --test-threads=1 and GUARD_TEST_BACKEND=lsm (900 s each), printing a VM-RESULT line per
-    /// binary and a VM-RESULT-TOTAL line; it powers off through isa-debug-exit.
+    /// tmpfs, brings lo up, fails unless `bpf` is an active LSM, and runs the test binary once
+    /// per module (`kernel_net::`) with --test-threads=1 and GUARD_TEST_BACKEND=lsm (900 s
+    /// each), printing a VM-RESULT line per module and a VM-RESULT-TOTAL line; it powers off
+    /// through isa-debug-exit.
     ///
-    /// Passes only when every binary passed, VM-RESULT-TOTAL says ok=yes and qemu exited 1
+    /// Passes only when every module passed, VM-RESULT-TOTAL says ok=yes and qemu exited 1
     /// (isa-debug-exit). On failure the console is printed (at most 4000 lines of it; all of it
     /// is in target/vm/console.txt).
     #[command(verbatim_doc_comment)]
     VmTest {
-        /// Run only this integration test of guard-tests (repeatable); default: the VM list.
+        /// Run only this module of guard-tests' kernel tests (repeatable, e.g. kernel_net);
+        /// default: the VM list.
         #[arg(long = "test", value_name = "NAME")]
         tests: Vec<String>,
         /// Seconds (wall clock) qemu may run before it is killed.
@@ -85,7 +88,7 @@ enum Task {
         #[arg(long, short)]
         verbose: bool,
         /// Add a word to the kernel command line (repeatable): `guard.test_timeout=SECS` sets
-        /// vm-init's limit per test binary (default 900); a later `lsm=...` replaces guard's.
+        /// vm-init's limit per module (default 900); a later `lsm=...` replaces guard's.
         #[arg(long = "kernel-arg", value_name = "WORD")]
         kernel_args: Vec<String>,
     },

@@ -141,7 +141,7 @@ pub const ITEMS: &[Item] = &[
         fix: Fix::CargoInstall(&["cargo-fuzz@0.13.1", "--locked"]),
     },
     Item {
-        // tests/tests/audit_syslog.rs sends records to an rsyslogd of its own (tests/src/rsyslog.rs:
+        // tests/tests/kernel/audit_syslog.rs sends records to an rsyslogd of its own (tests/src/rsyslog.rs:
         // its own config, ports and folder); only the program is needed, not the system service.
         name: "rsyslog (rsyslogd, for the syslog tests)",
         need: Need::Test,
@@ -153,7 +153,7 @@ pub const ITEMS: &[Item] = &[
         },
     },
     Item {
-        // tests/tests/daemon_metrics.rs has a private Prometheus server (its own config, port and
+        // tests/tests/kernel/daemon_metrics.rs has a private Prometheus server (its own config, port and
         // storage in a temporary folder) scrape the daemon's /metrics; only the program is
         // needed, never the system service.
         name: "prometheus (a private server scrapes the daemon's metrics)",
@@ -166,7 +166,7 @@ pub const ITEMS: &[Item] = &[
         },
     },
     Item {
-        // tests/tests/run_fds.rs starts a tmux server outside a scope and shows that a command
+        // tests/tests/kernel/run_fds.rs starts a tmux server outside a scope and shows that a command
         // inside cannot have it run anything (its socket is on guard's built-in refused list).
         name: "tmux (a server outside the scope, for the unix socket tests)",
         need: Need::Test,
@@ -174,7 +174,7 @@ pub const ITEMS: &[Item] = &[
         fix: Fix::AptNoRecommends(&["tmux"]),
     },
     Item {
-        // tests/tests/daemon_unit.rs rates packaging/guard.service's hardening offline
+        // tests/tests/kernel/daemon_unit.rs rates packaging/guard.service's hardening offline
         // (`systemd-analyze security --offline=true`); systemd need not be running.
         name: "systemd-analyze (systemd, to rate the unit's hardening)",
         need: Need::Test,

@@ -8,13 +8,16 @@
 //! 1. set-up: `qemu-system-x86` and `cpio` (setup items of [`Need::VmTest`]);
 //! 2. kernel: the Debian package that [`kernel::KERNEL_META_PACKAGE`] depends on, downloaded with
 //!    `apt-get download` into `target/vm/` (never installed) and its `vmlinuz` extracted;
-//! 3. binaries: the integration tests named in [`VM_TESTS`] and the bins of `guard-tests`
-//!    (`vm-init` and the helpers the tests spawn), debug profile, host target;
-//! 4. initramfs: `/init` = vm-init, `/tests/<name>` = each test binary, `/helpers/<bin>` = each
-//!    other bin, the shared libraries they and a few programs the tests exec
-//!    ([`initramfs::GUEST_PROGRAMS`]) need, `/etc/passwd` and `/etc/group`;
+//! 3. binaries: guard-tests' kernel test binary ([`KERNEL_TESTS`]: all its privileged tests, a
+//!    module per area) and its bins (`vm-init` and the helpers the tests spawn), debug profile,
+//!    host target; the modules to run are those of [`VM_TESTS`] (or `--test NAME`);
+//! 4. initramfs: `/init` = vm-init, `/tests/kernel` = the test binary, `/tests/modules` = the
+//!    modules to run, one a line, `/helpers/<bin>` = each other bin, the shared libraries they
+//!    and a few programs the tests exec ([`initramfs::GUEST_PROGRAMS`]) need, `/etc/passwd` and
+//!    `/etc/group`;
 //! 5. qemu (software emulation: KVM does not work on the project's machines), console captured
-//!    to `target/vm/console.txt`; vm-init prints one `VM-RESULT:` line per test binary and a
+//!    to `target/vm/console.txt`; vm-init runs the binary once per module (`kernel_net::`,
+//!    `--test-threads=1`, a time limit each), prints one `VM-RESULT:` line per module and a
 //!    `VM-RESULT-TOTAL:` line, then leaves through `isa-debug-exit` (qemu exits 1 = all passed).
 //!
 //! The verdict needs both the lines and the exit status: either alone has been seen to lie (qemu
@@ -35,10 +38,14 @@ use crate::cmd;
 use crate::setup::{self, Need, Report};
 use crate::test_counts::TestCounts;
 
-/// The integration tests (`tests/tests/<name>.rs` of `guard-tests`) that run in the VM. A name
-/// with no such test yet is skipped with a note, so a test can be listed before it is written.
-/// `kernel_patterns` takes about 280 s here under emulation (its table builds are userspace and
-/// slow there; they were past the 900 s bound before one rule set's globs became one pattern).
+/// guard-tests' test binary of the privileged tier (`tests/tests/kernel/main.rs`).
+pub const KERNEL_TESTS: &str = "kernel";
+
+/// The modules of [`KERNEL_TESTS`] (`tests/tests/kernel/<name>.rs`) that run in the VM, each on
+/// its own as the binary's filter `<name>::` picks it. A name with no such module yet is skipped
+/// with a note, so a module can be listed before it is written. `kernel_patterns` takes about
+/// 280 s here under emulation (its table builds are userspace and slow there; they were past the
+/// 900 s bound before one rule set's globs became one pattern).
 pub const VM_TESTS: &[&str] = &[
     "loading",
     "kernel_exec",
@@ -55,15 +62,15 @@ pub const VM_TESTS: &[&str] = &[
 /// What `vm::run` is asked to do.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Only these integration tests (names from [`VM_TESTS`] or any other of `guard-tests`);
-    /// empty: all of [`VM_TESTS`] that exist.
+    /// Only these modules of [`KERNEL_TESTS`] (names from [`VM_TESTS`] or any other of its
+    /// modules); empty: all of [`VM_TESTS`] that exist.
     pub tests: Vec<String>,
     /// Wall-clock seconds qemu may run before it is killed.
     pub timeout_secs: u64,
     /// Echo the whole console, not only vm-init's `VM-` lines.
     pub verbose: bool,
     /// Words added to the end of [`qemu::KERNEL_CMDLINE`] (`guard.test_timeout=SECS` for
-    /// vm-init's per-binary limit; a later `lsm=` replaces the earlier one).
+    /// vm-init's limit on each module's run; a later `lsm=` replaces the earlier one).
     pub kernel_args: Vec<String>,
 }
 
@@ -71,8 +78,8 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             tests: Vec::new(),
-            // Nine test binaries under emulation (TCG), each loading guard's programs many
-            // times; a bound for a hung VM, not a measure of speed.
+            // Ten modules run one after another under emulation (TCG), each loading guard's
+            // programs many times; a bound for a hung VM, not a measure of speed.
             timeout_secs: 3600,
             verbose: false,
             kernel_args: Vec::new(),
@@ -115,7 +122,7 @@ pub fn run(options: &Options) -> Result<Outcome> {
     let boot = qemu::boot(&dirs, &kernel, &initramfs, options).context("running qemu")?;
     step("qemu", t);
 
-    let verdict = qemu::Verdict::new(&boot, &binaries.tests);
+    let verdict = qemu::Verdict::new(&boot, &binaries.modules);
     let times = times
         .iter()
         .map(|(name, took)| format!("{name} {:.1} s", took.as_secs_f64()))
@@ -137,12 +144,12 @@ pub fn run(options: &Options) -> Result<Outcome> {
         }
     }
     println!(
-        "vm-test: {} ({} passed, {} failed, {} ignored in {} test binaries; qemu {})",
+        "vm-test: {} ({} passed, {} failed, {} ignored in {} modules; qemu {})",
         if verdict.passed { "PASS" } else { "FAIL" },
         verdict.counts.passed,
         verdict.counts.failed,
         verdict.counts.ignored,
-        binaries.tests.len(),
+        binaries.modules.len(),
         boot.exit,
     );
     Ok(Outcome {

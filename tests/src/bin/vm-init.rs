@@ -3,8 +3,10 @@
 //!
 //! As PID 1 it mounts what the tests expect (proc, sysfs, devtmpfs, securityfs, cgroup2, bpffs,
 //! tmpfs), brings `lo` up, lifts `RLIMIT_MEMLOCK`, checks that `bpf` is in the active LSM list
-//! (LSM programs load and attach without it, and then never run), runs every `/tests/*` binary
-//! with a time limit, prints one `VM-RESULT:` line per binary and a `VM-RESULT-TOTAL:` line, and
+//! (LSM programs load and attach without it, and then never run), runs the test binary
+//! `/tests/kernel` once per module listed in `/tests/modules` (`kernel_net::` as its filter,
+//! `--test-threads=1`, a time limit each), prints one `VM-RESULT:` line per module and a
+//! `VM-RESULT-TOTAL:` line, and
 //! powers the machine off through qemu's `isa-debug-exit` device (qemu exits 1 when all passed,
 //! 3 when not), falling back to `reboot(RB_POWER_OFF)`. `xtask/src/vm.rs` reads those lines and
 //! that exit status; keep the two in step.
@@ -14,20 +16,21 @@
 use std::ffi::CString;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Where the initramfs puts the test binaries.
+/// Where the initramfs puts the test binary (`kernel`) and the list of its modules to run
+/// (`modules`, one a line).
 const TESTS_DIR: &str = "/tests";
-/// How long one test binary may run (guest time) before it is killed and counted as failed;
+/// How long one module's run may take (guest time) before it is killed and counted as failed;
 /// `guard.test_timeout=SECS` on the kernel command line overrides it.
 const DEFAULT_TEST_TIMEOUT: Duration = Duration::from_secs(900);
 /// The I/O port of qemu's `-device isa-debug-exit,iobase=0xf4,iosize=0x04`: writing `v` makes
 /// qemu exit with status `(v << 1) | 1`.
 const DEBUG_EXIT_PORT: u16 = 0xf4;
-/// The environment of each test binary, and nothing else.
+/// The environment of each run of the test binary, and nothing else.
 const TEST_ENV: &[(&str, &str)] = &[
     ("CI", "true"),
     ("GUARD_TEST_BACKEND", "lsm"),
@@ -90,14 +93,14 @@ fn run() -> bool {
 
     let timeout = test_timeout();
     let mut totals = Counts::default();
-    let binaries = test_binaries();
-    if binaries.is_empty() {
-        println!("VM-FAIL: no test binaries in {TESTS_DIR}");
+    let binary = Path::new(TESTS_DIR).join("kernel");
+    let modules = test_modules();
+    if modules.is_empty() {
+        println!("VM-FAIL: no modules to run in {TESTS_DIR}/modules");
         ok = false;
     }
-    for binary in &binaries {
-        let result = run_test_binary(binary, timeout);
-        let name = binary.file_name().unwrap_or_default().to_string_lossy();
+    for name in &modules {
+        let result = run_module(&binary, name, timeout);
         let counts = result.counts.unwrap_or_default();
         println!(
             "VM-RESULT: {name} passed={} failed={} ignored={} status={} seconds={:.1}{}",
@@ -122,8 +125,8 @@ fn run() -> bool {
     unsafe { libc::sync() };
     println!("VM-INFO: tests done, up {} s", uptime());
     println!(
-        "VM-RESULT-TOTAL: binaries={} passed={} failed={} ignored={} bpf_lsm={} ok={}",
-        binaries.len(),
+        "VM-RESULT-TOTAL: modules={} passed={} failed={} ignored={} bpf_lsm={} ok={}",
+        modules.len(),
         totals.passed,
         totals.failed,
         totals.ignored,
@@ -260,20 +263,20 @@ fn test_timeout() -> Duration {
         .unwrap_or(DEFAULT_TEST_TIMEOUT)
 }
 
-/// The files in `/tests`, sorted by name.
-fn test_binaries() -> Vec<PathBuf> {
-    let mut binaries: Vec<PathBuf> = match std::fs::read_dir(TESTS_DIR) {
-        Ok(entries) => entries
-            .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-            .filter(|path| path.is_file())
+/// The modules of the test binary to run, in the order `/tests/modules` lists them.
+fn test_modules() -> Vec<String> {
+    match std::fs::read_to_string(Path::new(TESTS_DIR).join("modules")) {
+        Ok(text) => text
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty())
+            .map(str::to_string)
             .collect(),
         Err(err) => {
-            println!("VM-FAIL: reading {TESTS_DIR}: {err}");
+            println!("VM-FAIL: reading {TESTS_DIR}/modules: {err}");
             Vec::new()
         }
-    };
-    binaries.sort();
-    binaries
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -341,15 +344,16 @@ struct TestRun {
     elapsed: Duration,
 }
 
-/// Runs one test binary in its own process group with output streamed to the console, killing
-/// the group after `timeout`.
-fn run_test_binary(binary: &Path, timeout: Duration) -> TestRun {
-    println!("VM-RUN: {} --test-threads=1", binary.display());
+/// Runs the tests of `module` (the test binary with the filter `module::`) in their own process
+/// group with output streamed to the console, killing the group after `timeout`.
+fn run_module(binary: &Path, module: &str, timeout: Duration) -> TestRun {
+    let filter = format!("{module}::");
+    println!("VM-RUN: {} {filter} --test-threads=1", binary.display());
     let _ = std::io::stdout().flush();
     let start = Instant::now();
     let mut command = Command::new(binary);
     command
-        .arg("--test-threads=1")
+        .args([filter.as_str(), "--test-threads=1"])
         .env_clear()
         .envs(TEST_ENV.iter().copied())
         .current_dir("/tmp")

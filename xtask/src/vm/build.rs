@@ -1,56 +1,32 @@
-//! Step 3 of `vm-test`: the test binaries and vm-init, built by cargo (debug profile, host target)
-//! and found through its JSON messages.
+//! Step 3 of `vm-test`: the kernel test binary and vm-init, built by cargo (debug profile, host
+//! target) and found through its JSON messages, and the modules of the binary to run.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use super::{Options, VM_TESTS, cargo_metadata};
+use super::{KERNEL_TESTS, Options, VM_TESTS};
 use crate::cmd;
 
-/// What goes into the initramfs besides the host's files: vm-init and the test binaries, as
-/// cargo built them.
+/// What goes into the initramfs besides the host's files: vm-init and the test binary, as cargo
+/// built them, and the modules of the binary that vm-init runs.
 pub struct Binaries {
     pub init: PathBuf,
     /// (bin name, executable): guard-tests' other bins (`argv-racer`, `net-probe`), which the
     /// kernel tests find through `GUARD_TEST_HELPERS` (tests/src/kernel.rs).
     pub helpers: Vec<(String, PathBuf)>,
-    /// (test name, executable), in [`VM_TESTS`] order.
-    pub tests: Vec<(String, PathBuf)>,
+    /// guard-tests' test binary [`KERNEL_TESTS`] (`tests/tests/kernel/main.rs`).
+    pub tests: PathBuf,
+    /// Its modules to run, each on its own (`kernel_net` runs the tests `kernel_net::*`), in
+    /// [`VM_TESTS`] order or as asked.
+    pub modules: Vec<String>,
 }
 
-/// Builds guard-tests' bins and the integration tests asked for (by default those of [`VM_TESTS`] that
-/// exist), debug profile, host target.
+/// Builds guard-tests' bins and its kernel test binary, debug profile, host target, and picks
+/// the modules asked for (by default those of [`VM_TESTS`] that exist).
 pub fn build(options: &Options) -> Result<Binaries> {
-    let existing = integration_tests()?;
-    let mut wanted = Vec::new();
-    if options.tests.is_empty() {
-        for &name in VM_TESTS {
-            if existing.contains(name) {
-                wanted.push(name.to_string());
-            } else {
-                eprintln!(
-                    "vm-test: note: no integration test `{name}` in guard-tests yet; skipped"
-                );
-            }
-        }
-    } else {
-        for name in &options.tests {
-            if !existing.contains(name.as_str()) {
-                bail!(
-                    "guard-tests has no integration test `{name}` (it has: {})",
-                    existing.iter().cloned().collect::<Vec<_>>().join(", ")
-                );
-            }
-            wanted.push(name.clone());
-        }
-    }
-    if wanted.is_empty() {
-        bail!("none of the VM tests ({}) exists", VM_TESTS.join(", "));
-    }
-
     // Every bin of guard-tests: vm-init, and the helpers the kernel tests spawn; and `guard`
     // itself, for the tests that drive the command line (vm-init points GUARD_BIN at it).
     let mut init = None;
@@ -72,51 +48,62 @@ pub fn build(options: &Options) -> Result<Binaries> {
     }
     let init = init.context("cargo built no vm-init executable")?;
 
-    let mut test_build = cmd::cargo([
+    let tests = executables(cmd::cargo([
         "test",
         "-p",
         "guard-tests",
+        "--test",
+        KERNEL_TESTS,
         "--no-run",
         "--message-format=json-render-diagnostics",
-    ]);
-    for name in &wanted {
-        test_build.args(["--test", name]);
+    ]))?
+    .into_iter()
+    .find(|(kind, name, _)| kind == "test" && name == KERNEL_TESTS)
+    .map(|(_, _, path)| path)
+    .with_context(|| format!("cargo built no executable for the test `{KERNEL_TESTS}`"))?;
+
+    let existing = modules(&tests)?;
+    let mut modules = Vec::new();
+    if options.tests.is_empty() {
+        for &name in VM_TESTS {
+            if existing.contains(name) {
+                modules.push(name.to_string());
+            } else {
+                eprintln!(
+                    "vm-test: note: no module `{name}` in guard-tests' `{KERNEL_TESTS}` tests yet; \
+                     skipped"
+                );
+            }
+        }
+    } else {
+        for name in &options.tests {
+            if !existing.contains(name.as_str()) {
+                bail!(
+                    "guard-tests' `{KERNEL_TESTS}` tests have no module `{name}` (they have: {})",
+                    existing.iter().cloned().collect::<Vec<_>>().join(", ")
+                );
+            }
+            modules.push(name.clone());
+        }
     }
-    let built = executables(test_build)?;
-    let tests = wanted
-        .iter()
-        .map(|name| {
-            built
-                .iter()
-                .find(|(kind, built_name, _)| kind == "test" && built_name == name)
-                .map(|(_, _, path)| (name.clone(), path.clone()))
-                .with_context(|| format!("cargo built no executable for the test `{name}`"))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    if modules.is_empty() {
+        bail!("none of the VM tests ({}) exists", VM_TESTS.join(", "));
+    }
     Ok(Binaries {
         init,
         helpers,
         tests,
+        modules,
     })
 }
 
-/// The names of guard-tests' integration tests, from `cargo metadata`.
-fn integration_tests() -> Result<BTreeSet<String>> {
-    let metadata = cargo_metadata()?;
-    let package = metadata["packages"]
-        .as_array()
-        .and_then(|packages| packages.iter().find(|p| p["name"] == "guard-tests"))
-        .context("`cargo metadata` lists no guard-tests package")?;
-    Ok(package["targets"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|target| {
-            target["kind"]
-                .as_array()
-                .is_some_and(|kinds| kinds.iter().any(|k| k == "test"))
-        })
-        .filter_map(|target| target["name"].as_str().map(str::to_string))
+/// The modules that hold tests in the test binary `tests`, from its `--list`.
+fn modules(tests: &Path) -> Result<BTreeSet<String>> {
+    let listed = cmd::stdout_of(Command::new(tests).args(["--list", "--format", "terse"]))?;
+    Ok(listed
+        .lines()
+        .filter_map(|line| line.strip_suffix(": test"))
+        .filter_map(|test| test.split_once("::").map(|(module, _)| module.to_string()))
         .collect())
 }
 

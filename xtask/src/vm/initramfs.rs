@@ -1,5 +1,5 @@
 //! Step 4 of `vm-test`: the initramfs, a newc cpio of a staging directory under `target/vm/`.
-//! The test binaries are glibc-dynamic (cargo's defaults), so it carries their libraries, found
+//! The test binary and vm-init are glibc-dynamic (cargo's defaults), so it carries their libraries, found
 //! with `ldd`, at the host's paths.
 
 use std::collections::BTreeSet;
@@ -64,10 +64,16 @@ pub fn initramfs(dirs: &Dirs, binaries: &Binaries) -> Result<PathBuf> {
     // name functions.
     strip_copy(&binaries.init, &staging.join("init"))?;
     tree.libraries_of(&binaries.init)?;
-    for (name, executable) in &binaries.tests {
-        strip_copy(executable, &staging.join("tests").join(name))?;
-        tree.libraries_of(executable)?;
-    }
+    // The one test binary, and the modules of it that vm-init runs, one a line.
+    strip_copy(
+        &binaries.tests,
+        &staging.join("tests").join(super::KERNEL_TESTS),
+    )?;
+    tree.libraries_of(&binaries.tests)?;
+    std::fs::write(
+        staging.join("tests").join("modules"),
+        binaries.modules.join("\n") + "\n",
+    )?;
     // Beside /tests, where tests/src/kernel.rs also looks; vm-init sets GUARD_TEST_HELPERS too.
     for (name, executable) in &binaries.helpers {
         strip_copy(executable, &staging.join("helpers").join(name))?;

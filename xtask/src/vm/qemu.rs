@@ -1,7 +1,7 @@
 //! Step 5 of `vm-test`: qemu, the console, and the verdict from both.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result};
@@ -171,7 +171,8 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    pub fn new(boot: &Boot, tests: &[(String, PathBuf)]) -> Verdict {
+    /// `modules`: those vm-init was to run, each with its `VM-RESULT:` line.
+    pub fn new(boot: &Boot, modules: &[String]) -> Verdict {
         let results = parse_results(&boot.console);
         let total = boot
             .console
@@ -179,13 +180,13 @@ impl Verdict {
             .find_map(|line| line.find("VM-RESULT-TOTAL:").map(|at| &line[at..]));
         let mut problems = Vec::new();
         let mut counts = TestCounts::default();
-        for (name, _) in tests {
+        for name in modules {
             match results.iter().find(|result| &result.name == name) {
                 None => {
                     problems.push(format!(
                         "no VM-RESULT line for `{name}`: it did not run to the end"
                     ));
-                    // A binary that never reported is one failure, so totals never read clean.
+                    // A module that never reported is one failure, so totals never read clean.
                     counts.failed += 1;
                 }
                 Some(result) => {
@@ -249,7 +250,7 @@ struct VmResult {
     name: String,
     counts: TestCounts,
     status: String,
-    /// Whether the binary printed a `test result:` line.
+    /// Whether the module's run printed a `test result:` line.
     reported: bool,
 }
 
@@ -307,17 +308,14 @@ mod tests {
         }
     }
 
-    fn tests(names: &[&str]) -> Vec<(String, PathBuf)> {
-        names
-            .iter()
-            .map(|name| (name.to_string(), PathBuf::from(name)))
-            .collect()
+    fn tests(names: &[&str]) -> Vec<String> {
+        names.iter().map(|name| name.to_string()).collect()
     }
 
     const GOOD: &str = "[    2.0] Run /init as init process\n\
         VM-RESULT: loading passed=12 failed=0 ignored=1 status=exit:0 seconds=0.4\n\
         [    2.1] random kernel line VM-RESULT: kernel_exec passed=3 failed=0 ignored=0 status=exit:0 seconds=1.0\n\
-        VM-RESULT-TOTAL: binaries=2 passed=15 failed=0 ignored=1 bpf_lsm=yes ok=yes\n";
+        VM-RESULT-TOTAL: modules=2 passed=15 failed=0 ignored=1 bpf_lsm=yes ok=yes\n";
 
     #[test]
     fn passes_only_with_every_result_the_total_and_the_debug_exit() {
@@ -339,7 +337,7 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_total_or_binary_is_a_failure_that_counts() {
+    fn a_missing_total_or_module_is_a_failure_that_counts() {
         let console = "VM-RESULT: loading passed=12 failed=0 ignored=0 status=exit:0 seconds=0.4\n";
         let verdict = Verdict::new(
             &boot(console, QemuExit::PoweredOff),
@@ -358,9 +356,9 @@ mod tests {
     }
 
     #[test]
-    fn a_killed_binary_counts_as_failed_even_with_no_failures_reported() {
+    fn a_killed_run_counts_as_failed_even_with_no_failures_reported() {
         let console = "VM-RESULT: kernel_exec passed=0 failed=0 ignored=0 status=timeout:300s seconds=300.0 (no `test result:` line)\n\
-                       VM-RESULT-TOTAL: binaries=1 passed=0 failed=0 ignored=0 bpf_lsm=yes ok=no\n";
+                       VM-RESULT-TOTAL: modules=1 passed=0 failed=0 ignored=0 bpf_lsm=yes ok=no\n";
         let verdict = Verdict::new(
             &boot(console, QemuExit::DebugExitFail),
             &tests(&["kernel_exec"]),

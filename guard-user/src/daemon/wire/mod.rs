@@ -4,7 +4,7 @@
 //!
 //! They stand on their own: plain data of the layers below (the policy's amendments, asks and
 //! approvals, audit records) and each other, nothing of the daemon's state, service or server,
-//! which convert to them at their edge (`guard-user/tests/module_graph.rs` checks it).
+//! which convert to them at their edge (`guard-user/tests/cli/module_graph.rs` checks it).
 
 pub mod protocol;
 pub mod responses;

@@ -1,0 +1,368 @@
+//! Held calls under the daemon: `guard run` installs the hold's filter on its command and
+//! hands the listener to the daemon, so a prompted connect (or exec) waits in its syscall
+//! while the ask is out, and goes on the moment `guard approve` answers it from another
+//! terminal, or fails with the blocked-request message after `guard deny` or the ask's
+//! timeout. Needs root; without it each test prints `skipped: ...` (a failure when CI=true).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::common::{dns_probe, net_probe};
+use guard_tests::daemon::{DaemonSetup, RetryingRun, TestDaemon, can_run, finish_held, text};
+use guard_tests::dns::TestDns;
+use guard_tests::kernel::{http_server, touch_program};
+fn daemon_asking_about(ports: &[u16], extra_config: &str) -> TestDaemon {
+    let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+    let ports = ports.join(", ");
+    TestDaemon::start(&DaemonSetup {
+        rules: format!(
+            "address_rule(addresses=[\"127.0.0.1\"], ports=[{ports}], decision=\"prompt\", \
+             justification=\"ask before the test server\")\n\
+             prefix_rule(pattern=[\"touch\"], decision=\"prompt\", justification=\"asks first\")\n"
+        ),
+        extra_config: extra_config.to_string(),
+        ..Default::default()
+    })
+}
+
+fn curl_args(port: u16) -> Vec<String> {
+    ["curl", "-sS", "--max-time", "60"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([format!("http://127.0.0.1:{port}/")])
+        .collect()
+}
+
+#[test]
+fn a_held_curl_completes_after_guard_approve_from_another_terminal() {
+    if !can_run() {
+        return;
+    }
+    let port = http_server(2);
+    let daemon = daemon_asking_about(&[port], "");
+    let args = curl_args(port);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut run = daemon.held_run(&args);
+    let ask = daemon.pending_ask(&mut run);
+    assert_eq!(ask["record"]["port"], port, "{ask}");
+    assert!(
+        run.try_wait().unwrap().is_none(),
+        "curl waits for the answer"
+    );
+    let id = ask["id"].as_u64().unwrap().to_string();
+    let out = daemon.guard(&["approve", &id, "--once"]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    let (code, stdout, stderr) = finish_held(run);
+    assert_eq!(code, 0, "the held connect went on: {stdout}{stderr}");
+    assert_eq!(stdout, "held-ok", "{stderr}");
+    assert!(
+        stderr.contains("guard: holding") && stderr.contains(&format!("guard: ask {id}:")),
+        "the run said it holds the connect and how to answer: {stderr}"
+    );
+}
+
+#[test]
+fn a_held_curl_fails_with_the_message_after_guard_deny_or_the_timeout() {
+    if !can_run() {
+        return;
+    }
+    // A denied ask stays denied for its request, so the timeout is shown on a second port.
+    let (port, unanswered_port) = (http_server(0), http_server(0));
+    let daemon = daemon_asking_about(&[port, unanswered_port], "[asks]\ntimeout_secs = 2\n");
+    let args = curl_args(port);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+
+    let mut run = daemon.held_run(&args);
+    let id = daemon.pending_ask(&mut run)["id"].as_u64().unwrap();
+    let out = daemon.guard(&["deny", &id.to_string()]);
+    assert!(out.status.success(), "deny: {}", text(&out.stderr));
+    let (code, _, stderr) = finish_held(run);
+    assert_eq!(code, 7, "curl: could not connect: {stderr}");
+    assert!(
+        stderr.contains(&format!("ask {id} was denied")) && stderr.contains("127.0.0.1"),
+        "the blocked-request message with the ask: {stderr}"
+    );
+
+    // Unanswered: it expires after two seconds and fails the same way.
+    let args = curl_args(unanswered_port);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    let run = daemon.held_run(&args);
+    let (code, _, stderr) = finish_held(run);
+    // Ended by guard as the ask expires (the kernel's own bound on a held connect is later).
+    assert_eq!(code, 7, "{stderr}");
+    assert!(stderr.contains("expired unanswered"), "{stderr}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "it waited for the timeout"
+    );
+    // One record each for how the held calls ended.
+    let ended = records_until(&daemon, "held_ended", |r| r.len() >= 2);
+    let outcomes: Vec<(&str, &str)> = ended
+        .iter()
+        .map(|r| {
+            (
+                r["outcome"].as_str().unwrap_or_default(),
+                r["action"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    // The kernel held them (a socket ended, not a refused call).
+    assert_eq!(
+        outcomes,
+        [("denied", "ended"), ("expired", "ended")],
+        "{ended:?}"
+    );
+    assert!(
+        ended.iter().all(|r| r["process"]["argv"][0] == "curl"),
+        "{ended:?}"
+    );
+}
+
+#[test]
+fn a_held_exec_runs_after_guard_approve_and_only_prompted_calls_wait() {
+    if !can_run() {
+        return;
+    }
+    let daemon = daemon_asking_about(&[9], "");
+    let made = daemon.dir.path().join("made");
+    let script = format!(
+        "true; {} {}; echo rc=$?",
+        touch_program().display(),
+        made.display()
+    );
+    let mut run = daemon.held_run(&["sh", "-c", &script]);
+    let ask = daemon.pending_ask(&mut run);
+    assert_eq!(daemon.prompts().len(), 1, "`true` and `sh` were not held");
+    let id = ask["id"].as_u64().unwrap().to_string();
+    assert!(!made.exists(), "touch waits");
+    let out = daemon.guard(&["approve", &id, "--once"]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    let (code, stdout, stderr) = finish_held(run);
+    assert_eq!((code, stdout.trim()), (0, "rc=0"), "{stderr}");
+    assert!(made.exists(), "touch ran, with no re-run");
+}
+
+#[test]
+fn a_held_connect_to_a_stand_in_goes_to_the_real_host_once_approved() {
+    if !can_run() {
+        return;
+    }
+    // The name's real address is a loopback listener; the name reaches guard's resolver only
+    // through the redirect of the command's DNS (127.0.0.153:53: nothing listens there).
+    let dns = TestDns::start();
+    let real = std::net::Ipv4Addr::new(127, 0, 1, 23);
+    let listener = std::net::TcpListener::bind((real, 0)).expect("a loopback listener");
+    let port = listener.local_addr().unwrap().port().to_string();
+    dns.set_a("held.example.test", &[real], 60);
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "enforcement(unmatched_network=\"prompt\")\n".to_string(),
+        nameserver: Some(dns.addr()),
+        ..Default::default()
+    });
+    let probe = dns_probe();
+    let probe = probe.to_string_lossy();
+    let mut run = daemon.held_run(&[
+        &probe,
+        "127.0.0.153:53",
+        "held.example.test",
+        "udp",
+        "1",
+        &port,
+    ]);
+    let ask = daemon.pending_ask(&mut run);
+    assert_eq!(ask["record"]["host"], "held.example.test", "{ask}");
+    assert_eq!(
+        dns.queries("held.example.test"),
+        0,
+        "the name stays on the host while its connect is held"
+    );
+    let id = ask["id"].as_u64().unwrap().to_string();
+    let out = daemon.guard(&["approve", &id, "--once"]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    let (code, stdout, stderr) = finish_held(run);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let result: serde_json::Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}; {stderr}"));
+    assert!(
+        result["addresses"][0]
+            .as_str()
+            .is_some_and(|a| a.starts_with("198.18.")),
+        "answered with a stand-in: {result}"
+    );
+    assert_eq!(
+        result["connected"], 1,
+        "the held connect went on to {real}: {result}; {stderr}"
+    );
+    // Resolved on approval (its A and AAAA records).
+    assert!(dns.queries("held.example.test") > 0, "resolved on approval");
+}
+
+#[test]
+fn a_held_connect_to_a_stand_in_waits_at_the_splice_listener_and_its_request_reaches_the_real_host_once_approved()
+ {
+    if !can_run() {
+        return;
+    }
+    // curl looks the name up as any program does (its DNS is redirected to guard's resolver,
+    // which answers a stand-in), connects, sends its request and waits for the reply: the
+    // connect waits at guard's splice listener until the approval, then goes to the real host.
+    let dns = TestDns::start();
+    let port = http_server(1);
+    dns.set_a("spliced.example.test", &[std::net::Ipv4Addr::LOCALHOST], 60);
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "enforcement(unmatched_network=\"prompt\")\n".to_string(),
+        nameserver: Some(dns.addr()),
+        ..Default::default()
+    });
+    let url = format!("http://spliced.example.test:{port}/");
+    let mut run = daemon.held_run(&["curl", "-sS", "--max-time", "60", &url]);
+    let ask = daemon.pending_ask(&mut run);
+    assert_eq!(ask["record"]["host"], "spliced.example.test", "{ask}");
+    assert_eq!(
+        dns.queries("spliced.example.test"),
+        0,
+        "the name stays on the host while its connect is held"
+    );
+    let id = ask["id"].as_u64().unwrap().to_string();
+    let out = daemon.guard(&["approve", &id, "--once"]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    let (code, stdout, stderr) = finish_held(run);
+    assert_eq!(
+        (code, stdout.as_str()),
+        (0, "held-ok"),
+        "the request went through the splice to the real host: {stderr}"
+    );
+    let ended = records_until(&daemon, "held_ended", |r| !r.is_empty());
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!(
+        (ended[0]["outcome"].as_str(), ended[0]["action"].as_str()),
+        (Some("approved"), Some("continue")),
+        "{}",
+        ended[0]
+    );
+}
+
+/// The daemon's audit records (`guard audit --json`) of `kind`, once `ready` holds for them
+/// (at most 10 s: records reach the log in batches).
+fn records_until(
+    daemon: &TestDaemon,
+    kind: &str,
+    ready: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = daemon.guard(&["audit", "--json"]);
+        let records: Vec<serde_json::Value> = text(&out.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .filter(|r: &serde_json::Value| r["type"] == kind)
+            .collect();
+        if ready(&records) || Instant::now() >= deadline {
+            return records;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_held_connect_from_a_worker_thread_waits_goes_on_when_approved_and_is_recorded_with_its_argv() {
+    if !can_run() {
+        return;
+    }
+    let port = http_server(1);
+    let daemon = daemon_asking_about(&[port], "");
+    let probe = net_probe().to_string_lossy().into_owned();
+    let port_text = port.to_string();
+    let mut run = daemon.held_run(&[&probe, "thread", "tcp", "127.0.0.1", &port_text]);
+    let ask = daemon.pending_ask(&mut run);
+    assert_eq!(ask["record"]["port"], port, "{ask}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        run.try_wait().unwrap().is_none(),
+        "the worker thread's connect waits for the answer, it is not refused at once"
+    );
+    let id = ask["id"].as_u64().unwrap();
+    let out = daemon.guard(&["approve", &id.to_string(), "--once"]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    let (code, stdout, stderr) = finish_held(run);
+    assert_eq!((code, stdout.trim()), (0, "ok"), "{stderr}");
+
+    let held = records_until(&daemon, "decision", |r| !r.is_empty());
+    let held = held
+        .iter()
+        .find(|r| r["ask"] == id)
+        .unwrap_or_else(|| panic!("a decision record for ask {id}: {held:?}"));
+    assert_eq!(held["action"], "held", "{held}");
+    assert_eq!(held["held"], true, "{held}");
+    let argv = &held["process"]["argv"];
+    assert_eq!(argv[0], probe.as_str(), "the process's argv: {held}");
+    assert_eq!(argv[1], "thread", "{held}");
+    assert_ne!(
+        held["process"]["pid"], held["process"]["tid"],
+        "the record names the process and its worker thread: {held}"
+    );
+    let ended = records_until(&daemon, "held_ended", |r| !r.is_empty());
+    assert_eq!(ended.len(), 1, "one record for how it ended: {ended:?}");
+    let ended = &ended[0];
+    assert_eq!(ended["outcome"], "approved", "{ended}");
+    assert_eq!(ended["action"], "continue", "{ended}");
+    assert_eq!(ended["ask"], id, "{ended}");
+    assert_eq!(ended["process"]["argv"], *argv, "{ended}");
+    assert_eq!(ended["destination"]["port"], port, "{ended}");
+}
+
+#[test]
+fn a_held_connect_its_program_gives_up_never_connects_and_its_retry_connects_after_approval() {
+    if !can_run() {
+        return;
+    }
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let daemon = daemon_asking_about(&[port], "[asks]\ntimeout_secs = 60\n");
+    let probe = net_probe().to_string_lossy().into_owned();
+    let port_text = port.to_string();
+    // The program's own timeout: a connect that gives up after 2 s (a non-blocking connect and
+    // a poll, as `curl --connect-timeout 2`).
+    // Its retry comes from the same run: an approval answers the scope that asked.
+    let started = Instant::now();
+    let mut run = RetryingRun::start_holding(
+        &daemon,
+        Path::new(&probe),
+        &["timed", "2", "127.0.0.1", &port_text],
+    );
+    let (code, stdout) = run.attempt();
+    let took = started.elapsed();
+    assert!(
+        code == 1 && stdout.trim().starts_with("timeout "),
+        "the program gave up its connect on its own timeout: {code} {stdout}"
+    );
+    let id = daemon.prompts()[0]["id"].as_u64().unwrap();
+    assert!(
+        took < Duration::from_secs(10),
+        "on its own schedule, not the ask's 60 s: {took:?}"
+    );
+    assert!(
+        listener.accept().is_err(),
+        "the given-up connect never reached the listener"
+    );
+    let ended = records_until(&daemon, "held_ended", |r| !r.is_empty());
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!(ended[0]["outcome"], "given_up", "{}", ended[0]);
+    assert_eq!(ended[0]["action"], "none", "{}", ended[0]);
+    let prompts = daemon.prompts();
+    assert!(
+        prompts.iter().any(|a| a["id"] == id),
+        "the ask stays open after the program gave up: {prompts:?}"
+    );
+    let out = daemon.guard(&["approve", &id.to_string(), "--once"]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    let (code, stdout) = run.attempt();
+    assert!(
+        code == 0 && stdout.trim().starts_with("ok "),
+        "the retry connects: {code} {stdout}"
+    );
+    listener.set_nonblocking(false).unwrap();
+    assert!(listener.accept().is_ok(), "the retry reached the listener");
+}

@@ -10,8 +10,8 @@
 
 use std::sync::OnceLock;
 
-use guard::daemon::wire::protocol::{MAX_REQUEST_BYTES, PROTOCOL_VERSION, RequestLine};
 use guard::daemon::server::{parse_request, read_line};
+use guard::daemon::wire::protocol::{MAX_REQUEST_BYTES, PROTOCOL_VERSION, RequestLine};
 use libfuzzer_sys::fuzz_target;
 
 fn runtime() -> &'static tokio::runtime::Runtime {

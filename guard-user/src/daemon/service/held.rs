@@ -79,9 +79,7 @@ impl Daemon {
         first_exec: bool,
     ) -> Result<HoldResponse, (ErrorCode, String)> {
         let failed = |message: String| (ErrorCode::Failed, message);
-        let pid = peer
-            .pid
-            .ok_or_else(|| failed("the kernel gave no pid for this connection".into()))?;
+        let pid = super::peer_process(&peer)?;
         let cgroup = crate::kernel::scope::cgroup_of_pid(pid)
             .map_err(|e| failed(format!("reading pid {pid}'s cgroup: {e:#}")))?;
         let scope_id = self

@@ -151,6 +151,28 @@ fn may_answer(
         .allowed
 }
 
+/// The peer's process, for a request that acts on it (`run` moves it into a scope, `hold` copies
+/// a descriptor from it). Its pid is the kernel's from when it connected, and any local user
+/// may connect: a process of another user that took the pid since is never acted on (the
+/// peer's own processes it could confine anyway).
+fn peer_process(peer: &PeerCredentials) -> Result<u32, (ErrorCode, String)> {
+    let pid = peer.pid.ok_or((
+        ErrorCode::Failed,
+        "the kernel gave no pid for this connection".to_string(),
+    ))?;
+    if super::peer::uid_of_pid(pid) != Some(peer.uid) {
+        return Err((
+            ErrorCode::Failed,
+            format!(
+                "pid {pid}, which connected as uid {}, is gone or is another user's now: \
+                 nothing was done to it",
+                peer.uid
+            ),
+        ));
+    }
+    Ok(pid)
+}
+
 /// Loads the rules, the amendments file, then the overlays; the daemon's own files (state
 /// folder, socket, audit log, configuration) are protected paths besides the rules.
 /// Files in the rules folders that look like rules but are skipped are logged.
@@ -1051,21 +1073,7 @@ impl Daemon {
         hold: bool,
         stream: Option<UnboundedSender<String>>,
     ) -> Result<RunResponse, (ErrorCode, String)> {
-        let pid = peer.pid.ok_or((
-            ErrorCode::Failed,
-            "the kernel gave no pid for this connection".to_string(),
-        ))?;
-        // Any local user may run: never move a process of another user that took the pid
-        // since the peer connected (the peer's own processes it could confine anyway).
-        if super::peer::uid_of_pid(pid) != Some(peer.uid) {
-            return Err((
-                ErrorCode::Failed,
-                format!(
-                    "pid {pid}, which connected as uid {}, is gone or is another user's now:                      nothing was moved into a scope",
-                    peer.uid
-                ),
-            ));
-        }
+        let pid = peer_process(&peer)?;
         let id = self
             .scopes
             .create_run(peer.uid, argv.clone(), pid)

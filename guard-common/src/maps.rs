@@ -150,7 +150,10 @@ pub struct DnsRedirect {
     pub port: u16,
     /// Non-zero on the `lsm` backend: the cgroup programs only redirect, the LSM hooks decide.
     pub redirect_only: u8,
-    pub _pad: u8,
+    /// Non-zero in a program set stacked on a run's scope beside the daemon's own (an overlay,
+    /// `guard run --overlay`): the daemon's set redirects DNS and sends stand-ins on, so this
+    /// one only decides (DNS passes, no address is rewritten).
+    pub follower: u8,
 }
 
 /// The port DNS is asked on (UDP and TCP).

@@ -29,6 +29,15 @@ pub fn will_redirect(port: u16, transport: u8) -> bool {
     is_dns(port, transport) && dns_redirect().is_some() && current_in_scope()
 }
 
+/// Whether this cgroup connect or sendmsg call is DNS of a process in scope, which another
+/// program set sends to guard's resolver (see `DnsRedirect::follower`).
+#[inline(always)]
+pub fn will_redirect_call(ctx: &SockAddrContext) -> bool {
+    // SAFETY: the context pointer the kernel passed.
+    let sa = unsafe { &*ctx.sock_addr };
+    will_redirect(u16::from_be(sa.user_port as u16), sa.protocol as u8)
+}
+
 /// TCP or UDP to port 53 (host order).
 #[inline(always)]
 fn is_dns(port: u16, transport: u8) -> bool {

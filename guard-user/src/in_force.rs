@@ -107,14 +107,15 @@ impl InForce {
 
     /// What guard's resolver answered, for `guard run` and the daemon alike: the answers go in
     /// `book`, what is past its time there goes, and the entries of the names whose addresses
-    /// changed are put in force. `Ok`: the answers' queries may be confirmed.
+    /// changed are put in force. `Ok`: the answers' queries may be confirmed; it holds those
+    /// names, for other images made from the same book.
     pub fn take_answers(
         &mut self,
         book: &mut AnswerBook,
         resolved: Option<&DnsCache>,
         answers: &[Answered],
         now: std::time::Instant,
-    ) -> Result<()> {
+    ) -> Result<Vec<String>> {
         let mut changed: Vec<String> = answers
             .iter()
             .filter(|answer| book.record(&answer.name, &answer.addrs, answer.ttl, now))
@@ -131,7 +132,8 @@ impl InForce {
             answered: book,
             on_demand: true,
         };
-        self.update_names(&changed, &known)
+        self.update_names(&changed, &known)?;
+        Ok(changed)
     }
 }
 

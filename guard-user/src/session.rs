@@ -409,7 +409,7 @@ impl Session {
                 let _ = done.send(());
             }
         }
-        applied
+        applied.map(drop)
     }
 
     /// What is known of the names now: what guard resolved, and what its resolver answered.

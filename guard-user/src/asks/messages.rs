@@ -465,6 +465,7 @@ mod tests {
             destination: None,
             path: None,
             sandbox: None,
+            overlay: false,
         }
     }
 

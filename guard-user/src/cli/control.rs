@@ -437,8 +437,13 @@ pub fn status(args: &StatusArgs) -> ExitCode {
         } else {
             String::new()
         };
+        let overlay = if scope.overlay.is_empty() {
+            String::new()
+        } else {
+            format!(", tightened by {}", scope.overlay.join(", "))
+        };
         println!(
-            "  {:<8} {}  ({} events{lost}, {} asks pending)",
+            "  {:<8} {}  ({} events{lost}, {} asks pending{overlay})",
             scope.kind.as_str(),
             scope.cgroup,
             scope.events_submitted,

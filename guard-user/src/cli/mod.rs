@@ -160,7 +160,10 @@ pub struct RulesArgs {
     /// /etc/guard/rules, else the embedded default policy.
     #[arg(long = "rules", value_name = "PATH")]
     pub rules: Vec<PathBuf>,
-    /// Rules parsed on their own and merged on top (managed rules a user cannot weaken).
+    /// Rules parsed on their own and merged on top (managed rules a user cannot weaken). With
+    /// `guard run --socket S`, they tighten the daemon's policy for that run alone: both are
+    /// held in the kernel and the stronger decision wins, so they can forbid or prompt more,
+    /// never allow more.
     #[arg(long = "overlay", value_name = "PATH")]
     pub overlays: Vec<PathBuf>,
     /// Accept --rules paths that hold no `*.rules` or `*.policy` file: an empty policy, which

@@ -183,7 +183,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
         }
     };
     if let Some(socket) = socket {
-        if standalone
+        if !args.rules.rules.is_empty()
             || args.audit_only
             || args.backend.is_some()
             || args.nameserver.is_some()
@@ -192,18 +192,10 @@ pub fn run(args: &RunArgs) -> ExitCode {
             || args.sandbox.is_some()
         {
             return super::output::usage_error(
-                "--rules, --overlay, --audit-only, --backend, --nameserver, --no-resolver, --approval and --sandbox are the daemon's to choose; drop them to run under the daemon, or drop --socket to enforce on your own",
+                "--rules, --audit-only, --backend, --nameserver, --no-resolver, --approval and --sandbox are the daemon's to choose; drop them to run under the daemon (--overlay FILE tightens its policy for this run), or drop --socket to enforce on your own",
             );
         }
-        return super::run_daemon::run(
-            &socket,
-            &args.command,
-            args.json_events,
-            args.verbose,
-            args.keep_capabilities,
-            args.preserve_fds,
-            !args.no_hold,
-        );
+        return super::run_daemon::run(&socket, args);
     }
     let loaded = match args.rules.load() {
         Ok(loaded) => loaded,

@@ -20,7 +20,7 @@ use super::control::client_error;
 use crate::confine::sandbox::SandboxPlan;
 use crate::confine::{CommandConfinement, WritePlan};
 use crate::daemon::client::{Client, ClientError};
-use crate::daemon::wire::protocol::{FLUSH_LINE, Request};
+use crate::daemon::wire::protocol::{FLUSH_LINE, OverlayFile, Request};
 use crate::daemon::wire::responses::{
     Blocked, HoldOffer, HoldResponse, RunEvent, RunResponse, StreamLine,
 };
@@ -29,15 +29,47 @@ use crate::hold::{ChildEnd, HeldSyscalls, filter};
 /// How long to wait for the daemon to pass on the last events after CMD ended.
 const FLUSH_WAIT: Duration = Duration::from_secs(2);
 
-pub fn run(
-    socket: &Path,
-    argv: &[String],
-    json: bool,
-    verbose: bool,
-    keep_capabilities: bool,
-    preserve_fds: u32,
-    hold: bool,
-) -> ExitCode {
+/// The overlay's files (`--overlay`: a file, or a folder of `*.rules`), read here: the daemon
+/// reads no file for its caller.
+fn read_overlay(paths: &[PathBuf]) -> Result<Vec<OverlayFile>, String> {
+    let mut files = Vec::new();
+    for path in paths {
+        for file in crate::policy::load::rules_files(path).map_err(|err| err.to_string())? {
+            if file
+                .extension()
+                .is_some_and(|ext| ext == crate::policy::load::LEGACY_POLICY_EXTENSION)
+            {
+                return Err(format!(
+                    "{}: a legacy policy cannot tighten a daemon's run; write its rules as \
+                     prefix_rule/network_rule lines in a `.rules` file",
+                    file.display()
+                ));
+            }
+            let text = std::fs::read_to_string(&file)
+                .map_err(|err| format!("reading the overlay {}: {err}", file.display()))?;
+            files.push(OverlayFile {
+                name: file.display().to_string(),
+                text,
+            });
+        }
+    }
+    Ok(files)
+}
+
+/// Runs `args.command` in a fresh scope of the daemon at `socket` (the flags that are the
+/// daemon's to choose were refused before).
+pub fn run(socket: &Path, args: &super::run::RunArgs) -> ExitCode {
+    let argv = &args.command;
+    let (json, verbose) = (args.json_events, args.verbose);
+    let (keep_capabilities, preserve_fds) = (args.keep_capabilities, args.preserve_fds);
+    let hold = !args.no_hold;
+    let overlay = match read_overlay(&args.rules.overlays) {
+        Ok(overlay) => overlay,
+        Err(err) => {
+            eprintln!("guard: {err}");
+            return ExitCode::from(125);
+        }
+    };
     let mut client = match Client::connect(socket) {
         Ok(client) => client,
         Err(err) => {
@@ -60,6 +92,7 @@ pub fn run(
         workspace: Some(cwd.clone()),
         tmpdir: tmpdir.clone(),
         hold,
+        overlay,
     }) {
         Ok(started) => started,
         Err(err) => {

@@ -55,19 +55,10 @@ enum Command {
 /// many it missed; they are in the log).
 const FOLLOW_QUEUE: usize = 16_384;
 
-/// The next event of guard's resolver; never, when it does not run.
-async fn next_resolver_event(
-    events: &mut Option<mpsc::UnboundedReceiver<crate::resolve::ResolverEvent>>,
-) -> Option<crate::resolve::ResolverEvent> {
-    match events {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The next run scope with a newly held call; never, when none can come.
-async fn next_held_scope(scopes: &mut Option<mpsc::UnboundedReceiver<u64>>) -> Option<u64> {
-    match scopes {
+/// The next message on a channel the daemon may not have (guard's resolver's events, the
+/// holds' wake-ups, the overlays' events); never, when it has none.
+async fn next_on<T>(channel: &mut Option<mpsc::UnboundedReceiver<T>>) -> Option<T> {
+    match channel {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
     }
@@ -137,6 +128,7 @@ pub async fn serve(config: Config) -> Result<()> {
     let mut tick = tokio::time::interval(TICK);
     let mut resolver_events = daemon.resolver_events.take();
     let mut held_calls = daemon.held_calls.take();
+    let mut overlay_events = daemon.overlay_events.take();
 
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     tracing::info!(
@@ -163,7 +155,7 @@ pub async fn serve(config: Config) -> Result<()> {
             },
             // A query waits for this before it is answered: after requests, before kernel
             // events (a flood of those must not hold up a program's DNS).
-            Some(event) = next_resolver_event(&mut resolver_events) => {
+            Some(event) = next_on(&mut resolver_events) => {
                 let mut events = vec![event];
                 if let Some(rx) = resolver_events.as_mut() {
                     while let Ok(more) = rx.try_recv() {
@@ -173,7 +165,10 @@ pub async fn serve(config: Config) -> Result<()> {
                 daemon.on_resolver_events(events);
             }
             // A held call waits in its syscall: before kernel events, after requests.
-            Some(scope) = next_held_scope(&mut held_calls) => daemon.on_held(scope),
+            Some(scope) = next_on(&mut held_calls) => daemon.on_held(scope),
+            Some(events) = next_on(&mut overlay_events) => {
+                daemon.on_overlay_events(events);
+            }
             Some(reply) = next_reading_request(&mut readings) => {
                 let _ = reply.send(daemon.metrics());
             }

@@ -45,6 +45,7 @@ pub fn held_event(image: &EnforcementImage, scope: u64, held: &HeldCall) -> Kern
         socket: None,
         unix: None,
         sandbox: None,
+        overlay: false,
     };
     match &held.request {
         HeldRequest::Exec { call, decision } => {

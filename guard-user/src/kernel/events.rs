@@ -150,6 +150,10 @@ pub struct KernelEvent {
     /// decide it): [`KernelEvent::path`] is its first path, made absolute.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxWrite>,
+    /// Decided by a run's overlay set (`guard run --overlay`), not the daemon's own: its
+    /// `rule` indexes the overlay's image.
+    #[serde(skip)]
+    pub overlay: bool,
 }
 
 /// What a write that failed with EACCES under a sandbox mode named.
@@ -354,6 +358,7 @@ impl KernelEvent {
             socket,
             unix,
             sandbox,
+            overlay: false,
         })
     }
 }

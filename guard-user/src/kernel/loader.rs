@@ -145,6 +145,8 @@ pub struct Enforcer {
     sandbox_refusals: bool,
     /// [`Enforcer::hold_network`] turned the hold of prompted connects and sends on.
     net_hold: bool,
+    /// [`Enforcer::follow`] made this set an overlay's: it only decides.
+    follower: bool,
     /// `cgroup/connect_unix` and `cgroup/sendmsg_unix`, loaded (`None`: this kernel has no
     /// unix hooks, and unix sockets are not decided).
     unix: Option<super::unix_hooks::UnixHooks>,
@@ -265,6 +267,7 @@ impl Enforcer {
             dns_port: None,
             sandbox_refusals: false,
             net_hold: false,
+            follower: false,
             unix,
         })
     }
@@ -333,8 +336,11 @@ impl Enforcer {
     pub fn attach_cgroup(&mut self, cgroup: &Path) -> Result<()> {
         let id = self.attach_sock_create(cgroup)?;
         self.hold(HeldLink::SockCreate(cgroup.to_path_buf(), id))?;
-        let link = self.attach_devices(cgroup)?;
-        self.hold(HeldLink::Raw(DEVICES, cgroup.to_path_buf(), link))?;
+        // A follower's scopes are below the daemon's, whose device hook decides them.
+        if !self.follower {
+            let link = self.attach_devices(cgroup)?;
+            self.hold(HeldLink::Raw(DEVICES, cgroup.to_path_buf(), link))?;
+        }
         let unix_links = match &self.unix {
             Some(hooks) => hooks
                 .programs
@@ -358,10 +364,20 @@ impl Enforcer {
                 self.hold(HeldLink::Raw(name, cgroup.to_path_buf(), link))?;
             }
         }
-        if self.backend == Backend::Lsm && self.dns_port.is_none() && !self.net_hold {
+        // On the lsm backend the connect hooks only redirect and hold, which a follower leaves
+        // to the daemon's set.
+        if self.backend == Backend::Lsm
+            && (self.follower || (self.dns_port.is_none() && !self.net_hold))
+        {
             return Ok(());
         }
-        for name in CGROUP_HOOKS.into_iter().chain(RECVMSG_HOOKS) {
+        // A follower rewrites no query, so it has no reply to make seem to come from elsewhere.
+        let recvmsg = if self.follower {
+            &[][..]
+        } else {
+            &RECVMSG_HOOKS[..]
+        };
+        for name in CGROUP_HOOKS.into_iter().chain(recvmsg.iter().copied()) {
             let id = self.attach_cgroup_hook(name, cgroup)?;
             self.hold(HeldLink::Cgroup(name, cgroup.to_path_buf(), id))?;
         }
@@ -640,11 +656,26 @@ impl Enforcer {
         let redirect = DnsRedirect {
             port,
             redirect_only: u8::from(self.backend == Backend::Lsm),
-            _pad: 0,
+            follower: u8::from(self.follower),
         };
         map.set(0, redirect, 0).context("writing DNS_REDIRECT")?;
         self.dns_port = Some(port);
         Ok(())
+    }
+
+    /// Makes this set a follower, an overlay's (`guard run --overlay`): it is stacked on a run
+    /// scope that the daemon's own set enforces too, and the kernel refuses what either
+    /// refuses. A follower only decides: DNS passes it (the daemon's set sends DNS to guard's
+    /// resolver at `resolver_port`; `None`: there is none, and DNS is decided by address as
+    /// any call), no address is rewritten, nothing is held (a prompt is refused and asked).
+    /// Its cgroup programs are attached below the daemon's, so they run first and see the
+    /// call as the program made it. Call before [`Enforcer::attach_cgroup`].
+    pub fn follow(&mut self, resolver_port: Option<u16>) -> Result<()> {
+        self.follower = true;
+        match resolver_port {
+            Some(port) => self.redirect_dns(port),
+            None => Ok(()),
+        }
     }
 
     /// Holds prompted TCP connects and UDP sends as a slow network would, instead of refusing

@@ -330,6 +330,23 @@ impl Policy {
         merged
     }
 
+    /// This policy as a run's overlay, decided beside the daemon's policy by a program set of
+    /// its own (`guard run --overlay`): what it does not set has no say. An exec or
+    /// destination no rule matches is allowed, a file no path names may run and every socket
+    /// kind may be made, unless an `enforcement(...)` call of the overlay says otherwise; the
+    /// daemon's policy decides those for the run as for any run.
+    pub fn without_say_where_unset(mut self) -> Policy {
+        let unset = EnforcementOverrides {
+            unmatched_exec: Some(Decision::Allow),
+            unmatched_network: Some(Decision::Allow),
+            audit_only: None,
+            anonymous_exec: Some(Decision::Allow),
+            socket_kinds: Some(super::rule::SocketKinds::all()),
+        };
+        self.enforcement = unset.then(self.enforcement);
+        self
+    }
+
     /// For every allow rule, `[first, rendered rest...]`, sorted and deduplicated.
     pub fn allowed_prefixes(&self) -> Vec<Vec<String>> {
         let mut prefixes: Vec<Vec<String>> = self

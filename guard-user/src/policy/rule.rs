@@ -467,6 +467,15 @@ impl SocketKinds {
             .map(|(_, bit)| SocketKinds(*bit))
     }
 
+    /// Every kind guard names.
+    pub fn all() -> SocketKinds {
+        guard_common::sockets::kind::NAMES
+            .iter()
+            .fold(SocketKinds::NONE, |all, (_, bit)| {
+                all.with(SocketKinds(*bit))
+            })
+    }
+
     pub fn with(self, other: SocketKinds) -> SocketKinds {
         SocketKinds(self.0 | other.0)
     }

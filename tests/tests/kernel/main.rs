@@ -18,6 +18,7 @@ mod audit_syslog;
 mod daemon;
 mod daemon_hold;
 mod daemon_metrics;
+mod daemon_overlay;
 mod daemon_unit;
 mod dns;
 mod kernel_approvals;

@@ -429,6 +429,7 @@ pub(crate) mod tests {
                     asks_pending: 0,
                     events_submitted: 0,
                     events_lost: 0,
+                    overlay: Vec::new(),
                 }],
                 rules: vec![],
                 unresolved_hosts: vec![],

@@ -17,7 +17,7 @@ use super::config::Config;
 use super::peer::{PeerCredentials, subject, user_name};
 use super::run_stream::repeat_key;
 use super::scopes::{Membership, Scopes, configured_cgroup, own_cgroup};
-use super::wire::protocol::{ErrorCode, Request, ResponseLine, stream_line};
+use super::wire::protocol::{ErrorCode, OverlayFile, Request, ResponseLine, stream_line};
 use super::wire::responses::ScopeKind;
 use crate::asks::Approvals;
 use crate::asks::messages::describe_event;
@@ -37,6 +37,7 @@ use crate::in_force::{InForce, Modes, names_guard_resolves};
 use crate::kernel::events::{EventReader, KernelEvent};
 use crate::kernel::scope::{cgroup_id, cgroup2_root};
 use crate::kernel::{Backend, Enforcer, pins};
+use crate::policy::Policy;
 use crate::policy::approval::{ApprovalPolicy, prompt_rejection};
 use crate::policy::load::{LoadedPolicy, load_policy_protecting};
 use crate::resolve::answers::{AnswerBook, KnownAddresses};
@@ -46,9 +47,11 @@ use crate::resolve::{NamePolicy, Resolver, ResolverConfig, ResolverEvent};
 mod answers;
 mod held;
 mod metrics;
+mod overlays;
 mod status;
 
 pub use held::WaitingCall;
+pub use overlays::OverlayEvents;
 
 pub struct Daemon {
     pub config: Config,
@@ -86,6 +89,12 @@ pub struct Daemon {
     held_sockets: Vec<held::WaitingSocket>,
     /// Where held connects to stand-in addresses wait.
     splices: Option<crate::hold::splice::SpliceListener>,
+    /// The runs' overlays (`guard run --overlay`), by run scope.
+    overlays: overlays::Overlays,
+    /// Where the overlays' sets send their events.
+    overlay_sink: UnboundedSender<OverlayEvents>,
+    /// Taken by the server loop, which hands each batch to [`Daemon::on_overlay_events`].
+    pub overlay_events: Option<UnboundedReceiver<OverlayEvents>>,
 }
 
 /// What the daemon made of one event (see [`Daemon::take_event`]).
@@ -313,7 +322,11 @@ impl Daemon {
             audit.forward_to_syslog(forwarder);
         }
         let (held_wake, held_calls) = tokio::sync::mpsc::unbounded_channel();
+        let (overlay_sink, overlay_events) = tokio::sync::mpsc::unbounded_channel();
         let mut daemon = Daemon {
+            overlays: Default::default(),
+            overlay_sink,
+            overlay_events: Some(overlay_events),
             held_wake,
             held_calls: Some(held_calls),
             held_sockets: Vec::new(),
@@ -431,6 +444,18 @@ impl Daemon {
             log_unheld_allowances(&image);
         }
         self.in_force.apply(image)?;
+        let known = KnownAddresses {
+            resolved: Some(&self.dns),
+            answered: &self.answers,
+            on_demand: self.name_server.is_some(),
+        };
+        for (scope, overlay) in &mut self.overlays {
+            // The daemon's set holds the change: a run whose overlay keeps the old image is
+            // held no looser than before.
+            if let Err(err) = overlay.rebuild(&known, &self.approvals) {
+                tracing::error!("run scope {scope}'s overlay keeps its previous image: {err:#}");
+            }
+        }
         self.refresh_holds();
         Ok(())
     }
@@ -569,8 +594,29 @@ impl Daemon {
     /// Records `answers`, drops the answered addresses whose time is up, and puts the entries
     /// of the names whose addresses changed in force.
     fn take_answers(&mut self, answers: &[crate::resolve::Answered]) -> Result<()> {
-        self.in_force
-            .take_answers(&mut self.answers, Some(&self.dns), answers, Instant::now())
+        let changed = self.in_force.take_answers(
+            &mut self.answers,
+            Some(&self.dns),
+            answers,
+            Instant::now(),
+        )?;
+        self.overlays_update_names(&changed)
+    }
+
+    /// Puts what is now known of `names` in force in the overlays' sets too.
+    fn overlays_update_names(&mut self, names: &[String]) -> Result<()> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let known = KnownAddresses {
+            resolved: Some(&self.dns),
+            answered: &self.answers,
+            on_demand: self.name_server.is_some(),
+        };
+        for overlay in self.overlays.values_mut() {
+            overlay.update_names(names, &known)?;
+        }
+        Ok(())
     }
 
     /// `{"port": P, "names": N, "addresses": M}` of guard's resolver, or null when the scopes'
@@ -610,6 +656,7 @@ impl Daemon {
                 on_demand: self.name_server.is_some(),
             };
             self.in_force.update_names(&names, &known)?;
+            self.overlays_update_names(&names)?;
             self.refresh_holds();
         }
         Ok(())
@@ -635,6 +682,7 @@ impl Daemon {
         self.account_scope_losses();
         for id in self.scopes.end_finished_runs() {
             let _ = self.in_force.enforcer_mut().remove_scope(id);
+            self.overlays.remove(&id);
             changed |= self.approvals.end_scope(id);
         }
         if changed && let Err(err) = self.rebuild() {
@@ -690,6 +738,14 @@ impl Daemon {
         }
     }
 
+    /// Events of a run's overlay set (see `overlays.rs`), taken as the daemon's own.
+    pub fn on_overlay_events(&mut self, (_, events): OverlayEvents) {
+        let now = Instant::now();
+        for event in events {
+            self.take_event(event, now, false);
+        }
+    }
+
     /// One event: its ask, its message to the run, its audit record. `held`: the call waits
     /// for the answer in its syscall (see `held.rs`), the run is told so.
     fn take_event(&mut self, mut event: KernelEvent, now: Instant, held: bool) -> TakenEvent {
@@ -736,7 +792,11 @@ impl Daemon {
                 message: line.clone(),
                 target: None,
             },
-            None => describe(self.in_force.image(), &event, &answered),
+            None => describe(
+                overlays::image_of(&self.in_force, &self.overlays, &event),
+                &event,
+                &answered,
+            ),
         };
         // Under `never` (or a granular category that is off) a prompt is refused, not asked.
         let rejected = target
@@ -760,7 +820,11 @@ impl Daemon {
         {
             let recorded = self.asks.record(
                 target,
-                blocked_request(self.in_force.image(), &event, &answered),
+                blocked_request(
+                    overlays::image_of(&self.in_force, &self.overlays, &event),
+                    &event,
+                    &answered,
+                ),
                 message.clone(),
                 (event.scope, from_run),
                 now,
@@ -791,7 +855,7 @@ impl Daemon {
             .get_mut(&event.scope)
             .and_then(|s| s.listener.as_mut())
         {
-            let image = self.in_force.image();
+            let image = overlays::image_of(&self.in_force, &self.overlays, &event);
             let held = held && rejected.is_none();
             listener.blocked(
                 repeat_key(&event),
@@ -826,7 +890,7 @@ impl Daemon {
             .get(&event.scope)
             .map(|s| s.path.as_path());
         let mut record = self.audit.kernel_record(
-            self.in_force.image(),
+            overlays::image_of(&self.in_force, &self.overlays, &event),
             event,
             message.clone(),
             scope,
@@ -1047,8 +1111,9 @@ impl Daemon {
                 workspace,
                 tmpdir,
                 hold,
+                overlay,
             } => self
-                .run(peer, argv, (workspace, tmpdir), hold, stream)
+                .run(peer, argv, (workspace, tmpdir), hold, &overlay, stream)
                 .map(|r| to_json(&r)),
             Request::Hold { fd, first_exec } => {
                 self.adopt_hold(peer, fd, first_exec).map(|r| to_json(&r))
@@ -1071,14 +1136,34 @@ impl Daemon {
         argv: Vec<String>,
         (workspace, tmpdir): (Option<PathBuf>, Option<PathBuf>),
         hold: bool,
+        overlay: &[OverlayFile],
         stream: Option<UnboundedSender<String>>,
     ) -> Result<RunResponse, (ErrorCode, String)> {
         let pid = peer_process(&peer)?;
+        // Parsed before anything is made: an overlay that does not parse changes nothing.
+        let overlay_policy = match overlay {
+            [] => None,
+            files => Some(
+                overlays::parse(files, self.config.asks.approval())
+                    .map_err(|message| (ErrorCode::BadRequest, message))?,
+            ),
+        };
         let id = self
             .scopes
             .create_run(peer.uid, argv.clone(), pid)
             .map_err(|e| (ErrorCode::Failed, format!("{e:#}")))?;
         self.list_run_scope(id);
+        if let Some(policy) = overlay_policy
+            && let Err(err) = self.start_overlay(overlay, policy, id)
+        {
+            // Fails closed: the client starts nothing, and the scope ends with it.
+            return Err((
+                ErrorCode::Failed,
+                format!(
+                    "the overlay could not be put in force ({err:#}); the command was not started"
+                ),
+            ));
+        }
         // Its prompted connects wait in the kernel for their answers, unless it asked not to.
         if hold
             && self.in_force.enforcer().holds_network()
@@ -1092,7 +1177,13 @@ impl Daemon {
         self.audit.record(
             RecordType::Run,
             &user_name(peer.uid),
-            json!({"pid": pid, "argv": argv, "scope": path, "cgroup_id": id}),
+            json!({
+                "pid": pid,
+                "argv": argv,
+                "scope": path,
+                "cgroup_id": id,
+                "overlay": overlay.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(),
+            }),
         );
         // The client holds the policy's write rules with Landlock on the command it starts
         // (it knows its own current folder and file system; the daemon's kernel programs do
@@ -1135,6 +1226,32 @@ impl Daemon {
             sandbox,
             holds: held::hold_offer(self),
         })
+    }
+
+    /// Puts `policy`, the overlay read from `files`, in force on run scope `id` in a program
+    /// set of its own (`overlays.rs`).
+    fn start_overlay(&mut self, files: &[OverlayFile], policy: Policy, id: u64) -> Result<()> {
+        let path = self
+            .scopes
+            .by_id
+            .get(&id)
+            .map(|s| s.path.clone())
+            .ok_or_else(|| anyhow!("run scope {id} is gone"))?;
+        let known = self.known();
+        let env = overlays::OverlayEnv {
+            backend: self.in_force.enforcer().backend(),
+            resolver_port: self.name_server.as_ref().map(Resolver::port),
+            known: &known,
+            approvals: &self.approvals,
+            modes: Modes {
+                audit_only: self.config.audit_only,
+                record_allowed: self.config.audit.record_allowed,
+            },
+        };
+        let overlay =
+            overlays::Overlay::start(files, policy, (id, &path), &env, self.overlay_sink.clone())?;
+        self.overlays.insert(id, overlay);
+        Ok(())
     }
 
     /// Drains the kernel's events now, then says so on `stream` (after any `blocked` lines the

@@ -67,6 +67,10 @@ pub enum Request {
         /// says which calls its filter should hold.
         #[serde(default = "holds_by_default")]
         hold: bool,
+        /// Rules that tighten the daemon's policy for this run alone (`guard run --overlay`),
+        /// read by the client: the daemon reads no file for its caller.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        overlay: Vec<OverlayFile>,
     },
     /// A `guard run` client hands over the seccomp listener of the command it started in its
     /// scope (its descriptor `fd`, which the daemon copies with `pidfd_getfd`): the daemon holds
@@ -119,6 +123,14 @@ impl Request {
             Request::Audit { .. } => "audit",
         }
     }
+}
+
+/// One `.rules` file of a run's overlay: the name it is known by (its path, as the client
+/// gave it) and its text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverlayFile {
+    pub name: String,
+    pub text: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

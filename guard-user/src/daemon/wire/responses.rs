@@ -58,6 +58,10 @@ pub struct ScopeStatus {
     pub events_submitted: u64,
     #[serde(default)]
     pub events_lost: u64,
+    /// A run's overlay (`guard run --overlay`): the files that tighten the daemon's policy for
+    /// it alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overlay: Vec<String>,
 }
 
 /// What a scope is (`status`'s `kind`): the daemon's scopes are of these kinds.
@@ -403,6 +407,7 @@ mod tests {
                 asks_pending: 1,
                 events_submitted: 12,
                 events_lost: 0,
+                overlay: Vec::new(),
             }],
             rules: vec![RulesFile {
                 file: "team.rules".into(),

@@ -1,0 +1,299 @@
+//! `guard run --socket S --overlay FILE`: each run's scope holds the daemon's policy tightened
+//! by its own overlay, in a program set of its own beside the daemon's. Two runs with different
+//! overlays at once each hold exactly their own policy; an overlay's allows admit nothing the
+//! daemon forbids or prompts; an overlay that does not parse starts nothing. Traffic goes to
+//! loopback addresses only, and UDP connects send nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::net_probe;
+use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, text};
+use guard_tests::kernel::shell_program;
+
+/// A copy of `/bin/true` named `name` in `dir`.
+fn program(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::copy("/bin/true", &path).expect("copying /bin/true");
+    path
+}
+
+/// Writes an overlay file named `name` into the daemon's folder.
+fn overlay(daemon: &TestDaemon, name: &str, rules: &str) -> PathBuf {
+    let path = daemon.dir.path().join(name);
+    std::fs::write(&path, rules).expect("writing the overlay");
+    path
+}
+
+/// A shell script that tries each of `tools` and each UDP destination in `addresses` and prints
+/// one `what=exit-code` line per try (the probe prints `ok` or `errno N` itself).
+fn tries(tools: &[&Path], addresses: &[&str]) -> String {
+    let probe = net_probe();
+    let mut script = String::new();
+    for tool in tools {
+        let name = tool.file_name().unwrap().to_str().unwrap();
+        script.push_str(&format!("{} ; echo {name}=$?\n", tool.display()));
+    }
+    for address in addresses {
+        script.push_str(&format!(
+            "echo {address}=$({} udp-connect {address} 9)\n",
+            probe.display()
+        ));
+    }
+    script
+}
+
+/// Each `what=...` line of a run's output.
+fn outcomes(stdout: &str) -> std::collections::BTreeMap<String, String> {
+    stdout
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(what, how)| (what.to_string(), how.trim().to_string()))
+        .collect()
+}
+
+/// `guard run --overlay OVERLAY -- sh -c SCRIPT`, started and left running.
+fn start_run(daemon: &TestDaemon, overlay: &Path, script: &str) -> Child {
+    daemon
+        .guard_command(&[
+            "run",
+            "--overlay",
+            overlay.to_str().unwrap(),
+            "--",
+            shell_program().to_str().unwrap(),
+            "-c",
+            script,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting guard run")
+}
+
+/// The run scopes `guard status --json` lists, with their overlays.
+fn run_overlays(daemon: &TestDaemon) -> Vec<Vec<String>> {
+    let status = daemon.json(&["status", "--json"]);
+    status["scopes"]
+        .as_array()
+        .expect("scopes")
+        .iter()
+        .filter(|s| s["kind"]["kind"] == "run")
+        .map(|s| {
+            s["overlay"]
+                .as_array()
+                .map(|files| {
+                    files
+                        .iter()
+                        .map(|f| f.as_str().unwrap().to_string())
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+#[test]
+fn two_runs_with_different_overlays_at_once_each_hold_exactly_their_own_policy() {
+    if !can_run() {
+        return;
+    }
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "address_rule(addresses=[\"127.77.40.9\"], decision=\"forbidden\")\n\
+                prefix_rule(pattern=[\"tool-d\"], decision=\"forbidden\")\n"
+            .to_string(),
+        ..Default::default()
+    });
+    let dir = daemon.dir.path();
+    let tools = [
+        program(dir, "tool-a"),
+        program(dir, "tool-b"),
+        program(dir, "tool-d"),
+    ];
+    let tools: Vec<&Path> = tools.iter().map(PathBuf::as_path).collect();
+    let addresses = ["127.77.40.1", "127.77.40.2", "127.77.40.9"];
+    let overlay_a = overlay(
+        &daemon,
+        "a.rules",
+        "prefix_rule(pattern=[\"tool-a\"], decision=\"forbidden\")\n\
+         address_rule(addresses=[\"127.77.40.1\"], decision=\"forbidden\")\n",
+    );
+    let overlay_b = overlay(
+        &daemon,
+        "b.rules",
+        "prefix_rule(pattern=[\"tool-b\"], decision=\"forbidden\")\n\
+         address_rule(addresses=[\"127.77.40.2\"], decision=\"forbidden\")\n",
+    );
+    // Run A waits (bounded: 20 s) until run B is done, so both overlays are in force at once.
+    let go = dir.join("go");
+    let wait = format!(
+        "i=0; while [ ! -e {} ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done\n",
+        go.display()
+    );
+    let ready = dir.join("a-ready");
+    let run_a = start_run(
+        &daemon,
+        &overlay_a,
+        &format!(
+            "touch {}\n{wait}{}",
+            ready.display(),
+            tries(&tools, &addresses)
+        ),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ready.exists() {
+        assert!(Instant::now() < deadline, "run A did not start within 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out_b = daemon.guard(&[
+        "run",
+        "--overlay",
+        overlay_b.to_str().unwrap(),
+        "--",
+        shell_program().to_str().unwrap(),
+        "-c",
+        &tries(&tools, &addresses),
+    ]);
+    let listed = run_overlays(&daemon);
+    assert!(
+        listed.contains(&vec![overlay_a.display().to_string()]),
+        "while A waits, status lists its run with its overlay: {listed:?}"
+    );
+    std::fs::write(&go, "").unwrap();
+    let out_a = run_a.wait_with_output().expect("run A");
+
+    let a = outcomes(&text(&out_a.stdout));
+    let b = outcomes(&text(&out_b.stdout));
+    let refused_exec = |code: &str| code != "0";
+    // A: its own overlay and the daemon's rules.
+    assert!(
+        refused_exec(&a["tool-a"]),
+        "A's overlay forbids tool-a: {a:?}"
+    );
+    assert_eq!(a["tool-b"], "0", "B's overlay is not A's: {a:?}");
+    assert!(
+        refused_exec(&a["tool-d"]),
+        "the daemon forbids tool-d: {a:?}"
+    );
+    assert_eq!(a["127.77.40.1"], "errno 1", "A's overlay: {a:?}");
+    assert_eq!(a["127.77.40.2"], "ok", "not A's: {a:?}");
+    assert_eq!(a["127.77.40.9"], "errno 1", "the daemon's: {a:?}");
+    // B: the same the other way round.
+    assert_eq!(b["tool-a"], "0", "A's overlay is not B's: {b:?}");
+    assert!(
+        refused_exec(&b["tool-b"]),
+        "B's overlay forbids tool-b: {b:?}"
+    );
+    assert!(
+        refused_exec(&b["tool-d"]),
+        "the daemon forbids tool-d: {b:?}"
+    );
+    assert_eq!(b["127.77.40.1"], "ok", "not B's: {b:?}");
+    assert_eq!(b["127.77.40.2"], "errno 1", "B's overlay: {b:?}");
+    assert_eq!(b["127.77.40.9"], "errno 1", "the daemon's: {b:?}");
+    let stderr_b = text(&out_b.stderr);
+    assert!(
+        stderr_b.contains("127.77.40.2") && stderr_b.contains("b.rules"),
+        "the refusal names the overlay's rule and file: {stderr_b}"
+    );
+
+    // A run with no overlay holds the daemon's policy alone.
+    let out = daemon.guard(&[
+        "run",
+        "--",
+        shell_program().to_str().unwrap(),
+        "-c",
+        &tries(&tools, &addresses),
+    ]);
+    let plain = outcomes(&text(&out.stdout));
+    assert_eq!(
+        (
+            plain["tool-a"].as_str(),
+            plain["tool-b"].as_str(),
+            plain["127.77.40.1"].as_str(),
+            plain["127.77.40.2"].as_str(),
+            plain["127.77.40.9"].as_str()
+        ),
+        ("0", "0", "ok", "ok", "errno 1"),
+        "{plain:?}"
+    );
+    assert!(refused_exec(&plain["tool-d"]), "{plain:?}");
+}
+
+#[test]
+fn an_overlay_that_allows_what_the_daemon_forbids_or_prompts_changes_nothing() {
+    if !can_run() {
+        return;
+    }
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "address_rule(addresses=[\"127.77.41.1\"], decision=\"forbidden\")\n\
+                address_rule(addresses=[\"127.77.41.3\"], decision=\"allow\")\n\
+                prefix_rule(pattern=[\"tool-x\"], decision=\"forbidden\")\n\
+                enforcement(unmatched_network=\"prompt\")\n"
+            .to_string(),
+        ..Default::default()
+    });
+    let dir = daemon.dir.path();
+    let tool = program(dir, "tool-x");
+    let loosening = overlay(
+        &daemon,
+        "loose.rules",
+        "address_rule(addresses=[\"127.77.41.1\", \"127.77.41.2\"], decision=\"allow\")\n\
+         prefix_rule(pattern=[\"tool-x\"], decision=\"allow\")\n\
+         enforcement(unmatched_network=\"allow\", unmatched_exec=\"allow\")\n",
+    );
+    let script = tries(&[&tool], &["127.77.41.1", "127.77.41.2", "127.77.41.3"]);
+    let out = daemon.guard(&[
+        "run",
+        "--overlay",
+        loosening.to_str().unwrap(),
+        "--",
+        shell_program().to_str().unwrap(),
+        "-c",
+        &script,
+    ]);
+    let got = outcomes(&text(&out.stdout));
+    assert_ne!(got["tool-x"], "0", "the daemon forbids tool-x: {got:?}");
+    assert_eq!(got["127.77.41.1"], "errno 1", "forbidden stays: {got:?}");
+    assert_eq!(
+        got["127.77.41.2"], "errno 1",
+        "the daemon's unmatched prompt stays (refused at once: no hold): {got:?}"
+    );
+    assert_eq!(got["127.77.41.3"], "ok", "what both allow: {got:?}");
+    let asks = daemon.prompts();
+    assert!(
+        asks.iter().any(|a| a["record"]["host"] == "127.77.41.2"),
+        "the prompt is asked as in any run: {asks:?}"
+    );
+}
+
+#[test]
+fn an_overlay_that_does_not_parse_starts_nothing_and_names_its_file_and_line() {
+    if !can_run() {
+        return;
+    }
+    let daemon = TestDaemon::start(&DaemonSetup::default());
+    let broken = overlay(
+        &daemon,
+        "broken.rules",
+        "prefix_rule(pattern=[\"ls\"], decision=\"allow\")\n\
+         prefix_rule(pattern=[\"rm\"], decision=\"nope\")\n",
+    );
+    let marker = daemon.dir.path().join("ran");
+    let out = daemon.guard(&[
+        "run",
+        "--overlay",
+        broken.to_str().unwrap(),
+        "--",
+        "/usr/bin/touch",
+        marker.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("broken.rules:2"),
+        "names the file and line: {stderr}"
+    );
+    assert!(!marker.exists(), "the command did not run");
+    assert!(run_overlays(&daemon).is_empty(), "no overlay is in force");
+}

@@ -128,6 +128,10 @@ pub struct Ask {
     /// from (`None`: no run, only admins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// A run's overlay (`guard run --overlay`) asked it, not the daemon's policy: an answer
+    /// that amends the daemon's policy would not change what the overlay asks.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_overlay: bool,
     #[serde(skip, default = "Instant::now")]
     first_seen: Instant,
     #[serde(skip, default = "Instant::now")]
@@ -271,6 +275,7 @@ impl AskBook {
                 scope,
                 from_run,
                 owner: None,
+                by_overlay: false,
                 first_seen: now,
                 last_seen: now,
                 resolved_at: None,
@@ -285,6 +290,13 @@ impl AskBook {
     pub fn set_owner(&mut self, id: u64, owner: String) {
         if let Some(ask) = self.asks.get_mut(&id) {
             ask.owner = Some(owner);
+        }
+    }
+
+    /// Ask `id` was asked by a run's overlay.
+    pub fn set_by_overlay(&mut self, id: u64) {
+        if let Some(ask) = self.asks.get_mut(&id) {
+            ask.by_overlay = true;
         }
     }
 

@@ -124,6 +124,10 @@ pub struct Twins {
     /// The scope whose calls they decide: only its approvals count, as in the kernel (`None`:
     /// every approval, for a session's one scope).
     pub scope: Option<u64>,
+    /// The twins of the run's overlay (`guard run --overlay`), decided beside these as its
+    /// program set is beside the daemon's: an exec is held when the stronger decision of the
+    /// two is `prompt`.
+    pub overlay: Option<Box<Twins>>,
 }
 
 impl Twins {
@@ -153,6 +157,7 @@ impl Twins {
             exec: exec.then(|| ExecTwin::new(engine.clone())),
             destinations: network.then(|| DestinationTwin::new(engine.clone(), dns_redirected)),
             scope: None,
+            overlay: None,
         }
     }
 
@@ -162,13 +167,33 @@ impl Twins {
             exec: self.exec.map(|twin| twin.for_scope(scope)),
             destinations: self.destinations.map(|twin| twin.for_scope(scope)),
             scope,
+            overlay: self.overlay.map(|twins| Box::new(twins.for_scope(scope))),
+        }
+    }
+
+    /// The decision for an exec: the stronger of these twins' and the overlay's, when either
+    /// decides execs.
+    fn decide_exec(&self, call: &call::ExecCall) -> Option<KernelExecDecision> {
+        let own = self
+            .exec
+            .as_ref()
+            .map(|twin| twin.decide(&call.file, &call.argv));
+        let overlay = self.overlay.as_ref().and_then(|o| o.decide_exec(call));
+        match (own, overlay) {
+            (Some(own), Some(overlay))
+                if overlay.decision != own.decision
+                    && overlay.decision.strongest(own.decision) == overlay.decision =>
+            {
+                Some(overlay)
+            }
+            (own, overlay) => own.or(overlay),
         }
     }
 
     /// The calls a filter for these twins holds.
     pub fn held_syscalls(&self) -> HeldSyscalls {
         HeldSyscalls {
-            exec: self.exec.is_some(),
+            exec: self.exec.is_some() || self.overlay.as_ref().is_some_and(|o| o.exec.is_some()),
             connect: self.destinations.is_some(),
             messages: self
                 .destinations
@@ -181,9 +206,9 @@ impl Twins {
     fn prompted(&self, notification: &Notification) -> Option<HeldRequest> {
         let nr = notification.nr as libc::c_long;
         if filter::EXEC_SYSCALLS.contains(&nr) {
-            let twin = self.exec.as_ref()?;
+            self.held_syscalls().exec.then_some(())?;
             let call = call::read_exec(notification).ok()??;
-            let decision = twin.decide(&call.file, &call.argv);
+            let decision = self.decide_exec(&call)?;
             (decision.decision == Decision::Prompt).then_some(HeldRequest::Exec { call, decision })
         } else {
             let twin = self.destinations.as_ref()?;
@@ -350,7 +375,20 @@ impl Hold {
     pub fn set_engine(&self, engine: &Arc<KernelEngine>, dns_redirected: bool) {
         if let Ok(mut twins) = self.twins.write() {
             let (exec, network) = (twins.exec.is_some(), twins.destinations.is_some());
+            let overlay = twins.overlay.take();
             *twins = Twins::of_engine(engine, exec, network, dns_redirected).for_scope(twins.scope);
+            twins.overlay = overlay;
+        }
+    }
+
+    /// The run's overlay's image changed (an approval, DNS answers): its later calls are
+    /// decided by `engine` too.
+    pub fn set_overlay_engine(&self, engine: &Arc<KernelEngine>, dns_redirected: bool) {
+        if let Ok(mut twins) = self.twins.write() {
+            let scope = twins.scope;
+            twins.overlay = Some(Box::new(
+                Twins::of_engine(engine, true, false, dns_redirected).for_scope(scope),
+            ));
         }
     }
 }

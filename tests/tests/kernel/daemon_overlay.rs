@@ -4,6 +4,7 @@
 //! daemon forbids or prompts; an overlay that does not parse starts nothing. Traffic goes to
 //! loopback addresses only, and UDP connects send nothing.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -11,6 +12,16 @@ use std::time::{Duration, Instant};
 use crate::common::net_probe;
 use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, text};
 use guard_tests::kernel::shell_program;
+
+/// The daemon's setup over `rules`. Its name server is named (a loopback address no test
+/// asks): the VM has no /etc/resolv.conf to take one from.
+fn setup(rules: &str) -> DaemonSetup {
+    DaemonSetup {
+        rules: rules.to_string(),
+        nameserver: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 53))),
+        ..Default::default()
+    }
+}
 
 /// A copy of `/bin/true` named `name` in `dir`.
 fn program(dir: &Path, name: &str) -> PathBuf {
@@ -98,12 +109,10 @@ fn two_runs_with_different_overlays_at_once_each_hold_exactly_their_own_policy()
     if !can_run() {
         return;
     }
-    let daemon = TestDaemon::start(&DaemonSetup {
-        rules: "address_rule(addresses=[\"127.77.40.9\"], decision=\"forbidden\")\n\
-                prefix_rule(pattern=[\"tool-d\"], decision=\"forbidden\")\n"
-            .to_string(),
-        ..Default::default()
-    });
+    let daemon = TestDaemon::start(&setup(
+        "address_rule(addresses=[\"127.77.40.9\"], decision=\"forbidden\")\n\
+         prefix_rule(pattern=[\"tool-d\"], decision=\"forbidden\")\n",
+    ));
     let dir = daemon.dir.path();
     let tools = [
         program(dir, "tool-a"),
@@ -225,14 +234,12 @@ fn an_overlay_that_allows_what_the_daemon_forbids_or_prompts_changes_nothing() {
     if !can_run() {
         return;
     }
-    let daemon = TestDaemon::start(&DaemonSetup {
-        rules: "address_rule(addresses=[\"127.77.41.1\"], decision=\"forbidden\")\n\
-                address_rule(addresses=[\"127.77.41.3\"], decision=\"allow\")\n\
-                prefix_rule(pattern=[\"tool-x\"], decision=\"forbidden\")\n\
-                enforcement(unmatched_network=\"prompt\")\n"
-            .to_string(),
-        ..Default::default()
-    });
+    let daemon = TestDaemon::start(&setup(
+        "address_rule(addresses=[\"127.77.41.1\"], decision=\"forbidden\")\n\
+         address_rule(addresses=[\"127.77.41.3\"], decision=\"allow\")\n\
+         prefix_rule(pattern=[\"tool-x\"], decision=\"forbidden\")\n\
+         enforcement(unmatched_network=\"prompt\")\n",
+    ));
     let dir = daemon.dir.path();
     let tool = program(dir, "tool-x");
     let loosening = overlay(
@@ -272,7 +279,7 @@ fn an_overlay_that_does_not_parse_starts_nothing_and_names_its_file_and_line() {
     if !can_run() {
         return;
     }
-    let daemon = TestDaemon::start(&DaemonSetup::default());
+    let daemon = TestDaemon::start(&setup(""));
     let broken = overlay(
         &daemon,
         "broken.rules",
@@ -296,4 +303,90 @@ fn an_overlay_that_does_not_parse_starts_nothing_and_names_its_file_and_line() {
     );
     assert!(!marker.exists(), "the command did not run");
     assert!(run_overlays(&daemon).is_empty(), "no overlay is in force");
+}
+
+#[test]
+fn a_users_run_waits_for_her_answer_to_what_only_her_overlay_prompts() {
+    if !can_run() {
+        return;
+    }
+    const ALICE: u32 = 64_344;
+    // The daemon's policy allows all of it; her overlay asks about `tool-p` and 127.77.43.1.
+    let daemon = TestDaemon::start(&setup(""));
+    let work = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let tool = program(work.path(), "tool-p");
+    let overlay = work.path().join("ask.rules");
+    std::fs::write(
+        &overlay,
+        "prefix_rule(pattern=[\"tool-p\"], decision=\"prompt\", justification=\"my overlay asks\")\n\
+         address_rule(addresses=[\"127.77.43.1\"], decision=\"prompt\")\n",
+    )
+    .unwrap();
+    std::os::unix::fs::chown(work.path(), Some(ALICE), Some(ALICE)).unwrap();
+    let script = format!(
+        "{} udp-connect 127.77.43.1 9; {} ; echo rc=$?",
+        net_probe().display(),
+        tool.display()
+    );
+    let mut run = daemon
+        .guard_command_as(
+            ALICE,
+            &[
+                "run",
+                "--overlay",
+                overlay.to_str().unwrap(),
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+        )
+        .env_remove("GUARD_NO_HOLD")
+        .current_dir(work.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The connect only the overlay prompts is refused at once (its set holds nothing) and
+    // asked; the exec waits in its syscall for her answer.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let exec_ask = loop {
+        let asks = daemon.prompts();
+        if let Some(ask) = asks.iter().find(|a| a["target"]["tokens"][0] == "tool-p") {
+            assert!(
+                asks.iter().any(|a| a["record"]["host"] == "127.77.43.1"),
+                "the overlay's prompted connect was asked first: {asks:?}"
+            );
+            break ask.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no ask for tool-p within 30 s: {asks:?}\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(exec_ask["owner"], ALICE.to_string(), "{exec_ask}");
+    assert_eq!(exec_ask["by_overlay"], true, "{exec_ask}");
+    // An admin's --always would amend the daemon's policy, which does not ask about it.
+    let out = daemon.guard(&["approve", &exec_ask["id"].to_string(), "--always"]);
+    assert!(
+        !out.status.success() && text(&out.stderr).contains("asked by its run's overlay"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!daemon.amendments().exists(), "nothing was appended");
+    let out = daemon.guard_as(ALICE, &["approve", &exec_ask["id"].to_string(), "--once"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (code, stdout, stderr) = guard_tests::daemon::finish_held(run);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("errno 1") && stdout.contains("rc=0"),
+        "the connect was refused, the held exec went on and ran: {stdout}{stderr}"
+    );
+    assert!(
+        stderr.contains("holding exec of `") && stderr.contains("my overlay asks"),
+        "the held exec is named with the overlay's rule: {stderr}"
+    );
 }

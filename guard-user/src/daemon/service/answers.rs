@@ -53,6 +53,13 @@ impl Daemon {
             mode,
             line: None,
         };
+        if ask.by_overlay && (mode == ApprovalMode::Always || prefix.is_some()) {
+            return Err(failed(format!(
+                "ask {id} was asked by its run's overlay, which only that run holds: --always \
+                 or a prefix would change the daemon's policy and the overlay would still ask; \
+                 answer it --once or --session"
+            )));
+        }
         let proposed = prefix.map(|p| (&self.loaded.policy, p));
         match plan_approval(&ask, mode, self.in_force.image(), proposed).map_err(failed)? {
             ApprovalPlan::Append(line) => {
@@ -146,6 +153,7 @@ impl Daemon {
             .apply(image)
             .map_err(|e| (ErrorCode::Failed, format!("{e:#}")))?;
         self.approvals = trial;
+        self.rebuild_overlays();
         self.refresh_holds();
         Ok(())
     }

@@ -43,23 +43,43 @@ pub struct WaitingCall {
     pub record: Option<AuditRecord>,
 }
 
-/// Which calls the daemon would hold for a run: what its policy asks about, unless prompts are
-/// refused at once (`[asks] approval = "never"`). Sent in the `run` response.
-pub fn hold_offer(daemon: &Daemon) -> HoldOffer {
+/// Which calls the daemon would hold for run scope `scope`: what its policy (or the run's
+/// overlay) asks about, unless prompts are refused at once (`[asks] approval = "never"`). Sent
+/// in the `run` response. An overlay's prompted connects are not held: its program set refuses
+/// them at once, and they are asked.
+pub fn hold_offer(daemon: &Daemon, scope: u64) -> HoldOffer {
     let policy = &daemon.loaded.policy;
+    let overlay_prompts_execs = daemon
+        .overlays
+        .get(&scope)
+        .is_some_and(|o| crate::hold::policy_prompts_execs(o.policy()));
     let asking = daemon.config.asks.approval() != ApprovalPolicy::Never;
     // Connects the kernel holds need no filter.
     let network = asking
         && crate::hold::policy_prompts_destinations(policy)
         && !daemon.in_force.enforcer().holds_network();
     HoldOffer {
-        exec: asking && crate::hold::policy_prompts_execs(policy),
+        exec: asking && (crate::hold::policy_prompts_execs(policy) || overlay_prompts_execs),
         network,
         messages: network && prompts_udp(daemon.in_force.image()),
     }
 }
 
 impl Daemon {
+    /// A held call's event, named by the image whose rule held it: the run's overlay's when
+    /// its rule did (`overlays.rs`), else the daemon's.
+    fn held_call_event(&self, scope_id: u64, held: &HeldCall) -> KernelEvent {
+        let event = held_event(self.in_force.image(), scope_id, held);
+        match self.overlays.get(&scope_id) {
+            Some(overlay) if event.rule.is_none() && held.by_rule() => {
+                let mut event = held_event(overlay.image(), scope_id, held);
+                event.overlay = event.rule.is_some();
+                event
+            }
+            _ => event,
+        }
+    }
+
     /// The twins a hold decides with, for the calls `offer` holds.
     fn hold_twins(&self, exec: bool, network: bool) -> anyhow::Result<Twins> {
         Twins::of_image(
@@ -99,12 +119,19 @@ impl Daemon {
                 "copying descriptor {fd} of pid {pid} (pidfd_getfd): {e}"
             ))
         })?;
-        let offer = hold_offer(self);
+        let offer = hold_offer(self, scope_id);
         // Decided for this run's scope: another run's approvals are no approval here.
-        let twins = self
+        let mut twins = self
             .hold_twins(offer.exec, offer.network)
-            .map_err(|e| failed(format!("deciding held calls: {e:#}")))?
-            .for_scope(Some(scope_id));
+            .map_err(|e| failed(format!("deciding held calls: {e:#}")))?;
+        if let Some(overlay) = self.overlays.get(&scope_id)
+            && offer.exec
+        {
+            let overlay = Twins::of_image(overlay.image(), true, false, self.name_server.is_some())
+                .map_err(|e| failed(format!("deciding held calls by the overlay: {e:#}")))?;
+            twins.overlay = Some(Box::new(overlay));
+        }
+        let twins = twins.for_scope(Some(scope_id));
         let wake = self.held_wake.clone();
         let hold = Hold::adopt(
             listener,
@@ -147,7 +174,7 @@ impl Daemon {
                 self.reply_held(scope_id, &held, Reply::Continue);
                 continue;
             }
-            let event = held_event(self.in_force.image(), scope_id, &held);
+            let event = self.held_call_event(scope_id, &held);
             let taken = self.take_event(event, now, true);
             match (taken.rejected, taken.ask) {
                 (Some(_), _) => {
@@ -280,10 +307,11 @@ impl Daemon {
                         Some(AskState::Expired) => (HeldOutcome::Expired, "expired unanswered"),
                         _ => (HeldOutcome::Denied, "was denied"),
                     };
-                    let event = held_event(self.in_force.image(), scope_id, &call.held);
+                    let event = self.held_call_event(scope_id, &call.held);
+                    let image = super::overlays::image_of(&self.in_force, &self.overlays, &event);
                     let message = format!(
                         "{}; ask {} {how}",
-                        crate::asks::messages::describe_event(self.in_force.image(), &event, &[]),
+                        crate::asks::messages::describe_event(image, &event, &[]),
                         call.ask
                     );
                     self.fail_held(scope_id, &call.held, &message);
@@ -363,6 +391,18 @@ impl Daemon {
         let redirected = self.name_server.is_some();
         for hold in holds {
             hold.set_engine(&engine, redirected);
+        }
+        for (scope, overlay) in &self.overlays {
+            let Some(hold) = self.scopes.by_id.get(scope).and_then(|s| s.hold.as_ref()) else {
+                continue;
+            };
+            match KernelEngine::new(overlay.image().clone()) {
+                Ok(engine) => hold.set_overlay_engine(&Arc::new(engine), redirected),
+                Err(err) => tracing::warn!(
+                    "run scope {scope}'s hold keeps deciding by its overlay's previous image: \
+                     {err:#}"
+                ),
+            }
         }
     }
 

@@ -444,20 +444,25 @@ impl Daemon {
             log_unheld_allowances(&image);
         }
         self.in_force.apply(image)?;
+        self.rebuild_overlays();
+        self.refresh_holds();
+        Ok(())
+    }
+
+    /// Compiles the runs' overlays again with the approvals on top and updates their sets.
+    fn rebuild_overlays(&mut self) {
         let known = KnownAddresses {
             resolved: Some(&self.dns),
             answered: &self.answers,
             on_demand: self.name_server.is_some(),
         };
         for (scope, overlay) in &mut self.overlays {
-            // The daemon's set holds the change: a run whose overlay keeps the old image is
-            // held no looser than before.
+            // The daemon's set holds the change: a run whose overlay keeps its old image is
+            // held no looser than before (an approval it lacks is asked again).
             if let Err(err) = overlay.rebuild(&known, &self.approvals) {
                 tracing::error!("run scope {scope}'s overlay keeps its previous image: {err:#}");
             }
         }
-        self.refresh_holds();
-        Ok(())
     }
 
     fn compile_with(&self, approvals: &Approvals) -> Result<EnforcementImage> {
@@ -839,6 +844,9 @@ impl Daemon {
                         self.scopes.by_id.get(&event.scope).map(|s| &s.kind)
                     {
                         self.asks.set_owner(id, user_name(*uid));
+                    }
+                    if event.overlay {
+                        self.asks.set_by_overlay(id);
                     }
                 }
                 Recorded::Full { pending } => {
@@ -1224,7 +1232,7 @@ impl Daemon {
             cgroup_id: id,
             writes,
             sandbox,
-            holds: held::hold_offer(self),
+            holds: held::hold_offer(self, id),
         })
     }
 

@@ -113,6 +113,10 @@ impl Overlay {
         })
     }
 
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
     pub fn image(&self) -> &EnforcementImage {
         self.in_force.image()
     }

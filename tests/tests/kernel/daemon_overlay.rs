@@ -329,7 +329,7 @@ fn a_users_run_waits_for_her_answer_to_what_only_her_overlay_prompts() {
         net_probe().display(),
         tool.display()
     );
-    let mut run = daemon
+    let run = daemon
         .guard_command_as(
             ALICE,
             &[

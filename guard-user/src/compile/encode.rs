@@ -49,6 +49,40 @@ pub struct MapEntries {
     pub approvals: HashMap<ScopedApproval, u32>,
 }
 
+/// How many entries a program set's exec maps hold: what the encoder may fill, and what the
+/// loader makes them (they are preallocated, so their size is kernel memory spent).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExecMapSizes {
+    /// `ARGV_TRIE`.
+    pub argv_edges: u32,
+    /// `EXEC_IDENTITIES`, `EXEC_NAMES` and `ARGV_ROOTS`.
+    pub exec_entries: u32,
+    /// `TASKS` (an LRU: the oldest process's entry goes first).
+    pub tasks: u32,
+}
+
+impl ExecMapSizes {
+    /// A daemon's or a `guard run`'s own set: any policy the limits allow (about 176 MiB).
+    pub const FULL: ExecMapSizes = ExecMapSizes {
+        argv_edges: MAX_ARGV_EDGES,
+        exec_entries: MAX_EXEC_ENTRIES,
+        tasks: guard_common::limits::MAX_TASKS,
+    };
+    /// A run's overlay's set (a follower): an overlay of some thousand prefix rules and its
+    /// run's approvals, in about a tenth of the memory.
+    pub const FOLLOWER: ExecMapSizes = ExecMapSizes {
+        argv_edges: 16_384,
+        exec_entries: 4_096,
+        tasks: 4_096,
+    };
+}
+
+impl Default for ExecMapSizes {
+    fn default() -> Self {
+        ExecMapSizes::FULL
+    }
+}
+
 /// Encodes images, keeping node and long-token ids stable from one image to the next.
 #[derive(Debug)]
 pub struct MapEncoder {
@@ -56,16 +90,13 @@ pub struct MapEncoder {
     next_long_id: u32,
     node_ids: HashMap<Vec<ArgvToken>, u32>,
     next_node: u32,
+    /// What the maps it encodes for hold.
+    sizes: ExecMapSizes,
 }
 
 impl Default for MapEncoder {
     fn default() -> Self {
-        MapEncoder {
-            long_ids: HashMap::new(),
-            next_long_id: 0,
-            node_ids: HashMap::new(),
-            next_node: 1,
-        }
+        MapEncoder::with_sizes(ExecMapSizes::FULL)
     }
 }
 
@@ -136,6 +167,17 @@ impl MapEncoder {
         MapEncoder::default()
     }
 
+    /// An encoder for maps of `sizes`.
+    pub fn with_sizes(sizes: ExecMapSizes) -> Self {
+        MapEncoder {
+            long_ids: HashMap::new(),
+            next_long_id: 0,
+            node_ids: HashMap::new(),
+            next_node: 1,
+            sizes,
+        }
+    }
+
     /// Every entry of `image`. Refused before anything is made: an approval the kernel cannot
     /// match exactly (it would approve more than what was approved), and more long tokens
     /// than the kernel holds.
@@ -160,9 +202,9 @@ impl MapEncoder {
         // Refused before anything is written: a map that fills up half-way would leave a
         // reload's new entries beside the old ones.
         for (map, held, most) in [
-            ("argv trie edges", edges.len(), MAX_ARGV_EDGES),
-            ("file identities", identities.len(), MAX_EXEC_ENTRIES),
-            ("program names", names.len(), MAX_EXEC_ENTRIES),
+            ("argv trie edges", edges.len(), self.sizes.argv_edges),
+            ("file identities", identities.len(), self.sizes.exec_entries),
+            ("program names", names.len(), self.sizes.exec_entries),
         ] {
             if held > most as usize {
                 bail!(

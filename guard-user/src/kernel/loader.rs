@@ -26,6 +26,7 @@ use guard_common::maps::{DnsRedirect, HeldSocket, NetHold};
 use super::btf::{aya_kernel_btf, kernel_offsets};
 use super::maps::MapSync;
 use super::pins::is_bpffs;
+use crate::compile::encode::ExecMapSizes;
 
 /// The BPF object built by `build.rs` from `guard-ebpf`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/guard"));
@@ -64,7 +65,7 @@ impl Backend {
 pub fn try_load_lsm() -> Result<()> {
     let active = std::fs::read_to_string("/sys/kernel/security/lsm").unwrap_or_default();
     let btf = aya_kernel_btf()?;
-    let mut ebpf = load_object(btf)?;
+    let mut ebpf = load_object(btf, ExecMapSizes::FULL)?;
     let program: &mut Lsm = program(&mut ebpf, "bprm_check_security")?;
     program
         .load("bprm_check_security", btf)
@@ -78,7 +79,7 @@ pub fn try_load_lsm() -> Result<()> {
     Ok(())
 }
 
-fn load_object(btf: &Btf) -> Result<Ebpf> {
+fn load_object(btf: &Btf, sizes: ExecMapSizes) -> Result<Ebpf> {
     if OBJECT.is_empty() {
         bail!("this guard was built with AYA_BUILD_SKIP=1 and carries no BPF programs");
     }
@@ -86,6 +87,11 @@ fn load_object(btf: &Btf) -> Result<Ebpf> {
     EbpfLoader::new()
         .btf(Some(btf))
         .override_global("OFFSETS", &offsets, true)
+        .map_max_entries("ARGV_TRIE", sizes.argv_edges)
+        .map_max_entries("EXEC_IDENTITIES", sizes.exec_entries)
+        .map_max_entries("EXEC_NAMES", sizes.exec_entries)
+        .map_max_entries("ARGV_ROOTS", sizes.exec_entries)
+        .map_max_entries("TASKS", sizes.tasks)
         .load(OBJECT)
         .context("loading guard's BPF object")
 }
@@ -229,8 +235,13 @@ impl Enforcer {
     /// tracepoint, and on the `lsm` backend the LSM hooks. Nothing is enforced until
     /// [`MapSync::apply`] marks the maps ready and a scope is added.
     pub fn load(backend: Backend) -> Result<Self> {
+        Enforcer::load_sized(backend, ExecMapSizes::FULL)
+    }
+
+    /// [`Enforcer::load`] with exec maps of `sizes` (a run's overlay's set is smaller).
+    pub fn load_sized(backend: Backend, sizes: ExecMapSizes) -> Result<Self> {
         let btf = aya_kernel_btf()?;
-        let mut ebpf = load_object(btf)?;
+        let mut ebpf = load_object(btf, sizes)?;
         let mut links = Vec::new();
         {
             let exec: &mut BtfTracePoint = program(&mut ebpf, EXEC)?;
@@ -257,7 +268,7 @@ impl Enforcer {
         }
         let has_unix_offsets = kernel_offsets()?.sock_addr_uaddrlen != 0;
         let unix = super::unix_hooks::load(OBJECT, &ebpf, has_unix_offsets)?;
-        let maps = MapSync::new();
+        let maps = MapSync::with_sizes(sizes);
         Ok(Enforcer {
             ebpf,
             backend,

@@ -58,6 +58,14 @@ impl MapSync {
         MapSync::default()
     }
 
+    /// A sync for a program set whose exec maps hold `sizes`.
+    pub fn with_sizes(sizes: crate::compile::encode::ExecMapSizes) -> Self {
+        MapSync {
+            encoder: MapEncoder::with_sizes(sizes),
+            ..MapSync::default()
+        }
+    }
+
     pub fn apply(&mut self, ebpf: &mut Ebpf, image: &EnforcementImage) -> Result<SyncStats> {
         // Everything is encoded before anything is written: a refused image changes nothing.
         let new = self.encoder.encode(image)?;

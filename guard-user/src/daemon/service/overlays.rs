@@ -21,6 +21,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::asks::Approvals;
 use crate::compile::CompileEnv;
+use crate::compile::encode::ExecMapSizes;
 use crate::compile::image::EnforcementImage;
 use crate::daemon::wire::protocol::OverlayFile;
 use crate::in_force::{InForce, Modes};
@@ -90,7 +91,7 @@ impl Overlay {
         env: &OverlayEnv,
         sink: UnboundedSender<OverlayEvents>,
     ) -> Result<Overlay> {
-        let mut enforcer = Enforcer::load(env.backend)?;
+        let mut enforcer = Enforcer::load_sized(env.backend, ExecMapSizes::FOLLOWER)?;
         enforcer.follow(env.resolver_port)?;
         let events = enforcer.events()?;
         let mut in_force = InForce::start(

@@ -29,15 +29,6 @@ pub fn will_redirect(port: u16, transport: u8) -> bool {
     is_dns(port, transport) && dns_redirect().is_some() && current_in_scope()
 }
 
-/// Whether this cgroup connect or sendmsg call is DNS of a process in scope, which another
-/// program set sends to guard's resolver (see `DnsRedirect::follower`).
-#[inline(always)]
-pub fn will_redirect_call(ctx: &SockAddrContext) -> bool {
-    // SAFETY: the context pointer the kernel passed.
-    let sa = unsafe { &*ctx.sock_addr };
-    will_redirect(u16::from_be(sa.user_port as u16), sa.protocol as u8)
-}
-
 /// TCP or UDP to port 53 (host order).
 #[inline(always)]
 fn is_dns(port: u16, transport: u8) -> bool {
@@ -56,6 +47,11 @@ pub fn redirect(ctx: &SockAddrContext, v6: bool, redirect: DnsRedirect) -> bool 
     // Not DNS, or not in scope: decided as any other call.
     if !is_dns(u16::from_be(sa.user_port as u16), sa.protocol as u8) || !current_in_scope() {
         return false;
+    }
+    if redirect.follower != 0 {
+        // An overlay's set: the daemon's, whose program runs after this one, sends it to
+        // guard's resolver (fails open to that set, which decides it by name).
+        return true;
     }
     let mut original = DnsOriginal {
         addr: [0; 16],

@@ -60,14 +60,7 @@ pub fn sendmsg6(ctx: SockAddrContext) -> i32 {
 #[inline(always)]
 fn from_sock_addr(ctx: &SockAddrContext, v6: bool, call: u8) -> i32 {
     let redirect = dns_redirect();
-    let follower = redirect.is_some_and(|r| r.follower != 0);
-    if follower {
-        // A set stacked beside the daemon's (an overlay): the daemon's set, which runs after
-        // this one, sends DNS to guard's resolver, so DNS passes here (fails open to it).
-        if crate::dns::will_redirect_call(ctx) {
-            return 1;
-        }
-    } else if let Some(redirect) = redirect {
+    if let Some(redirect) = redirect {
         // DNS goes to guard's resolver, which decides by name.
         if crate::dns::redirect(ctx, v6, redirect) {
             return 1;
@@ -100,10 +93,6 @@ fn from_sock_addr(ctx: &SockAddrContext, v6: bool, call: u8) -> i32 {
     if splice && crate::held::spliced(cookie) {
         // Held at guard's splice listener, which sends it on once approved.
         crate::held::to_splice_listener(ctx, v6, splice_port);
-        return 1;
-    }
-    if follower {
-        // Let through unchanged: the daemon's set sends a stand-in on (or refuses it).
         return 1;
     }
     // Let through: a stand-in goes to the real address it stands for, or nowhere.

@@ -25,7 +25,9 @@ pub fn send_to_real(ctx: &SockAddrContext, v6: bool) -> bool {
     let Some(word) = named_stand_in(sa, v6) else {
         return true;
     };
-    if dns_redirect().is_none() || !current_in_scope() {
+    // No resolver of guard's, or an overlay's set (the daemon's, after it, sends the stand-in
+    // on): left as it is.
+    if dns_redirect().is_none_or(|r| r.follower != 0) || !current_in_scope() {
         return true;
     }
     // SAFETY: a read of a hash map value the verifier bounds.

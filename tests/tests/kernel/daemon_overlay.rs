@@ -390,3 +390,83 @@ fn a_users_run_waits_for_her_answer_to_what_only_her_overlay_prompts() {
         "the held exec is named with the overlay's rule: {stderr}"
     );
 }
+
+#[test]
+fn dns_passes_an_overlays_set_to_guards_resolver_and_the_overlay_decides_the_names_connects() {
+    if !can_run() {
+        return;
+    }
+    let dns = guard_tests::dns::TestDns::start();
+    let address = std::net::Ipv4Addr::new(127, 77, 44, 1);
+    dns.set_a("api.overlay.test", &[address], 60);
+    let _https = std::net::TcpListener::bind((address, 443)).expect("listening on 127.77.44.1:443");
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "network_rule(host=\"api.overlay.test\", protocol=\"https\", decision=\"allow\")\n"
+            .to_string(),
+        nameserver: Some(dns.addr()),
+        ..Default::default()
+    });
+    let forbids = overlay(
+        &daemon,
+        "no-api.rules",
+        "network_rule(host=\"api.overlay.test\", protocol=\"https\", decision=\"forbidden\")\n",
+    );
+    // Asked of any address on port 53: the daemon's set sends it to guard's resolver.
+    let probe = |overlay: Option<&Path>| {
+        let mut args = vec!["run"];
+        if let Some(overlay) = overlay {
+            args.extend(["--overlay", overlay.to_str().unwrap()]);
+        }
+        let dns_probe = crate::common::dns_probe();
+        args.extend([
+            "--",
+            dns_probe.to_str().unwrap(),
+            "127.0.0.153:53",
+            "api.overlay.test",
+            "udp",
+            "1",
+            "443",
+        ]);
+        let out = daemon.guard(&args);
+        let stdout = text(&out.stdout);
+        let line = stdout.lines().last().unwrap_or_default().to_string();
+        let value: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("{e}: {line:?}; guard said: {}", text(&out.stderr)));
+        value
+    };
+    let plain = probe(None);
+    assert_eq!(
+        (plain["answers"].as_u64(), plain["connected"].as_u64()),
+        (Some(1), Some(1)),
+        "without the overlay the name is answered and reached: {plain}"
+    );
+    // An overlay that refuses every destination but the name: its set lets DNS pass (a
+    // decision of its own would refuse 127.0.0.153:53), and allows the name's addresses as
+    // guard's resolver answers them, after the overlay was put in force.
+    let strict = overlay(
+        &daemon,
+        "only-api.rules",
+        "enforcement(unmatched_network=\"forbidden\")\n\
+         network_rule(host=\"api.overlay.test\", protocol=\"https\", decision=\"allow\")\n",
+    );
+    let allowed = probe(Some(&strict));
+    assert_eq!(
+        (allowed["answers"].as_u64(), allowed["connected"].as_u64()),
+        (Some(1), Some(1)),
+        "DNS passed the strict overlay's set, and the name it allows was reached: {allowed}"
+    );
+    let tightened = probe(Some(&forbids));
+    assert_eq!(
+        tightened["addresses"],
+        serde_json::json!(["127.77.44.1"]),
+        "the lookup passed the overlay's set to guard's resolver: {tightened}"
+    );
+    assert_eq!(
+        (
+            tightened["connected"].as_u64(),
+            tightened["refused"].as_u64()
+        ),
+        (Some(0), Some(1)),
+        "the overlay refuses the name's connect by the answer it got: {tightened}"
+    );
+}

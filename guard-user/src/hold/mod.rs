@@ -572,3 +572,60 @@ impl Supervisor {
         (self.wake)();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::{CompileEnv, NoResolver, compile};
+    use crate::policy::PolicyParser;
+
+    fn twins_of(rules: &str) -> Twins {
+        let mut parser = PolicyParser::new();
+        parser.parse("t.rules", rules).unwrap();
+        let image = compile(&parser.build(), &NoResolver, &CompileEnv::default());
+        Twins::of_image(&image, true, false, false).unwrap()
+    }
+
+    fn decision(twins: &Twins, program: &str) -> Decision {
+        let call = ExecCall {
+            file: program.into(),
+            argv: vec![program.to_string()],
+        };
+        twins
+            .decide_exec(&call)
+            .expect("execs are decided")
+            .decision
+    }
+
+    #[test]
+    fn a_run_with_an_overlay_holds_an_exec_by_the_stronger_of_both_decisions() {
+        let daemon = "prefix_rule(pattern=[\"deploy\"], decision=\"prompt\")\n\
+                      prefix_rule(pattern=[\"wipe\"], decision=\"forbidden\")\n";
+        let mut twins = twins_of(daemon);
+        twins.overlay = Some(Box::new(twins_of(
+            "prefix_rule(pattern=[\"curl\"], decision=\"prompt\")\n\
+             prefix_rule(pattern=[\"deploy\"], decision=\"forbidden\")\n\
+             prefix_rule(pattern=[\"wipe\"], decision=\"allow\")\n",
+        )));
+        assert_eq!(
+            decision(&twins, "curl"),
+            Decision::Prompt,
+            "the overlay asks"
+        );
+        assert_eq!(
+            decision(&twins, "deploy"),
+            Decision::Forbidden,
+            "not held: refused"
+        );
+        assert_eq!(
+            decision(&twins, "wipe"),
+            Decision::Forbidden,
+            "its allow is no say"
+        );
+        assert_eq!(decision(&twins, "ls"), Decision::Allow);
+        assert!(twins.held_syscalls().exec);
+        let alone = twins_of(daemon);
+        assert_eq!(decision(&alone, "curl"), Decision::Allow);
+        assert_eq!(decision(&alone, "deploy"), Decision::Prompt);
+    }
+}

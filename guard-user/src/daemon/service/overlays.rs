@@ -177,3 +177,68 @@ fn forward_events(
         }
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Decision;
+
+    fn file(name: &str, text: &str) -> OverlayFile {
+        OverlayFile {
+            name: name.into(),
+            text: text.into(),
+        }
+    }
+
+    #[test]
+    fn what_an_overlay_does_not_set_has_no_say_and_what_it_sets_holds() {
+        let silent = parse(
+            &[file(
+                "a.rules",
+                "prefix_rule(pattern=[\"curl\"], decision=\"forbidden\")\n",
+            )],
+            ApprovalPolicy::OnRequest,
+        )
+        .unwrap();
+        let settings = silent.enforcement();
+        assert_eq!(settings.unmatched_exec, Decision::Allow);
+        assert_eq!(settings.unmatched_network, Decision::Allow);
+        assert_eq!(settings.anonymous_exec, Decision::Allow);
+        assert_eq!(
+            settings.socket_kinds,
+            crate::policy::rule::SocketKinds::all()
+        );
+        let strict = parse(
+            &[file(
+                "b.rules",
+                "enforcement(unmatched_network=\"forbidden\", anonymous_exec=\"forbidden\")\n",
+            )],
+            ApprovalPolicy::OnRequest,
+        )
+        .unwrap();
+        let settings = strict.enforcement();
+        assert_eq!(settings.unmatched_network, Decision::Forbidden);
+        assert_eq!(settings.anonymous_exec, Decision::Forbidden);
+        assert_eq!(settings.unmatched_exec, Decision::Allow);
+    }
+
+    #[test]
+    fn an_overlay_that_does_not_parse_names_its_file_and_line() {
+        let err = parse(
+            &[
+                file(
+                    "ok.rules",
+                    "prefix_rule(pattern=[\"ls\"], decision=\"allow\")\n",
+                ),
+                file(
+                    "bad.rules",
+                    "\nprefix_rule(pattern=[\"rm\"], decision=\"nope\")\n",
+                ),
+            ],
+            ApprovalPolicy::OnRequest,
+        )
+        .unwrap_err();
+        assert!(err.contains("bad.rules:2"), "{err}");
+        assert!(parse(&[], ApprovalPolicy::OnRequest).is_err());
+    }
+}

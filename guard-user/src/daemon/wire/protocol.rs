@@ -259,6 +259,33 @@ mod tests {
     }
 
     #[test]
+    fn a_run_carries_its_overlays_text_and_an_older_clients_run_has_none() {
+        let line: RequestLine =
+            serde_json::from_str(r#"{"v":1,"op":"run","argv":["make"]}"#).unwrap();
+        assert!(matches!(line.request, Request::Run { ref overlay, .. } if overlay.is_empty()));
+        let run = RequestLine {
+            v: 1,
+            request: Request::Run {
+                argv: vec!["make".into()],
+                workspace: None,
+                tmpdir: None,
+                hold: true,
+                overlay: vec![OverlayFile {
+                    name: "tight.rules".into(),
+                    text: "prefix_rule(pattern=[\"curl\"], decision=\"forbidden\")\n".into(),
+                }],
+            },
+        };
+        let written = serde_json::to_string(&run).unwrap();
+        assert!(
+            written.contains(r#""overlay":[{"name":"tight.rules","text":"prefix_rule("#),
+            "{written}"
+        );
+        let read: RequestLine = serde_json::from_str(&written).unwrap();
+        assert_eq!(read.request, run.request);
+    }
+
+    #[test]
     fn the_flush_line_is_recognised_and_nothing_else_is() {
         assert!(is_flush(FLUSH_LINE));
         assert!(is_flush(r#"{ "op": "flush", "v": 1 }"#));

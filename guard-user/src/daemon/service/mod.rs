@@ -1151,6 +1151,16 @@ impl Daemon {
         // Parsed before anything is made: an overlay that does not parse changes nothing.
         let overlay_policy = match overlay {
             [] => None,
+            _ if self.overlays.len() >= overlays::MAX_OVERLAYS => {
+                return Err((
+                    ErrorCode::Failed,
+                    format!(
+                        "the daemon holds {} overlays already, its most: run without --overlay, \
+                         or when one of those runs has ended",
+                        overlays::MAX_OVERLAYS
+                    ),
+                ));
+            }
             files => Some(
                 overlays::parse(files, self.config.asks.approval())
                     .map_err(|message| (ErrorCode::BadRequest, message))?,

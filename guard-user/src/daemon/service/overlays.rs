@@ -32,6 +32,14 @@ use crate::policy::approval::ApprovalPolicy;
 use crate::policy::parser::PolicyParser;
 use crate::resolve::answers::KnownAddresses;
 
+/// Files one overlay may have: any local user may send one, and each is evaluated (within the
+/// parser's bounds on steps and memory) by the daemon.
+pub const MAX_OVERLAY_FILES: usize = 16;
+
+/// Overlays in force at once: each is a program set of about 24 MiB of kernel memory, loaded
+/// for any local user's run.
+pub const MAX_OVERLAYS: usize = 32;
+
 /// Events of an overlay's set, with the run scope (cgroup id) it holds.
 pub type OverlayEvents = (u64, Vec<KernelEvent>);
 
@@ -71,6 +79,13 @@ pub struct OverlayEnv<'a> {
 pub fn parse(files: &[OverlayFile], approval: ApprovalPolicy) -> Result<Policy, String> {
     if files.is_empty() {
         return Err("an overlay needs at least one rules file".to_string());
+    }
+    if files.len() > MAX_OVERLAY_FILES {
+        return Err(format!(
+            "an overlay has at most {MAX_OVERLAY_FILES} files, and this one has {}: put its \
+             rules in fewer files",
+            files.len()
+        ));
     }
     let mut parser = PolicyParser::new();
     for file in files {

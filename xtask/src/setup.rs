@@ -174,6 +174,20 @@ pub const ITEMS: &[Item] = &[
         fix: Fix::AptNoRecommends(&["tmux"]),
     },
     Item {
+        // tests/tests/kernel/daemon_patterns.rs has podman start a container from a local image
+        // (busybox-static's one binary, imported; no registry) in a cgroup a `[[scope.patterns]]`
+        // pattern matches. runc, since crun refuses these machines' hybrid cgroup layout.
+        name: "podman, runc and busybox-static (a container for the cgroup pattern tests)",
+        need: Need::Test,
+        present: || {
+            ["podman", "runc"]
+                .iter()
+                .all(|tool| find_on_path(tool).is_some())
+                && debian_package_installed("busybox-static")
+        },
+        fix: Fix::AptNoRecommends(&["podman", "runc", "busybox-static"]),
+    },
+    Item {
         // tests/tests/kernel/daemon_unit.rs rates packaging/guard.service's hardening offline
         // (`systemd-analyze security --offline=true`); systemd need not be running.
         name: "systemd-analyze (systemd, to rate the unit's hardening)",
@@ -388,6 +402,14 @@ pub fn setup(needs: &[Need], report: Report) -> Result<()> {
         bail!("setup incomplete, missing: {}", missing.join(", "));
     }
     Ok(())
+}
+
+/// Whether Debian package `name` is installed (`dpkg-query`).
+fn debian_package_installed(name: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", name])
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("install ok installed"))
 }
 
 fn c_compiler_present() -> bool {

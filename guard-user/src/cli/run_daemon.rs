@@ -32,28 +32,11 @@ const FLUSH_WAIT: Duration = Duration::from_secs(2);
 /// The overlay's files (`--overlay`: a file, or a folder of `*.rules`), read here: the daemon
 /// reads no file for its caller.
 fn read_overlay(paths: &[PathBuf]) -> Result<Vec<OverlayFile>, String> {
-    let mut files = Vec::new();
-    for path in paths {
-        for file in crate::policy::load::rules_files(path).map_err(|err| err.to_string())? {
-            if file
-                .extension()
-                .is_some_and(|ext| ext == crate::policy::load::LEGACY_POLICY_EXTENSION)
-            {
-                return Err(format!(
-                    "{}: a legacy policy cannot tighten a daemon's run; write its rules as \
-                     prefix_rule/network_rule lines in a `.rules` file",
-                    file.display()
-                ));
-            }
-            let text = std::fs::read_to_string(&file)
-                .map_err(|err| format!("reading the overlay {}: {err}", file.display()))?;
-            files.push(OverlayFile {
-                name: file.display().to_string(),
-                text,
-            });
-        }
-    }
-    Ok(files)
+    let files = crate::policy::load::read_rules_texts(paths)?;
+    Ok(files
+        .into_iter()
+        .map(|(name, text)| OverlayFile { name, text })
+        .collect())
 }
 
 /// Runs `args.command` in a fresh scope of the daemon at `socket` (the flags that are the

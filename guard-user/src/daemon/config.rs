@@ -72,6 +72,21 @@ pub struct ScopeConfig {
     /// cgroup v2 folders (absolute, or relative to the cgroup2 mount) to enforce on, with
     /// everything below them.
     pub cgroups: Vec<PathBuf>,
+    /// cgroups by pattern, each with rules of its own held beside the daemon's policy
+    /// (`[[scope.patterns]]`): a container started later gets its pattern's rules.
+    pub patterns: Vec<PatternConfig>,
+}
+
+/// `[[scope.patterns]]`: the cgroups one pattern matches, and their rules.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PatternConfig {
+    /// A cgroup v2 path below the cgroup2 mount whose last part may have `*`, `?` and `[...]`
+    /// wildcards: `machine.slice/libpod-*.scope`, `system.slice/docker-*.scope`.
+    pub cgroup: String,
+    /// Rules files (or folders of `*.rules`) its cgroups hold beside the daemon's policy: the
+    /// stronger decision of the two wins.
+    pub rules: Vec<PathBuf>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -341,6 +356,15 @@ impl Config {
         }
         if self.asks.once_secs == 0 || self.asks.timeout_secs == 0 {
             bail!("asks.once_secs and asks.timeout_secs must be at least 1");
+        }
+        for pattern in &self.scope.patterns {
+            crate::daemon::scopes::CgroupPattern::parse(&pattern.cgroup)?;
+            if pattern.rules.is_empty() {
+                bail!(
+                    "scope.patterns: {:?} has no rules: name its rules files (`rules = [...]`)",
+                    pattern.cgroup
+                );
+            }
         }
         Ok(())
     }

@@ -122,7 +122,7 @@ impl Scopes {
             if let Some(scope) = self.by_id.values().find(|s| s.path == folder) {
                 return match scope.kind {
                     ScopeKind::Host => Membership::Host,
-                    ScopeKind::Cgroup => Membership::Cgroup,
+                    ScopeKind::Cgroup | ScopeKind::Pattern { .. } => Membership::Cgroup,
                     ScopeKind::Runs | ScopeKind::Run { .. } => Membership::Run,
                 };
             }
@@ -274,7 +274,7 @@ impl Scopes {
 fn scope_label(kind: &ScopeKind) -> &'static str {
     match kind {
         ScopeKind::Host => "host",
-        ScopeKind::Cgroup => "cgroup",
+        ScopeKind::Cgroup | ScopeKind::Pattern { .. } => "cgroup",
         ScopeKind::Runs | ScopeKind::Run { .. } => "run",
     }
 }
@@ -297,6 +297,60 @@ pub fn own_cgroup() -> Result<PathBuf> {
     Ok(cgroup2_root()?.join(relative.trim_start_matches('/')))
 }
 
+/// A `[[scope.patterns]]` cgroup pattern: a folder below the cgroup2 mount, and a glob for the
+/// names of the cgroups in it (`machine.slice/libpod-*.scope`).
+#[derive(Clone, Debug)]
+pub struct CgroupPattern {
+    /// As configured.
+    pub text: String,
+    /// The folder whose cgroups it matches, relative to the cgroup2 mount.
+    pub parent: PathBuf,
+    name: globset::GlobMatcher,
+}
+
+impl CgroupPattern {
+    /// The pattern `text`; an error says what to write instead.
+    pub fn parse(text: &str) -> Result<CgroupPattern> {
+        let wild = |part: &str| part.contains(['*', '?', '[']);
+        let trimmed = text.trim_matches('/');
+        let Some((parent, last)) = trimmed.rsplit_once('/') else {
+            anyhow::bail!(
+                "scope.patterns: {text:?} names no folder: a pattern matches the cgroups in one \
+                 folder below the cgroup2 mount, as `machine.slice/libpod-*.scope` does"
+            );
+        };
+        if parent
+            .split('/')
+            .any(|part| wild(part) || part == ".." || part == ".")
+        {
+            anyhow::bail!(
+                "scope.patterns: {text:?}: only its last part may have wildcards, and no part \
+                 may be `.` or `..` (`system.slice/docker-*.scope`)"
+            );
+        }
+        if !wild(last) {
+            anyhow::bail!(
+                "scope.patterns: {text:?} has no wildcard: list one cgroup under scope.cgroups"
+            );
+        }
+        let name = globset::GlobBuilder::new(last)
+            .literal_separator(true)
+            .build()
+            .with_context(|| format!("scope.patterns: {text:?}"))?
+            .compile_matcher();
+        Ok(CgroupPattern {
+            text: text.to_string(),
+            parent: PathBuf::from(parent),
+            name,
+        })
+    }
+
+    /// Whether a cgroup named `name` in the pattern's folder is one it matches.
+    pub fn matches(&self, name: &str) -> bool {
+        self.name.is_match(name)
+    }
+}
+
 /// A configured cgroup: absolute, or relative to the cgroup2 mount.
 pub fn configured_cgroup(path: &Path) -> Result<PathBuf> {
     let full = if path.is_absolute() {
@@ -311,4 +365,35 @@ pub fn configured_cgroup(path: &Path) -> Result<PathBuf> {
         );
     }
     Ok(full)
+}
+
+#[cfg(test)]
+mod pattern_tests {
+    use super::CgroupPattern;
+
+    #[test]
+    fn a_pattern_matches_the_cgroups_of_one_folder_by_their_names() {
+        let pattern = CgroupPattern::parse("machine.slice/libpod-*.scope").unwrap();
+        assert_eq!(pattern.parent, std::path::Path::new("machine.slice"));
+        assert!(pattern.matches("libpod-0123abcd.scope"));
+        assert!(!pattern.matches("libpod-conmon-0123abcd.scope/x"));
+        assert!(!pattern.matches("systemd-machined.service"));
+        let podman = CgroupPattern::parse("/libpod_parent/libpod-*").unwrap();
+        assert_eq!(podman.parent, std::path::Path::new("libpod_parent"));
+        assert!(podman.matches("libpod-4f0e"));
+        assert!(!podman.matches("conmon"));
+    }
+
+    #[test]
+    fn a_pattern_refuses_wildcards_above_its_last_part_and_says_what_to_write() {
+        for (text, says) in [
+            ("*.slice/docker-*.scope", "only its last part"),
+            ("system.slice/../x-*", "only its last part"),
+            ("docker-*.scope", "names no folder"),
+            ("system.slice/docker.scope", "no wildcard"),
+        ] {
+            let err = CgroupPattern::parse(text).unwrap_err().to_string();
+            assert!(err.contains(says), "{text}: {err}");
+        }
+    }
 }

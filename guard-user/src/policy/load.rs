@@ -139,6 +139,31 @@ pub fn rules_files(path: &Path) -> Result<Vec<PathBuf>, LoadError> {
     Ok(files)
 }
 
+/// The text of each `.rules` file `paths` stand for (a file, or a folder's `*.rules` files), as
+/// `(name, text)` in order, for a policy that is parsed elsewhere (a run's overlay, which the
+/// daemon parses). A legacy `.policy` file is an error: it is read only with its own parser.
+pub fn read_rules_texts(paths: &[PathBuf]) -> Result<Vec<(String, String)>, String> {
+    let mut files = Vec::new();
+    for path in paths {
+        for file in rules_files(path).map_err(|err| err.to_string())? {
+            if file
+                .extension()
+                .is_some_and(|ext| ext == LEGACY_POLICY_EXTENSION)
+            {
+                return Err(format!(
+                    "{}: a legacy policy cannot be an overlay; write its rules as \
+                     prefix_rule/network_rule lines in a `.rules` file",
+                    file.display()
+                ));
+            }
+            let text = std::fs::read_to_string(&file)
+                .map_err(|err| format!("reading {}: {err}", file.display()))?;
+            files.push((file.display().to_string(), text));
+        }
+    }
+    Ok(files)
+}
+
 /// The system rules folder (or its override), when it exists.
 pub fn system_rules_dir() -> Option<PathBuf> {
     let dir = system_rules_location();

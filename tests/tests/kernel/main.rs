@@ -19,6 +19,7 @@ mod daemon;
 mod daemon_hold;
 mod daemon_metrics;
 mod daemon_overlay;
+mod daemon_patterns;
 mod daemon_unit;
 mod dns;
 mod kernel_approvals;

@@ -48,6 +48,7 @@ mod answers;
 mod held;
 mod metrics;
 mod overlays;
+mod patterns;
 mod status;
 
 pub use held::WaitingCall;
@@ -89,8 +90,11 @@ pub struct Daemon {
     held_sockets: Vec<held::WaitingSocket>,
     /// Where held connects to stand-in addresses wait.
     splices: Option<crate::hold::splice::SpliceListener>,
-    /// The runs' overlays (`guard run --overlay`), by run scope.
+    /// The runs' overlays (`guard run --overlay`), by run scope, and the patterns' rules, by
+    /// their folder's cgroup id.
     overlays: overlays::Overlays,
+    /// `[[scope.patterns]]`: their folders and the cgroups seen there.
+    patterns: Vec<patterns::PatternScope>,
     /// Where the overlays' sets send their events.
     overlay_sink: UnboundedSender<OverlayEvents>,
     /// Taken by the server loop, which hands each batch to [`Daemon::on_overlay_events`].
@@ -325,6 +329,7 @@ impl Daemon {
         let (overlay_sink, overlay_events) = tokio::sync::mpsc::unbounded_channel();
         let mut daemon = Daemon {
             overlays: Default::default(),
+            patterns: Vec::new(),
             overlay_sink,
             overlay_events: Some(overlay_events),
             held_wake,
@@ -396,6 +401,12 @@ impl Daemon {
         for abandoned in crate::kernel::scope::remove_abandoned_scopes() {
             tracing::warn!("{abandoned}");
         }
+        // First: where a pattern's set and the daemon's are attached to one folder, the
+        // pattern's programs must run first (a cgroup's run in the order they were attached),
+        // to see each call as the program made it.
+        for pattern in self.config.scope.patterns.clone() {
+            self.start_pattern(&pattern)?;
+        }
         let mut targets: Vec<(ScopeKind, PathBuf)> = Vec::new();
         if self.config.scope.host {
             targets.push((ScopeKind::Host, cgroup2_root()?));
@@ -426,6 +437,103 @@ impl Daemon {
             }
         }
         Ok(())
+    }
+
+    /// Puts a `[[scope.patterns]]` pattern in force: its rules in a set of their own on its
+    /// folder, the daemon's set there too (unless the host is in scope), the cgroups there now
+    /// sorted before the folder is listed (`patterns.rs`).
+    fn start_pattern(&mut self, config: &crate::daemon::config::PatternConfig) -> Result<()> {
+        let mut scope = patterns::PatternScope::new(config, &cgroup2_root()?)?;
+        let (files, policy) = patterns::load_rules(&config.rules, self.config.asks.approval())
+            .map_err(|err| anyhow!("scope.patterns {:?}: {err}", config.cgroup))?;
+        let known = self.known();
+        let env = overlays::OverlayEnv {
+            backend: self.in_force.enforcer().backend(),
+            resolver_port: self.name_server.as_ref().map(Resolver::port),
+            known: &known,
+            approvals: &self.approvals,
+            modes: Modes {
+                audit_only: self.config.audit_only,
+                record_allowed: self.config.audit.record_allowed,
+            },
+        };
+        let overlay = overlays::Overlay::load(files, policy, &env, self.overlay_sink.clone())?;
+        self.overlays.insert(scope.folder_id, overlay);
+        let found = scope.scan();
+        self.pattern_changes(&scope, found);
+        let host = self.config.scope.host;
+        if let Some(overlay) = self.overlays.get_mut(&scope.folder_id) {
+            overlay.attach(&scope.folder)?;
+            overlay.list(scope.folder_id)?;
+        }
+        if !host {
+            self.in_force.enforcer_mut().attach_cgroup(&scope.folder)?;
+            self.in_force.enforcer_mut().add_scope(scope.folder_id)?;
+        }
+        let kind = ScopeKind::Pattern {
+            pattern: config.cgroup.clone(),
+            matched: false,
+        };
+        self.scopes.insert(kind, scope.folder.clone())?;
+        self.patterns.push(scope);
+        Ok(())
+    }
+
+    /// Lists what appeared in a pattern's folder and drops what is gone, in the pattern's set
+    /// and the daemon's: a cgroup the pattern matches in scope, another exempt (in the daemon's
+    /// set only when the folder is its scope, not the host's).
+    fn pattern_changes(&mut self, scope: &patterns::PatternScope, changes: Vec<patterns::Change>) {
+        let host = self.config.scope.host;
+        for change in changes {
+            let Some(overlay) = self.overlays.get_mut(&scope.folder_id) else {
+                return;
+            };
+            let main = self.in_force.enforcer_mut();
+            let done = match change {
+                patterns::Change::Found {
+                    id,
+                    path,
+                    matched: true,
+                } => overlay
+                    .list(id)
+                    .and_then(|()| main.add_scope(id))
+                    .and_then(|()| {
+                        let kind = ScopeKind::Pattern {
+                            pattern: scope.pattern.text.clone(),
+                            matched: true,
+                        };
+                        self.scopes.insert(kind, path).map(drop)
+                    }),
+                patterns::Change::Found { id, .. } => overlay
+                    .exempt(id)
+                    .and_then(|()| if host { Ok(()) } else { main.exempt_scope(id) }),
+                patterns::Change::Gone { id, matched } => {
+                    self.scopes.by_id.remove(&id);
+                    overlay.unlist(id).and_then(|()| {
+                        if matched || !host {
+                            main.remove_scope(id)
+                        } else {
+                            Ok(())
+                        }
+                    })
+                }
+            };
+            if let Err(err) = done {
+                tracing::warn!("{:?}: {err:#}", scope.pattern.text);
+            }
+        }
+    }
+
+    /// Looks through the patterns' folders (every tick).
+    fn watch_patterns(&mut self) {
+        let mut patterns = std::mem::take(&mut self.patterns);
+        for scope in &mut patterns {
+            let changes = scope.scan();
+            if !changes.is_empty() {
+                self.pattern_changes(scope, changes);
+            }
+        }
+        self.patterns = patterns;
     }
 
     /// Lists a run's own cgroup in scope (its parent, listed already, keeps it enforced): the
@@ -510,11 +618,29 @@ impl Daemon {
             self.dns.merge_new(fresh);
         }
         self.dns.retain_hosts(&names);
+        // The patterns' rules are read again too: all load, or nothing changes.
+        let mut pattern_rules = Vec::new();
+        for scope in &self.patterns {
+            match patterns::load_rules(&scope.rules, self.config.asks.approval()) {
+                Ok(rules) => pattern_rules.push((scope.folder_id, rules)),
+                Err(err) => {
+                    let err = format!("scope.patterns {:?}: {err}", scope.pattern.text);
+                    return Err(self.reload_refused(by, &err));
+                }
+            }
+        }
         let previous = std::mem::replace(&mut self.loaded, loaded);
         if let Err(err) = self.rebuild() {
             self.loaded = previous;
             return Err(self.reload_refused(by, &format!("{err:#}")));
         }
+        for (id, (files, policy)) in pattern_rules {
+            if let Some(overlay) = self.overlays.get_mut(&id) {
+                overlay.files = files;
+                overlay.set_policy(policy);
+            }
+        }
+        self.rebuild_overlays();
         if let Ok(mut names) = self.names.write() {
             *names = NamePolicy::from_policy(&self.loaded.policy);
         }
@@ -685,6 +811,7 @@ impl Daemon {
         let mut changed = self.approvals.expire(now);
         // Before a finished run's scope goes: its last losses are said under its name.
         self.account_scope_losses();
+        self.watch_patterns();
         for id in self.scopes.end_finished_runs() {
             let _ = self.in_force.enforcer_mut().remove_scope(id);
             self.overlays.remove(&id);
@@ -744,7 +871,7 @@ impl Daemon {
     }
 
     /// Events of a run's overlay set (see `overlays.rs`), taken as the daemon's own.
-    pub fn on_overlay_events(&mut self, (_, events): OverlayEvents) {
+    pub fn on_overlay_events(&mut self, events: OverlayEvents) {
         let now = Instant::now();
         for event in events {
             self.take_event(event, now, false);
@@ -1266,8 +1393,10 @@ impl Daemon {
                 record_allowed: self.config.audit.record_allowed,
             },
         };
-        let overlay =
-            overlays::Overlay::start(files, policy, (id, &path), &env, self.overlay_sink.clone())?;
+        let names = files.iter().map(|f| f.name.clone()).collect();
+        let mut overlay = overlays::Overlay::load(names, policy, &env, self.overlay_sink.clone())?;
+        overlay.attach(&path)?;
+        overlay.list(id)?;
         self.overlays.insert(id, overlay);
         Ok(())
     }

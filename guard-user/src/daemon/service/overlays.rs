@@ -1,7 +1,7 @@
-//! Runs with an overlay (`guard run --socket S --overlay FILE -- CMD`): the run's scope holds
-//! the daemon's policy tightened by FILE. Each such run gets a program set of its own (a
-//! follower, see `Enforcer::follow`) holding the overlay's rules alone, stacked on its scope
-//! beside the daemon's set, which still lists the scope as every run's. Both decide every exec
+//! Rules held beside the daemon's policy on some of its scopes: a run's overlay (`guard run
+//! --socket S --overlay FILE -- CMD`), or a `[[scope.patterns]]` pattern's rules (`patterns.rs`).
+//! Each gets a program set of its own (a follower, see `Enforcer::follow`) holding those rules
+//! alone, stacked on its scopes beside the daemon's set, which holds the scopes too. Both decide every exec
 //! and connect of the run and the kernel refuses what either refuses, so the run's decision is
 //! the stronger of the daemon's and the overlay's, exactly: an allow of the overlay cannot
 //! admit what the daemon's policy prompts or refuses, its unmatched defaults included. What
@@ -11,7 +11,7 @@
 //! (an approval never overrides a `forbidden`), so an answer lets the call through only where
 //! each set prompted at most.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::Path;
 
@@ -40,18 +40,20 @@ pub const MAX_OVERLAY_FILES: usize = 16;
 /// for any local user's run.
 pub const MAX_OVERLAYS: usize = 32;
 
-/// Events of an overlay's set, with the run scope (cgroup id) it holds.
-pub type OverlayEvents = (u64, Vec<KernelEvent>);
+/// Events of an overlay's set.
+pub type OverlayEvents = Vec<KernelEvent>;
 
-/// The overlays in force, by the run scope each holds.
+/// The overlays in force, by the scope each was made for: a run's, or a pattern's folder.
 pub type Overlays = HashMap<u64, Overlay>;
 
-/// One run's overlay: its policy and the program set that holds it.
+/// One overlay: its policy and the program set that holds it.
 pub struct Overlay {
-    /// The files it was read from, as the client named them.
+    /// The files it was read from (as a run's client named them).
     pub files: Vec<String>,
     policy: Policy,
     in_force: InForce,
+    /// The scopes (cgroup ids) its set lists in scope.
+    scopes: BTreeSet<u64>,
     /// Passes the set's events to the daemon's loop; stopped when the overlay goes.
     forwarder: tokio::task::JoinHandle<()>,
 }
@@ -74,18 +76,23 @@ pub struct OverlayEnv<'a> {
     pub modes: Modes,
 }
 
-/// The overlay's policy: its files parsed in order, as one rules folder is. A file that does
-/// not parse is an error naming it and its line; nothing is loaded.
+/// A run's overlay's policy ([`parse_files`]), from a client: at most [`MAX_OVERLAY_FILES`].
 pub fn parse(files: &[OverlayFile], approval: ApprovalPolicy) -> Result<Policy, String> {
-    if files.is_empty() {
-        return Err("an overlay needs at least one rules file".to_string());
-    }
     if files.len() > MAX_OVERLAY_FILES {
         return Err(format!(
             "an overlay has at most {MAX_OVERLAY_FILES} files, and this one has {}: put its \
              rules in fewer files",
             files.len()
         ));
+    }
+    parse_files(files, approval)
+}
+
+/// An overlay's policy: its files parsed in order, as one rules folder is. A file that does not
+/// parse is an error naming it and its line; nothing is loaded.
+pub fn parse_files(files: &[OverlayFile], approval: ApprovalPolicy) -> Result<Policy, String> {
+    if files.is_empty() {
+        return Err("an overlay needs at least one rules file".to_string());
     }
     let mut parser = PolicyParser::new();
     for file in files {
@@ -97,12 +104,12 @@ pub fn parse(files: &[OverlayFile], approval: ApprovalPolicy) -> Result<Policy, 
 }
 
 impl Overlay {
-    /// Loads a follower set holding `policy` (the approvals on top), attaches it to the run
-    /// scope `cgroup` (id `scope`) and lists the scope in it. Its events go to `sink`.
-    pub fn start(
-        files: &[OverlayFile],
+    /// Loads a follower set holding `policy` (the approvals on top), named by `files`; nothing
+    /// is attached or in scope yet ([`Overlay::attach`], [`Overlay::list`]). Its events go to
+    /// `sink`.
+    pub fn load(
+        files: Vec<String>,
         policy: Policy,
-        (scope, cgroup): (u64, &Path),
         env: &OverlayEnv,
         sink: UnboundedSender<OverlayEvents>,
     ) -> Result<Overlay> {
@@ -117,16 +124,49 @@ impl Overlay {
             env.modes,
         )?;
         in_force.rebuild(&policy, env.known, env.approvals)?;
-        let enforcer = in_force.enforcer_mut();
-        enforcer.attach_cgroup(cgroup)?;
-        enforcer.add_scope(scope)?;
-        let forwarder = forward_events(events, scope, sink)?;
+        let forwarder = forward_events(events, sink)?;
         Ok(Overlay {
-            files: files.iter().map(|f| f.name.clone()).collect(),
+            files,
             policy,
             in_force,
+            scopes: BTreeSet::new(),
             forwarder,
         })
+    }
+
+    /// Attaches the set's cgroup programs to `cgroup` (before the daemon's set is attached
+    /// there, if it is: a cgroup's programs run in the order they were attached).
+    pub fn attach(&mut self, cgroup: &Path) -> Result<()> {
+        self.in_force.enforcer_mut().attach_cgroup(cgroup)
+    }
+
+    /// Lists cgroup `id` in scope in the set.
+    pub fn list(&mut self, id: u64) -> Result<()> {
+        self.in_force.enforcer_mut().add_scope(id)?;
+        self.scopes.insert(id);
+        Ok(())
+    }
+
+    /// Lists cgroup `id` as exempt in the set (a cgroup a pattern's folder holds that the
+    /// pattern does not match).
+    pub fn exempt(&mut self, id: u64) -> Result<()> {
+        self.in_force.enforcer_mut().exempt_scope(id)
+    }
+
+    /// Removes cgroup `id`'s listing (it is gone).
+    pub fn unlist(&mut self, id: u64) -> Result<()> {
+        self.scopes.remove(&id);
+        self.in_force.enforcer_mut().remove_scope(id)
+    }
+
+    /// Whether its set decides for scope `id`.
+    pub fn holds(&self, id: u64) -> bool {
+        self.scopes.contains(&id)
+    }
+
+    /// Holds `policy` from now on (a reload read its files again).
+    pub fn set_policy(&mut self, policy: Policy) {
+        self.policy = policy;
     }
 
     pub fn policy(&self) -> &Policy {
@@ -150,13 +190,21 @@ impl Overlay {
     }
 }
 
-/// The image that decided `event`: its run's overlay's, or the daemon's.
+/// The overlay whose set decides for scope `id`, if one does.
+pub fn holding(overlays: &Overlays, id: u64) -> Option<&Overlay> {
+    overlays
+        .get(&id)
+        .filter(|o| o.holds(id))
+        .or_else(|| overlays.values().find(|o| o.holds(id)))
+}
+
+/// The image that decided `event`: its scope's overlay's, or the daemon's.
 pub fn image_of<'a>(
     daemon: &'a InForce,
     overlays: &'a Overlays,
     event: &KernelEvent,
 ) -> &'a EnforcementImage {
-    match overlays.get(&event.scope) {
+    match holding(overlays, event.scope) {
         Some(overlay) if event.overlay => overlay.image(),
         _ => daemon.image(),
     }
@@ -165,7 +213,6 @@ pub fn image_of<'a>(
 /// A task that drains the set's ring buffer whenever it has events and sends them to `sink`.
 fn forward_events(
     mut reader: EventReader,
-    scope: u64,
     sink: UnboundedSender<OverlayEvents>,
 ) -> Result<tokio::task::JoinHandle<()>> {
     // SAFETY: the reader's ring buffer fd, open while the reader lives (the task owns both).
@@ -186,7 +233,7 @@ fn forward_events(
             for event in &mut events {
                 event.overlay = true;
             }
-            if !events.is_empty() && sink.send((scope, events)).is_err() {
+            if !events.is_empty() && sink.send(events).is_err() {
                 break;
             }
         }

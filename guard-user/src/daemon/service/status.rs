@@ -31,9 +31,7 @@ impl Daemon {
                     asks_pending: self.asks.pending_in_scope(s.id),
                     events_submitted: counted.submitted,
                     events_lost: counted.lost,
-                    overlay: self
-                        .overlays
-                        .get(&s.id)
+                    overlay: super::overlays::holding(&self.overlays, s.id)
                         .map(|o| o.files.clone())
                         .unwrap_or_default(),
                 }

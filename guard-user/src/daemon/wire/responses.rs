@@ -74,6 +74,9 @@ pub enum ScopeKind {
     Cgroup,
     /// The parent of the run scopes.
     Runs,
+    /// A `[[scope.patterns]]` cgroup: one the pattern matches, or (`matched` false) the folder
+    /// above them, which holds the pattern's rules for a cgroup from its first moment.
+    Pattern { pattern: String, matched: bool },
     /// One `guard run`.
     Run {
         uid: u32,
@@ -90,6 +93,8 @@ impl ScopeKind {
             ScopeKind::Host => "host",
             ScopeKind::Cgroup => "cgroup",
             ScopeKind::Runs => "runs",
+            ScopeKind::Pattern { matched: false, .. } => "pattern",
+            ScopeKind::Pattern { matched: true, .. } => "matched",
             ScopeKind::Run { .. } => "run",
         }
     }

@@ -2,7 +2,9 @@
 //! map writes), a `reload` (re-read, compile, map sync), an `amend` (append under the lock, then
 //! reload) and a once-approval (compile with the approval, map sync), with 10 and 10 000 rules;
 //! and a reload while a scoped process floods the daemon with refusals (as fast as one process
-//! can make UDP connects: tens of thousands a second), against the same reload idle.
+//! can make UDP connects: tens of thousands a second), against the same reload idle; and what a
+//! run's overlay costs: its start against a run's without one, and the kernel memory its program
+//! set takes against the daemon's own.
 //!
 //! Run with `cargo xtask bench -- daemon` (it builds the release `guard` first) or
 //! `cargo build --release -p guard-user --bin guard && cargo bench -p guard-tests --bench daemon`.
@@ -177,5 +179,99 @@ fn main() {
         busy.as_secs_f64() / idle.as_secs_f64(),
         counters["net_forbidden"],
         counters["events_lost"]
+    );
+    drop(daemon);
+    overlay_costs();
+}
+
+/// The kernel memory of every BPF map a process holds open (the `memlock` of its map fds).
+fn map_memory(pid: u32) -> u64 {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return 0;
+    };
+    fds.flatten()
+        .filter_map(|fd| std::fs::read_to_string(fd.path()).ok())
+        .filter(|info| info.lines().any(|l| l.starts_with("map_type:")))
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("memlock:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// `guard run -- true` with and without an overlay (medians of `OVERLAY_ROUNDS`), and the
+/// kernel memory of one overlay's set beside the daemon's.
+fn overlay_costs() {
+    const OVERLAY_ROUNDS: usize = 9;
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "prefix_rule(pattern=[\"curl\"], decision=\"prompt\")\n".to_string(),
+        ..Default::default()
+    });
+    let overlay = daemon.dir.path().join("tight.rules");
+    std::fs::write(
+        &overlay,
+        "prefix_rule(pattern=[\"git\", \"push\"], decision=\"forbidden\")\n",
+    )
+    .unwrap();
+    let overlay = overlay.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let started = Instant::now();
+        let out = daemon.guard(args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        started.elapsed()
+    };
+    let plain = median(
+        (0..OVERLAY_ROUNDS)
+            .map(|_| run(&["run", "--", "true"]))
+            .collect(),
+    );
+    let tightened = median(
+        (0..OVERLAY_ROUNDS)
+            .map(|_| run(&["run", "--overlay", overlay, "--", "true"]))
+            .collect(),
+    );
+    let alone = map_memory(daemon.pid());
+    let stop = daemon.dir.path().join("stop-waiting");
+    let mut waiting = daemon
+        .guard_command(&[
+            "run",
+            "--overlay",
+            overlay,
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "i=0; while [ ! -e {} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done",
+                stop.display()
+            ),
+        ])
+        .spawn()
+        .unwrap();
+    // Its set is loaded before the command starts; the run's own start is bounded above.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut with_one = alone;
+    while with_one == alone && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        with_one = map_memory(daemon.pid());
+    }
+    std::fs::write(&stop, "").unwrap();
+    let _ = waiting.wait();
+    let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
+    println!(
+        "
+a run's start (guard run -- true, median of {OVERLAY_ROUNDS}): {} without an overlay, \
+         {} with one (×{:.0}); kernel memory of the daemon's maps {:.0} MiB, of one overlay's \
+         set {:.0} MiB (×{:.2})",
+        ms(plain),
+        ms(tightened),
+        tightened.as_secs_f64() / plain.as_secs_f64(),
+        mib(alone),
+        mib(with_one.saturating_sub(alone)),
+        with_one.saturating_sub(alone) as f64 / alone.max(1) as f64
     );
 }

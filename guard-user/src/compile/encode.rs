@@ -62,14 +62,15 @@ pub struct ExecMapSizes {
 }
 
 impl ExecMapSizes {
-    /// A daemon's or a `guard run`'s own set: any policy the limits allow (about 176 MiB).
+    /// A daemon's or a `guard run`'s own set: any policy the limits allow (its maps take about
+    /// 200 MiB of kernel memory).
     pub const FULL: ExecMapSizes = ExecMapSizes {
         argv_edges: MAX_ARGV_EDGES,
         exec_entries: MAX_EXEC_ENTRIES,
         tasks: guard_common::limits::MAX_TASKS,
     };
     /// A run's overlay's set (a follower): an overlay of some thousand prefix rules and its
-    /// run's approvals, in about a tenth of the memory.
+    /// run's approvals, in a tenth of the memory (`cargo xtask bench -- daemon`).
     pub const FOLLOWER: ExecMapSizes = ExecMapSizes {
         argv_edges: 16_384,
         exec_entries: 4_096,

@@ -36,7 +36,7 @@ use crate::resolve::answers::KnownAddresses;
 /// parser's bounds on steps and memory) by the daemon.
 pub const MAX_OVERLAY_FILES: usize = 16;
 
-/// Overlays in force at once: each is a program set of about 24 MiB of kernel memory, loaded
+/// Overlays in force at once: each is a program set of about 20 MiB of kernel memory, loaded
 /// for any local user's run.
 pub const MAX_OVERLAYS: usize = 32;
 

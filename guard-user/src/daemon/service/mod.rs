@@ -37,7 +37,6 @@ use crate::in_force::{InForce, Modes, names_guard_resolves};
 use crate::kernel::events::{EventReader, KernelEvent};
 use crate::kernel::scope::{cgroup_id, cgroup2_root};
 use crate::kernel::{Backend, Enforcer, pins};
-use crate::policy::Policy;
 use crate::policy::approval::{ApprovalPolicy, prompt_rejection};
 use crate::policy::load::{LoadedPolicy, load_policy_protecting};
 use crate::resolve::answers::{AnswerBook, KnownAddresses};
@@ -439,103 +438,6 @@ impl Daemon {
         Ok(())
     }
 
-    /// Puts a `[[scope.patterns]]` pattern in force: its rules in a set of their own on its
-    /// folder, the daemon's set there too (unless the host is in scope), the cgroups there now
-    /// sorted before the folder is listed (`patterns.rs`).
-    fn start_pattern(&mut self, config: &crate::daemon::config::PatternConfig) -> Result<()> {
-        let mut scope = patterns::PatternScope::new(config, &cgroup2_root()?)?;
-        let (files, policy) = patterns::load_rules(&config.rules, self.config.asks.approval())
-            .map_err(|err| anyhow!("scope.patterns {:?}: {err}", config.cgroup))?;
-        let known = self.known();
-        let env = overlays::OverlayEnv {
-            backend: self.in_force.enforcer().backend(),
-            resolver_port: self.name_server.as_ref().map(Resolver::port),
-            known: &known,
-            approvals: &self.approvals,
-            modes: Modes {
-                audit_only: self.config.audit_only,
-                record_allowed: self.config.audit.record_allowed,
-            },
-        };
-        let overlay = overlays::Overlay::load(files, policy, &env, self.overlay_sink.clone())?;
-        self.overlays.insert(scope.folder_id, overlay);
-        let found = scope.scan();
-        self.pattern_changes(&scope, found);
-        let host = self.config.scope.host;
-        if let Some(overlay) = self.overlays.get_mut(&scope.folder_id) {
-            overlay.attach(&scope.folder)?;
-            overlay.list(scope.folder_id)?;
-        }
-        if !host {
-            self.in_force.enforcer_mut().attach_cgroup(&scope.folder)?;
-            self.in_force.enforcer_mut().add_scope(scope.folder_id)?;
-        }
-        let kind = ScopeKind::Pattern {
-            pattern: config.cgroup.clone(),
-            matched: false,
-        };
-        self.scopes.insert(kind, scope.folder.clone())?;
-        self.patterns.push(scope);
-        Ok(())
-    }
-
-    /// Lists what appeared in a pattern's folder and drops what is gone, in the pattern's set
-    /// and the daemon's: a cgroup the pattern matches in scope, another exempt (in the daemon's
-    /// set only when the folder is its scope, not the host's).
-    fn pattern_changes(&mut self, scope: &patterns::PatternScope, changes: Vec<patterns::Change>) {
-        let host = self.config.scope.host;
-        for change in changes {
-            let Some(overlay) = self.overlays.get_mut(&scope.folder_id) else {
-                return;
-            };
-            let main = self.in_force.enforcer_mut();
-            let done = match change {
-                patterns::Change::Found {
-                    id,
-                    path,
-                    matched: true,
-                } => overlay
-                    .list(id)
-                    .and_then(|()| main.add_scope(id))
-                    .and_then(|()| {
-                        let kind = ScopeKind::Pattern {
-                            pattern: scope.pattern.text.clone(),
-                            matched: true,
-                        };
-                        self.scopes.insert(kind, path).map(drop)
-                    }),
-                patterns::Change::Found { id, .. } => overlay
-                    .exempt(id)
-                    .and_then(|()| if host { Ok(()) } else { main.exempt_scope(id) }),
-                patterns::Change::Gone { id, matched } => {
-                    self.scopes.by_id.remove(&id);
-                    overlay.unlist(id).and_then(|()| {
-                        if matched || !host {
-                            main.remove_scope(id)
-                        } else {
-                            Ok(())
-                        }
-                    })
-                }
-            };
-            if let Err(err) = done {
-                tracing::warn!("{:?}: {err:#}", scope.pattern.text);
-            }
-        }
-    }
-
-    /// Looks through the patterns' folders (every tick).
-    fn watch_patterns(&mut self) {
-        let mut patterns = std::mem::take(&mut self.patterns);
-        for scope in &mut patterns {
-            let changes = scope.scan();
-            if !changes.is_empty() {
-                self.pattern_changes(scope, changes);
-            }
-        }
-        self.patterns = patterns;
-    }
-
     /// Lists a run's own cgroup in scope (its parent, listed already, keeps it enforced): the
     /// kernel then counts its events under its own id, so its share of the event ring buffer
     /// is its own ([`guard_common::maps::ScopeEvents`]).
@@ -555,22 +457,6 @@ impl Daemon {
         self.rebuild_overlays();
         self.refresh_holds();
         Ok(())
-    }
-
-    /// Compiles the runs' overlays again with the approvals on top and updates their sets.
-    fn rebuild_overlays(&mut self) {
-        let known = KnownAddresses {
-            resolved: Some(&self.dns),
-            answered: &self.answers,
-            on_demand: self.name_server.is_some(),
-        };
-        for (scope, overlay) in &mut self.overlays {
-            // The daemon's set holds the change: a run whose overlay keeps its old image is
-            // held no looser than before (an approval it lacks is asked again).
-            if let Err(err) = overlay.rebuild(&known, &self.approvals) {
-                tracing::error!("run scope {scope}'s overlay keeps its previous image: {err:#}");
-            }
-        }
     }
 
     fn compile_with(&self, approvals: &Approvals) -> Result<EnforcementImage> {
@@ -734,22 +620,6 @@ impl Daemon {
         self.overlays_update_names(&changed)
     }
 
-    /// Puts what is now known of `names` in force in the overlays' sets too.
-    fn overlays_update_names(&mut self, names: &[String]) -> Result<()> {
-        if names.is_empty() {
-            return Ok(());
-        }
-        let known = KnownAddresses {
-            resolved: Some(&self.dns),
-            answered: &self.answers,
-            on_demand: self.name_server.is_some(),
-        };
-        for overlay in self.overlays.values_mut() {
-            overlay.update_names(names, &known)?;
-        }
-        Ok(())
-    }
-
     /// `{"port": P, "names": N, "addresses": M}` of guard's resolver, or null when the scopes'
     /// DNS is not redirected.
     fn resolver_status(&self) -> Option<ResolverStatus> {
@@ -867,14 +737,6 @@ impl Daemon {
             } else {
                 self.take_event(event, now, false);
             }
-        }
-    }
-
-    /// Events of a run's overlay set (see `overlays.rs`), taken as the daemon's own.
-    pub fn on_overlay_events(&mut self, events: OverlayEvents) {
-        let now = Instant::now();
-        for event in events {
-            self.take_event(event, now, false);
         }
     }
 
@@ -1278,7 +1140,7 @@ impl Daemon {
         // Parsed before anything is made: an overlay that does not parse changes nothing.
         let overlay_policy = match overlay {
             [] => None,
-            _ if self.overlays.len() >= overlays::MAX_OVERLAYS => {
+            _ if self.run_overlays() >= overlays::MAX_OVERLAYS => {
                 return Err((
                     ErrorCode::Failed,
                     format!(
@@ -1371,34 +1233,6 @@ impl Daemon {
             sandbox,
             holds: held::hold_offer(self, id),
         })
-    }
-
-    /// Puts `policy`, the overlay read from `files`, in force on run scope `id` in a program
-    /// set of its own (`overlays.rs`).
-    fn start_overlay(&mut self, files: &[OverlayFile], policy: Policy, id: u64) -> Result<()> {
-        let path = self
-            .scopes
-            .by_id
-            .get(&id)
-            .map(|s| s.path.clone())
-            .ok_or_else(|| anyhow!("run scope {id} is gone"))?;
-        let known = self.known();
-        let env = overlays::OverlayEnv {
-            backend: self.in_force.enforcer().backend(),
-            resolver_port: self.name_server.as_ref().map(Resolver::port),
-            known: &known,
-            approvals: &self.approvals,
-            modes: Modes {
-                audit_only: self.config.audit_only,
-                record_allowed: self.config.audit.record_allowed,
-            },
-        };
-        let names = files.iter().map(|f| f.name.clone()).collect();
-        let mut overlay = overlays::Overlay::load(names, policy, &env, self.overlay_sink.clone())?;
-        overlay.attach(&path)?;
-        overlay.list(id)?;
-        self.overlays.insert(id, overlay);
-        Ok(())
     }
 
     /// Drains the kernel's events now, then says so on `stream` (after any `blocked` lines the

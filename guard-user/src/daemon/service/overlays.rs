@@ -19,6 +19,7 @@ use anyhow::{Context, Result};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::Daemon;
 use crate::asks::Approvals;
 use crate::compile::CompileEnv;
 use crate::compile::encode::ExecMapSizes;
@@ -187,6 +188,94 @@ impl Overlay {
     /// Puts in force what is now known of `names`.
     pub fn update_names(&mut self, names: &[String], known: &KnownAddresses) -> Result<()> {
         self.in_force.update_names(names, known)
+    }
+}
+
+impl Daemon {
+    /// Loads a follower set holding `policy`, named by `files`, with what is known of the
+    /// names and the approvals on top; nothing attached or listed yet.
+    pub(super) fn load_overlay(&self, files: Vec<String>, policy: Policy) -> Result<Overlay> {
+        let known = self.known();
+        let env = OverlayEnv {
+            backend: self.in_force.enforcer().backend(),
+            resolver_port: self
+                .name_server
+                .as_ref()
+                .map(crate::resolve::Resolver::port),
+            known: &known,
+            approvals: &self.approvals,
+            modes: Modes {
+                audit_only: self.config.audit_only,
+                record_allowed: self.config.audit.record_allowed,
+            },
+        };
+        Overlay::load(files, policy, &env, self.overlay_sink.clone())
+    }
+
+    /// Puts `policy`, the overlay read from `files`, in force on run scope `id`.
+    pub(super) fn start_overlay(
+        &mut self,
+        files: &[OverlayFile],
+        policy: Policy,
+        id: u64,
+    ) -> Result<()> {
+        let path = self
+            .scopes
+            .by_id
+            .get(&id)
+            .map(|s| s.path.clone())
+            .ok_or_else(|| anyhow::anyhow!("run scope {id} is gone"))?;
+        let names = files.iter().map(|f| f.name.clone()).collect();
+        let mut overlay = self.load_overlay(names, policy)?;
+        overlay.attach(&path)?;
+        overlay.list(id)?;
+        self.overlays.insert(id, overlay);
+        Ok(())
+    }
+
+    /// How many runs hold an overlay (the patterns' sets are not counted).
+    pub(super) fn run_overlays(&self) -> usize {
+        self.overlays.len().saturating_sub(self.patterns.len())
+    }
+
+    /// Compiles the overlays again with the approvals on top and updates their sets.
+    pub(super) fn rebuild_overlays(&mut self) {
+        let known = KnownAddresses {
+            resolved: Some(&self.dns),
+            answered: &self.answers,
+            on_demand: self.name_server.is_some(),
+        };
+        for (scope, overlay) in &mut self.overlays {
+            // The daemon's set holds the change: a scope whose overlay keeps its old image is
+            // held no looser than before (an approval it lacks is asked again).
+            if let Err(err) = overlay.rebuild(&known, &self.approvals) {
+                tracing::error!("scope {scope}'s overlay keeps its previous image: {err:#}");
+            }
+        }
+    }
+
+    /// Puts what is now known of `names` in force in the overlays' sets too.
+    pub(super) fn overlays_update_names(&mut self, names: &[String]) -> Result<()> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let known = KnownAddresses {
+            resolved: Some(&self.dns),
+            answered: &self.answers,
+            on_demand: self.name_server.is_some(),
+        };
+        for overlay in self.overlays.values_mut() {
+            overlay.update_names(names, &known)?;
+        }
+        Ok(())
+    }
+
+    /// Events of an overlay's set, taken as the daemon's own.
+    pub fn on_overlay_events(&mut self, events: OverlayEvents) {
+        let now = std::time::Instant::now();
+        for event in events {
+            self.take_event(event, now, false);
+        }
     }
 }
 

@@ -14,9 +14,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use super::Daemon;
 use crate::daemon::config::PatternConfig;
 use crate::daemon::scopes::CgroupPattern;
 use crate::daemon::wire::protocol::OverlayFile;
+use crate::daemon::wire::responses::ScopeKind;
 use crate::kernel::scope::cgroup_id;
 use crate::policy::Policy;
 use crate::policy::approval::ApprovalPolicy;
@@ -131,6 +133,94 @@ pub fn load_rules(
         .collect();
     let policy = super::overlays::parse_files(&files, approval)?;
     Ok((files.into_iter().map(|f| f.name).collect(), policy))
+}
+
+impl Daemon {
+    /// Puts a `[[scope.patterns]]` pattern in force: its rules in a set of their own on its
+    /// folder, the daemon's set there too (unless the host is in scope), the cgroups there now
+    /// sorted before the folder is listed.
+    pub(super) fn start_pattern(&mut self, config: &PatternConfig) -> Result<()> {
+        let mut scope = PatternScope::new(config, &crate::kernel::scope::cgroup2_root()?)?;
+        let (files, policy) = load_rules(&config.rules, self.config.asks.approval())
+            .map_err(|err| anyhow::anyhow!("scope.patterns {:?}: {err}", config.cgroup))?;
+        let overlay = self.load_overlay(files, policy)?;
+        self.overlays.insert(scope.folder_id, overlay);
+        let found = scope.scan();
+        self.pattern_changes(&scope, found);
+        let host = self.config.scope.host;
+        if let Some(overlay) = self.overlays.get_mut(&scope.folder_id) {
+            overlay.attach(&scope.folder)?;
+            overlay.list(scope.folder_id)?;
+        }
+        if !host {
+            self.in_force.enforcer_mut().attach_cgroup(&scope.folder)?;
+            self.in_force.enforcer_mut().add_scope(scope.folder_id)?;
+        }
+        let kind = ScopeKind::Pattern {
+            pattern: config.cgroup.clone(),
+            matched: false,
+        };
+        self.scopes.insert(kind, scope.folder.clone())?;
+        self.patterns.push(scope);
+        Ok(())
+    }
+
+    /// Lists what appeared in a pattern's folder and drops what is gone, in the pattern's set
+    /// and the daemon's: a cgroup the pattern matches in scope, another exempt (in the daemon's
+    /// set only when the folder is its scope, not the host's).
+    fn pattern_changes(&mut self, scope: &PatternScope, changes: Vec<Change>) {
+        let host = self.config.scope.host;
+        for change in changes {
+            let Some(overlay) = self.overlays.get_mut(&scope.folder_id) else {
+                return;
+            };
+            let main = self.in_force.enforcer_mut();
+            let done = match change {
+                Change::Found {
+                    id,
+                    path,
+                    matched: true,
+                } => overlay
+                    .list(id)
+                    .and_then(|()| main.add_scope(id))
+                    .and_then(|()| {
+                        let kind = ScopeKind::Pattern {
+                            pattern: scope.pattern.text.clone(),
+                            matched: true,
+                        };
+                        self.scopes.insert(kind, path).map(drop)
+                    }),
+                Change::Found { id, .. } => overlay
+                    .exempt(id)
+                    .and_then(|()| if host { Ok(()) } else { main.exempt_scope(id) }),
+                Change::Gone { id, matched } => {
+                    self.scopes.by_id.remove(&id);
+                    overlay.unlist(id).and_then(|()| {
+                        if matched || !host {
+                            main.remove_scope(id)
+                        } else {
+                            Ok(())
+                        }
+                    })
+                }
+            };
+            if let Err(err) = done {
+                tracing::warn!("{:?}: {err:#}", scope.pattern.text);
+            }
+        }
+    }
+
+    /// Looks through the patterns' folders (every tick).
+    pub(super) fn watch_patterns(&mut self) {
+        let mut patterns = std::mem::take(&mut self.patterns);
+        for scope in &mut patterns {
+            let changes = scope.scan();
+            if !changes.is_empty() {
+                self.pattern_changes(scope, changes);
+            }
+        }
+        self.patterns = patterns;
+    }
 }
 
 #[cfg(test)]

@@ -85,9 +85,9 @@ pub struct RunArgs {
     /// resolver answered (`"kind":"dns"`: forwarded, or a stand-in) with the process that asked.
     #[arg(long)]
     pub json_events: bool,
-    /// Run in a fresh scope of the guard daemon listening here: its policy applies and its
-    /// messages are printed as they happen. Without --rules/--overlay the daemon's default
-    /// socket is used when a daemon is running there.
+    /// Run in a fresh scope of the guard daemon listening here: its policy applies (tightened
+    /// by --overlay, for this run alone) and its messages are printed as they happen. Without
+    /// --rules the daemon's default socket is used when a daemon is running there.
     #[arg(long, value_name = "PATH", env = "GUARD_SOCKET")]
     pub socket: Option<std::path::PathBuf>,
     /// The approval policy (the Codex CLI's): `on-request` (the default: prompts are asked),
@@ -174,7 +174,9 @@ fn parse_backend(raw: &str) -> Result<Backend, String> {
 }
 
 pub fn run(args: &RunArgs) -> ExitCode {
-    let standalone = !args.rules.rules.is_empty() || !args.rules.overlays.is_empty();
+    // An overlay alone tightens the daemon's policy when one runs; --rules makes a policy of
+    // its own, enforced here.
+    let standalone = !args.rules.rules.is_empty();
     let socket = match &args.socket {
         Some(socket) => Some(socket.clone()),
         None => {

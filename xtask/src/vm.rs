@@ -57,6 +57,9 @@ pub const VM_TESTS: &[&str] = &[
     "kernel_escapes",
     "resolver",
     "parity",
+    // The follower program sets of overlays on the `lsm` backend (their LSM hooks decide
+    // beside the daemon's; their cgroup programs are not attached there).
+    "daemon_overlay",
 ];
 
 /// What `vm::run` is asked to do.

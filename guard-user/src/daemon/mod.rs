@@ -7,12 +7,13 @@
 //! `audit.rs` numbers, streams and accounts for the audit records (`crate::audit` writes and
 //! reads the log), `run_stream.rs` tells a `guard run` client its refusals; `peer.rs` and
 //! `crate::authz` decide who may ask what; `wire/` types what travels on the socket (requests,
-//! results, stream lines; it uses no other daemon module); `client.rs` is the other end of the
-//! socket, for the CLI.
+//! results, stream lines; it uses no other daemon module); `connections.rs` bounds each user's
+//! connections; `client.rs` is the other end of the socket, for the CLI.
 
 pub mod audit;
 pub mod client;
 pub mod config;
+pub mod connections;
 pub mod metrics;
 pub mod peer;
 pub mod run_stream;

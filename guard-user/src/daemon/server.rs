@@ -247,10 +247,33 @@ fn group_id(group: &str) -> Result<u32> {
 }
 
 async fn accept_loop(listener: UnixListener, tx: mpsc::Sender<Command>) {
+    let connections = super::connections::Connections::default();
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                tokio::spawn(connection(stream, tx.clone()));
+                let Ok(uid) = stream.peer_cred().map(|cred| cred.uid()) else {
+                    continue;
+                };
+                match connections.admit(uid) {
+                    Some(admitted) => {
+                        let tx = tx.clone();
+                        tokio::spawn(async move {
+                            connection(stream, tx).await;
+                            drop(admitted);
+                        });
+                    }
+                    None => {
+                        tokio::spawn(async move {
+                            let (_, mut write) = stream.into_split();
+                            let refusal = ResponseLine::error(
+                                ErrorCode::Failed,
+                                super::connections::refusal(uid),
+                            );
+                            let line = serde_json::to_string(&refusal).unwrap_or_default();
+                            let _ = write_line(&mut write, &line).await;
+                        });
+                    }
+                }
             }
             Err(err) => {
                 tracing::error!("accepting a connection failed: {err}");
@@ -355,7 +378,19 @@ async fn connection(stream: UnixStream, tx: mpsc::Sender<Command>) {
     };
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
-    while let Some(line) = read_line(&mut reader).await {
+    let mut first = true;
+    loop {
+        let read = read_line(&mut reader);
+        let line = if std::mem::take(&mut first) {
+            // A connection that says nothing is closed: it would hold its user's share for good.
+            match tokio::time::timeout(super::connections::FIRST_REQUEST, read).await {
+                Ok(line) => line,
+                Err(_) => return,
+            }
+        } else {
+            read.await
+        };
+        let Some(line) = line else { break };
         let request = match line.map_err(|m| ResponseLine::error(ErrorCode::BadRequest, m)) {
             Ok(line) => parse_request(line.trim_end()),
             Err(response) => Err(response),

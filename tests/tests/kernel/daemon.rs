@@ -1666,3 +1666,66 @@ fn a_users_prompted_exec_waits_in_her_run_for_her_own_answer() {
     assert!(stderr.contains("holding exec of `touch"), "{stderr}");
     assert!(made.exists(), "touch ran");
 }
+
+#[test]
+fn one_user_holds_at_most_64_connections_and_another_user_is_not_held_up() {
+    if !can_run() {
+        return;
+    }
+    const MALLORY: u32 = 64_346;
+    const BOB: u32 = 64_347;
+    let daemon = TestDaemon::start(&DaemonSetup::default());
+    // Python opens 65 connections as the user and prints what the last one is answered.
+    let script = format!(
+        "import socket\n\
+         held = []\n\
+         for _ in range(65):\n\
+         \x20   s = socket.socket(socket.AF_UNIX)\n\
+         \x20   s.connect({:?})\n\
+         \x20   held.append(s)\n\
+         held[-1].settimeout(10)\n\
+         print(held[-1].recv(4096).decode().strip())\n",
+        daemon.socket.display().to_string()
+    );
+    let as_user = |id: u32, script: &str| {
+        let mut command = std::process::Command::new("python3");
+        command.arg("-c").arg(script).current_dir(daemon.dir.path());
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(id) != 0
+                    || libc::setuid(id) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        command.output().expect("running python3")
+    };
+    let out = as_user(MALLORY, &script);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("\"ok\":false") && stdout.contains("64 connections to the daemon already"),
+        "the 65th connection is refused, naming the limit: {stdout}{}",
+        text(&out.stderr)
+    );
+    // Another user is served; so is she once the daemon has seen her connections close
+    // (with her process: bounded wait).
+    let out = daemon.guard_as(BOB, &["prompts", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = daemon.guard_as(MALLORY, &["prompts", "--json"]);
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "her closed connections still count after 10 s: {}",
+            text(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

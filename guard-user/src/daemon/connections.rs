@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-/// Connections one user other than root may hold open at once: each `guard run` holds two for
-/// its whole life (its stream and its hold), each `guard watch` one.
+/// Connections one user other than root may hold open at once: each `guard run` holds one for
+/// its whole life (its stream; its hold's is closed once handed over), each `guard watch` one.
 pub const PER_USER: usize = 64;
 
 /// How long a new connection may take to send its first request before it is closed. Long:

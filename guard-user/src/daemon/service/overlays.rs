@@ -1,15 +1,15 @@
 //! Rules held beside the daemon's policy on some of its scopes: a run's overlay (`guard run
 //! --socket S --overlay FILE -- CMD`), or a `[[scope.patterns]]` pattern's rules (`patterns.rs`).
 //! Each gets a program set of its own (a follower, see `Enforcer::follow`) holding those rules
-//! alone, stacked on its scopes beside the daemon's set, which holds the scopes too. Both decide every exec
-//! and connect of the run and the kernel refuses what either refuses, so the run's decision is
-//! the stronger of the daemon's and the overlay's, exactly: an allow of the overlay cannot
-//! admit what the daemon's policy prompts or refuses, its unmatched defaults included. What
-//! the overlay does not set has no say (`Policy::without_say_where_unset`).
+//! alone, stacked on its scopes beside the daemon's set, which holds the scopes too. Both sets
+//! decide every exec and connect there and the kernel refuses what either refuses, so a scope's
+//! decision is the stronger of the daemon's and the overlay's, exactly: an allow of the overlay
+//! cannot admit what the daemon's policy prompts or refuses, its unmatched defaults included.
+//! What the overlay does not set has no say (`Policy::without_say_where_unset`).
 //!
-//! Both sets' prompts become asks of the run's scope, and every approval is written to both
-//! (an approval never overrides a `forbidden`), so an answer lets the call through only where
-//! each set prompted at most.
+//! Both sets' prompts become asks of the scope, and every approval is written to both (an
+//! approval never overrides a `forbidden`), so an answer lets a call through only where each set
+//! prompted at most.
 
 use std::collections::{BTreeSet, HashMap};
 use std::os::fd::{AsRawFd, BorrowedFd};

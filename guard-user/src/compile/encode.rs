@@ -69,8 +69,8 @@ impl ExecMapSizes {
         exec_entries: MAX_EXEC_ENTRIES,
         tasks: guard_common::limits::MAX_TASKS,
     };
-    /// A run's overlay's set (a follower): an overlay of some thousand prefix rules and its
-    /// run's approvals, in a tenth of the memory (`cargo xtask bench -- daemon`).
+    /// A follower's set (a run's overlay, a cgroup pattern's rules): some thousand prefix rules
+    /// and their scopes' approvals, in a tenth of the memory (`cargo xtask bench -- daemon`).
     pub const FOLLOWER: ExecMapSizes = ExecMapSizes {
         argv_edges: 16_384,
         exec_entries: 4_096,

@@ -206,7 +206,10 @@ impl Twins {
     fn prompted(&self, notification: &Notification) -> Option<HeldRequest> {
         let nr = notification.nr as libc::c_long;
         if filter::EXEC_SYSCALLS.contains(&nr) {
-            self.held_syscalls().exec.then_some(())?;
+            // No twin decides execs: not read at all.
+            if !self.held_syscalls().exec {
+                return None;
+            }
             let call = call::read_exec(notification).ok()??;
             let decision = self.decide_exec(&call)?;
             (decision.decision == Decision::Prompt).then_some(HeldRequest::Exec { call, decision })

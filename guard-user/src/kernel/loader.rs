@@ -674,13 +674,14 @@ impl Enforcer {
         Ok(())
     }
 
-    /// Makes this set a follower, an overlay's (`guard run --overlay`): it is stacked on a run
-    /// scope that the daemon's own set enforces too, and the kernel refuses what either
-    /// refuses. A follower only decides: DNS passes it (the daemon's set sends DNS to guard's
-    /// resolver at `resolver_port`; `None`: there is none, and DNS is decided by address as
-    /// any call), no address is rewritten, nothing is held (a prompt is refused and asked).
-    /// Its cgroup programs are attached below the daemon's, so they run first and see the
-    /// call as the program made it. Call before [`Enforcer::attach_cgroup`].
+    /// Makes this set a follower, an overlay's (`guard run --overlay`, a `[[scope.patterns]]`
+    /// pattern's rules): it is stacked on scopes that the daemon's own set enforces too, and the
+    /// kernel refuses what either refuses. A follower only decides: DNS passes it (the daemon's
+    /// set sends DNS to guard's resolver at `resolver_port`; `None`: there is none, and DNS is
+    /// decided by address as any call), no address is rewritten, nothing is held (a prompt is
+    /// refused and asked). Its cgroup programs are attached below the daemon's, or to the same
+    /// cgroup before them, so they run first and see the call as the program made it. Call
+    /// before [`Enforcer::attach_cgroup`].
     pub fn follow(&mut self, resolver_port: Option<u16>) -> Result<()> {
         self.follower = true;
         match resolver_port {

@@ -102,6 +102,16 @@ fn in_container(argv: &[&str]) -> (i32, String) {
     )
 }
 
+/// A cgroup the test made in podman's folder, removed when the test ends, pass or fail (its one
+/// process has exited by then).
+struct Sibling(PathBuf);
+
+impl Drop for Sibling {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
 #[test]
 fn a_container_started_later_in_a_configured_pattern_holds_its_rules_and_a_sibling_does_not() {
     if !can_run() || !image_or_skip() {
@@ -120,8 +130,8 @@ fn a_container_started_later_in_a_configured_pattern_holds_its_rules_and_a_sibli
         .unwrap()
         .join(PODMAN_FOLDER);
     std::fs::create_dir_all(&folder).unwrap();
-    let sibling: PathBuf = folder.join(format!("guard-test-other-{}", std::process::id()));
-    std::fs::create_dir_all(&sibling).unwrap();
+    let sibling = Sibling(folder.join(format!("guard-test-other-{}", std::process::id())));
+    std::fs::create_dir_all(&sibling.0).unwrap();
     let daemon = TestDaemon::start(&DaemonSetup {
         extra_config: format!(
             "[[scope.patterns]]\ncgroup = {PATTERN:?}\nrules = [{:?}]\n",
@@ -168,7 +178,7 @@ fn a_container_started_later_in_a_configured_pattern_holds_its_rules_and_a_sibli
     );
 
     // The sibling, sorted at the daemon's start, is exempt: its ls runs.
-    let ran = TestDaemon::in_cgroup(&sibling, Path::new("/bin/busybox"), &["ls", "/"]);
+    let ran = TestDaemon::in_cgroup(&sibling.0, Path::new("/bin/busybox"), &["ls", "/"]);
     assert!(
         ran.status.success(),
         "a cgroup the pattern does not match runs ls: {}",
@@ -185,7 +195,6 @@ fn a_container_started_later_in_a_configured_pattern_holds_its_rules_and_a_sibli
         "status lists the pattern's folder with its rules: {status}"
     );
     drop(daemon);
-    let _ = std::fs::remove_dir(&sibling);
     // After the daemon, containers run ls again (nothing is left attached).
     let (code, out) = in_container(&["ls", "/"]);
     assert_eq!(code, 0, "{out}");

@@ -184,6 +184,10 @@ pub struct DnsOriginal {
     pub port: u16,
     /// AF_INET or AF_INET6.
     pub family: u16,
+    pub _pad: u32,
+    /// The scope that sent it (`scope::current_scope`): guard's resolver puts the addresses it
+    /// answers in force for this scope alone.
+    pub scope: u64,
 }
 
 /// How prompted connects and sends are held (one entry, index 0): as a slow network holds them.
@@ -444,21 +448,40 @@ pub const TRANSPORT_TCP: u8 = 6;
 pub const TRANSPORT_UDP: u8 = 17;
 
 /// The bits of a destination trie key before the address: transport (8) and port (16), always
-/// compared in full. The prefix length of a key is `DEST_HEAD_BITS` + the address prefix.
+/// compared in full. The prefix length of a key is `DEST_HEAD_BITS` + the address prefix, and
+/// [`DEST_SCOPE_BITS`] more for an entry of one scope.
 pub const DEST_HEAD_BITS: u32 = 24;
 
-/// IPv4 destination trie key data: transport, port (network order), address (network order).
-pub type DestV4 = [u8; 7];
-/// IPv6 destination trie key data: transport, port (network order), address.
-pub type DestV6 = [u8; 19];
+/// The bits after the address: the scope (its cgroup id, big-endian) whose lookup of a name an
+/// entry stands for. A name's addresses are put in force for the scope that asked for them
+/// (each scope its own book of answers): its entries are full-length addresses followed by the
+/// scope's id, so the kernel's lookup, keyed with the caller's scope, finds them only there;
+/// every other entry stops at the address and holds for every scope.
+pub const DEST_SCOPE_BITS: u32 = 64;
 
-/// Builds a destination key's data; `port` 0 means any port.
+/// IPv4 destination trie key data: transport, port (network order), address (network order),
+/// scope.
+pub type DestV4 = [u8; 15];
+/// IPv6 destination trie key data: transport, port (network order), address, scope.
+pub type DestV6 = [u8; 27];
+
+/// Builds a destination key's data; `port` 0 means any port. `addr` is the address and, for an
+/// entry of one scope, the scope's 8 bytes after it ([`dest_scope`]).
 pub fn dest_key<const N: usize>(transport: u8, port: u16, addr: &[u8]) -> [u8; N] {
     let mut out = [0u8; N];
     out[0] = transport;
     out[1..3].copy_from_slice(&port.to_be_bytes());
     let kept = addr.len().min(N - 3);
     out[3..3 + kept].copy_from_slice(&addr[..kept]);
+    out
+}
+
+/// A full key's data: the address (4 or 16 bytes) and the scope after it, as the kernel looks
+/// a call up.
+#[inline(always)]
+pub fn dest_scope<const N: usize>(transport: u8, port: u16, addr: &[u8], scope: u64) -> [u8; N] {
+    let mut out: [u8; N] = dest_key(transport, port, addr);
+    out[N - 8..].copy_from_slice(&scope.to_be_bytes());
     out
 }
 
@@ -637,6 +660,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<NetHold>(), 8);
         assert_eq!(core::mem::size_of::<HeldSocket>(), 64);
         assert_eq!(core::mem::size_of::<ScopedApproval>(), 32);
+        assert_eq!(core::mem::size_of::<DnsOriginal>(), 32);
         // No padding: the kernel hashes every byte of the key.
         assert_eq!(core::mem::size_of::<UnixKey>(), 4 + UNIX_PATH_LEN);
     }
@@ -661,7 +685,9 @@ mod tests {
     #[test]
     fn dest_keys_put_port_in_network_order() {
         let key: DestV4 = dest_key(TRANSPORT_TCP, 443, &[127, 0, 0, 2]);
-        assert_eq!(key, [6, 1, 187, 127, 0, 0, 2]);
+        assert_eq!(key, [6, 1, 187, 127, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0]);
+        let scoped: DestV4 = dest_scope(TRANSPORT_TCP, 443, &[127, 0, 0, 2], 0x0102);
+        assert_eq!(scoped, [6, 1, 187, 127, 0, 0, 2, 0, 0, 0, 0, 0, 0, 1, 2]);
     }
 
     #[test]

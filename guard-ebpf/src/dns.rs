@@ -13,7 +13,7 @@ use guard_common::maps::{
 };
 
 use crate::maps::{DNS_ORIGINALS, count, dns_redirect};
-use crate::scope::current_in_scope;
+use crate::scope::{current_in_scope, current_scope};
 
 const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;
@@ -44,8 +44,13 @@ fn is_dns(port: u16, transport: u8) -> bool {
 pub fn redirect(ctx: &SockAddrContext, v6: bool, redirect: DnsRedirect) -> bool {
     // SAFETY: the context pointer the kernel passed.
     let sa = unsafe { &mut *ctx.sock_addr };
-    // Not DNS, or not in scope: decided as any other call.
-    if !is_dns(u16::from_be(sa.user_port as u16), sa.protocol as u8) || !current_in_scope() {
+    // Not DNS: decided as any other call.
+    if !is_dns(u16::from_be(sa.user_port as u16), sa.protocol as u8) {
+        return false;
+    }
+    let scope = current_scope();
+    // Not in scope: decided as any other call (fails open: not guard's process).
+    if scope == 0 {
         return false;
     }
     if redirect.follower != 0 {
@@ -57,6 +62,8 @@ pub fn redirect(ctx: &SockAddrContext, v6: bool, redirect: DnsRedirect) -> bool 
         addr: [0; 16],
         port: sa.user_port as u16,
         family: if v6 { AF_INET6 } else { AF_INET },
+        _pad: 0,
+        scope,
     };
     if v6 {
         let mut i = 0;

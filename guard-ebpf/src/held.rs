@@ -175,9 +175,9 @@ pub fn held_egress(ctx: SkBuffContext) -> i32 {
             None => return dropped(),
         }
     };
-    let (mut verdict, marked) = crate::net::look_up(family, &addr, port, transport);
-    let mut flags = 0;
     let scope = entry.scope;
+    let (mut verdict, marked) = crate::net::look_up(family, &addr, port, transport, scope);
+    let mut flags = 0;
     decide_destination(&settings, &mut verdict, &mut flags, marked, || {
         crate::net::approved_for(scope, family, &addr, port, transport)
     });

@@ -13,7 +13,8 @@ use guard_common::engine::outcome::{Counters, Outcome};
 use guard_common::event::{action, flag, kind};
 use guard_common::limits::NO_RULE;
 use guard_common::maps::{
-    DEST_HEAD_BITS, DestV4, DestV6, TRANSPORT_TCP, TRANSPORT_UDP, Verdict, counter, dest_key, held,
+    DEST_HEAD_BITS, DEST_SCOPE_BITS, DestV4, DestV6, TRANSPORT_TCP, TRANSPORT_UDP, Verdict,
+    counter, dest_scope, held,
 };
 
 use crate::events::{Subject, conclude, emit};
@@ -233,22 +234,30 @@ fn reached_by_unspecified(d: Destination, source_v4: [u8; 4], bound_v6: &[u8; 16
     }
 }
 
-/// The destination tables' verdict for a destination (IPv4 in the first 4 bytes of `addr`),
-/// and whether it carried an approval of exactly this destination (some scope's: ask
-/// [`approved_for`] whose).
+/// The destination tables' verdict for a destination (IPv4 in the first 4 bytes of `addr`) in
+/// `scope` (its own answers' entries, and every scope's), and whether it carried an approval of
+/// exactly this destination (some scope's: ask [`approved_for`] whose).
 #[inline(always)]
-pub fn look_up(family: u16, addr: &[u8; 16], port: u16, transport: u8) -> (Verdict, bool) {
+pub fn look_up(
+    family: u16,
+    addr: &[u8; 16],
+    port: u16,
+    transport: u8,
+    scope: u64,
+) -> (Verdict, bool) {
     if family == AF_INET6 {
         lookup(transport, port, |transport, port| {
-            let key: Key<DestV6> =
-                Key::new(DEST_HEAD_BITS + 128, dest_key::<19>(transport, port, addr));
+            let key: Key<DestV6> = Key::new(
+                DEST_HEAD_BITS + 128 + DEST_SCOPE_BITS,
+                dest_scope::<27>(transport, port, addr, scope),
+            );
             DEST_V6.get(&key).copied()
         })
     } else {
         lookup(transport, port, |transport, port| {
             let key: Key<DestV4> = Key::new(
-                DEST_HEAD_BITS + 32,
-                dest_key::<7>(transport, port, &addr[..4]),
+                DEST_HEAD_BITS + 32 + DEST_SCOPE_BITS,
+                dest_scope::<15>(transport, port, &addr[..4], scope),
             );
             DEST_V4.get(&key).copied()
         })
@@ -294,6 +303,7 @@ fn refuse(
         &destination.addr,
         destination.port,
         destination.transport,
+        scope,
     );
     let mut verdict = found.strongest(floor);
     let mut flags = extra_flags;

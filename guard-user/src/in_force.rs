@@ -106,20 +106,25 @@ impl InForce {
     }
 
     /// What guard's resolver answered, for `guard run` and the daemon alike: the answers go in
-    /// `book`, what is past its time there goes, and the entries of the names whose addresses
-    /// changed are put in force. `Ok`: the answers' queries may be confirmed; it holds those
-    /// names, for other images made from the same book.
+    /// `book` for the scope that asked, given with each (0: every scope; `None`: unknown, so
+    /// the answer is attributed to no scope), what is past its time there goes, and the entries of
+    /// the names whose addresses changed are put in force. `Ok`: the answers' queries may be
+    /// confirmed; it holds those names, for other images made from the same book.
     pub fn take_answers(
         &mut self,
         book: &mut AnswerBook,
         resolved: Option<&DnsCache>,
-        answers: &[Answered],
+        answers: &[(Option<u64>, &Answered)],
         now: std::time::Instant,
     ) -> Result<Vec<String>> {
         let mut changed: Vec<String> = answers
             .iter()
-            .filter(|answer| book.record(&answer.name, &answer.addrs, answer.ttl, now))
-            .map(|answer| answer.name.clone())
+            .filter(|(scope, answer)| {
+                scope.is_some_and(|scope| {
+                    book.record_in(scope, &answer.name, &answer.addrs, answer.ttl, now)
+                })
+            })
+            .map(|(_, answer)| answer.name.clone())
             .collect();
         if book.next_expiry().is_some_and(|due| due <= now) {
             changed.extend(book.prune(now));

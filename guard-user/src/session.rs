@@ -374,7 +374,7 @@ impl Session {
 
     /// The names guard's resolver answered `ip` for in this scope.
     pub fn hosts_of(&self, ip: std::net::IpAddr) -> Vec<String> {
-        self.answers.names_for(ip)
+        self.answers.names_for(ip, 0)
     }
 
     /// Records the resolver's answers, puts the new addresses of names the policy rules on in
@@ -400,9 +400,11 @@ impl Session {
             }
         }
         let resolved = self.dns.as_ref().map(|(_, _, cache)| cache);
+        // One scope: its answers hold for the whole program set.
+        let scoped: Vec<_> = answers.iter().map(|answer| (Some(0), answer)).collect();
         let applied =
             self.in_force
-                .take_answers(&mut self.answers, resolved, &answers, Instant::now());
+                .take_answers(&mut self.answers, resolved, &scoped, Instant::now());
         // Confirmed only once in force; on an error the queries time out into SERVFAIL.
         if applied.is_ok() {
             for done in confirmations {
@@ -549,7 +551,7 @@ impl Session {
         let hosts = event
             .destination
             .as_ref()
-            .map(|d| self.answers.names_for(d.address))
+            .map(|d| self.answers.names_for(d.address, 0))
             .unwrap_or_default();
         describe_event(self.image(), event, &hosts)
     }

@@ -33,7 +33,7 @@ pub fn plan_approval(
     image: &EnforcementImage,
     proposed: Option<(&Policy, &[String])>,
 ) -> Result<ApprovalPlan, String> {
-    if let Some(why) = forbidden_destination(image, &ask.target) {
+    if let Some(why) = forbidden_destination(image, ask.scope, &ask.target) {
         return Err(why);
     }
     if mode == ApprovalMode::Always {
@@ -147,7 +147,11 @@ fn always_refused(ask: &Ask) -> Option<String> {
 /// The rule that forbids a network ask's destination outright, said as a refusal: the kernel
 /// would not let an approval through, so say which rule stands in the way instead of
 /// approving in vain.
-fn forbidden_destination(image: &EnforcementImage, target: &AskTarget) -> Option<String> {
+fn forbidden_destination(
+    image: &EnforcementImage,
+    scope: u64,
+    target: &AskTarget,
+) -> Option<String> {
     let AskTarget::Network {
         address,
         port,
@@ -158,7 +162,7 @@ fn forbidden_destination(image: &EnforcementImage, target: &AskTarget) -> Option
         return None;
     };
     let transport = Transport::parse(transport).unwrap_or(Transport::Tcp);
-    let verdict = image.destination_verdict(*address, *port, transport)?;
+    let verdict = image.destination_verdict(scope, *address, *port, transport)?;
     if verdict.decision != Decision::Forbidden {
         return None;
     }

@@ -399,7 +399,7 @@ pub fn destination_host<'a>(image: &'a EnforcementImage, event: &KernelEvent) ->
     let transport = crate::policy::Transport::parse(d.transport)?;
     image
         .destinations
-        .host_for(d.address, d.port, transport, rule)
+        .host_for(d.address, d.port, transport, rule, event.scope)
 }
 
 fn short_file(file: &str) -> &str {

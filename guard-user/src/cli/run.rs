@@ -839,6 +839,7 @@ fn report(
 fn answered_name_message(answered: &crate::resolve::Answered) -> String {
     let how = match answered.source {
         crate::resolve::AnswerSource::Forwarded => "forwarded",
+        crate::resolve::AnswerSource::Cached => "answered from guard's cache",
         crate::resolve::AnswerSource::StandIn => "kept on the host, answered with a stand-in",
     };
     let addresses = answered

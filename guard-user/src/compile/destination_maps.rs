@@ -9,13 +9,18 @@
 //! its exact class, marked ([`VERDICT_APPROVAL`]); where no rule covers the address in that
 //! class the entry decides nothing itself (the mark only), so the kernel still takes the other
 //! classes and the unmatched default, then lets a `prompt` through.
+//!
+//! An entry of one scope (a name's address as guard's resolver answered that scope) is the
+//! full-length address followed by the scope's id ([`DEST_SCOPE_BITS`]): the entries of every
+//! scope that contain the address cover it, as any shorter prefix does, and an approval of the
+//! address marks it too.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 
 use guard_common::maps::{
-    DEST_HEAD_BITS, DestV4, DestV6, TRANSPORT_ANY, TRANSPORT_TCP, TRANSPORT_UDP, VERDICT_APPROVAL,
-    Verdict, dest_key,
+    DEST_HEAD_BITS, DEST_SCOPE_BITS, DestV4, DestV6, TRANSPORT_ANY, TRANSPORT_TCP, TRANSPORT_UDP,
+    VERDICT_APPROVAL, Verdict, dest_key,
 };
 use ipnetwork::IpNetwork;
 
@@ -23,8 +28,9 @@ use super::destinations::DestinationKey;
 use super::image::{EnforcementImage, Verdict as ImageVerdict};
 use crate::policy::rule::Transport;
 
-/// An address's bytes (the first 4 for IPv4).
-type Bytes = [u8; 16];
+/// An address's bytes (the first 4 for IPv4), and after it the scope of an entry of one scope
+/// (bytes 4..12 for IPv4, 16..24 for IPv6; zero for an entry of every scope).
+type Bytes = [u8; 24];
 /// (transport code, port with 0 for any, IPv6).
 type Class = (u8, u16, bool);
 /// A map entry before it is keyed for the kernel: its class, prefix length and address.
@@ -40,6 +46,9 @@ pub struct DestinationMaps {
     lengths: HashMap<Class, BTreeMap<u8, u32>>,
     /// Approved addresses → the approval's rule.
     approved: HashMap<(Class, Bytes), u32>,
+    /// Full-length addresses → the scopes with an entry of their own there (whose map
+    /// entries an entry of every scope at the address covers).
+    scoped_at: HashMap<(Class, Bytes), Vec<u64>>,
     /// `DEST_V4`: (prefix length incl. the transport/port head, key data) → verdict.
     pub v4: HashMap<(u32, DestV4), Verdict>,
     /// `DEST_V6`.
@@ -80,8 +89,8 @@ pub(crate) fn transport_code(t: Transport) -> u8 {
 }
 
 /// Where an image entry goes (an IPv4-mapped network is an IPv4 one).
-fn slot_of((network, port, transport): &DestinationKey) -> Slot {
-    let mut bytes = [0u8; 16];
+fn slot_of((network, port, transport, scope): &DestinationKey) -> Slot {
+    let mut bytes = [0u8; 24];
     let (prefix, v6) = match network.ip() {
         IpAddr::V4(a) => {
             bytes[..4].copy_from_slice(&a.octets());
@@ -93,17 +102,44 @@ fn slot_of((network, port, transport): &DestinationKey) -> Slot {
                 (network.prefix().saturating_sub(96), false)
             }
             None => {
-                bytes = a.octets();
+                bytes[..16].copy_from_slice(&a.octets());
                 (network.prefix(), true)
             }
         },
     };
     let class = (transport_code(*transport), port.unwrap_or(0), v6);
-    (class, prefix, masked(bytes, prefix))
+    let bytes = masked(bytes, prefix);
+    if *scope == 0 {
+        return (class, prefix, bytes);
+    }
+    (
+        class,
+        scoped_length(&class),
+        with_scope(&class, bytes, *scope),
+    )
+}
+
+/// `bytes` (a full-length address) with `scope` after the address.
+pub(crate) fn with_scope(class: &Class, mut bytes: Bytes, scope: u64) -> Bytes {
+    let at = full_length(class) as usize / 8;
+    bytes[at..at + 8].copy_from_slice(&scope.to_be_bytes());
+    bytes
 }
 
 fn full_length(class: &Class) -> u8 {
     if class.2 { 128 } else { 32 }
+}
+
+/// The prefix length of an entry of one scope.
+fn scoped_length(class: &Class) -> u8 {
+    full_length(class) + DEST_SCOPE_BITS as u8
+}
+
+/// The trie key of `slot`.
+fn kernel_key<const N: usize>(&(class, prefix, bytes): &Slot) -> (u32, [u8; N]) {
+    let len = DEST_HEAD_BITS + prefix as u32;
+    let kept = full_length(&class) as usize / 8 + 8;
+    (len, dest_key::<N>(class.0, class.1, &bytes[..kept]))
 }
 
 /// `bytes` with only their first `prefix` bits kept.
@@ -125,29 +161,21 @@ impl DestinationMaps {
     pub fn build(image: &EnforcementImage) -> DestinationMaps {
         let mut maps = DestinationMaps::default();
         for entry in image.destinations.iter() {
-            let (class, prefix, bytes) = slot_of(&(entry.network, entry.port, entry.transport));
+            let (class, prefix, bytes) = slot_of(&entry.key());
             let verdict = kernel_verdict(&entry.verdict);
-            let slot = maps
+            let kept = maps
                 .classes
-                .entry(class)
-                .or_default()
-                .entry((prefix, bytes))
-                .or_insert_with(|| {
-                    *maps
-                        .lengths
-                        .entry(class)
-                        .or_default()
-                        .entry(prefix)
-                        .or_default() += 1;
-                    Verdict::NONE
-                });
-            *slot = slot.strongest(verdict);
+                .get(&class)
+                .and_then(|entries| entries.get(&(prefix, bytes)))
+                .map_or(verdict, |kept| kept.strongest(verdict));
+            maps.set_base(class, prefix, bytes, Some(kept));
         }
         for approval in &image.destination_approvals {
             let key = (
                 IpNetwork::from(approval.address),
                 Some(approval.port),
                 approval.transport,
+                0,
             );
             let (class, _, bytes) = slot_of(&key);
             // The first approval of an address names it.
@@ -190,6 +218,17 @@ impl DestinationMaps {
             self.set_base(class, prefix, bytes, verdict);
             if prefix == full_length(&class) {
                 slots.push(slot);
+                // It covers the entries of single scopes at its address.
+                let scoped = self.scoped_at.get(&(class, bytes)).into_iter().flatten();
+                slots.extend(scoped.map(|scope| {
+                    (
+                        class,
+                        scoped_length(&class),
+                        with_scope(&class, bytes, *scope),
+                    )
+                }));
+            } else if prefix == scoped_length(&class) {
+                slots.push(slot);
             } else {
                 whole.insert(class);
             }
@@ -209,13 +248,11 @@ impl DestinationMaps {
             let new = self.combined(&slot);
             let old = self.set(&slot, new);
             if old != new {
-                let (class, prefix, bytes) = slot;
-                let len = DEST_HEAD_BITS + prefix as u32;
-                if class.2 {
-                    let key = (len, dest_key::<19>(class.0, class.1, &bytes));
+                if slot.0.2 {
+                    let key = kernel_key(&slot);
                     changes.v6.push(Change { key, old, new });
                 } else {
-                    let key = (len, dest_key::<7>(class.0, class.1, &bytes[..4]));
+                    let key = kernel_key(&slot);
                     changes.v4.push(Change { key, old, new });
                 }
             }
@@ -237,9 +274,9 @@ impl DestinationMaps {
     fn held_in(&self, class: Class) -> Vec<Slot> {
         let (code, port, v6) = class;
         let unkey = |len: u32, data: &[u8]| -> Option<Slot> {
-            // dest_key's layout: transport, port (big-endian), then the address.
+            // dest_key's layout: transport, port (big-endian), then the address and scope.
             (data[0] == code && u16::from_be_bytes([data[1], data[2]]) == port).then(|| {
-                let mut bytes = [0u8; 16];
+                let mut bytes = [0u8; 24];
                 bytes[..data.len() - 3].copy_from_slice(&data[3..]);
                 (class, (len - DEST_HEAD_BITS) as u8, bytes)
             })
@@ -280,6 +317,20 @@ impl DestinationMaps {
             self.classes.remove(&class);
             self.lengths.remove(&class);
         }
+        if prefix == scoped_length(&class) && had != verdict.is_some() {
+            let at = full_length(&class) as usize / 8;
+            let scope = u64::from_be_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+            let address = masked(bytes, full_length(&class));
+            let scopes = self.scoped_at.entry((class, address)).or_default();
+            if had {
+                scopes.retain(|s| *s != scope);
+                if scopes.is_empty() {
+                    self.scoped_at.remove(&(class, address));
+                }
+            } else {
+                scopes.push(scope);
+            }
+        }
     }
 
     /// The map entry `slot` should have: its own verdict combined with every entry of its
@@ -287,9 +338,16 @@ impl DestinationMaps {
     fn combined(&self, &(class, prefix, bytes): &Slot) -> Option<Verdict> {
         let entries = self.classes.get(&class);
         let own = entries.and_then(|e| e.get(&(prefix, bytes))).copied();
-        let approval = (prefix == full_length(&class))
-            .then(|| self.approved.get(&(class, bytes)))
-            .flatten();
+        // An approval of the address marks its entries of single scopes too: one of them is
+        // the longest match there.
+        let approval = if prefix == full_length(&class) {
+            self.approved.get(&(class, bytes))
+        } else if prefix == scoped_length(&class) {
+            self.approved
+                .get(&(class, masked(bytes, full_length(&class))))
+        } else {
+            None
+        };
         if own.is_none() && approval.is_none() {
             return None;
         }
@@ -316,16 +374,15 @@ impl DestinationMaps {
     }
 
     /// Sets `slot`'s map entry; returns what it was.
-    fn set(&mut self, &(class, prefix, bytes): &Slot, verdict: Option<Verdict>) -> Option<Verdict> {
-        let len = DEST_HEAD_BITS + prefix as u32;
-        if class.2 {
-            let key = (len, dest_key::<19>(class.0, class.1, &bytes));
+    fn set(&mut self, slot: &Slot, verdict: Option<Verdict>) -> Option<Verdict> {
+        if slot.0.2 {
+            let key = kernel_key(slot);
             match verdict {
                 Some(v) => self.v6.insert(key, v),
                 None => self.v6.remove(&key),
             }
         } else {
-            let key = (len, dest_key::<7>(class.0, class.1, &bytes[..4]));
+            let key = kernel_key(slot);
             match verdict {
                 Some(v) => self.v4.insert(key, v),
                 None => self.v4.remove(&key),

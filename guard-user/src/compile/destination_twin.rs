@@ -90,7 +90,7 @@ impl DestinationTwin {
         let host = rule.and_then(|rule| {
             let destinations = &self.engine.image.destinations;
             destinations
-                .host_for(address, port, transport, rule)
+                .host_for(address, port, transport, rule, self.scope.unwrap_or(0))
                 .map(str::to_string)
         });
         KernelDestinationDecision {
@@ -177,5 +177,103 @@ mod tests {
             approved.decide(loopback(2), 9, Transport::Udp).decision,
             Decision::Prompt
         );
+    }
+
+    /// A name's address answered to one scope decides that scope's connects by the name's rule;
+    /// another scope's connect to the same address is decided as if nobody had asked (the
+    /// unmatched default), and the incremental update writes the same tries as a full build.
+    #[test]
+    fn a_scope_is_decided_by_its_own_answers() {
+        use crate::compile::destination_maps::DestinationMaps;
+        use crate::compile::update_destinations;
+        use crate::resolve::answers::{AnswerBook, KnownAddresses};
+
+        let mut parser = PolicyParser::new();
+        parser
+            .parse(
+                "t.rules",
+                "enforcement(unmatched_network=\"prompt\")\n\
+                 network_rule(host=\"api.test\", protocol=\"https\", decision=\"allow\")\n\
+                 network_rule(host=\"ask.test\", protocol=\"https\", decision=\"prompt\")\n",
+            )
+            .unwrap();
+        let policy = parser.build();
+        let mut book = AnswerBook::new();
+        let known = |book: &AnswerBook| -> EnforcementImage {
+            let known = KnownAddresses {
+                resolved: None,
+                answered: book,
+                on_demand: true,
+            };
+            compile(&policy, &known, &CompileEnv::default())
+        };
+        let before = known(&book);
+        let (asker, other) = (7u64, 8u64);
+        let api: IpAddr = "192.0.2.5".parse().unwrap();
+        let ask: IpAddr = "192.0.2.6".parse().unwrap();
+        let now = std::time::Instant::now();
+        let ttl = std::time::Duration::from_secs(60);
+        book.record_in(asker, "api.test", &[api], ttl, now);
+        book.record_in(asker, "ask.test", &[ask], ttl, now);
+
+        let mut image = before.clone();
+        let keys = update_destinations(
+            &mut image,
+            &["api.test".into(), "ask.test".into()],
+            &KnownAddresses {
+                resolved: None,
+                answered: &book,
+                on_demand: true,
+            },
+        );
+        let mut kept = DestinationMaps::build(&before);
+        kept.update(&image, &keys);
+        let built = DestinationMaps::build(&known(&book));
+        assert_eq!((&kept.v4, &kept.v6), (&built.v4, &built.v6));
+
+        let in_scope = |image: &EnforcementImage, scope: u64| twin_of(image).for_scope(Some(scope));
+        let asked = in_scope(&image, asker).decide(api, 443, Transport::Tcp);
+        assert_eq!(asked.decision, Decision::Allow);
+        assert_eq!(asked.host.as_deref(), Some("api.test"));
+        let not_asked = in_scope(&image, other).decide(api, 443, Transport::Tcp);
+        assert_eq!(
+            (not_asked.decision, not_asked.rule, not_asked.host),
+            (Decision::Prompt, None, None),
+            "the unmatched default"
+        );
+
+        // An approval of the address marks the asking scope's own entry too.
+        assert_eq!(
+            in_scope(&image, asker)
+                .decide(ask, 443, Transport::Tcp)
+                .decision,
+            Decision::Prompt
+        );
+        image.add_destination_approval(asker, ask, 443, Transport::Tcp, "a".into(), "a".into());
+        assert_eq!(
+            in_scope(&image, asker)
+                .decide(ask, 443, Transport::Tcp)
+                .decision,
+            Decision::Allow
+        );
+        assert_eq!(
+            in_scope(&image, other)
+                .decide(ask, 443, Transport::Tcp)
+                .decision,
+            Decision::Prompt,
+            "another scope's approval"
+        );
+
+        // Answered for every scope (`guard run`'s one scope), it holds everywhere.
+        book.record("api.test", &[api], ttl, now);
+        let shared = known(&book);
+        for scope in [asker, other] {
+            assert_eq!(
+                in_scope(&shared, scope)
+                    .decide(api, 443, Transport::Tcp)
+                    .decision,
+                Decision::Allow
+            );
+        }
     }
 }

@@ -19,8 +19,13 @@ use crate::policy::Transport;
 use crate::policy::host::{HostPattern, domains_of, host_covers, is_host_pattern};
 use crate::policy::rule::canonical_ip;
 
-/// What identifies an entry: its network, port (`None`: any) and transport.
-pub type DestinationKey = (IpNetwork, Option<u16>, Transport);
+/// What identifies an entry: its network, port (`None`: any), transport, and the scope whose
+/// lookup of a name it stands for (0: every scope).
+pub type DestinationKey = (IpNetwork, Option<u16>, Transport, u64);
+
+/// A network a source reaches, and the scope it reaches it in (0: every scope): a name's
+/// address holds where guard's resolver answered it.
+type Reach = (IpNetwork, u64);
 
 /// Where a source's addresses come from.
 #[derive(Clone, Debug)]
@@ -40,7 +45,7 @@ pub(super) struct Source {
     verdict: Verdict,
     endpoints: Box<[(Transport, Option<u16>)]>,
     /// Its networks as last compiled, sorted.
-    networks: Vec<IpNetwork>,
+    networks: Vec<Reach>,
 }
 
 impl Source {
@@ -141,11 +146,24 @@ impl DestinationSet {
     /// The name a connection to `ip`, `port` over `transport` that `rule` decided was made to:
     /// the name of that rule's entry for the address. A name's entries are single addresses,
     /// so a few lookups find it, not a walk over every entry (each refusal asks).
-    pub fn host_for(&self, ip: IpAddr, port: u16, transport: Transport, rule: u32) -> Option<&str> {
+    pub fn host_for(
+        &self,
+        ip: IpAddr,
+        port: u16,
+        transport: Transport,
+        rule: u32,
+        scope: u64,
+    ) -> Option<&str> {
         let network = IpNetwork::from(canonical_ip(ip));
-        [Some(port), None]
+        [scope, 0]
             .into_iter()
-            .flat_map(|port| [(network, port, transport), (network, port, Transport::Any)])
+            .flat_map(|scope| [(Some(port), scope), (None, scope)])
+            .flat_map(|(port, scope)| {
+                [
+                    (network, port, transport, scope),
+                    (network, port, Transport::Any, scope),
+                ]
+            })
             .filter_map(|key| self.slots.get(&key))
             .filter(|slot| slot.entry.verdict.rule == rule)
             .find_map(|slot| slot.entry.host.as_deref())
@@ -211,15 +229,15 @@ impl DestinationSet {
 
     /// Source `id`'s networks as `resolver` knows them now (sorted, deduplicated); keeps the
     /// unresolved names up to date.
-    fn networks_of(&mut self, id: u32, resolver: &dyn HostResolver) -> Vec<IpNetwork> {
+    fn networks_of(&mut self, id: u32, resolver: &dyn HostResolver) -> Vec<Reach> {
         let name = match &self.sources[id as usize].addresses {
-            SourceAddresses::Fixed(network) => return vec![*network],
+            SourceAddresses::Fixed(network) => return vec![(*network, 0)],
             SourceAddresses::Name(name) => name.clone(),
         };
-        let mut networks: Vec<IpNetwork> = resolver
-            .lookup(&name)
+        let mut networks: Vec<Reach> = resolver
+            .lookup_in_scopes(&name)
             .into_iter()
-            .map(|ip| IpNetwork::from(canonical_ip(ip)))
+            .map(|(ip, scope)| (IpNetwork::from(canonical_ip(ip)), scope))
             .collect();
         networks.sort_unstable();
         networks.dedup();
@@ -233,10 +251,10 @@ impl DestinationSet {
         networks
     }
 
-    fn add_network(&mut self, id: u32, network: IpNetwork, touched: &mut Vec<DestinationKey>) {
+    fn add_network(&mut self, id: u32, (network, scope): Reach, touched: &mut Vec<DestinationKey>) {
         let source = &self.sources[id as usize];
         for &(transport, port) in source.endpoints.iter() {
-            let key = (network, port, transport);
+            let key = (network, port, transport, scope);
             match self.slots.get_mut(&key) {
                 Some(slot) => {
                     let kept = &self.sources[slot.from as usize];
@@ -267,10 +285,15 @@ impl DestinationSet {
         }
     }
 
-    fn remove_network(&mut self, id: u32, network: IpNetwork, touched: &mut Vec<DestinationKey>) {
+    fn remove_network(
+        &mut self,
+        id: u32,
+        (network, scope): Reach,
+        touched: &mut Vec<DestinationKey>,
+    ) {
         let sources = &self.sources;
         for &(transport, port) in sources[id as usize].endpoints.iter() {
-            let key = (network, port, transport);
+            let key = (network, port, transport, scope);
             let Some(slot) = self.slots.get_mut(&key) else {
                 continue;
             };
@@ -303,11 +326,12 @@ impl DestinationSet {
     }
 }
 
-fn entry((network, port, transport): DestinationKey, source: &Source) -> DestinationEntry {
+fn entry((network, port, transport, scope): DestinationKey, source: &Source) -> DestinationEntry {
     DestinationEntry {
         network,
         port,
         transport,
+        scope,
         verdict: source.verdict,
         host: source.host.clone(),
     }

@@ -169,10 +169,21 @@ fn reference_tries(
         Transport::Any => TRANSPORT_ANY,
     };
     let mut classes: HashMap<(u8, u16, bool), HashMap<(u8, Vec<u8>), Verdict>> = HashMap::new();
+    // An address's bytes, then the scope's (zero for every scope's entries).
+    let with_scope = |mut address: Vec<u8>, scope: u64| {
+        address.extend(scope.to_be_bytes());
+        address
+    };
     for entry in image.destinations.iter() {
         let (bytes, prefix, v6) = match entry.network.ip() {
             IpAddr::V4(a) => (a.octets().to_vec(), entry.network.prefix(), false),
             IpAddr::V6(a) => (a.octets().to_vec(), entry.network.prefix(), true),
+        };
+        let bytes = with_scope(bytes, entry.scope);
+        let prefix = if entry.scope == 0 {
+            prefix
+        } else {
+            prefix + 64
         };
         let v = &entry.verdict;
         let slot = classes
@@ -188,6 +199,7 @@ fn reference_tries(
             IpAddr::V4(a) => (a.octets().to_vec(), false),
             IpAddr::V6(a) => (a.octets().to_vec(), true),
         };
+        let bytes = with_scope(bytes, 0);
         let class = (code(approval.transport), approval.port, v6);
         let full = if v6 { 128 } else { 32 };
         classes
@@ -207,18 +219,20 @@ fn reference_tries(
                 }
             }
             let full = if class.2 { 128 } else { 32 };
-            match approved.get(&(*class, bytes.clone())) {
-                Some(rule) if *prefix == full && combined.is_none() => {
+            // An entry of one scope is marked by an approval of its address.
+            let at_address = *prefix == full || *prefix == full + 64;
+            match approved.get(&(*class, mask(bytes, full))) {
+                Some(rule) if at_address && combined.is_none() => {
                     combined = Verdict::approval(*rule)
                 }
-                Some(_) if *prefix == full => combined.flags |= VERDICT_APPROVAL,
+                Some(_) if at_address => combined.flags |= VERDICT_APPROVAL,
                 _ => combined.flags &= !VERDICT_APPROVAL,
             }
             let len = DEST_HEAD_BITS + *prefix as u32;
             if class.2 {
-                v6.insert((len, dest_key::<19>(class.0, class.1, bytes)), combined);
+                v6.insert((len, dest_key::<27>(class.0, class.1, bytes)), combined);
             } else {
-                v4.insert((len, dest_key::<7>(class.0, class.1, bytes)), combined);
+                v4.insert((len, dest_key::<15>(class.0, class.1, bytes)), combined);
             }
         }
     }
@@ -277,6 +291,7 @@ fn a_key_two_names_share_keeps_the_other_names_verdict_when_one_goes() {
         ipnetwork::IpNetwork::from(shared),
         Some(443),
         Transport::Tcp,
+        0,
     );
     let entry = image.destinations.get(&key).unwrap();
     assert_eq!(entry.host.as_deref(), Some("a.test"), "deny is stronger");
@@ -284,7 +299,7 @@ fn a_key_two_names_share_keeps_the_other_names_verdict_when_one_goes() {
     assert_eq!(
         image
             .destinations
-            .host_for(shared, 443, Transport::Udp, deny_rule),
+            .host_for(shared, 443, Transport::Udp, deny_rule, 0),
         Some("a.test"),
         "a refusal names the name whose rule decided"
     );

@@ -734,7 +734,10 @@ mod tests {
         port: u16,
     ) -> Option<Verdict> {
         entries
-            .get(&(DEST_HEAD_BITS + 32, dest_key::<7>(TRANSPORT_UDP, port, &ip)))
+            .get(&(
+                DEST_HEAD_BITS + 32,
+                dest_key::<15>(TRANSPORT_UDP, port, &ip),
+            ))
             .copied()
     }
 

@@ -267,18 +267,33 @@ pub struct DestinationEntry {
     pub port: Option<u16>,
     /// `Any` covers TCP and UDP.
     pub transport: Transport,
+    /// The scope (cgroup id) whose lookup of the name this address was answered to; 0: every
+    /// scope.
+    pub scope: u64,
     pub verdict: Verdict,
     /// The host name the address came from, if any (one copy shared by the name's entries).
     pub host: Option<Arc<str>>,
 }
 
 impl DestinationEntry {
-    /// Whether this entry applies to a connection to `ip` (already IPv4 if it was
-    /// IPv4-mapped), `port`, over `transport`.
-    pub fn covers(&self, ip: std::net::IpAddr, port: u16, transport: Transport) -> bool {
-        self.network.contains(ip)
+    /// Whether this entry applies to a connection of `scope` (0: a scope that asked for no
+    /// name) to `ip` (already IPv4 if it was IPv4-mapped), `port`, over `transport`.
+    pub fn covers(
+        &self,
+        scope: u64,
+        ip: std::net::IpAddr,
+        port: u16,
+        transport: Transport,
+    ) -> bool {
+        (self.scope == 0 || self.scope == scope)
+            && self.network.contains(ip)
             && self.port.is_none_or(|p| p == port)
             && self.transport.covers(transport)
+    }
+
+    /// What identifies it among the image's entries.
+    pub fn key(&self) -> super::destinations::DestinationKey {
+        (self.network, self.port, self.transport, self.scope)
     }
 }
 
@@ -367,10 +382,11 @@ impl EnforcementImage {
         rule
     }
 
-    /// The strongest verdict among the entries that cover a destination (what the kernel
-    /// decides, approvals aside); `None` when no entry does.
+    /// The strongest verdict among the entries that cover a destination in `scope` (what the
+    /// kernel decides, approvals aside); `None` when no entry does.
     pub fn destination_verdict(
         &self,
+        scope: u64,
         ip: std::net::IpAddr,
         port: u16,
         transport: Transport,
@@ -378,7 +394,7 @@ impl EnforcementImage {
         let ip = crate::policy::rule::canonical_ip(ip);
         self.destinations
             .iter()
-            .filter(|e| e.covers(ip, port, transport))
+            .filter(|e| e.covers(scope, ip, port, transport))
             .map(|e| e.verdict)
             .reduce(|kept, v| if v.beats(&kept) { v } else { kept })
     }

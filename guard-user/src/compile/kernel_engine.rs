@@ -132,7 +132,7 @@ impl KernelEngine {
             Transport::Any => TRANSPORT_ANY,
         };
         let (found, marked) = lookup(code, port, |transport, port| {
-            self.longest_match(transport, port, address)
+            self.longest_match(transport, port, address, scope.unwrap_or(0))
         });
         let (v4, addr) = match address {
             IpAddr::V4(a) => {
@@ -153,18 +153,34 @@ impl KernelEngine {
     }
 
     /// The longest match of a destination table, as the kernel's LPM lookup finds it: the entry
-    /// of the longest prefix that holds `transport`, `port` and `address`.
-    fn longest_match(&self, transport: u8, port: u16, address: IpAddr) -> Option<Verdict> {
+    /// of the longest prefix that holds `transport`, `port` and `address` in `scope`.
+    fn longest_match(
+        &self,
+        transport: u8,
+        port: u16,
+        address: IpAddr,
+        scope: u64,
+    ) -> Option<Verdict> {
         let bits = |len: u32| (len - DEST_HEAD_BITS) as u8;
+        let mut full = [0u8; 24];
+        let scope = scope.to_be_bytes();
         match address {
-            IpAddr::V4(a) => self.v4_lengths.iter().find_map(|&len| {
-                let key = dest_key::<7>(transport, port, &masked(a.octets(), bits(len)));
-                self.entries.destinations.v4.get(&(len, key)).copied()
-            }),
-            IpAddr::V6(a) => self.v6_lengths.iter().find_map(|&len| {
-                let key = dest_key::<19>(transport, port, &masked(a.octets(), bits(len)));
-                self.entries.destinations.v6.get(&(len, key)).copied()
-            }),
+            IpAddr::V4(a) => {
+                full[..4].copy_from_slice(&a.octets());
+                full[4..12].copy_from_slice(&scope);
+                self.v4_lengths.iter().find_map(|&len| {
+                    let key = dest_key::<15>(transport, port, &masked(full, bits(len))[..12]);
+                    self.entries.destinations.v4.get(&(len, key)).copied()
+                })
+            }
+            IpAddr::V6(a) => {
+                full[..16].copy_from_slice(&a.octets());
+                full[16..].copy_from_slice(&scope);
+                self.v6_lengths.iter().find_map(|&len| {
+                    let key = dest_key::<27>(transport, port, &masked(full, bits(len)));
+                    self.entries.destinations.v6.get(&(len, key)).copied()
+                })
+            }
         }
     }
 }

@@ -768,6 +768,22 @@ impl Enforcer {
         }
     }
 
+    /// The scope (cgroup id) whose DNS socket `cookie` the kernel sent to guard's resolver
+    /// (`None`: not redirected by this set, or its entry is gone).
+    pub fn dns_query_scope(&self, cookie: u64) -> Result<Option<u64>> {
+        let map: aya::maps::HashMap<_, u64, guard_common::maps::DnsOriginal> =
+            aya::maps::HashMap::try_from(
+                self.ebpf
+                    .map("DNS_ORIGINALS")
+                    .ok_or_else(|| anyhow!("no DNS_ORIGINALS map"))?,
+            )?;
+        match map.get(&cookie, 0) {
+            Ok(original) => Ok(Some(original.scope).filter(|scope| *scope != 0)),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(err) => Err(err).context("reading a DNS_ORIGINALS entry"),
+        }
+    }
+
     /// What the kernel says of held socket `cookie` (`None`: not listed).
     pub fn held_socket(&self, cookie: u64) -> Result<Option<HeldSocket>> {
         let map = self.held_sockets_map()?;

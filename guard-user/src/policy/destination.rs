@@ -27,6 +27,12 @@ pub trait HostResolver {
     /// empty when unknown.
     fn lookup(&self, host: &str) -> Vec<IpAddr>;
 
+    /// [`HostResolver::lookup`] with the scope each address holds in: a scope (cgroup id) that
+    /// guard's resolver answered it to, or 0 for every scope (what guard resolved itself).
+    fn lookup_in_scopes(&self, host: &str) -> Vec<(IpAddr, u64)> {
+        self.lookup(host).into_iter().map(|ip| (ip, 0)).collect()
+    }
+
     /// Whether `host` was looked up, so that no address means it has none (an unresolved
     /// name) rather than that nobody asked for it yet (guard's resolver puts a name in force
     /// when a program asks for it).

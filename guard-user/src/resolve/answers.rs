@@ -23,12 +23,16 @@ pub const GRACE: Duration = Duration::from_secs(60);
 /// million names must not grow guard without bound).
 pub const MAX_ADDRESSES: usize = 65_536;
 
+/// An address as answered to one scope (its cgroup id), or to every scope (0: `guard run`'s one
+/// scope, the hosts file).
+type Held = (IpAddr, u64);
+
 #[derive(Default)]
 pub struct AnswerBook {
-    /// Name (normalised) → address → when it goes.
-    names: HashMap<String, HashMap<IpAddr, Instant>>,
-    /// Address → the names it was answered for.
-    by_address: HashMap<IpAddr, BTreeSet<String>>,
+    /// Name (normalised) → address and the scope it was answered to → when it goes.
+    names: HashMap<String, HashMap<Held, Instant>>,
+    /// Address → the names it was answered for, and to which scope.
+    by_address: HashMap<IpAddr, BTreeSet<(String, u64)>>,
     /// The stand-in addresses among them (few; looked at after every answer).
     stand_in_addresses: BTreeSet<std::net::Ipv4Addr>,
     /// Names that lost addresses to the bound ([`MAX_ADDRESSES`]) since the last
@@ -42,9 +46,22 @@ impl AnswerBook {
         Self::default()
     }
 
-    /// Keeps `addrs` for `name` until `now + ttl + GRACE` (an address answered again gets the
-    /// later time). Returns whether any address is new for this name.
+    /// Keeps `addrs` for `name`, for every scope, until `now + ttl + GRACE` (an address
+    /// answered again gets the later time). Returns whether any address is new for this name.
     pub fn record(&mut self, name: &str, addrs: &[IpAddr], ttl: Duration, now: Instant) -> bool {
+        self.record_in(0, name, addrs, ttl, now)
+    }
+
+    /// [`AnswerBook::record`] for the one scope `scope` (a cgroup id; 0: every scope): only
+    /// its connects are attributed to `name` by these addresses.
+    pub fn record_in(
+        &mut self,
+        scope: u64,
+        name: &str,
+        addrs: &[IpAddr],
+        ttl: Duration,
+        now: Instant,
+    ) -> bool {
         // An answer without addresses (NXDOMAIN, an MX lookup) has nothing to attribute by.
         if addrs.is_empty() {
             return false;
@@ -53,14 +70,14 @@ impl AnswerBook {
         let known = self.names.entry(name.to_string()).or_default();
         let mut added = false;
         for ip in addrs.iter().map(|ip| canonical_ip(*ip)) {
-            match known.get_mut(&ip) {
+            match known.get_mut(&(ip, scope)) {
                 Some(kept) => *kept = (*kept).max(until),
                 None => {
-                    known.insert(ip, until);
+                    known.insert((ip, scope), until);
                     self.by_address
                         .entry(ip)
                         .or_default()
-                        .insert(name.to_string());
+                        .insert((name.to_string(), scope));
                     if let IpAddr::V4(v4) = ip
                         && super::stand_ins::is_stand_in_ip(ip)
                     {
@@ -83,7 +100,7 @@ impl AnswerBook {
             .iter()
             .filter_map(|v4| {
                 let names = self.by_address.get(&IpAddr::V4(*v4))?;
-                names.iter().next().map(|name| (*v4, name.clone()))
+                names.iter().next().map(|(name, _)| (*v4, name.clone()))
             })
             .collect()
     }
@@ -93,17 +110,22 @@ impl AnswerBook {
         let mut changed = Vec::new();
         for (name, addrs) in &mut self.names {
             let before = addrs.len();
-            addrs.retain(|ip, until| {
+            let mut gone = Vec::new();
+            addrs.retain(|held, until| {
                 let keep = *until > now;
-                if !keep && let Some(names) = self.by_address.get_mut(ip) {
-                    names.remove(name);
-                    if names.is_empty() {
-                        self.by_address.remove(ip);
-                        forget_stand_in(&mut self.stand_in_addresses, *ip);
-                    }
+                if !keep {
+                    gone.push(*held);
                 }
                 keep
             });
+            for held in gone {
+                forget(
+                    &mut self.by_address,
+                    &mut self.stand_in_addresses,
+                    name,
+                    held,
+                );
+            }
             if addrs.len() != before {
                 self.size -= before - addrs.len();
                 changed.push(name.clone());
@@ -119,25 +141,24 @@ impl AnswerBook {
     }
 
     fn evict_oldest(&mut self, count: usize) {
-        let mut all: Vec<(Instant, String, IpAddr)> = self
+        let mut all: Vec<(Instant, String, Held)> = self
             .names
             .iter()
-            .flat_map(|(name, addrs)| addrs.iter().map(|(ip, t)| (*t, name.clone(), *ip)))
+            .flat_map(|(name, addrs)| addrs.iter().map(|(held, t)| (*t, name.clone(), *held)))
             .collect();
         all.sort();
-        for (_, name, ip) in all.into_iter().take(count) {
+        for (_, name, held) in all.into_iter().take(count) {
             if let Some(addrs) = self.names.get_mut(&name) {
-                addrs.remove(&ip);
+                addrs.remove(&held);
                 self.size -= 1;
                 self.evicted.push(name.clone());
             }
-            if let Some(names) = self.by_address.get_mut(&ip) {
-                names.remove(&name);
-                if names.is_empty() {
-                    self.by_address.remove(&ip);
-                    forget_stand_in(&mut self.stand_in_addresses, ip);
-                }
-            }
+            forget(
+                &mut self.by_address,
+                &mut self.stand_in_addresses,
+                &name,
+                held,
+            );
         }
         self.names.retain(|_, addrs| !addrs.is_empty());
     }
@@ -155,14 +176,21 @@ impl AnswerBook {
         self.names.len()
     }
 
-    /// How many (name, address) pairs are kept.
+    /// How many (name, address, scope) answers are kept.
     pub fn address_count(&self) -> usize {
         self.size
     }
 
-    /// The addresses kept for `name`.
+    /// The addresses kept for `name`, in any scope.
     pub fn addresses(&self, name: &str) -> Vec<IpAddr> {
-        let mut out: Vec<IpAddr> = self
+        let mut out: Vec<IpAddr> = self.answers(name).into_iter().map(|(ip, _)| ip).collect();
+        out.dedup();
+        out
+    }
+
+    /// The addresses kept for `name`, each with the scope it was answered to.
+    pub fn answers(&self, name: &str) -> Vec<Held> {
+        let mut out: Vec<Held> = self
             .names
             .get(name)
             .map(|a| a.keys().copied().collect())
@@ -171,9 +199,9 @@ impl AnswerBook {
         out
     }
 
-    /// The addresses kept for every name `pattern` covers.
-    pub fn matching(&self, pattern: &HostPattern) -> Vec<IpAddr> {
-        let mut out: Vec<IpAddr> = self
+    /// The addresses kept for every name `pattern` covers, each with its scope.
+    pub fn matching(&self, pattern: &HostPattern) -> Vec<Held> {
+        let mut out: Vec<Held> = self
             .names
             .iter()
             .filter(|(name, _)| pattern.matches(name))
@@ -184,18 +212,37 @@ impl AnswerBook {
         out
     }
 
-    /// The names `ip` was answered for, sorted.
-    pub fn names_for(&self, ip: IpAddr) -> Vec<String> {
-        self.by_address
+    /// The names `ip` was answered for in `scope` (or for every scope), sorted.
+    pub fn names_for(&self, ip: IpAddr, scope: u64) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .by_address
             .get(&canonical_ip(ip))
-            .map(|names| names.iter().cloned().collect())
-            .unwrap_or_default()
+            .into_iter()
+            .flatten()
+            .filter(|(_, to)| *to == 0 || *to == scope)
+            .map(|(name, _)| name.clone())
+            .collect();
+        names.dedup();
+        names
     }
 }
 
-fn forget_stand_in(stand_ins: &mut BTreeSet<std::net::Ipv4Addr>, ip: IpAddr) {
-    if let IpAddr::V4(v4) = ip {
-        stand_ins.remove(&v4);
+/// Drops `name`'s answer `held` from the index by address.
+fn forget(
+    by_address: &mut HashMap<IpAddr, BTreeSet<(String, u64)>>,
+    stand_ins: &mut BTreeSet<std::net::Ipv4Addr>,
+    name: &str,
+    (ip, scope): Held,
+) {
+    let Some(names) = by_address.get_mut(&ip) else {
+        return;
+    };
+    names.remove(&(name.to_string(), scope));
+    if names.is_empty() {
+        by_address.remove(&ip);
+        if let IpAddr::V4(v4) = ip {
+            stand_ins.remove(&v4);
+        }
     }
 }
 
@@ -248,14 +295,33 @@ impl HostResolver for KnownAddresses<'_> {
     }
 
     fn lookup(&self, host: &str) -> Vec<IpAddr> {
+        let mut out: Vec<IpAddr> = self
+            .lookup_in_scopes(host)
+            .into_iter()
+            .map(|(ip, _)| ip)
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// What guard resolved holds for every scope; what its resolver answered, for the scope
+    /// it answered.
+    fn lookup_in_scopes(&self, host: &str) -> Vec<(IpAddr, u64)> {
         if is_host_pattern(host) {
             return match HostPattern::parse(host) {
                 Some(Ok(pattern)) => self.answered.matching(&pattern),
                 _ => Vec::new(),
             };
         }
-        let mut out = self.resolved.map(|c| c.lookup(host)).unwrap_or_default();
-        out.extend(self.answered.addresses(host));
+        let mut out: Vec<(IpAddr, u64)> = self
+            .resolved
+            .map(|c| c.lookup(host))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|ip| (ip, 0))
+            .collect();
+        out.extend(self.answered.answers(host));
         out.sort();
         out.dedup();
         out
@@ -287,8 +353,8 @@ mod tests {
         );
         assert_eq!(book.prune(t0 + one + GRACE), vec!["api.test".to_string()]);
         assert_eq!(book.addresses("api.test"), vec![ip("192.0.2.3")]);
-        assert!(book.names_for(ip("192.0.2.1")).is_empty());
-        assert_eq!(book.names_for(ip("::ffff:192.0.2.3")), vec!["api.test"]);
+        assert!(book.names_for(ip("192.0.2.1"), 0).is_empty());
+        assert_eq!(book.names_for(ip("::ffff:192.0.2.3"), 0), vec!["api.test"]);
     }
 
     #[test]
@@ -328,7 +394,7 @@ mod tests {
             on_demand: true,
         };
         assert!(known.stand_ins().is_empty());
-        assert_eq!(book.names_for(ip("198.18.0.1")), vec!["api.test"]);
+        assert_eq!(book.names_for(ip("198.18.0.1"), 7), vec!["api.test"]);
         assert_eq!(
             book.stand_ins(),
             vec![
@@ -378,7 +444,10 @@ mod tests {
             book.record("flood.test", &[addr], Duration::from_secs(i as u64), now);
         }
         assert_eq!(book.addresses("flood.test").len(), MAX_ADDRESSES);
-        assert!(book.names_for(IpAddr::from(0u32.to_be_bytes())).is_empty());
+        assert!(
+            book.names_for(IpAddr::from(0u32.to_be_bytes()), 0)
+                .is_empty()
+        );
         // Its owner learns which names lost addresses, so their entries go from the maps too.
         assert_eq!(book.take_evicted(), ["flood.test"]);
         assert!(book.take_evicted().is_empty());

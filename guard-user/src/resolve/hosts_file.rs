@@ -70,7 +70,7 @@ mod tests {
         let mut book = AnswerBook::new();
         seed(&mut book, &path);
         assert_eq!(
-            book.names_for(ip("10.1.2.3")),
+            book.names_for(ip("10.1.2.3"), 9),
             vec!["mirror", "mirror.internal.test"]
         );
         assert!(entries(&dir.path().join("absent")).is_empty());

@@ -148,6 +148,8 @@ pub struct Answered {
 pub enum AnswerSource {
     /// The name left the host: the upstream server answered it.
     Forwarded,
+    /// Answered from what the upstream server answered before (its TTL is not over).
+    Cached,
     /// The name stayed on the host: it was answered with its stand-in (or no records).
     StandIn,
 }
@@ -156,6 +158,7 @@ impl AnswerSource {
     pub fn as_str(self) -> &'static str {
         match self {
             AnswerSource::Forwarded => "forwarded",
+            AnswerSource::Cached => "cached",
             AnswerSource::StandIn => "stand_in",
         }
     }

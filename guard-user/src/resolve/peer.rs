@@ -26,6 +26,10 @@ pub struct QueryProcess {
     /// `/proc/PID/exe` of the holder.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub exe: String,
+    /// The socket's cookie, by which the kernel's DNS redirect recorded the scope that sent the
+    /// query (`None`: sock_diag could not say).
+    #[serde(skip)]
+    pub cookie: Option<u64>,
 }
 
 /// The two ends of a query's socket.
@@ -40,9 +44,10 @@ pub struct QuerySocket {
 
 /// The process that holds the program's end of `query`.
 pub fn process_of(query: QuerySocket) -> Option<QueryProcess> {
-    let (inode, uid) = socket_of(query)?;
+    let (inode, uid, cookie) = socket_of(query)?;
     let mut found = QueryProcess {
         uid,
+        cookie,
         ..QueryProcess::default()
     };
     if !within_rate() {
@@ -78,16 +83,19 @@ fn within_rate() -> bool {
     }
 }
 
-/// The inode and owner of the program's end of `query`: asked of the kernel by its addresses,
-/// or, where sock_diag cannot answer for this protocol (a kernel built without `inet_diag`, or
-/// with it as a module that is not there), found in the `/proc/net` table by its port.
-fn socket_of(query: QuerySocket) -> Option<(u64, u32)> {
-    diagnosed(query).or_else(|| in_proc_table(query))
+/// The inode, owner and (from sock_diag) cookie of the program's end of `query`: asked of the
+/// kernel by its addresses, or, where sock_diag cannot answer for this protocol (a kernel built
+/// without `inet_diag`, or with it as a module that is not there), found in the `/proc/net`
+/// table by its port.
+fn socket_of(query: QuerySocket) -> Option<(u64, u32, Option<u64>)> {
+    diagnosed(query)
+        .map(|(inode, uid, cookie)| (inode, uid, Some(cookie)))
+        .or_else(|| in_proc_table(query).map(|(inode, uid)| (inode, uid, None)))
 }
 
 /// The socket the kernel's sock_diag finds for `query`: `None` when it is not found or
 /// sock_diag cannot look.
-fn diagnosed(query: QuerySocket) -> Option<(u64, u32)> {
+fn diagnosed(query: QuerySocket) -> Option<(u64, u32, u64)> {
     use netlink_packet_core::{NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload};
     use netlink_packet_sock_diag::SockDiagMessage;
     use netlink_packet_sock_diag::constants::{AF_INET, AF_INET6, IPPROTO_TCP, IPPROTO_UDP};
@@ -135,8 +143,17 @@ fn diagnosed(query: QuerySocket) -> Option<(u64, u32)> {
     let answer = NetlinkMessage::<SockDiagMessage>::deserialize(&reply[..length]).ok()?;
     match answer.payload {
         NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(response)) => {
-            Some((u64::from(response.header.inode), response.header.uid))
-                .filter(|(inode, _)| *inode != 0)
+            // Two native words, low then high (the kernel's `sock_diag_save_cookie`).
+            let words = response.header.socket_id.cookie;
+            let word =
+                |at: usize| u64::from(u32::from_ne_bytes(words[at..at + 4].try_into().unwrap()));
+            let cookie = word(0) | word(4) << 32;
+            Some((
+                u64::from(response.header.inode),
+                response.header.uid,
+                cookie,
+            ))
+            .filter(|(inode, _, _)| *inode != 0)
         }
         // Not found (the program closed it already), or an error.
         _ => None,
@@ -214,9 +231,23 @@ mod tests {
             tcp: false,
         };
         let from_table = in_proc_table(query).expect("in /proc/net/udp");
-        // Where this kernel has inet_diag, both ways agree.
-        if let Some(diagnosed) = diagnosed(query) {
-            assert_eq!(diagnosed, from_table);
+        // Where this kernel has inet_diag, both ways agree, and the cookie is the socket's.
+        if let Some((inode, uid, cookie)) = diagnosed(query) {
+            assert_eq!((inode, uid), from_table);
+            let mut own: u64 = 0;
+            let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+            // SAFETY: an 8-byte out-parameter for SO_COOKIE on a socket this test holds.
+            let got = unsafe {
+                libc::getsockopt(
+                    std::os::fd::AsRawFd::as_raw_fd(&program),
+                    libc::SOL_SOCKET,
+                    libc::SO_COOKIE,
+                    (&raw mut own).cast(),
+                    &mut len,
+                )
+            };
+            assert_eq!(got, 0, "SO_COOKIE");
+            assert_eq!(cookie, own, "sock_diag gives the socket's own cookie");
         }
     }
 

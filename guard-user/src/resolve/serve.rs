@@ -229,9 +229,24 @@ async fn reply_to(
         .lock()
         .ok()
         .and_then(|c| c.get(&question, dnssec_ok, id, Instant::now()));
-    // A kept answer's addresses were put in force before it was first answered, and stay there
-    // past its TTL (plus a grace period), so it goes back at once.
+    // A kept answer's addresses were put in force for the scope that first asked; each scope
+    // has its own book of answers, so they are handed over again for this asker's.
     if let Some(message) = cached {
+        let (addrs, ttl) = addresses(&message);
+        if !addrs.is_empty() {
+            let answered = Answered {
+                name,
+                query_type: question.query_type().to_string(),
+                addrs,
+                ttl,
+                decision,
+                source: AnswerSource::Cached,
+                process: process_of(asker).await,
+            };
+            if !hand_over(shared, answered).await {
+                return reply_code(&query, ResponseCode::ServFail);
+            }
+        }
         *outcome = Outcome::Cached;
         return message
             .to_vec()

@@ -470,3 +470,80 @@ fn dns_passes_an_overlays_set_to_guards_resolver_and_the_overlay_decides_the_nam
         "the overlay refuses the name's connect by the answer it got: {tightened}"
     );
 }
+
+/// Each scope its own book of answers: a name's addresses as guard's resolver answered one
+/// run are that run's. Another run that connects to the same address without asking for the
+/// name is decided as if nobody had (here refused by the unmatched default), while the answer
+/// is still in force for the first; once it asks, the name's rule lets it through.
+#[test]
+fn a_names_answer_holds_only_in_the_scope_that_asked_for_it() {
+    if !can_run() {
+        return;
+    }
+    let dns = guard_tests::dns::TestDns::start();
+    let address = std::net::Ipv4Addr::new(127, 77, 45, 1);
+    dns.set_a("api.scoped.test", &[address], 300);
+    let _https = std::net::TcpListener::bind((address, 443)).expect("listening on 127.77.45.1:443");
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "enforcement(unmatched_network=\"forbidden\")\n\
+                network_rule(host=\"api.scoped.test\", protocol=\"https\", decision=\"allow\")\n"
+            .to_string(),
+        nameserver: Some(dns.addr()),
+        ..Default::default()
+    });
+    let looks_up = || {
+        let dns_probe = crate::common::dns_probe();
+        let out = daemon.guard(&[
+            "run",
+            "--",
+            dns_probe.to_str().unwrap(),
+            "127.0.0.153:53",
+            "api.scoped.test",
+            "udp",
+            "1",
+            "443",
+        ]);
+        let stdout = text(&out.stdout);
+        let line = stdout.lines().last().unwrap_or_default().to_string();
+        let value: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("{e}: {line:?}; guard said: {}", text(&out.stderr)));
+        value
+    };
+    let connects_only = || {
+        let probe = net_probe();
+        let out = daemon.guard(&[
+            "run",
+            "--",
+            probe.to_str().unwrap(),
+            "tcp",
+            "127.77.45.1",
+            "443",
+        ]);
+        text(&out.stdout).trim().to_string()
+    };
+    let asked = looks_up();
+    assert_eq!(
+        (asked["answers"].as_u64(), asked["connected"].as_u64()),
+        (Some(1), Some(1)),
+        "the run that asked reaches the name: {asked}"
+    );
+    let status = daemon.json(&["status", "--json"]);
+    assert!(
+        status["resolver"]["addresses"].as_u64() >= Some(1),
+        "the answer is in force (for its TTL): {status}"
+    );
+    assert_eq!(
+        connects_only(),
+        "errno 1",
+        "a run that did not ask for the name is refused its address"
+    );
+    let asked_again = looks_up();
+    assert_eq!(
+        (
+            asked_again["answers"].as_u64(),
+            asked_again["connected"].as_u64()
+        ),
+        (Some(1), Some(1)),
+        "a run that asks reaches it: {asked_again}"
+    );
+}

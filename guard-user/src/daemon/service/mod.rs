@@ -611,10 +611,22 @@ impl Daemon {
     /// Records `answers`, drops the answered addresses whose time is up, and puts the entries
     /// of the names whose addresses changed in force.
     fn take_answers(&mut self, answers: &[crate::resolve::Answered]) -> Result<()> {
+        // Each answer is put in force for the scope that asked, as the kernel's redirect
+        // recorded it by the query's socket; one whose scope is unknown (its entry is gone,
+        // or sock_diag could not name the socket) is attributed to none: fails closed.
+        let enforcer = self.in_force.enforcer();
+        let scoped: Vec<(Option<u64>, &crate::resolve::Answered)> = answers
+            .iter()
+            .map(|answer| {
+                let cookie = answer.process.as_ref().and_then(|p| p.cookie);
+                let scope = cookie.and_then(|c| enforcer.dns_query_scope(c).ok().flatten());
+                (scope, answer)
+            })
+            .collect();
         let changed = self.in_force.take_answers(
             &mut self.answers,
             Some(&self.dns),
-            answers,
+            &scoped,
             Instant::now(),
         )?;
         self.overlays_update_names(&changed)
@@ -635,7 +647,7 @@ impl Daemon {
         event
             .destination
             .as_ref()
-            .map(|d| self.answers.names_for(d.address))
+            .map(|d| self.answers.names_for(d.address, event.scope))
             .unwrap_or_default()
     }
 

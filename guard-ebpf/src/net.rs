@@ -245,23 +245,35 @@ pub fn look_up(
     transport: u8,
     scope: u64,
 ) -> (Verdict, bool) {
+    // The address and scope are written once; each class changes only the head.
     if family == AF_INET6 {
+        let mut key: Key<DestV6> = Key::new(
+            DEST_HEAD_BITS + 128 + DEST_SCOPE_BITS,
+            dest_scope::<27>(0, 0, addr, scope),
+        );
         lookup(transport, port, |transport, port| {
-            let key: Key<DestV6> = Key::new(
-                DEST_HEAD_BITS + 128 + DEST_SCOPE_BITS,
-                dest_scope::<27>(transport, port, addr, scope),
-            );
+            set_head(&mut key.data, transport, port);
             DEST_V6.get(&key).copied()
         })
     } else {
+        let mut key: Key<DestV4> = Key::new(
+            DEST_HEAD_BITS + 32 + DEST_SCOPE_BITS,
+            dest_scope::<15>(0, 0, &addr[..4], scope),
+        );
         lookup(transport, port, |transport, port| {
-            let key: Key<DestV4> = Key::new(
-                DEST_HEAD_BITS + 32 + DEST_SCOPE_BITS,
-                dest_scope::<15>(transport, port, &addr[..4], scope),
-            );
+            set_head(&mut key.data, transport, port);
             DEST_V4.get(&key).copied()
         })
     }
+}
+
+/// A destination key's transport and port (`dest_key`'s layout).
+#[inline(always)]
+fn set_head(data: &mut [u8], transport: u8, port: u16) {
+    let [high, low] = port.to_be_bytes();
+    data[0] = transport;
+    data[1] = high;
+    data[2] = low;
 }
 
 /// Whether `scope` was given the approval the tables marked for this destination: another

@@ -136,7 +136,11 @@ impl Session {
         let mut dns_notes = Vec::new();
         let upstream = match options.resolver {
             Some(refusal) => match crate::resolve::upstream::choose(options.nameserver) {
-                Ok(upstream) => Some(ResolverConfig { upstream, refusal }),
+                Ok(upstream) => Some(ResolverConfig {
+                    upstream,
+                    refusal,
+                    per_scope: false,
+                }),
                 // No upstream to ask: the scope's DNS is decided by address, as without one.
                 Err(err) => {
                     dns_notes.push(DnsNote::NoResolver(format!("{err:#}")));

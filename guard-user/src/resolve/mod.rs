@@ -199,6 +199,10 @@ pub struct ResolverConfig {
     /// Where queries go.
     pub upstream: SocketAddr,
     pub refusal: Refusal,
+    /// The owner keeps a book of answers per scope (the daemon): an answer from the cache is
+    /// handed over again, for the scope of the program that asked. `guard run` has one scope,
+    /// whose first answer holds for it.
+    pub per_scope: bool,
 }
 
 /// A running resolver: listening on 127.0.0.1 and (when the host has it) ::1, UDP and TCP, one

@@ -65,6 +65,17 @@ pub fn process_of(query: QuerySocket) -> Option<QueryProcess> {
     Some(found)
 }
 
+/// The owner and cookie of the program's end of `query`, without looking for its process (a
+/// sock_diag lookup, or the `/proc/net` table where sock_diag cannot look).
+pub fn socket_owner(query: QuerySocket) -> Option<QueryProcess> {
+    let (_, uid, cookie) = socket_of(query)?;
+    Some(QueryProcess {
+        uid,
+        cookie,
+        ..QueryProcess::default()
+    })
+}
+
 fn within_rate() -> bool {
     static WINDOW: Mutex<Option<(Instant, u32)>> = Mutex::new(None);
     let Ok(mut window) = WINDOW.lock() else {

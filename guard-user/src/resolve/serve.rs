@@ -229,11 +229,15 @@ async fn reply_to(
         .lock()
         .ok()
         .and_then(|c| c.get(&question, dnssec_ok, id, Instant::now()));
-    // A kept answer's addresses were put in force for the scope that first asked; each scope
-    // has its own book of answers, so they are handed over again for this asker's.
+    // A kept answer's addresses were put in force before it was first answered, and stay there
+    // past its TTL (plus a grace period), for the scope that asked then. An owner with a book
+    // per scope gets them again for this asker's scope (found by its socket alone: no look
+    // for its process).
     if let Some(message) = cached {
         let (addrs, ttl) = addresses(&message);
-        if !addrs.is_empty() {
+        if shared.config.per_scope && !addrs.is_empty() {
+            // One sock_diag round trip, made on this thread: shorter than a hand-off.
+            let socket = peer::socket_owner(asker);
             let answered = Answered {
                 name,
                 query_type: question.query_type().to_string(),
@@ -241,7 +245,7 @@ async fn reply_to(
                 ttl,
                 decision,
                 source: AnswerSource::Cached,
-                process: process_of(asker).await,
+                process: socket,
             };
             if !hand_over(shared, answered).await {
                 return reply_code(&query, ResponseCode::ServFail);

@@ -290,7 +290,11 @@ impl Daemon {
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
                 let refusal = config.resolver.refusal;
                 let server = Resolver::start(
-                    ResolverConfig { upstream, refusal },
+                    ResolverConfig {
+                        upstream,
+                        refusal,
+                        per_scope: true,
+                    },
                     names.clone(),
                     crate::resolve::EventSink::Tokio(tx),
                 )
@@ -585,7 +589,10 @@ impl Daemon {
         for event in events {
             match event {
                 ResolverEvent::Answered(answer, done) => {
-                    self.audit.emit(super::audit::dns_answered(&answer));
+                    // The name left the host when its answer was first forwarded (recorded then).
+                    if answer.source != crate::resolve::AnswerSource::Cached {
+                        self.audit.emit(super::audit::dns_answered(&answer));
+                    }
                     answers.push(answer);
                     confirmations.push(done);
                 }

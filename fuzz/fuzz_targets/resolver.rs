@@ -134,12 +134,14 @@ fuzz_target!(|data: &[u8]| {
         let _ = kept.to_vec();
     }
 
-    // The answer book attributes each address to the name, until its time is up.
+    // The answer book attributes each address to the name, in the scope it was answered to
+    // and no other, until its time is up.
     let mut book = AnswerBook::new();
     let now = Instant::now();
-    book.record(&name, &addrs, ttl, now);
+    book.record_in(7, &name, &addrs, ttl, now);
     for ip in &addrs {
-        assert!(book.names_for(*ip).contains(&name), "{ip} for {name:?}");
+        assert!(book.names_for(*ip, 7).contains(&name), "{ip} for {name:?}");
+        assert!(book.names_for(*ip, 8).is_empty(), "{ip} in another scope");
     }
     book.prune(now + ttl + GRACE + Duration::from_secs(1));
     assert_eq!(book.address_count(), 0);

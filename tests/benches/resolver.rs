@@ -21,6 +21,10 @@
 //! 3. **Queries per second** guard's resolver answers from its cache on its one thread, four
 //!    clients asking as fast as they can for `QPS_SECS`, against the test server's own rate
 //!    under the same load.
+//! 4. **A cache hit with a book per scope**, as the daemon's resolver answers it: the cached
+//!    answer is handed over again for the asker's scope (its socket found with sock_diag) and,
+//!    for a name a rule covers, waited for; the owner here confirms at once, so this is the
+//!    resolver's share. Medians of `LATENCY_QUERIES`, ratios to part 2's direct median.
 //!
 //! Run with `cargo xtask bench -- resolver` or `cargo bench -p guard-tests --bench resolver`.
 //! Needs root; otherwise it prints why and exits 0 (1 when `CI=true`). Results on stdout and in
@@ -166,6 +170,7 @@ fn main() {
     let (direct_latency, miss, ruled_miss, hit, refused, direct_qps, resolver_qps) =
         measured.join().unwrap();
     drop(session);
+    let (scoped_hit, scoped_ruled_hit) = per_scope_hits(dns.addr(), &latency_rules);
 
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     println!("## guard's resolver (api.bench.test: 2 of 8 addresses per answer, TTL 1-5 s)\n");
@@ -211,6 +216,16 @@ fn main() {
         refused,
         ratio(refused, direct_latency)
     );
+    println!(
+        "| guard's resolver, cache hit, book per scope (the daemon's) | {:?} | x{:.2} |",
+        scoped_hit,
+        ratio(scoped_hit, direct_latency)
+    );
+    println!(
+        "| guard's resolver, cache hit of a name a rule covers, book per scope (waited for) | {:?} | x{:.2} |",
+        scoped_ruled_hit,
+        ratio(scoped_ruled_hit, direct_latency)
+    );
     println!("\n| queries per second ({QPS_CLIENTS} clients, {QPS_SECS} s) | answered/s | ratio |");
     println!("| --- | --- | --- |");
     println!("| the test name server (hickory-server) | {direct_qps:.0} | x1.00 |");
@@ -222,10 +237,12 @@ fn main() {
         "cycles": CYCLES,
         "direct": {"connects": direct.connects, "refused": direct.refused, "upstream_queries": direct.upstream_queries},
         "through_resolver": {"connects": through.connects, "refused": through.refused, "upstream_queries": through.upstream_queries},
-        "latency_ns": {"direct": direct_latency.as_nanos() as u64, "miss": miss.as_nanos() as u64, "ruled_miss": ruled_miss.as_nanos() as u64, "hit": hit.as_nanos() as u64, "refused": refused.as_nanos() as u64},
+        "latency_ns": {"direct": direct_latency.as_nanos() as u64, "miss": miss.as_nanos() as u64, "ruled_miss": ruled_miss.as_nanos() as u64, "hit": hit.as_nanos() as u64, "refused": refused.as_nanos() as u64, "scoped_hit": scoped_hit.as_nanos() as u64, "scoped_ruled_hit": scoped_ruled_hit.as_nanos() as u64},
         "miss_ratio": ratio(miss, direct_latency),
         "ruled_miss_ratio": ratio(ruled_miss, direct_latency),
         "hit_ratio": ratio(hit, direct_latency),
+        "scoped_hit_ratio": ratio(scoped_hit, direct_latency),
+        "scoped_ruled_hit_ratio": ratio(scoped_ruled_hit, direct_latency),
         "refused_ratio": ratio(refused, direct_latency),
         "qps": {"direct": direct_qps, "resolver": resolver_qps},
     });
@@ -239,6 +256,48 @@ fn main() {
         );
         std::process::exit(1);
     }
+}
+
+/// Part 4: cache hits of a resolver whose owner keeps a book per scope, the owner confirming
+/// each answer at once. Returns the medians for a name no rule speaks of and one a rule covers.
+fn per_scope_hits(upstream: SocketAddr, rules: &std::path::Path) -> (Duration, Duration) {
+    use guard::resolve::{EventSink, NamePolicy, Resolver, ResolverConfig, ResolverEvent};
+    let policy = load_policy(&[rules.to_path_buf()], &[]).unwrap().policy;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (events, mut taken) = tokio::sync::mpsc::unbounded_channel();
+        let names = Arc::new(std::sync::RwLock::new(NamePolicy::from_policy(&policy)));
+        let config = ResolverConfig {
+            upstream,
+            refusal: Refusal::Refused,
+            per_scope: true,
+        };
+        let resolver = Resolver::start(config, names, EventSink::Tokio(events))
+            .await
+            .expect("starting a resolver");
+        tokio::spawn(async move {
+            while let Some(event) = taken.recv().await {
+                if let ResolverEvent::Answered(_, done) = event {
+                    let _ = done.send(());
+                }
+            }
+        });
+        let at: SocketAddr = (Ipv4Addr::LOCALHOST, resolver.port()).into();
+        let medians = tokio::task::spawn_blocking(move || {
+            let hits = |name: &str| {
+                ask(at, name);
+                median((0..LATENCY_QUERIES).map(|_| ask(at, name)).collect())
+            };
+            (hits("hit.bench.test"), hits("r0.ruled.bench.test"))
+        })
+        .await
+        .unwrap();
+        drop(resolver);
+        medians
+    })
 }
 
 struct Cycles {

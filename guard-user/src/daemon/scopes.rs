@@ -133,6 +133,18 @@ impl Scopes {
         Membership::None
     }
 
+    /// The deepest of the daemon's scopes at or above process `pid`'s cgroup (`None`: in none
+    /// of them, or its cgroup cannot be read).
+    pub fn scope_of_pid(&self, pid: u32) -> Option<u64> {
+        let cgroup = crate::kernel::scope::cgroup_of_pid(pid).ok()?;
+        cgroup.ancestors().find_map(|folder| {
+            self.by_id
+                .iter()
+                .find(|(_, scope)| scope.path == folder)
+                .map(|(id, _)| *id)
+        })
+    }
+
     /// The kind of scope a kernel event from cgroup `id` came from, for the metrics' `scope`
     /// label: `host`, `cgroup`, `run`, or `unknown` (a bounded set). A scope's own cgroup is
     /// known by its id; one below a configured cgroup (or the runs' parent) is found by looking

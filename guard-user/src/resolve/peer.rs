@@ -65,15 +65,18 @@ pub fn process_of(query: QuerySocket) -> Option<QueryProcess> {
     Some(found)
 }
 
-/// The owner and cookie of the program's end of `query`, without looking for its process (a
-/// sock_diag lookup, or the `/proc/net` table where sock_diag cannot look).
+/// The owner and cookie of the program's end of `query`, with one sock_diag lookup; where
+/// sock_diag cannot name the socket (no cookie), the process that holds it, as
+/// [`process_of`] finds it (its cgroup then says the scope).
 pub fn socket_owner(query: QuerySocket) -> Option<QueryProcess> {
-    let (_, uid, cookie) = socket_of(query)?;
-    Some(QueryProcess {
-        uid,
-        cookie,
-        ..QueryProcess::default()
-    })
+    match diagnosed(query) {
+        Some((_, uid, cookie)) => Some(QueryProcess {
+            uid,
+            cookie: Some(cookie),
+            ..QueryProcess::default()
+        }),
+        None => process_of(query),
+    }
 }
 
 fn within_rate() -> bool {

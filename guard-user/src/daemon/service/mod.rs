@@ -618,15 +618,21 @@ impl Daemon {
     /// Records `answers`, drops the answered addresses whose time is up, and puts the entries
     /// of the names whose addresses changed in force.
     fn take_answers(&mut self, answers: &[crate::resolve::Answered]) -> Result<()> {
-        // Each answer is put in force for the scope that asked, as the kernel's redirect
-        // recorded it by the query's socket; one whose scope is unknown (its entry is gone,
-        // or sock_diag could not name the socket) is attributed to none: fails closed.
+        // Each answer is put in force for the scope that asked: the one the kernel's redirect
+        // recorded for the query's socket, else (no sock_diag to name the socket, a query
+        // sent to the resolver itself) the one the asking process's cgroup is in. One whose
+        // scope is unknown (the process look-up's rate bound) is attributed to none: fails
+        // closed.
         let enforcer = self.in_force.enforcer();
+        let scopes = &self.scopes;
         let scoped: Vec<(Option<u64>, &crate::resolve::Answered)> = answers
             .iter()
             .map(|answer| {
-                let cookie = answer.process.as_ref().and_then(|p| p.cookie);
-                let scope = cookie.and_then(|c| enforcer.dns_query_scope(c).ok().flatten());
+                let process = answer.process.as_ref();
+                let recorded = process
+                    .and_then(|p| p.cookie)
+                    .and_then(|cookie| enforcer.dns_query_scope(cookie).ok().flatten());
+                let scope = recorded.or_else(|| scopes.scope_of_pid(process?.pid?));
                 (scope, answer)
             })
             .collect();

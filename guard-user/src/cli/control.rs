@@ -442,8 +442,13 @@ pub fn status(args: &StatusArgs) -> ExitCode {
         } else {
             format!(", tightened by {}", scope.overlay.join(", "))
         };
+        let names = if scope.names_answered > 0 {
+            format!(", {} names answered", scope.names_answered)
+        } else {
+            String::new()
+        };
         println!(
-            "  {:<8} {}  ({} events{lost}, {} asks pending{overlay})",
+            "  {:<8} {}  ({} events{lost}, {} asks pending{names}{overlay})",
             scope.kind.as_str(),
             scope.cgroup,
             scope.events_submitted,

@@ -176,6 +176,14 @@ impl AnswerBook {
         self.names.len()
     }
 
+    /// How many names have addresses kept for scope `scope` itself.
+    pub fn name_count_in(&self, scope: u64) -> usize {
+        self.names
+            .values()
+            .filter(|addrs| addrs.keys().any(|(_, to)| *to == scope))
+            .count()
+    }
+
     /// How many (name, address, scope) answers are kept.
     pub fn address_count(&self) -> usize {
         self.size

@@ -532,6 +532,16 @@ fn a_names_answer_holds_only_in_the_scope_that_asked_for_it() {
         status["resolver"]["addresses"].as_u64() >= Some(1),
         "the answer is in force (for its TTL): {status}"
     );
+    // The run that asked may still be listed until the daemon's next tick: it alone was
+    // answered the name.
+    for scope in status["scopes"].as_array().expect("scopes") {
+        let expected = u64::from(scope["kind"]["kind"] == "run");
+        assert_eq!(
+            scope["names_answered"].as_u64(),
+            Some(expected),
+            "names answered per scope: {status}"
+        );
+    }
     assert_eq!(
         connects_only(),
         "errno 1",

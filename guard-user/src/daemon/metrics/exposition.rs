@@ -430,6 +430,7 @@ pub(crate) mod tests {
                     events_submitted: 0,
                     events_lost: 0,
                     overlay: Vec::new(),
+                    names_answered: 0,
                 }],
                 rules: vec![],
                 unresolved_hosts: vec![],

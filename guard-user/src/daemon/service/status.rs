@@ -34,6 +34,7 @@ impl Daemon {
                     overlay: super::overlays::holding(&self.overlays, s.id)
                         .map(|o| o.files.clone())
                         .unwrap_or_default(),
+                    names_answered: self.answers.name_count_in(s.id),
                 }
             })
             .collect();

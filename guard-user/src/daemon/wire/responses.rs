@@ -62,6 +62,10 @@ pub struct ScopeStatus {
     /// it alone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overlay: Vec<String>,
+    /// The names guard's resolver answered this scope, whose addresses are in force for it
+    /// alone (each scope its own book of answers).
+    #[serde(default)]
+    pub names_answered: usize,
 }
 
 /// What a scope is (`status`'s `kind`): the daemon's scopes are of these kinds.
@@ -413,6 +417,7 @@ mod tests {
                 events_submitted: 12,
                 events_lost: 0,
                 overlay: Vec::new(),
+                names_answered: 2,
             }],
             rules: vec![RulesFile {
                 file: "team.rules".into(),

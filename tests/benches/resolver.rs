@@ -218,7 +218,9 @@ fn main() {
         refused,
         ratio(refused, direct_latency)
     );
-    println!("\n| cache hit, resolver on its own runtime (median of {LATENCY_QUERIES}) | one book | a book per scope | ratio |");
+    println!(
+        "\n| cache hit, resolver on its own runtime (median of {LATENCY_QUERIES}) | one book | a book per scope | ratio |"
+    );
     println!("| --- | --- | --- | --- |");
     println!(
         "| a name no rule speaks of (handed over, not waited for) | {one_book_hit:?} | {scoped_hit:?} | x{:.2} |",

@@ -120,7 +120,7 @@ fn slot_of((network, port, transport, scope): &DestinationKey) -> Slot {
 }
 
 /// `bytes` (a full-length address) with `scope` after the address.
-pub(crate) fn with_scope(class: &Class, mut bytes: Bytes, scope: u64) -> Bytes {
+fn with_scope(class: &Class, mut bytes: Bytes, scope: u64) -> Bytes {
     let at = full_length(class) as usize / 8;
     bytes[at..at + 8].copy_from_slice(&scope.to_be_bytes());
     bytes

@@ -25,12 +25,12 @@ pub const MAX_ADDRESSES: usize = 65_536;
 
 /// An address as answered to one scope (its cgroup id), or to every scope (0: `guard run`'s one
 /// scope, the hosts file).
-type Held = (IpAddr, u64);
+type ScopedAddress = (IpAddr, u64);
 
 #[derive(Default)]
 pub struct AnswerBook {
     /// Name (normalised) → address and the scope it was answered to → when it goes.
-    names: HashMap<String, HashMap<Held, Instant>>,
+    names: HashMap<String, HashMap<ScopedAddress, Instant>>,
     /// Address → the names it was answered for, and to which scope.
     by_address: HashMap<IpAddr, BTreeSet<(String, u64)>>,
     /// The stand-in addresses among them (few; looked at after every answer).
@@ -111,19 +111,19 @@ impl AnswerBook {
         for (name, addrs) in &mut self.names {
             let before = addrs.len();
             let mut gone = Vec::new();
-            addrs.retain(|held, until| {
+            addrs.retain(|answer, until| {
                 let keep = *until > now;
                 if !keep {
-                    gone.push(*held);
+                    gone.push(*answer);
                 }
                 keep
             });
-            for held in gone {
+            for answer in gone {
                 forget(
                     &mut self.by_address,
                     &mut self.stand_in_addresses,
                     name,
-                    held,
+                    answer,
                 );
             }
             if addrs.len() != before {
@@ -141,15 +141,15 @@ impl AnswerBook {
     }
 
     fn evict_oldest(&mut self, count: usize) {
-        let mut all: Vec<(Instant, String, Held)> = self
+        let mut all: Vec<(Instant, String, ScopedAddress)> = self
             .names
             .iter()
-            .flat_map(|(name, addrs)| addrs.iter().map(|(held, t)| (*t, name.clone(), *held)))
+            .flat_map(|(name, addrs)| addrs.iter().map(|(answer, t)| (*t, name.clone(), *answer)))
             .collect();
         all.sort();
-        for (_, name, held) in all.into_iter().take(count) {
+        for (_, name, answer) in all.into_iter().take(count) {
             if let Some(addrs) = self.names.get_mut(&name) {
-                addrs.remove(&held);
+                addrs.remove(&answer);
                 self.size -= 1;
                 self.evicted.push(name.clone());
             }
@@ -157,7 +157,7 @@ impl AnswerBook {
                 &mut self.by_address,
                 &mut self.stand_in_addresses,
                 &name,
-                held,
+                answer,
             );
         }
         self.names.retain(|_, addrs| !addrs.is_empty());
@@ -197,8 +197,8 @@ impl AnswerBook {
     }
 
     /// The addresses kept for `name`, each with the scope it was answered to.
-    pub fn answers(&self, name: &str) -> Vec<Held> {
-        let mut out: Vec<Held> = self
+    pub fn answers(&self, name: &str) -> Vec<ScopedAddress> {
+        let mut out: Vec<ScopedAddress> = self
             .names
             .get(name)
             .map(|a| a.keys().copied().collect())
@@ -208,8 +208,8 @@ impl AnswerBook {
     }
 
     /// The addresses kept for every name `pattern` covers, each with its scope.
-    pub fn matching(&self, pattern: &HostPattern) -> Vec<Held> {
-        let mut out: Vec<Held> = self
+    pub fn matching(&self, pattern: &HostPattern) -> Vec<ScopedAddress> {
+        let mut out: Vec<ScopedAddress> = self
             .names
             .iter()
             .filter(|(name, _)| pattern.matches(name))
@@ -235,12 +235,12 @@ impl AnswerBook {
     }
 }
 
-/// Drops `name`'s answer `held` from the index by address.
+/// Drops `name`'s answer of an address to a scope from the index by address.
 fn forget(
     by_address: &mut HashMap<IpAddr, BTreeSet<(String, u64)>>,
     stand_ins: &mut BTreeSet<std::net::Ipv4Addr>,
     name: &str,
-    (ip, scope): Held,
+    (ip, scope): ScopedAddress,
 ) {
     let Some(names) = by_address.get_mut(&ip) else {
         return;
@@ -363,6 +363,33 @@ mod tests {
         assert_eq!(book.addresses("api.test"), vec![ip("192.0.2.3")]);
         assert!(book.names_for(ip("192.0.2.1"), 0).is_empty());
         assert_eq!(book.names_for(ip("::ffff:192.0.2.3"), 0), vec!["api.test"]);
+    }
+
+    #[test]
+    fn an_answer_belongs_to_the_scope_it_was_given_to() {
+        let mut book = AnswerBook::new();
+        let now = Instant::now();
+        let (short, long) = (Duration::from_secs(1), Duration::from_secs(60));
+        assert!(book.record_in(7, "api.test", &[ip("192.0.2.1")], short, now));
+        assert!(book.record_in(8, "api.test", &[ip("192.0.2.1")], long, now));
+        assert!(!book.record_in(8, "api.test", &[ip("192.0.2.1")], long, now));
+        assert_eq!(
+            book.answers("api.test"),
+            vec![(ip("192.0.2.1"), 7), (ip("192.0.2.1"), 8)]
+        );
+        assert_eq!(book.names_for(ip("192.0.2.1"), 7), vec!["api.test"]);
+        assert!(book.names_for(ip("192.0.2.1"), 9).is_empty(), "not asked");
+        assert_eq!((book.name_count_in(7), book.name_count_in(9)), (1, 0));
+        // Scope 7's answer goes at its own time; scope 8 keeps its own.
+        assert_eq!(
+            book.prune(now + short + GRACE),
+            vec!["api.test".to_string()]
+        );
+        assert!(book.names_for(ip("192.0.2.1"), 7).is_empty());
+        assert_eq!(book.answers("api.test"), vec![(ip("192.0.2.1"), 8)]);
+        // An answer for every scope (`guard run`'s) names the address everywhere.
+        book.record("api.test", &[ip("192.0.2.2")], long, now);
+        assert_eq!(book.names_for(ip("192.0.2.2"), 9), vec!["api.test"]);
     }
 
     #[test]

@@ -19,8 +19,9 @@ use crate::resolve::lookup::DnsCache;
 
 /// How long an address is kept after its answer's TTL ran out.
 pub const GRACE: Duration = Duration::from_secs(60);
-/// The most addresses kept; past it the oldest answers go first (a program that asks for a
-/// million names must not grow guard without bound).
+/// The most addresses kept; past it the oldest answers of the scope that holds the most go
+/// first (a program that asks for a million names must not grow guard without bound, nor push
+/// out the answers of another scope).
 pub const MAX_ADDRESSES: usize = 65_536;
 
 /// An address as answered to one scope (its cgroup id), or to every scope (0: `guard run`'s one
@@ -39,6 +40,8 @@ pub struct AnswerBook {
     /// [`AnswerBook::take_evicted`]: their entries must go from the maps too.
     evicted: Vec<String>,
     size: usize,
+    /// How many answers each scope holds.
+    per_scope: HashMap<u64, usize>,
 }
 
 impl AnswerBook {
@@ -84,6 +87,7 @@ impl AnswerBook {
                         self.stand_in_addresses.insert(v4);
                     }
                     self.size += 1;
+                    *self.per_scope.entry(scope).or_default() += 1;
                     added = true;
                 }
             }
@@ -119,6 +123,7 @@ impl AnswerBook {
                 keep
             });
             for answer in gone {
+                uncount(&mut self.per_scope, answer.1);
                 forget(
                     &mut self.by_address,
                     &mut self.stand_in_addresses,
@@ -140,17 +145,32 @@ impl AnswerBook {
         self.names.values().flat_map(|a| a.values()).min().copied()
     }
 
+    /// Drops the `count` oldest answers of the scope that holds the most.
     fn evict_oldest(&mut self, count: usize) {
+        let Some(fullest) = self
+            .per_scope
+            .iter()
+            .max_by_key(|(_, held)| **held)
+            .map(|(scope, _)| *scope)
+        else {
+            return;
+        };
         let mut all: Vec<(Instant, String, ScopedAddress)> = self
             .names
             .iter()
-            .flat_map(|(name, addrs)| addrs.iter().map(|(answer, t)| (*t, name.clone(), *answer)))
+            .flat_map(|(name, addrs)| {
+                addrs
+                    .iter()
+                    .filter(|(answer, _)| answer.1 == fullest)
+                    .map(|(answer, t)| (*t, name.clone(), *answer))
+            })
             .collect();
         all.sort();
         for (_, name, answer) in all.into_iter().take(count) {
             if let Some(addrs) = self.names.get_mut(&name) {
                 addrs.remove(&answer);
                 self.size -= 1;
+                uncount(&mut self.per_scope, answer.1);
                 self.evicted.push(name.clone());
             }
             forget(
@@ -232,6 +252,16 @@ impl AnswerBook {
             .collect();
         names.dedup();
         names
+    }
+}
+
+/// One answer fewer for `scope`.
+fn uncount(per_scope: &mut HashMap<u64, usize>, scope: u64) {
+    if let Some(held) = per_scope.get_mut(&scope) {
+        *held -= 1;
+        if *held == 0 {
+            per_scope.remove(&scope);
+        }
     }
 }
 
@@ -486,5 +516,24 @@ mod tests {
         // Its owner learns which names lost addresses, so their entries go from the maps too.
         assert_eq!(book.take_evicted(), ["flood.test"]);
         assert!(book.take_evicted().is_empty());
+    }
+
+    #[test]
+    fn a_flooding_scope_pushes_out_its_own_answers_not_another_scopes() {
+        let mut book = AnswerBook::new();
+        let now = Instant::now();
+        let kept = ip("198.51.100.1");
+        book.record_in(7, "api.test", &[kept], Duration::from_secs(1), now);
+        for i in 0..(MAX_ADDRESSES + 10) {
+            let addr = IpAddr::from((i as u32).to_be_bytes());
+            book.record_in(8, "flood.test", &[addr], Duration::from_secs(60), now);
+        }
+        assert_eq!(book.address_count(), MAX_ADDRESSES);
+        assert_eq!(
+            book.names_for(kept, 7),
+            vec!["api.test"],
+            "the older answer of the other scope stays"
+        );
+        assert_eq!(book.take_evicted(), ["flood.test"]);
     }
 }

@@ -65,18 +65,15 @@ pub fn process_of(query: QuerySocket) -> Option<QueryProcess> {
     Some(found)
 }
 
-/// The owner and cookie of the program's end of `query`, with one sock_diag lookup; where
-/// sock_diag cannot name the socket (no cookie), the process that holds it, as
-/// [`process_of`] finds it (its cgroup then says the scope).
+/// The owner and cookie of the program's end of `query`, with one sock_diag lookup and no look
+/// for its process (`None`: sock_diag cannot name the socket).
 pub fn socket_owner(query: QuerySocket) -> Option<QueryProcess> {
-    match diagnosed(query) {
-        Some((_, uid, cookie)) => Some(QueryProcess {
-            uid,
-            cookie: Some(cookie),
-            ..QueryProcess::default()
-        }),
-        None => process_of(query),
-    }
+    let (_, uid, cookie) = diagnosed(query)?;
+    Some(QueryProcess {
+        uid,
+        cookie: Some(cookie),
+        ..QueryProcess::default()
+    })
 }
 
 fn within_rate() -> bool {

@@ -231,13 +231,16 @@ async fn reply_to(
         .and_then(|c| c.get(&question, dnssec_ok, id, Instant::now()));
     // A kept answer's addresses were put in force before it was first answered, and stay there
     // past its TTL (plus a grace period), for the scope that asked then. An owner with a book
-    // per scope gets them again for this asker's scope (found by its socket alone: no look
-    // for its process).
+    // per scope gets them again for this asker's scope: found by the socket's cookie (one
+    // sock_diag round trip, made on this thread: shorter than a hand-off), or where sock_diag
+    // cannot name it by the process that holds it (its cgroup says the scope).
     if let Some(message) = cached {
         let (addrs, ttl) = addresses(&message);
         if shared.config.per_scope && !addrs.is_empty() {
-            // One sock_diag round trip, made on this thread: shorter than a hand-off.
-            let socket = peer::socket_owner(asker);
+            let socket = match peer::socket_owner(asker) {
+                Some(socket) => Some(socket),
+                None => process_of(asker).await,
+            };
             let answered = Answered {
                 name,
                 query_type: question.query_type().to_string(),

@@ -235,20 +235,11 @@ async fn reply_to(
     // sock_diag round trip, made on this thread: shorter than a hand-off), or where sock_diag
     // cannot name it by the process that holds it (its cgroup says the scope).
     if let Some(message) = cached {
-        let (addrs, ttl) = addresses(&message);
-        if shared.config.per_scope && !addrs.is_empty() {
-            let socket = match peer::socket_owner(asker) {
+        let mut answered = answered_from(&message, name, &question, decision, AnswerSource::Cached);
+        if shared.config.per_scope && !answered.addrs.is_empty() {
+            answered.process = match peer::socket_owner(asker) {
                 Some(socket) => Some(socket),
                 None => process_of(asker).await,
-            };
-            let answered = Answered {
-                name,
-                query_type: question.query_type().to_string(),
-                addrs,
-                ttl,
-                decision,
-                source: AnswerSource::Cached,
-                process: socket,
             };
             if !hand_over(shared, answered).await {
                 return reply_code(&query, ResponseCode::ServFail);
@@ -274,25 +265,38 @@ async fn reply_to(
             return reply_code(&query, ResponseCode::ServFail);
         }
     };
-    let (addrs, ttl) = addresses(&message);
-    let process = looked_up.await.ok().flatten();
-    let answered = Answered {
-        name,
-        query_type: question.query_type().to_string(),
-        addrs,
-        ttl,
-        decision,
-        source: AnswerSource::Forwarded,
-        process,
-    };
+    let mut answered = answered_from(&message, name, &question, decision, AnswerSource::Forwarded);
+    answered.process = looked_up.await.ok().flatten();
+    let answered_ttl = answered.ttl;
     if !hand_over(shared, answered).await {
         return reply_code(&query, ResponseCode::ServFail);
     }
     *outcome = Outcome::Forwarded;
     if let Ok(mut cache) = shared.cache.lock() {
-        cache.put(&question, dnssec_ok, &message, ttl);
+        cache.put(&question, dnssec_ok, &message, answered_ttl);
     }
     Some(fit(&query, &message, bytes, tcp))
+}
+
+/// What the owner is told of `message`, an answer to `question` (who asked is filled in by the
+/// caller).
+fn answered_from(
+    message: &Message,
+    name: String,
+    question: &Query,
+    decision: NameDecision,
+    source: AnswerSource,
+) -> Answered {
+    let (addrs, ttl) = addresses(message);
+    Answered {
+        name,
+        query_type: question.query_type().to_string(),
+        addrs,
+        ttl,
+        decision,
+        source,
+        process: None,
+    }
 }
 
 /// Tells the owner of the maps what is answered, and waits for it to put the addresses in

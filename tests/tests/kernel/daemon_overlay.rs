@@ -104,6 +104,31 @@ fn run_overlays(daemon: &TestDaemon) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// `guard run [--overlay OVERLAY] -- dns-probe`: looks `name` up (asked of an address on port
+/// 53, which the daemon's set sends to guard's resolver) and connects to its answer on 443;
+/// the probe's JSON line.
+fn looks_up(daemon: &TestDaemon, overlay: Option<&Path>, name: &str) -> serde_json::Value {
+    let mut args = vec!["run"];
+    if let Some(overlay) = overlay {
+        args.extend(["--overlay", overlay.to_str().unwrap()]);
+    }
+    let dns_probe = crate::common::dns_probe();
+    args.extend([
+        "--",
+        dns_probe.to_str().unwrap(),
+        "127.0.0.153:53",
+        name,
+        "udp",
+        "1",
+        "443",
+    ]);
+    let out = daemon.guard(&args);
+    let stdout = text(&out.stdout);
+    let line = stdout.lines().last().unwrap_or_default().to_string();
+    serde_json::from_str(&line)
+        .unwrap_or_else(|e| panic!("{e}: {line:?}; guard said: {}", text(&out.stderr)))
+}
+
 #[test]
 fn two_runs_with_different_overlays_at_once_each_hold_exactly_their_own_policy() {
     if !can_run() {
@@ -411,29 +436,7 @@ fn dns_passes_an_overlays_set_to_guards_resolver_and_the_overlay_decides_the_nam
         "no-api.rules",
         "network_rule(host=\"api.overlay.test\", protocol=\"https\", decision=\"forbidden\")\n",
     );
-    // Asked of any address on port 53: the daemon's set sends it to guard's resolver.
-    let probe = |overlay: Option<&Path>| {
-        let mut args = vec!["run"];
-        if let Some(overlay) = overlay {
-            args.extend(["--overlay", overlay.to_str().unwrap()]);
-        }
-        let dns_probe = crate::common::dns_probe();
-        args.extend([
-            "--",
-            dns_probe.to_str().unwrap(),
-            "127.0.0.153:53",
-            "api.overlay.test",
-            "udp",
-            "1",
-            "443",
-        ]);
-        let out = daemon.guard(&args);
-        let stdout = text(&out.stdout);
-        let line = stdout.lines().last().unwrap_or_default().to_string();
-        let value: serde_json::Value = serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("{e}: {line:?}; guard said: {}", text(&out.stderr)));
-        value
-    };
+    let probe = |overlay: Option<&Path>| looks_up(&daemon, overlay, "api.overlay.test");
     let plain = probe(None);
     assert_eq!(
         (plain["answers"].as_u64(), plain["connected"].as_u64()),
@@ -491,24 +494,7 @@ fn a_names_answer_holds_only_in_the_scope_that_asked_for_it() {
         nameserver: Some(dns.addr()),
         ..Default::default()
     });
-    let looks_up = || {
-        let dns_probe = crate::common::dns_probe();
-        let out = daemon.guard(&[
-            "run",
-            "--",
-            dns_probe.to_str().unwrap(),
-            "127.0.0.153:53",
-            "api.scoped.test",
-            "udp",
-            "1",
-            "443",
-        ]);
-        let stdout = text(&out.stdout);
-        let line = stdout.lines().last().unwrap_or_default().to_string();
-        let value: serde_json::Value = serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("{e}: {line:?}; guard said: {}", text(&out.stderr)));
-        value
-    };
+    let asks = || looks_up(&daemon, None, "api.scoped.test");
     let connects_only = || {
         let probe = net_probe();
         let out = daemon.guard(&[
@@ -521,7 +507,7 @@ fn a_names_answer_holds_only_in_the_scope_that_asked_for_it() {
         ]);
         text(&out.stdout).trim().to_string()
     };
-    let asked = looks_up();
+    let asked = asks();
     assert_eq!(
         (asked["answers"].as_u64(), asked["connected"].as_u64()),
         (Some(1), Some(1)),
@@ -547,7 +533,7 @@ fn a_names_answer_holds_only_in_the_scope_that_asked_for_it() {
         "errno 1",
         "a run that did not ask for the name is refused its address"
     );
-    let asked_again = looks_up();
+    let asked_again = asks();
     assert_eq!(
         (
             asked_again["answers"].as_u64(),

@@ -15,18 +15,17 @@ use crate::compile::image::EnforcementImage;
 use crate::compile::{CompileEnv, host_names};
 use crate::confine::sandbox::SandboxPlan;
 use crate::confine::{CommandConfinement, WritePlan};
-use crate::in_force::{InForce, Modes, names_guard_resolves};
+use crate::in_force::{Core, Modes, unstacked};
 use crate::kernel::events::{EventReader, KernelEvent};
 use crate::kernel::scope::{
     AbandonedScope, ScopeCgroup, join_from_pre_exec, remove_abandoned_scopes,
 };
 use crate::kernel::{Backend, Enforcer};
 use crate::policy::Policy;
-use crate::resolve::answers::{AnswerBook, KnownAddresses};
-use crate::resolve::hosts_file;
+use crate::resolve::known::KnownNames;
 use crate::resolve::lookup::{DnsCache, DnsConfig, DnsResolver};
 use crate::resolve::thread::ResolverThread;
-use crate::resolve::{NamePolicy, Refusal, RefusedName, ResolverConfig, ResolverEvent};
+use crate::resolve::{NamePolicy, Refusal, RefusedName, ResolverConfig, ResolverNote};
 
 /// How a session is set up.
 #[derive(Clone, Debug, Default)]
@@ -68,18 +67,15 @@ pub enum DnsNote {
 }
 
 pub struct Session {
-    policy: Policy,
     // Dropped in field order: the scope's processes are killed and the cgroup removed before
     // the programs are detached.
     scope: ScopeCgroup,
-    in_force: InForce,
+    /// The policy, its approvals (`--once`, `--session`) and what is known of its names.
+    core: Core,
     events: EventReader,
-    dns: Option<(tokio::runtime::Runtime, DnsResolver, DnsCache)>,
+    /// Where guard resolves names itself, once it has any to resolve.
+    dns: Option<DnsLookups>,
     nameserver: Option<SocketAddr>,
-    /// Approvals held in the kernel on top of the policy (`--once`, `--session`).
-    approvals: Approvals,
-    /// What guard's resolver answered the scope (empty without one).
-    answers: AnswerBook,
     resolver: Option<ResolverThread>,
     names: NamePolicy,
     dns_notes: Vec<DnsNote>,
@@ -121,6 +117,28 @@ impl Drop for RunPins {
     }
 }
 
+/// A runtime to resolve names on, and the resolver that asks the configured name server.
+struct DnsLookups {
+    runtime: tokio::runtime::Runtime,
+    resolver: DnsResolver,
+}
+
+impl DnsLookups {
+    fn new(nameserver: Option<SocketAddr>) -> Result<DnsLookups> {
+        Ok(DnsLookups {
+            runtime: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the DNS runtime")?,
+            resolver: DnsResolver::new(&DnsConfig { nameserver })?,
+        })
+    }
+
+    fn resolve(&self, names: &[String]) -> DnsCache {
+        self.runtime.block_on(self.resolver.resolve(names))
+    }
+}
+
 static SESSION_COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 impl Session {
@@ -153,21 +171,14 @@ impl Session {
         // for it: none is looked up before the command starts. Without it the kernel needs
         // every name's addresses first.
         let on_demand = upstream.is_some();
-        let dns = if on_demand {
-            None
-        } else {
-            resolve_names(None, &host_names(&policy), options.nameserver)?
-        };
-        let mut answers = AnswerBook::new();
-        if on_demand {
-            // The names the system resolver answers without DNS, which guard's never sees.
-            hosts_file::seed(&mut answers, std::path::Path::new(hosts_file::HOSTS_FILE));
+        let mut dns = None;
+        let mut resolved = DnsCache::new();
+        let names = host_names(&policy);
+        if !on_demand && !names.is_empty() {
+            let lookups = DnsLookups::new(options.nameserver)?;
+            resolved = lookups.resolve(&names);
+            dns = Some(lookups);
         }
-        let known = KnownAddresses {
-            resolved: dns.as_ref().map(|(_, _, cache)| cache),
-            answered: &answers,
-            on_demand,
-        };
         let mut enforcer = Enforcer::load(backend)?;
         if let Some(timeout) = options.hold_network {
             enforcer.hold_network(timeout, options.splice_port)?;
@@ -177,9 +188,10 @@ impl Session {
             audit_only: options.audit_only,
             record_allowed: false,
         };
-        let mut in_force = InForce::start(enforcer, &policy, &known, env, modes)?;
-        let enforcer = in_force.enforcer_mut();
         let names = NamePolicy::from_policy(&policy);
+        let known = KnownNames::new(resolved, on_demand);
+        let mut core = Core::start(enforcer, policy, known, env, modes)?;
+        let enforcer = core.enforcer_mut();
         let resolver = match upstream {
             Some(config) => {
                 let thread = ResolverThread::start(config, names.clone())?;
@@ -201,14 +213,11 @@ impl Session {
             enforcer.hold_scope(scope.id())?;
         }
         Ok(Session {
-            policy,
             scope,
-            in_force,
+            core,
             events,
             dns,
             nameserver: options.nameserver,
-            approvals: Approvals::default(),
-            answers,
             resolver,
             names,
             dns_notes,
@@ -225,21 +234,21 @@ impl Session {
     }
 
     pub fn image(&self) -> &EnforcementImage {
-        self.in_force.image()
+        self.core.image()
+    }
+
+    /// The approvals held in the kernel now.
+    pub fn approvals(&self) -> &Approvals {
+        self.core.approvals()
     }
 
     /// The policy this session enforces.
-    /// The approvals held in the kernel now.
-    pub fn approvals(&self) -> &Approvals {
-        &self.approvals
-    }
-
     pub fn policy(&self) -> &Policy {
-        &self.policy
+        self.core.policy()
     }
 
     pub fn backend(&self) -> Backend {
-        self.in_force.enforcer().backend()
+        self.core.enforcer().backend()
     }
 
     /// The rules of this session's policy the running backend does not enforce.
@@ -252,29 +261,28 @@ impl Session {
     }
 
     pub fn enforcer(&self) -> &Enforcer {
-        self.in_force.enforcer()
+        self.core.enforcer()
     }
 
     /// The Enforcer, e.g. to list more cgroups in or out of scope.
     pub fn enforcer_mut(&mut self) -> &mut Enforcer {
-        self.in_force.enforcer_mut()
+        self.core.enforcer_mut()
     }
 
     /// Puts `image` in force (the maps are updated with no gap) and keeps it as this session's
-    /// image, e.g. the session's own image with exec approvals added. A DNS refresh later
-    /// recompiles the policy and adds this image's exec approvals back.
+    /// image, e.g. the session's own image with exec approvals added.
     pub fn apply_image(
         &mut self,
         image: EnforcementImage,
     ) -> Result<crate::kernel::maps::SyncStats> {
-        self.in_force.apply(image)
+        self.core.apply(image, unstacked())
     }
 
     /// `(name, kernel program id)` of each of this session's programs that is loaded, so a test
     /// can check that dropping the session unloads exactly these.
     pub fn program_ids(&mut self) -> Vec<(String, u32)> {
-        let raw = self.in_force.enforcer().raw_program_ids();
-        self.in_force
+        let raw = self.core.enforcer().raw_program_ids();
+        self.core
             .enforcer_mut()
             .ebpf_mut()
             .programs()
@@ -302,7 +310,7 @@ impl Session {
         sandbox: Option<&SandboxPlan>,
         keep_capabilities: bool,
     ) -> Result<(WritePlan, CommandConfinement)> {
-        let plan = WritePlan::for_policy(&self.policy, cwd);
+        let plan = WritePlan::for_policy(self.policy(), cwd);
         let confinement = CommandConfinement::prepare_sandboxed(&plan, sandbox, keep_capabilities)?;
         Ok((plan, confinement))
     }
@@ -337,7 +345,7 @@ impl Session {
     /// kernel reports the scope's writes that failed with EACCES, and those outside the plan's
     /// roots are kept (`from` says where the mode was chosen, for the fix the line names).
     pub fn report_sandbox(&mut self, plan: SandboxPlan, from: &str) -> Result<()> {
-        self.in_force.enforcer_mut().report_sandbox_refusals()?;
+        self.core.enforcer_mut().report_sandbox_refusals()?;
         self.sandbox = Some((plan, from.to_string()));
         Ok(())
     }
@@ -378,7 +386,7 @@ impl Session {
 
     /// The names guard's resolver answered `ip` for in this scope.
     pub fn hosts_of(&self, ip: std::net::IpAddr) -> Vec<String> {
-        self.answers.names_for(ip, 0)
+        self.core.names_for(ip, 0)
     }
 
     /// Records the resolver's answers, puts the new addresses of names the policy rules on in
@@ -388,204 +396,110 @@ impl Session {
         let Some(resolver) = &self.resolver else {
             return Ok(());
         };
-        let mut answers = Vec::new();
-        let mut confirmations = Vec::new();
-        for event in resolver.take_events() {
-            match event {
-                ResolverEvent::Answered(answer, done) => {
-                    self.dns_notes.push(DnsNote::Answered(answer.clone()));
-                    answers.push(answer);
-                    confirmations.push(done);
-                }
-                ResolverEvent::Refused(refused) => self.dns_notes.push(DnsNote::Refused(refused)),
-                ResolverEvent::UpstreamFailed { name, error } => {
-                    self.dns_notes.push(DnsNote::UpstreamFailed { name, error })
-                }
-            }
-        }
-        let resolved = self.dns.as_ref().map(|(_, _, cache)| cache);
         // One scope: its answers hold for the whole program set.
-        let scoped: Vec<_> = answers.iter().map(|answer| (Some(0), answer)).collect();
-        let applied =
-            self.in_force
-                .take_answers(&mut self.answers, resolved, &scoped, Instant::now());
-        // Confirmed only once in force; on an error the queries time out into SERVFAIL.
-        if applied.is_ok() {
-            for done in confirmations {
-                let _ = done.send(());
-            }
-        }
-        applied.map(drop)
-    }
-
-    /// What is known of the names now: what guard resolved, and what its resolver answered.
-    fn known(&self) -> KnownAddresses<'_> {
-        KnownAddresses {
-            resolved: self.dns.as_ref().map(|(_, _, cache)| cache),
-            answered: &self.answers,
-            on_demand: self.resolver.is_some(),
-        }
+        let (notes, applied) = self.core.take_resolver_events(
+            resolver.take_events(),
+            |_, _| Some(0),
+            Instant::now(),
+            unstacked(),
+        );
+        self.dns_notes
+            .extend(notes.into_iter().map(|note| match note {
+                ResolverNote::Answered(answer) => DnsNote::Answered(answer),
+                ResolverNote::Refused(refused) => DnsNote::Refused(refused),
+                ResolverNote::UpstreamFailed { name, error } => {
+                    DnsNote::UpstreamFailed { name, error }
+                }
+            }));
+        applied
     }
 
     /// When the next DNS refresh is due.
     pub fn next_dns_refresh(&self) -> Option<Instant> {
-        self.dns
-            .as_ref()
-            .and_then(|(_, resolver, cache)| resolver.next_refresh(cache))
+        let lookups = self.dns.as_ref()?;
+        lookups.resolver.next_refresh(self.core.names().resolved())
     }
 
     /// Re-resolves names whose TTL ran out; when an answer changed, recompiles and updates the
     /// maps (new addresses are written before old ones are removed). Returns whether anything
     /// changed.
     pub fn refresh_dns(&mut self) -> Result<bool> {
-        let Some((runtime, resolver, cache)) = self.dns.as_mut() else {
+        let Some(lookups) = self.dns.as_ref() else {
             return Ok(false);
         };
-        let changes = runtime.block_on(resolver.refresh(cache, Instant::now()));
+        let cache = self.core.names_mut().resolved_mut();
+        let changes = lookups
+            .runtime
+            .block_on(lookups.resolver.refresh(cache, Instant::now()));
         if changes.is_empty() {
             return Ok(false);
         }
         let names: Vec<String> = changes.into_iter().map(|change| change.host).collect();
-        let known = KnownAddresses {
-            resolved: self.dns.as_ref().map(|(_, _, cache)| cache),
-            answered: &self.answers,
-            on_demand: self.resolver.is_some(),
-        };
-        self.in_force.update_names(&names, &known)?;
+        self.core.names_changed(&names, unstacked())?;
         Ok(true)
-    }
-
-    /// The policy compiled with what is known of its names and with `approvals` on top.
-    fn compiled(&self, approvals: &Approvals) -> Result<EnforcementImage> {
-        self.in_force
-            .compile(&self.policy, &self.known(), approvals)
     }
 
     /// Holds `approval` in the kernel from now on (with the earlier ones); on an error nothing
     /// changes.
     pub fn hold_approval(&mut self, approval: Approval) -> Result<()> {
-        let mut approvals = self.approvals.clone();
-        approvals.add(approval);
-        self.resolve_stand_in_names(&approvals)?;
-        let image = self.compiled(&approvals)?;
-        self.in_force.apply(image)?;
-        self.approvals = approvals;
-        Ok(())
+        let mut approvals = self.core.approvals().clone();
+        approvals.add(approval.clone());
+        let missing = self.core.unresolved(approvals.stand_in_names());
+        self.resolve_more(&missing)?;
+        self.core.add_approval(approval, unstacked())
     }
 
-    /// Resolves for real the names of the stand-ins `approvals` approve that guard has not
-    /// resolved yet: only now may they leave the host.
-    fn resolve_stand_in_names(&mut self, approvals: &Approvals) -> Result<()> {
-        let known = |name: &String| {
-            self.dns
-                .as_ref()
-                .is_some_and(|(_, _, cache)| cache.expires(name).is_some())
-        };
-        let missing: Vec<String> = approvals
-            .stand_in_names()
-            .into_iter()
-            .filter(|name| !known(name))
-            .collect();
-        if missing.is_empty() {
+    /// Resolves `names` too (they may now leave the host), keeping what guard resolved.
+    fn resolve_more(&mut self, names: &[String]) -> Result<()> {
+        if names.is_empty() {
             return Ok(());
         }
-        let (runtime, resolver, mut cache) = match self.dns.take() {
-            Some(dns) => dns,
-            None => {
-                let (runtime, resolver) = dns_runtime(self.nameserver)?;
-                (runtime, resolver, DnsCache::default())
-            }
+        let lookups = match self.dns.take() {
+            Some(lookups) => lookups,
+            None => DnsLookups::new(self.nameserver)?,
         };
-        cache.merge_new(runtime.block_on(resolver.resolve(&missing)));
-        self.dns = Some((runtime, resolver, cache));
+        let fresh = lookups.resolve(names);
+        self.dns = Some(lookups);
+        self.core.names_mut().resolved_mut().merge_new(fresh);
         Ok(())
     }
 
     /// Drops the `--once` approvals whose window closed.
     pub fn expire_approvals(&mut self, now: Instant) -> Result<()> {
-        let mut approvals = self.approvals.clone();
-        if !approvals.expire(now) {
-            return Ok(());
-        }
-        let image = self.compiled(&approvals)?;
-        self.in_force.apply(image)?;
-        self.approvals = approvals;
-        Ok(())
+        self.core
+            .change_approvals(|approvals| approvals.expire(now), unstacked())
+            .map(drop)
     }
 
     /// Enforces `policy` instead (an amendment was written), with its names resolved and the
     /// approvals kept; on an error the old policy stays in force.
     pub fn replace_policy(&mut self, policy: Policy) -> Result<()> {
-        let names = names_guard_resolves(
-            &policy,
-            &self.approvals,
-            &self.answers,
-            self.resolver.is_some(),
-        );
-        // The old policy's names may go unresolved after an error: it needs only its own.
-        self.dns = resolve_names(self.dns.take(), &names, self.nameserver)?;
-        let old_policy = std::mem::replace(&mut self.policy, policy);
-        let applied = self
-            .compiled(&self.approvals)
-            .and_then(|image| self.in_force.apply(image));
-        match applied {
-            Ok(_) => {
-                self.names = NamePolicy::from_policy(&self.policy);
-                if let Some(resolver) = &self.resolver {
-                    resolver.set_names(self.names.clone());
-                }
-                Ok(())
-            }
-            Err(err) => {
-                self.policy = old_policy;
-                Err(err)
-            }
+        let missing = self.core.unresolved(self.core.names_to_resolve(&policy));
+        self.resolve_more(&missing)?;
+        self.core.replace_policy(policy, unstacked())?;
+        self.names = NamePolicy::from_policy(self.core.policy());
+        if let Some(resolver) = &self.resolver {
+            resolver.set_names(self.names.clone());
         }
+        Ok(())
+    }
+
+    /// The sandbox's line for `event`, a write it refused ([`Session::report_sandbox`]).
+    pub fn sandbox_refusal(&self, event: &KernelEvent) -> Option<String> {
+        let (plan, from) = self.sandbox.as_ref()?;
+        plan.refusal(event, from)
     }
 
     /// The one-line message for a refusal or an audit-only match.
     pub fn describe(&self, event: &KernelEvent) -> String {
-        if let Some(line) = self
-            .sandbox
-            .as_ref()
-            .and_then(|(plan, from)| plan.refusal(event, from))
-        {
+        if let Some(line) = self.sandbox_refusal(event) {
             return line;
         }
         let hosts = event
             .destination
             .as_ref()
-            .map(|d| self.answers.names_for(d.address, 0))
+            .map(|d| self.core.names_for(d.address, 0))
             .unwrap_or_default();
         describe_event(self.image(), event, &hosts)
     }
-}
-
-/// The DNS runtime, resolver and answers for `names` (`None` when there are none), reusing
-/// `current`'s runtime and resolver.
-fn resolve_names(
-    current: Option<(tokio::runtime::Runtime, DnsResolver, DnsCache)>,
-    names: &[String],
-    nameserver: Option<SocketAddr>,
-) -> Result<Option<(tokio::runtime::Runtime, DnsResolver, DnsCache)>> {
-    if names.is_empty() {
-        return Ok(None);
-    }
-    let (runtime, resolver) = match current {
-        Some((runtime, resolver, _)) => (runtime, resolver),
-        None => dns_runtime(nameserver)?,
-    };
-    let cache = runtime.block_on(resolver.resolve(names));
-    Ok(Some((runtime, resolver, cache)))
-}
-
-/// A runtime to resolve names on, and the resolver that asks `nameserver` (or the system's).
-fn dns_runtime(nameserver: Option<SocketAddr>) -> Result<(tokio::runtime::Runtime, DnsResolver)> {
-    Ok((
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("starting the DNS runtime")?,
-        DnsResolver::new(&DnsConfig { nameserver })?,
-    ))
 }

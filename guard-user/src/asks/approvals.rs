@@ -57,6 +57,26 @@ pub struct Approval {
 }
 
 impl Approval {
+    /// `by`'s approval of `ask` in `mode`, letting `target` through for the ask's scope alone:
+    /// `--once` for `once` from `now`, `--session` until the ask's run ends (if a run asked).
+    pub fn answering(
+        ask: &super::Ask,
+        mode: ApprovalMode,
+        by: &Answerer,
+        target: ApprovalTarget,
+        (once, now): (std::time::Duration, Instant),
+    ) -> Approval {
+        Approval {
+            ask: ask.id,
+            mode,
+            by: by.name.clone(),
+            target,
+            scope: (mode == ApprovalMode::Session && ask.from_run).then_some(ask.scope),
+            for_scope: ask.scope,
+            until: (mode == ApprovalMode::Once).then(|| now + once),
+        }
+    }
+
     fn justification(&self) -> String {
         format!(
             "approved {} by {} (ask {})",

@@ -7,6 +7,7 @@
 pub mod answer;
 pub mod approvals;
 pub mod book;
+pub mod event;
 pub mod messages;
 
 use serde::{Deserialize, Serialize};

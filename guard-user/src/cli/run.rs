@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::RulesArgs;
-use super::run_asks::RunAsks;
+use super::run_asks::{RunAsks, take_in};
 use super::run_held::{HeldCalls, Terminal};
 use crate::confine::landlock::Confinement;
 use crate::confine::sandbox::SandboxPlan;
@@ -17,8 +17,7 @@ use crate::hold::splice::SpliceListener;
 use crate::hold::{Hold, Twins};
 use crate::kernel::Backend;
 use crate::kernel::events::Action;
-use crate::policy::Decision;
-use crate::policy::approval::{ApprovalPolicy, prompt_rejection};
+use crate::policy::approval::ApprovalPolicy;
 use crate::policy::sandbox::SandboxMode;
 use crate::resolve::Refusal;
 use crate::session::{DnsNote, Session, SessionOptions};
@@ -396,7 +395,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
         match (held.as_mut(), asks.as_mut()) {
             (Some(held), Some(asks)) => {
                 held.take_sockets(sockets);
-                held.step(&mut session, asks, approval);
+                held.step(&mut session, asks);
             }
             // No terminal to ask on after all: refused at once, as without a hold.
             _ => {
@@ -696,31 +695,28 @@ fn report(
 ) -> Vec<HeldSocket> {
     let mut held = Vec::new();
     for event in session.poll_events(wait) {
-        // Under `never` (and a granular category that is off) a prompt is refused, not asked.
-        let rejected = (event.decision == Decision::Prompt && !event.audit_only)
-            .then(|| prompt_rejection(approval, !event.unmatched))
-            .flatten();
-        let asked = match rejected {
-            Some(_) => None,
-            None => asks.as_deref_mut().and_then(|a| a.record(session, &event)),
+        let taken = match asks.as_deref_mut() {
+            Some(asks) => asks.take(session, &event),
+            None => take_in(session, None, approval, &event),
         };
-        let mut message = session.describe(&event);
+        let asked = taken.ask.zip(taken.answers);
+        let mut line = taken.line;
         // A connect the kernel holds waits for the answer; one nobody can answer is ended.
         let holding = event.action == Action::Held;
         if holding {
-            match &asked {
-                Some(asked) => {
+            match asked {
+                Some((id, _)) => {
                     held.push(HeldSocket::new(
                         event.ino,
-                        asked.id,
+                        id,
                         event.pid,
                         match event.destination.as_ref().map(|d| d.transport) {
                             Some("udp") => guard_common::maps::TRANSPORT_UDP,
                             _ => guard_common::maps::TRANSPORT_TCP,
                         },
-                        message.clone(),
+                        session.describe(&event),
                     ));
-                    message = message.replacen("guard: refused ", "guard: holding ", 1);
+                    line = line.replacen("guard: refused ", "guard: holding ", 1);
                 }
                 None => {
                     if let Err(err) = session.enforcer_mut().end_and_forget_held_socket(event.ino) {
@@ -729,49 +725,36 @@ fn report(
                 }
             }
         }
-        if let Some(reason) = rejected {
-            message.push_str(&format!("; {reason}"));
-        } else if approval == ApprovalPolicy::Untrusted
-            && event.kind == crate::kernel::events::EventKind::Exec
-            && event.unmatched
-        {
-            message.push_str(
-                " (--approval untrusted asks about every command that is not known-safe)",
-            );
-        }
         if json {
             let mut value = serde_json::to_value(&event).unwrap_or_default();
             if let Some(destination) = &event.destination {
                 value["hosts"] = session.hosts_of(destination.address).into();
             }
-            value["message"] = message.into();
-            if let (Some(asked), Some(asks)) = (&asked, asks.as_deref()) {
-                value["ask"] = asked.id.into();
+            value["message"] = line.into();
+            if let (Some((id, _)), Some(asks)) = (asked, asks.as_deref()) {
+                value["ask"] = id.into();
                 value["socket"] = asks.socket().display().to_string().into();
             }
             eprintln!("{value}");
+            continue;
+        }
+        eprintln!("{line}");
+        let (Some((id, answers)), Some(asks), true) = (asked, asks.as_deref(), taken.new_ask)
+        else {
+            continue;
+        };
+        let expires_in = asks.expires_in(id);
+        if holding {
+            eprintln!(
+                "guard: ask {id}: the connect waits for the answer here, as on a slow network \
+                 (its own timeouts apply), or from another terminal with `sudo guard approve \
+                 {id} {answers}` or `sudo guard deny {id}` (it expires in {expires_in}s)"
+            );
         } else {
-            eprintln!("{message}");
-            if let Some(asked) = asked.filter(|a| a.new) {
-                if holding {
-                    eprintln!(
-                        "guard: ask {id}: the connect waits for the answer here, as on a slow \
-                         network (its own timeouts apply), or from another terminal with `sudo \
-                         guard approve {id} {}` or `sudo guard deny {id}` (it expires in {}s)",
-                        asked.answers,
-                        asked.expires_in,
-                        id = asked.id
-                    );
-                } else {
-                    eprintln!(
-                        "guard: ask {id}: answer from another terminal with `sudo guard approve \
-                         {id} {}` or `sudo guard deny {id}`, then retry (it expires in {}s)",
-                        asked.answers,
-                        asked.expires_in,
-                        id = asked.id
-                    );
-                }
-            }
+            eprintln!(
+                "guard: ask {id}: answer from another terminal with `sudo guard approve {id} \
+                 {answers}` or `sudo guard deny {id}`, then retry (it expires in {expires_in}s)"
+            );
         }
     }
     if let Some(asks) = asks {

@@ -14,9 +14,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use crate::asks::answer::{ApprovalPlan, denial_line, plan_approval};
-use crate::asks::{
-    Answerer, Approval, ApprovalMode, Ask, AskBook, AskState, Recorded, blocked_request, describe,
-};
+use crate::asks::event::{Asking, Taken};
+use crate::asks::{Answerer, Approval, ApprovalMode, Ask, AskBook, AskState};
 use crate::daemon::config::AskConfig;
 use crate::daemon::peer::user_name;
 use crate::daemon::wire::protocol::{
@@ -52,16 +51,6 @@ pub struct RunAsks {
     config: AskConfig,
     /// How many times an answer put a new policy in force.
     policies_applied: u64,
-}
-
-/// One ask that a kernel event made or repeated.
-pub struct Asked {
-    pub id: u64,
-    /// The first request of this ask (a repeat is only counted).
-    pub new: bool,
-    pub expires_in: u64,
-    /// The approvals that can answer it (`[--once|--session|--always]`).
-    pub answers: &'static str,
 }
 
 impl RunAsks {
@@ -117,40 +106,18 @@ impl RunAsks {
         &self.path
     }
 
-    /// Makes an ask of a `prompt` event (not of an audit-only one, nor of one no approval can
-    /// answer).
-    pub fn record(&mut self, session: &Session, event: &KernelEvent) -> Option<Asked> {
-        if event.audit_only {
-            return None;
-        }
-        let answered = event
-            .destination
-            .as_ref()
-            .map(|d| session.hosts_of(d.address))
-            .unwrap_or_default();
-        let described = describe(session.image(), event, &answered);
-        let target = described.target?;
-        let answers = target.answers();
-        let now = Instant::now();
-        let recorded = self.book.record(
-            target,
-            blocked_request(session.image(), event, &answered),
-            described.message,
-            (session.scope().id(), true),
-            now,
-        );
-        // A full book (this run's share of pending asks): refused at once, as without an ask.
-        let id = recorded.id()?;
-        Some(Asked {
-            id,
-            answers,
-            new: matches!(recorded, Recorded::New(_)),
-            expires_in: self
-                .book
-                .get(id, now)
-                .and_then(|a| a.expires_in)
-                .unwrap_or(0),
-        })
+    /// Takes `event` in this run: its line for the terminal, and its ask (see
+    /// [`crate::asks::event::take`]).
+    pub fn take(&mut self, session: &Session, event: &KernelEvent) -> Taken {
+        take_in(session, Some(&mut self.book), self.approval, event)
+    }
+
+    /// How long ask `id` has left.
+    pub fn expires_in(&self, id: u64) -> u64 {
+        self.book
+            .get(id, Instant::now())
+            .and_then(|a| a.expires_in)
+            .unwrap_or(0)
     }
 
     /// Where ask `id` stands (`None`: not in the book).
@@ -324,17 +291,8 @@ impl RunAsks {
                 result.line = Some(self.append_and_apply(session, &line)?);
             }
             ApprovalPlan::Hold(target) => {
-                let approval = Approval {
-                    ask: id,
-                    mode,
-                    by: by.name.clone(),
-                    target,
-                    // A session approval ends with the run: the approvals end with it.
-                    scope: None,
-                    for_scope: ask.scope,
-                    until: (mode == ApprovalMode::Once)
-                        .then(|| Instant::now() + self.config.once()),
-                };
+                let once = (self.config.once(), Instant::now());
+                let approval = Approval::answering(&ask, mode, by, target, once);
                 session
                     .hold_approval(approval)
                     .map_err(|e| failed(format!("cannot approve ask {id}: {e:#}")))?;
@@ -411,6 +369,34 @@ impl RunAsks {
         }
         Ok(AmendmentApplied::new(file, line, outcome, applied))
     }
+}
+
+/// Takes `event` in `session`'s scope, asked in `book` (`None`: nothing can answer it).
+pub fn take_in(
+    session: &Session,
+    book: Option<&mut AskBook>,
+    approval: ApprovalPolicy,
+    event: &KernelEvent,
+) -> Taken {
+    let answered = event
+        .destination
+        .as_ref()
+        .map(|d| session.hosts_of(d.address))
+        .unwrap_or_default();
+    let asking = Asking {
+        book,
+        approval,
+        scope: (session.scope().id(), true),
+    };
+    let sandbox_line = session.sandbox_refusal(event);
+    crate::asks::event::take(
+        session.image(),
+        event,
+        &answered,
+        sandbox_line,
+        asking,
+        Instant::now(),
+    )
 }
 
 impl Drop for RunAsks {

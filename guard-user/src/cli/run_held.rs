@@ -23,7 +23,6 @@ use crate::hold::event::held_event;
 use crate::hold::sockets::{HeldOutcome, HeldSocket};
 use crate::hold::splice::SpliceListener;
 use crate::hold::{HeldCall, Hold, Reply};
-use crate::policy::approval::{ApprovalPolicy, prompt_rejection};
 use crate::session::Session;
 
 use super::run_asks::RunAsks;
@@ -160,10 +159,10 @@ impl HeldCalls {
 
     /// Takes the calls held since the last call, reads the terminal, and lets each waiting
     /// call go on or fail as its ask was answered.
-    pub fn step(&mut self, session: &mut Session, asks: &mut RunAsks, approval: ApprovalPolicy) {
+    pub fn step(&mut self, session: &mut Session, asks: &mut RunAsks) {
         let taken = self.hold.as_ref().map(Hold::take_held).unwrap_or_default();
         for held in taken {
-            self.take(session, asks, approval, held);
+            self.take(session, asks, held);
         }
         if let Some((id, _)) = self.terminal.question {
             if let Some(answer) = self.terminal.answer() {
@@ -208,19 +207,7 @@ impl HeldCalls {
         }
     }
 
-    fn take(
-        &mut self,
-        session: &mut Session,
-        asks: &mut RunAsks,
-        approval: ApprovalPolicy,
-        held: HeldCall,
-    ) {
-        let event = held_event(session.image(), session.scope().id(), &held);
-        let message = session.describe(&event);
-        if let Some(reason) = prompt_rejection(approval, held.by_rule()) {
-            self.fail(&held, &format!("{message}; {reason}"));
-            return;
-        }
+    fn take(&mut self, session: &mut Session, asks: &mut RunAsks, held: HeldCall) {
         let approved = session
             .approvals()
             .list()
@@ -230,51 +217,53 @@ impl HeldCalls {
             self.reply(held.id, Reply::Continue);
             return;
         }
-        let Some(asked) = asks.record(session, &event) else {
+        let event = held_event(session.image(), session.scope().id(), &held);
+        let taken = asks.take(session, &event);
+        if taken.rejected.is_some() {
+            self.fail(&held, &taken.line);
+            return;
+        }
+        let (Some(id), Some(answers)) = (taken.ask, taken.answers) else {
             // Nothing can answer it: the kernel decides (and refuses) as without the hold.
             self.reply(held.id, Reply::Continue);
             return;
         };
-        if asked.new {
+        if taken.new_ask {
             // It is not refused (yet): it waits.
             eprintln!(
                 "{}",
-                message.replacen("guard: refused ", "guard: holding ", 1)
+                taken.line.replacen("guard: refused ", "guard: holding ", 1)
             );
             eprintln!(
                 "guard: ask {id}: the command waits for the answer here, or from another \
-                 terminal with `sudo guard approve {id} {}` or `sudo guard deny {id}` (it \
-                 expires in {}s)",
-                asked.answers,
-                asked.expires_in,
-                id = asked.id
+                 terminal with `sudo guard approve {id} {answers}` or `sudo guard deny {id}` \
+                 (it expires in {}s)",
+                asks.expires_in(id),
             );
         }
-        self.waiting.push(Waiting {
-            ask: asked.id,
-            held,
-        });
+        self.waiting.push(Waiting { ask: id, held });
     }
 
-    /// Answers the held execs whose ask was answered (or whose process went).
+    /// Answers the held execs whose ask was answered, and lets go of those whose program gave
+    /// up (their ask stays open).
     fn settle(&mut self, session: &Session, asks: &RunAsks) {
         let mut still = Vec::new();
         for waiting in std::mem::take(&mut self.waiting) {
-            match asks.state(waiting.ask) {
-                Some(AskState::Pending) => still.push(waiting),
-                Some(AskState::Approved { .. }) => {
-                    // The approval is in the kernel maps already: the BPF programs allow it.
-                    self.reply(waiting.held.id, Reply::Continue);
-                }
-                state => {
-                    let how = match state {
-                        Some(AskState::Expired) => "expired unanswered",
-                        _ => "was denied",
-                    };
+            let waits = self
+                .hold
+                .as_ref()
+                .is_some_and(|hold| hold.still_waiting(waiting.held.id));
+            match HeldOutcome::of_answer(asks.state(waiting.ask).as_ref(), waits) {
+                None => still.push(waiting),
+                Some(HeldOutcome::GivenUp) => {}
+                // The approval is in the kernel maps already: the BPF programs allow it.
+                Some(HeldOutcome::Approved) => self.reply(waiting.held.id, Reply::Continue),
+                Some(outcome) => {
                     let event = held_event(session.image(), session.scope().id(), &waiting.held);
-                    let message =
-                        format!("{}; ask {} {how}", session.describe(&event), waiting.ask);
-                    self.fail(&waiting.held, &message);
+                    let refusal = session.describe(&event);
+                    if let Some(line) = outcome.refusal_line(&refusal, waiting.ask) {
+                        self.fail(&waiting.held, &line);
+                    }
                 }
             }
         }
@@ -294,18 +283,13 @@ impl HeldCalls {
                 self.splices.as_mut(),
             ) {
                 Ok(None) => still.push(socket),
-                Ok(Some(outcome @ (HeldOutcome::Denied | HeldOutcome::Expired))) => {
-                    let how = if outcome == HeldOutcome::Expired {
-                        "expired unanswered"
-                    } else {
-                        "was denied"
-                    };
-                    let message = format!("{}; ask {} {how}", socket.refusal, socket.ask);
-                    if !crate::hold::tell_stderr(socket.pid, &message) {
-                        eprintln!("{message}");
+                Ok(Some(outcome)) => {
+                    if let Some(line) = outcome.refusal_line(&socket.refusal, socket.ask)
+                        && !crate::hold::tell_stderr(socket.pid, &line)
+                    {
+                        eprintln!("{line}");
                     }
                 }
-                Ok(Some(_)) => {}
                 Err(err) => eprintln!("guard: a held connect: {err:#}"),
             }
         }

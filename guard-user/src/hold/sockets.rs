@@ -37,6 +37,30 @@ pub enum HeldOutcome {
 }
 
 impl HeldOutcome {
+    /// How a call held for an ask ends now that the ask is `answer` (`None`: gone from the
+    /// book, taken as expired), for `guard run` and the daemon alike; `program_waits`: its
+    /// program still waits in the call. `None`: it waits on.
+    pub fn of_answer(answer: Option<&AskState>, program_waits: bool) -> Option<HeldOutcome> {
+        Some(match answer {
+            Some(AskState::Pending) if program_waits => return None,
+            Some(AskState::Pending) => HeldOutcome::GivenUp,
+            Some(AskState::Approved { .. }) => HeldOutcome::Approved,
+            Some(AskState::Denied { .. }) => HeldOutcome::Denied,
+            Some(AskState::Expired) | None => HeldOutcome::Expired,
+        })
+    }
+
+    /// What the program of a call refused this way reads: `refusal`, and how ask `ask` ended
+    /// (`None`: the call was not refused).
+    pub fn refusal_line(self, refusal: &str, ask: u64) -> Option<String> {
+        let how = match self {
+            HeldOutcome::Denied => "was denied",
+            HeldOutcome::Expired => "expired unanswered",
+            _ => return None,
+        };
+        Some(format!("{refusal}; ask {ask} {how}"))
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             HeldOutcome::Approved => "approved",
@@ -103,20 +127,16 @@ impl HeldSocket {
         let outcome = if let Some(ending) = self.ending {
             closed.then_some(ending)
         } else {
-            match answer {
-                Some(AskState::Pending) => closed.then_some(HeldOutcome::GivenUp),
-                Some(AskState::Approved { .. }) => {
+            match HeldOutcome::of_answer(answer, !closed) {
+                None => None,
+                Some(HeldOutcome::Approved) => {
                     // A TCP socket is done once it connected (or closed); a UDP socket's next
                     // datagrams are let through by the approval itself.
                     (!self.tcp || closed || state == Some(held::CONNECTED))
                         .then_some(HeldOutcome::Approved)
                 }
-                other => {
-                    let outcome = if matches!(other, Some(AskState::Denied { .. })) {
-                        HeldOutcome::Denied
-                    } else {
-                        HeldOutcome::Expired
-                    };
+                Some(HeldOutcome::GivenUp) => Some(HeldOutcome::GivenUp),
+                Some(outcome) => {
                     if !self.tcp || closed || enforcer.end_held_socket(self.cookie)? {
                         Some(outcome)
                     } else {
@@ -177,5 +197,57 @@ impl HeldSocket {
         };
         enforcer.forget_held_socket(self.cookie)?;
         Ok(Some(outcome))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::asks::ApprovalMode;
+
+    #[test]
+    fn a_held_call_ends_as_its_ask_was_answered_and_waits_while_it_is_pending() {
+        let approved = AskState::Approved {
+            mode: ApprovalMode::Once,
+            by: "ann".into(),
+        };
+        let denied = AskState::Denied {
+            always: false,
+            by: "ann".into(),
+        };
+        let of = HeldOutcome::of_answer;
+        assert_eq!(of(Some(&AskState::Pending), true), None);
+        assert_eq!(
+            of(Some(&AskState::Pending), false),
+            Some(HeldOutcome::GivenUp)
+        );
+        assert_eq!(of(Some(&approved), true), Some(HeldOutcome::Approved));
+        assert_eq!(of(Some(&denied), true), Some(HeldOutcome::Denied));
+        assert_eq!(
+            of(Some(&AskState::Expired), true),
+            Some(HeldOutcome::Expired)
+        );
+        // An ask gone from the book is no approval.
+        assert_eq!(of(None, true), Some(HeldOutcome::Expired));
+    }
+
+    #[test]
+    fn only_a_refused_call_gets_a_refusal_line_and_it_says_how_its_ask_ended() {
+        let refusal = "guard: refused exec of `git push`";
+        assert_eq!(
+            HeldOutcome::Denied.refusal_line(refusal, 4).as_deref(),
+            Some("guard: refused exec of `git push`; ask 4 was denied")
+        );
+        assert_eq!(
+            HeldOutcome::Expired.refusal_line(refusal, 4).as_deref(),
+            Some("guard: refused exec of `git push`; ask 4 expired unanswered")
+        );
+        for outcome in [
+            HeldOutcome::Approved,
+            HeldOutcome::GivenUp,
+            HeldOutcome::Released,
+        ] {
+            assert_eq!(outcome.refusal_line(refusal, 4), None);
+        }
     }
 }

@@ -30,6 +30,7 @@
 pub mod answers;
 pub mod cache;
 pub mod hosts_file;
+pub mod known;
 pub mod lookup;
 pub mod names;
 pub mod peer;
@@ -185,6 +186,19 @@ pub struct RefusedName {
 pub enum ResolverEvent {
     /// Reply on the sender once the answer's addresses are in force.
     Answered(Answered, oneshot::Sender<()>),
+    Refused(RefusedName),
+    /// The upstream server did not answer `name` (the program got SERVFAIL).
+    UpstreamFailed {
+        name: String,
+        error: String,
+    },
+}
+
+/// What the resolver said, once its answers were taken in (see
+/// [`crate::in_force::Core::take_resolver_events`]): for the front end to report.
+#[derive(Clone, Debug)]
+pub enum ResolverNote {
+    Answered(Answered),
     Refused(RefusedName),
     /// The upstream server did not answer `name` (the program got SERVFAIL).
     UpstreamFailed {

@@ -1,6 +1,6 @@
 //! The library's modules follow the data flow (docs/design.md): the languages and the policy,
 //! then compiling it, then the kernel, then enforcing it for a scope (the audit log, the
-//! resolver, asks, what is in force, the hold, confinement, the session, each on the ones
+//! resolver, asks, the enforcement core, the hold, confinement, the session, each on the ones
 //! before), then the host service, then the command line. A module may use its own layer and the layers before it; this test
 //! fails on an import that points back, naming the file, the line and the layers.
 //!
@@ -21,7 +21,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("the audit log", &["audit"]),
     ("guard's resolver and the rules' name lookups", &["resolve"]),
     ("asks, approvals and their messages", &["asks"]),
-    ("what is in force and how it changes", &["in_force"]),
+    (
+        "the enforcement core: what is in force and how it changes",
+        &["in_force"],
+    ),
     ("holding a prompted call until it is answered", &["hold"]),
     ("confining a command's writes and escapes", &["confine"]),
     ("one enforcement session", &["session"]),

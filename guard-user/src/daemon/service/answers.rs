@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::Daemon;
 use crate::asks::answer::{ApprovalPlan, denial_line, plan_approval};
-use crate::asks::approvals::{Answerer, Approval, ApprovalTarget, Approvals};
+use crate::asks::approvals::{Answerer, Approval, ApprovalTarget};
 use crate::asks::book::{Ask, AskState};
 use crate::audit::RecordType;
 use crate::audit::record::{AmendmentInfo, ApprovalInfo, AuditRecord};
@@ -60,8 +60,8 @@ impl Daemon {
                  answer it --once or --session"
             )));
         }
-        let proposed = prefix.map(|p| (&self.loaded.policy, p));
-        match plan_approval(&ask, mode, self.in_force.image(), proposed).map_err(failed)? {
+        let proposed = prefix.map(|p| (self.core.policy(), p));
+        match plan_approval(&ask, mode, self.core.image(), proposed).map_err(failed)? {
             ApprovalPlan::Append(line) => {
                 result.line = Some(self.append_and_reload(&line, by).await?);
             }
@@ -99,9 +99,13 @@ impl Daemon {
         else {
             return;
         };
-        if crate::resolve::stand_ins::is_stand_in_ip(*address) && self.dns.expires(name).is_none() {
-            let fresh = self.resolver.resolve(std::slice::from_ref(name)).await;
-            self.dns.merge_new(fresh);
+        if !crate::resolve::stand_ins::is_stand_in_ip(*address) {
+            return;
+        }
+        let missing = self.core.unresolved([name.clone()]);
+        if !missing.is_empty() {
+            let fresh = self.resolver.resolve(&missing).await;
+            self.core.names_mut().resolved_mut().merge_new(fresh);
         }
     }
 
@@ -112,7 +116,6 @@ impl Daemon {
         by: &Answerer,
         target: ApprovalTarget,
     ) -> Result<(), (ErrorCode, String)> {
-        let run_scope = ask.from_run.then_some(ask.scope);
         if mode == ApprovalMode::Session
             && ask.from_run
             && !self.scopes.by_id.contains_key(&ask.scope)
@@ -125,35 +128,16 @@ impl Daemon {
                 ),
             ));
         }
-        let approval = Approval {
-            ask: ask.id,
-            mode,
-            by: by.name.clone(),
-            target,
-            scope: if mode == ApprovalMode::Session {
-                run_scope
-            } else {
-                None
-            },
-            for_scope: ask.scope,
-            until: (mode == ApprovalMode::Once).then(|| Instant::now() + self.config.asks.once()),
-        };
-        let mut trial = Approvals::default();
-        for a in self.approvals.list() {
-            trial.add(a.clone());
-        }
-        trial.add(approval);
-        let image = self.compile_with(&trial).map_err(|e| {
-            (
-                ErrorCode::Failed,
-                format!("cannot approve ask {}: {e:#}", ask.id),
-            )
-        })?;
-        self.in_force
-            .apply(image)
-            .map_err(|e| (ErrorCode::Failed, format!("{e:#}")))?;
-        self.approvals = trial;
-        self.rebuild_overlays();
+        let once = (self.config.asks.once(), Instant::now());
+        let approval = Approval::answering(ask, mode, by, target, once);
+        self.core
+            .add_approval(approval, Daemon::stacked(&mut self.overlays))
+            .map_err(|e| {
+                (
+                    ErrorCode::Failed,
+                    format!("cannot approve ask {}: {e:#}", ask.id),
+                )
+            })?;
         self.refresh_holds();
         Ok(())
     }
@@ -201,7 +185,7 @@ impl Daemon {
         let bad = |m: String| (ErrorCode::BadRequest, m);
         let line = match amendment {
             Amendment::Prefix { tokens } => {
-                if let Some(refusal) = prefix_amendment_refusal(&self.loaded.policy, tokens) {
+                if let Some(refusal) = prefix_amendment_refusal(self.core.policy(), tokens) {
                     return Err((ErrorCode::Failed, refusal));
                 }
                 prefix_amendment_line(tokens).map_err(|e| bad(e.to_string()))?

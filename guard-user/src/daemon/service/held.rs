@@ -11,7 +11,6 @@ use std::time::Instant;
 use serde_json::json;
 
 use super::Daemon;
-use crate::asks::AskState;
 use crate::audit::{AuditRecord, RecordType};
 use crate::compile::kernel_engine::KernelEngine;
 use crate::compile::prompts_udp;
@@ -48,7 +47,7 @@ pub struct WaitingCall {
 /// in the `run` response. An overlay's prompted connects are not held: its program set refuses
 /// them at once, and they are asked.
 pub fn hold_offer(daemon: &Daemon, scope: u64) -> HoldOffer {
-    let policy = &daemon.loaded.policy;
+    let policy = daemon.core.policy();
     let overlay_prompts_execs = daemon
         .overlays
         .get(&scope)
@@ -57,11 +56,11 @@ pub fn hold_offer(daemon: &Daemon, scope: u64) -> HoldOffer {
     // Connects the kernel holds need no filter.
     let network = asking
         && crate::hold::policy_prompts_destinations(policy)
-        && !daemon.in_force.enforcer().holds_network();
+        && !daemon.core.enforcer().holds_network();
     HoldOffer {
         exec: asking && (crate::hold::policy_prompts_execs(policy) || overlay_prompts_execs),
         network,
-        messages: network && prompts_udp(daemon.in_force.image()),
+        messages: network && prompts_udp(daemon.core.image()),
     }
 }
 
@@ -69,7 +68,7 @@ impl Daemon {
     /// A held call's event, named by the image whose rule held it: the run's overlay's when
     /// its rule did (`overlays.rs`), else the daemon's.
     fn held_call_event(&self, scope_id: u64, held: &HeldCall) -> KernelEvent {
-        let event = held_event(self.in_force.image(), scope_id, held);
+        let event = held_event(self.core.image(), scope_id, held);
         match self.overlays.get(&scope_id) {
             Some(overlay) if event.rule.is_none() && held.by_rule() => {
                 let mut event = held_event(overlay.image(), scope_id, held);
@@ -82,12 +81,7 @@ impl Daemon {
 
     /// The twins a hold decides with, for the calls `offer` holds.
     fn hold_twins(&self, exec: bool, network: bool) -> anyhow::Result<Twins> {
-        Twins::of_image(
-            self.in_force.image(),
-            exec,
-            network,
-            self.name_server.is_some(),
-        )
+        Twins::of_image(self.core.image(), exec, network, self.name_server.is_some())
     }
 
     /// `hold`: takes over the listener of the peer's command. The peer must be a `guard run`
@@ -166,7 +160,8 @@ impl Daemon {
         };
         for held in held {
             if self
-                .approvals
+                .core
+                .approvals()
                 .list()
                 .iter()
                 .any(|a| held.approved_by(&a.target))
@@ -204,7 +199,7 @@ impl Daemon {
             Some("udp") => guard_common::maps::TRANSPORT_UDP,
             _ => guard_common::maps::TRANSPORT_TCP,
         };
-        let refusal = crate::asks::messages::describe_event(self.in_force.image(), &event, &[]);
+        let refusal = crate::asks::messages::describe_event(self.core.image(), &event, &[]);
         let taken = self.take_event(event, now, true);
         match (taken.rejected, taken.ask) {
             (None, Some(ask)) => self.held_sockets.push(WaitingSocket {
@@ -213,7 +208,7 @@ impl Daemon {
                 record: taken.record,
             }),
             _ => {
-                let enforcer = self.in_force.enforcer_mut();
+                let enforcer = self.core.enforcer_mut();
                 if let Err(err) = enforcer.end_and_forget_held_socket(cookie) {
                     tracing::warn!("ending a held connect nobody can answer: {err:#}");
                 }
@@ -229,7 +224,7 @@ impl Daemon {
             let state = self.asks.state(waiting.socket.ask);
             match waiting
                 .socket
-                .step(self.in_force.enforcer_mut(), state, self.splices.as_mut())
+                .step(self.core.enforcer_mut(), state, self.splices.as_mut())
             {
                 Ok(None) => self.held_sockets.push(waiting),
                 Ok(Some(outcome)) => ended.push((waiting, outcome)),
@@ -241,17 +236,9 @@ impl Daemon {
             }
         }
         for (waiting, outcome) in ended {
-            if let HeldOutcome::Denied | HeldOutcome::Expired = outcome {
-                let how = if outcome == HeldOutcome::Expired {
-                    "expired unanswered"
-                } else {
-                    "was denied"
-                };
-                let message = format!(
-                    "{}; ask {} {how}",
-                    waiting.socket.refusal, waiting.socket.ask
-                );
-                self.tell_run(waiting.scope, waiting.socket.pid, &message);
+            let socket = &waiting.socket;
+            if let Some(line) = outcome.refusal_line(&socket.refusal, socket.ask) {
+                self.tell_run(waiting.scope, socket.pid, &line);
             }
             let action = match outcome {
                 HeldOutcome::Approved => "continue",
@@ -278,46 +265,31 @@ impl Daemon {
         for scope in self.scopes.by_id.values_mut() {
             let waiting = std::mem::take(&mut scope.waiting);
             for call in waiting {
-                let state = self.asks.state(call.ask);
-                if matches!(state, Some(AskState::Pending)) {
-                    let waits = scope
-                        .hold
-                        .as_ref()
-                        .is_some_and(|hold| hold.still_waiting(call.held.id));
-                    if waits {
-                        scope.waiting.push(call);
-                    } else {
-                        done.push((scope.id, call, None));
-                    }
-                } else {
-                    done.push((scope.id, call, Some(state.cloned())));
+                let waits = scope
+                    .hold
+                    .as_ref()
+                    .is_some_and(|hold| hold.still_waiting(call.held.id));
+                match HeldOutcome::of_answer(self.asks.state(call.ask), waits) {
+                    None => scope.waiting.push(call),
+                    Some(outcome) => done.push((scope.id, call, outcome)),
                 }
             }
         }
-        for (scope_id, call, state) in done {
-            let outcome = match state {
-                None => HeldOutcome::GivenUp,
+        for (scope_id, call, outcome) in done {
+            match outcome {
                 // The approval is in the kernel maps already: the BPF programs allow it.
-                Some(Some(AskState::Approved { .. })) => {
-                    self.reply_held(scope_id, &call.held, Reply::Continue);
-                    HeldOutcome::Approved
-                }
-                Some(state) => {
-                    let (outcome, how) = match state {
-                        Some(AskState::Expired) => (HeldOutcome::Expired, "expired unanswered"),
-                        _ => (HeldOutcome::Denied, "was denied"),
-                    };
+                HeldOutcome::Approved => self.reply_held(scope_id, &call.held, Reply::Continue),
+                HeldOutcome::Denied | HeldOutcome::Expired => {
                     let event = self.held_call_event(scope_id, &call.held);
-                    let image = super::overlays::image_of(&self.in_force, &self.overlays, &event);
-                    let message = format!(
-                        "{}; ask {} {how}",
-                        crate::asks::messages::describe_event(image, &event, &[]),
-                        call.ask
-                    );
-                    self.fail_held(scope_id, &call.held, &message);
-                    outcome
+                    let image =
+                        super::overlays::image_of(self.core.image(), &self.overlays, &event);
+                    let refusal = crate::asks::messages::describe_event(image, &event, &[]);
+                    if let Some(line) = outcome.refusal_line(&refusal, call.ask) {
+                        self.fail_held(scope_id, &call.held, &line);
+                    }
                 }
-            };
+                HeldOutcome::GivenUp | HeldOutcome::Released => {}
+            }
             self.record_call_end(&call, outcome);
         }
     }
@@ -381,7 +353,7 @@ impl Daemon {
             return;
         }
         // One engine for every hold: the image is encoded once.
-        let engine = match KernelEngine::new(self.in_force.image().clone()) {
+        let engine = match KernelEngine::new(self.core.image().clone()) {
             Ok(engine) => Arc::new(engine),
             Err(err) => {
                 tracing::warn!("the holds keep deciding by the previous image: {err:#}");
@@ -425,11 +397,7 @@ impl Daemon {
         // Sockets the kernel holds are ended: no answer can come any more.
         for waiting in std::mem::take(&mut self.held_sockets) {
             let cookie = waiting.socket.cookie;
-            if let Err(err) = self
-                .in_force
-                .enforcer_mut()
-                .end_and_forget_held_socket(cookie)
-            {
+            if let Err(err) = self.core.enforcer_mut().end_and_forget_held_socket(cookie) {
                 tracing::warn!("ending a held connect as the daemon stops: {err:#}");
             }
             self.record_held_end(

@@ -11,7 +11,7 @@ impl Daemon {
             tally: self.tally.clone(),
             resolver: self.name_server.as_ref().map(|server| server.stats()),
             bpf_stats_enabled: crate::kernel::loader::bpf_stats_enabled(),
-            programs: self.in_force.enforcer().program_run_stats(),
+            programs: self.core.enforcer().program_run_stats(),
             rss_bytes: resident_bytes(),
         }
     }

@@ -19,10 +19,9 @@ use super::run_stream::repeat_key;
 use super::scopes::{Membership, Scopes, configured_cgroup, own_cgroup};
 use super::wire::protocol::{ErrorCode, OverlayFile, Request, ResponseLine, stream_line};
 use super::wire::responses::ScopeKind;
-use crate::asks::Approvals;
-use crate::asks::messages::describe_event;
-use crate::asks::{AskBook, AskTarget, Recorded};
-use crate::asks::{Described, blocked_request, describe};
+use crate::asks::AskBook;
+use crate::asks::blocked_request;
+use crate::asks::event::Asking;
 use crate::audit::filter::AuditFilter;
 use crate::audit::{AuditRecord, RecordType};
 use crate::authz::{Attributes, AuthzPolicy, REFUSED_IN_SCOPE, Request as AuthzRequest, Subject};
@@ -33,15 +32,15 @@ use crate::daemon::wire::responses::to_json;
 use crate::daemon::wire::responses::{
     Blocked, ReloadResponse, ResolverStatus, RunEvent, RunResponse, WatchEvent,
 };
-use crate::in_force::{InForce, Modes, names_guard_resolves};
+use crate::in_force::{Core, InForce, Modes};
 use crate::kernel::events::{EventReader, KernelEvent};
 use crate::kernel::scope::{cgroup_id, cgroup2_root};
 use crate::kernel::{Backend, Enforcer, pins};
-use crate::policy::approval::{ApprovalPolicy, prompt_rejection};
-use crate::policy::load::{LoadedPolicy, load_policy_protecting};
-use crate::resolve::answers::{AnswerBook, KnownAddresses};
+use crate::policy::approval::ApprovalPolicy;
+use crate::policy::load::{LoadedPolicy, RulesSource, load_policy_protecting};
+use crate::resolve::known::KnownNames;
 use crate::resolve::lookup::{DnsCache, DnsConfig, DnsResolver};
-use crate::resolve::{NamePolicy, Resolver, ResolverConfig, ResolverEvent};
+use crate::resolve::{NamePolicy, Resolver, ResolverConfig, ResolverEvent, ResolverNote};
 
 mod answers;
 mod held;
@@ -57,20 +56,22 @@ pub struct Daemon {
     pub config: Config,
     authz: Arc<AuthzPolicy>,
     authz_source: String,
-    loaded: LoadedPolicy,
+    /// The files the policy was loaded from, and the overlay files.
+    sources: Vec<RulesSource>,
+    overlay_sources: Vec<RulesSource>,
+    /// Where guard resolves names itself.
     resolver: DnsResolver,
-    dns: DnsCache,
-    /// What guard's resolver answered the scopes (`[resolver]`), and what it decides by name.
-    answers: AnswerBook,
+    /// What guard's resolver decides by name.
     names: Arc<RwLock<NamePolicy>>,
     name_server: Option<Resolver>,
     /// Taken by the server loop, which hands each event to [`Daemon::on_resolver_events`].
     pub resolver_events: Option<UnboundedReceiver<ResolverEvent>>,
-    in_force: InForce,
+    /// The policy in force, its approvals (keyed by scope) and what is known of its names
+    /// (answers keyed by scope); the overlays' sets are stacked on it.
+    core: Core,
     pub events: EventReader,
     scopes: Scopes,
     asks: AskBook,
-    approvals: Approvals,
     watchers: Vec<Watcher>,
     audit: AuditTrail,
     /// What the metrics count that only the daemon can label.
@@ -262,29 +263,23 @@ impl Daemon {
         let mut enforcer = Enforcer::load(backend)?;
         let events = enforcer.events()?;
         let env = CompileEnv::from_process();
-        let mut answers = AnswerBook::new();
-        if on_demand {
-            // The names the system resolver answers without DNS, which guard's never sees.
-            crate::resolve::hosts_file::seed(
-                &mut answers,
-                std::path::Path::new(crate::resolve::hosts_file::HOSTS_FILE),
-            );
-        }
-        let known = KnownAddresses {
-            resolved: Some(&dns),
-            answered: &answers,
-            on_demand,
-        };
         let modes = Modes {
             audit_only: config.audit_only,
             record_allowed: config.audit.record_allowed,
         };
-        let mut in_force = InForce::start(enforcer, &loaded.policy, &known, env, modes)?;
-        log_unheld_allowances(in_force.image());
-        let enforcer = in_force.enforcer_mut();
+        let LoadedPolicy {
+            policy,
+            sources,
+            overlay_sources,
+            ..
+        } = loaded;
+        let names = Arc::new(RwLock::new(NamePolicy::from_policy(&policy)));
+        let known = KnownNames::new(dns, on_demand);
+        let mut core = Core::start(enforcer, policy, known, env, modes)?;
+        log_unheld_allowances(core.image());
+        let enforcer = core.enforcer_mut();
         // Before the scopes are attached: on the lsm backend only cgroups attached after the
         // redirect get the redirecting hooks.
-        let names = Arc::new(RwLock::new(NamePolicy::from_policy(&loaded.policy)));
         let (name_server, resolver_events) = match upstream {
             Some(upstream) => {
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -342,18 +337,16 @@ impl Daemon {
             authz,
             authz_source,
             resolver,
-            dns,
-            answers,
             names,
             name_server,
             resolver_events,
-            loaded,
-            in_force,
+            sources,
+            overlay_sources,
+            core,
             events,
             scopes: Scopes::new(&config.run_cgroup)?,
             asks: AskBook::new(config.asks.dedupe(), config.asks.timeout())
                 .with_pending_per_scope(config.asks.max_pending_per_scope),
-            approvals: Approvals::default(),
             watchers: Vec::new(),
             audit,
             tally: Default::default(),
@@ -365,10 +358,7 @@ impl Daemon {
         };
         daemon.enforce_scopes()?;
         daemon.generation = pins::next_generation(&daemon.config.pin_dir);
-        daemon
-            .in_force
-            .enforcer_mut()
-            .pin_links(&daemon.generation)?;
+        daemon.core.enforcer_mut().pin_links(&daemon.generation)?;
         // Only now, with this daemon's programs attached and holding the policy, let the
         // earlier daemon's go.
         for old in earlier {
@@ -376,12 +366,7 @@ impl Daemon {
                 pins::release(&old)?;
             }
         }
-        let sources: Vec<String> = daemon
-            .loaded
-            .sources
-            .iter()
-            .map(|s| s.display_name())
-            .collect();
+        let sources: Vec<String> = daemon.sources.iter().map(|s| s.display_name()).collect();
         let gaps = daemon.not_enforced();
         daemon.audit.record(
             RecordType::DaemonStart,
@@ -419,13 +404,13 @@ impl Daemon {
         }
         targets.push((ScopeKind::Runs, self.scopes.runs_parent().to_path_buf()));
         for (kind, path) in targets {
-            self.in_force.enforcer_mut().attach_cgroup(&path)?;
+            self.core.enforcer_mut().attach_cgroup(&path)?;
             let id = self.scopes.insert(kind, path)?;
-            self.in_force.enforcer_mut().add_scope(id)?;
+            self.core.enforcer_mut().add_scope(id)?;
         }
         if let Ok(own) = own_cgroup() {
             let id = cgroup_id(&own)?;
-            self.in_force.enforcer_mut().exempt_scope(id)?;
+            self.core.enforcer_mut().exempt_scope(id)?;
         }
         for path in self.scopes.leftover_runs() {
             if let Ok(id) = self.scopes.insert(
@@ -446,35 +431,25 @@ impl Daemon {
     /// kernel then counts its events under its own id, so its share of the event ring buffer
     /// is its own ([`guard_common::maps::ScopeEvents`]).
     fn list_run_scope(&mut self, id: u64) {
-        if let Err(err) = self.in_force.enforcer_mut().add_scope(id) {
+        if let Err(err) = self.core.enforcer_mut().add_scope(id) {
             tracing::warn!("run scope {id} shares its parent's event budget: {err:#}");
         }
     }
 
-    /// Compiles the policy with the approvals on top and updates the maps.
-    fn rebuild(&mut self) -> Result<()> {
-        let image = self.compile_with(&self.approvals)?;
-        if image.patterns.left_out != self.in_force.image().patterns.left_out {
-            log_unheld_allowances(&image);
+    /// The program sets stacked on the daemon's core: the overlays' and patterns'.
+    fn stacked(overlays: &mut overlays::Overlays) -> impl Iterator<Item = (u64, &mut InForce)> {
+        overlays
+            .iter_mut()
+            .map(|(scope, overlay)| (*scope, overlay.in_force_mut()))
+    }
+
+    /// After a change of what the daemon's core holds: the holds decide by the new images,
+    /// and the allowances the kernel does not hold are logged when they changed.
+    fn changed(&self, left_out_before: &[crate::compile::patterns::LeftOut]) {
+        if self.core.image().patterns.left_out != left_out_before {
+            log_unheld_allowances(self.core.image());
         }
-        self.in_force.apply(image)?;
-        self.rebuild_overlays();
         self.refresh_holds();
-        Ok(())
-    }
-
-    fn compile_with(&self, approvals: &Approvals) -> Result<EnforcementImage> {
-        self.in_force
-            .compile(&self.loaded.policy, &self.known(), approvals)
-    }
-
-    /// What is known of the names now: what guard resolved, and what its resolver answered.
-    fn known(&self) -> KnownAddresses<'_> {
-        KnownAddresses {
-            resolved: Some(&self.dns),
-            answered: &self.answers,
-            on_demand: self.name_server.is_some(),
-        }
     }
 
     /// Re-reads the rules and the authorization policy. A policy that fails to load keeps the old
@@ -492,22 +467,13 @@ impl Daemon {
             Err(err) => return Err(self.reload_refused(by, &err)),
         };
         let (loaded, (authz, authz_source)) = loaded;
-        let names = names_guard_resolves(
-            &loaded.policy,
-            &self.approvals,
-            &self.answers,
-            self.name_server.is_some(),
-        );
-        let unknown: Vec<String> = names
-            .iter()
-            .filter(|n| self.dns.expires(n).is_none())
-            .cloned()
-            .collect();
+        let unknown = self
+            .core
+            .unresolved(self.core.names_to_resolve(&loaded.policy));
         if !unknown.is_empty() {
             let fresh = self.resolver.resolve(&unknown).await;
-            self.dns.merge_new(fresh);
+            self.core.names_mut().resolved_mut().merge_new(fresh);
         }
-        self.dns.retain_hosts(&names);
         // The patterns' rules are read again too: all load, or nothing changes.
         let mut pattern_rules = Vec::new();
         for scope in &self.patterns {
@@ -519,33 +485,48 @@ impl Daemon {
                 }
             }
         }
-        let previous = std::mem::replace(&mut self.loaded, loaded);
-        if let Err(err) = self.rebuild() {
-            self.loaded = previous;
+        let LoadedPolicy {
+            policy,
+            sources,
+            overlay_sources,
+            ..
+        } = loaded;
+        let left_out = self.core.image().patterns.left_out.clone();
+        if let Err(err) = self
+            .core
+            .replace_policy(policy, Self::stacked(&mut self.overlays))
+        {
             return Err(self.reload_refused(by, &format!("{err:#}")));
         }
+        self.sources = sources;
+        self.overlay_sources = overlay_sources;
         for (id, (files, policy)) in pattern_rules {
             if let Some(overlay) = self.overlays.get_mut(&id) {
                 overlay.files = files;
-                overlay.set_policy(policy);
+                let (names, approvals) = (self.core.names(), self.core.approvals());
+                if let Err(err) = overlay
+                    .in_force_mut()
+                    .replace_policy(policy, names, approvals)
+                {
+                    tracing::error!("pattern scope {id} keeps its previous rules: {err:#}");
+                }
             }
         }
-        self.rebuild_overlays();
+        self.changed(&left_out);
         if let Ok(mut names) = self.names.write() {
-            *names = NamePolicy::from_policy(&self.loaded.policy);
+            *names = NamePolicy::from_policy(self.core.policy());
         }
         self.last_reload_error = None;
         self.audit.set_authz(authz.clone());
         self.authz = authz;
         self.authz_source = authz_source;
         let files: Vec<String> = self
-            .loaded
             .sources
             .iter()
-            .chain(&self.loaded.overlay_sources)
+            .chain(&self.overlay_sources)
             .map(|s| s.display_name())
             .collect();
-        let rules = self.in_force.image().rules.len();
+        let rules = self.core.image().rules.len();
         let gaps = self.not_enforced();
         self.audit.record(
             RecordType::Reload,
@@ -562,10 +543,7 @@ impl Daemon {
     /// The rules of the policy in force that the running backend does not enforce (audited at
     /// start and at every reload, so the log says what was not held).
     fn not_enforced(&self) -> Vec<crate::kernel::coverage::NotEnforced> {
-        crate::kernel::coverage::not_enforced(
-            self.in_force.image(),
-            self.in_force.enforcer().backend(),
-        )
+        crate::kernel::coverage::not_enforced(self.core.image(), self.core.enforcer().backend())
     }
 
     /// A reload that keeps the old policy: recorded, kept for `guard status`, and the message.
@@ -584,65 +562,45 @@ impl Daemon {
     /// names the policy rules on put in force (one map update for every answer waiting, only
     /// their entries), and only then are their queries let go; refusals are audited.
     pub fn on_resolver_events(&mut self, events: Vec<ResolverEvent>) {
-        let mut answers = Vec::new();
-        let mut confirmations = Vec::new();
-        for event in events {
-            match event {
-                ResolverEvent::Answered(answer, done) => {
-                    // The name left the host when its answer was first forwarded (recorded then).
-                    if answer.source != crate::resolve::AnswerSource::Cached {
-                        self.audit.emit(super::audit::dns_answered(&answer));
-                    }
-                    answers.push(answer);
-                    confirmations.push(done);
-                }
-                ResolverEvent::Refused(refused) => {
-                    self.audit.emit(super::audit::dns_refused(&refused));
-                }
-                ResolverEvent::UpstreamFailed { name, error } => {
-                    tracing::warn!("DNS lookup of {name} failed: {error}");
-                }
-            }
-        }
-        if let Err(err) = self.take_answers(&answers) {
-            // The queries are not confirmed: the programs get SERVFAIL, never an address that
-            // might not be allowed.
-            tracing::error!("putting answered addresses in force failed: {err:#}");
-            return;
-        }
-        for done in confirmations {
-            let _ = done.send(());
-        }
-    }
-
-    /// Records `answers`, drops the answered addresses whose time is up, and puts the entries
-    /// of the names whose addresses changed in force.
-    fn take_answers(&mut self, answers: &[crate::resolve::Answered]) -> Result<()> {
         // Each answer is put in force for the scope that asked: the one the kernel's redirect
         // recorded for the query's socket, else (no sock_diag to name the socket, a query
         // sent to the resolver itself) the one the asking process's cgroup is in. One whose
         // scope is unknown (the process look-up's rate bound) is attributed to none: fails
         // closed.
-        let enforcer = self.in_force.enforcer();
         let scopes = &self.scopes;
-        let scoped: Vec<(Option<u64>, &crate::resolve::Answered)> = answers
-            .iter()
-            .map(|answer| {
-                let process = answer.process.as_ref();
-                let recorded = process
-                    .and_then(|p| p.cookie)
-                    .and_then(|cookie| enforcer.dns_query_scope(cookie).ok().flatten());
-                let scope = recorded.or_else(|| scopes.scope_of_pid(process?.pid?));
-                (scope, answer)
-            })
-            .collect();
-        let changed = self.in_force.take_answers(
-            &mut self.answers,
-            Some(&self.dns),
-            &scoped,
+        let scope_of = |enforcer: &Enforcer, answer: &crate::resolve::Answered| {
+            let process = answer.process.as_ref();
+            let recorded = process
+                .and_then(|p| p.cookie)
+                .and_then(|cookie| enforcer.dns_query_scope(cookie).ok().flatten());
+            recorded.or_else(|| scopes.scope_of_pid(process?.pid?))
+        };
+        let (notes, applied) = self.core.take_resolver_events(
+            events,
+            scope_of,
             Instant::now(),
-        )?;
-        self.overlays_update_names(&changed)
+            Self::stacked(&mut self.overlays),
+        );
+        for note in notes {
+            match note {
+                // The name left the host when its answer was first forwarded (recorded then).
+                ResolverNote::Answered(answer) => {
+                    if answer.source != crate::resolve::AnswerSource::Cached {
+                        self.audit.emit(super::audit::dns_answered(&answer));
+                    }
+                }
+                ResolverNote::Refused(refused) => {
+                    self.audit.emit(super::audit::dns_refused(&refused));
+                }
+                ResolverNote::UpstreamFailed { name, error } => {
+                    tracing::warn!("DNS lookup of {name} failed: {error}");
+                }
+            }
+        }
+        if let Err(err) = applied {
+            // The programs get SERVFAIL, never an address that might not be allowed.
+            tracing::error!("putting answered addresses in force failed: {err:#}");
+        }
     }
 
     /// `{"port": P, "names": N, "addresses": M}` of guard's resolver, or null when the scopes'
@@ -650,8 +608,8 @@ impl Daemon {
     fn resolver_status(&self) -> Option<ResolverStatus> {
         self.name_server.as_ref().map(|server| ResolverStatus {
             port: server.port(),
-            names: self.answers.name_count(),
-            addresses: self.answers.address_count(),
+            names: self.core.names().answers().name_count(),
+            addresses: self.core.names().answers().address_count(),
         })
     }
 
@@ -660,29 +618,21 @@ impl Daemon {
         event
             .destination
             .as_ref()
-            .map(|d| self.answers.names_for(d.address, event.scope))
+            .map(|d| self.core.names_for(d.address, event.scope))
             .unwrap_or_default()
     }
 
     /// Re-resolves names whose TTL ran out; recompiles when an answer changed.
     async fn refresh_dns(&mut self) -> Result<()> {
-        if self
-            .dns
-            .next_refresh()
-            .is_none_or(|due| due > Instant::now())
-        {
+        let cache = self.core.names_mut().resolved_mut();
+        if cache.next_refresh().is_none_or(|due| due > Instant::now()) {
             return Ok(());
         }
-        let changes = self.resolver.refresh(&mut self.dns, Instant::now()).await;
+        let changes = self.resolver.refresh(cache, Instant::now()).await;
         if !changes.is_empty() {
             let names: Vec<String> = changes.into_iter().map(|change| change.host).collect();
-            let known = KnownAddresses {
-                resolved: Some(&self.dns),
-                answered: &self.answers,
-                on_demand: self.name_server.is_some(),
-            };
-            self.in_force.update_names(&names, &known)?;
-            self.overlays_update_names(&names)?;
+            self.core
+                .names_changed(&names, Self::stacked(&mut self.overlays))?;
             self.refresh_holds();
         }
         Ok(())
@@ -703,22 +653,35 @@ impl Daemon {
             self.audit.emit(record);
             self.notify_watchers(WatchEvent::Resolved { ask });
         }
-        let mut changed = self.approvals.expire(now);
         // Before a finished run's scope goes: its last losses are said under its name.
         self.account_scope_losses();
         self.watch_patterns();
-        for id in self.scopes.end_finished_runs() {
-            let _ = self.in_force.enforcer_mut().remove_scope(id);
-            self.overlays.remove(&id);
-            changed |= self.approvals.end_scope(id);
+        let ended = self.scopes.end_finished_runs();
+        for id in &ended {
+            let _ = self.core.enforcer_mut().remove_scope(*id);
+            self.overlays.remove(id);
         }
-        if changed && let Err(err) = self.rebuild() {
-            tracing::error!("applying expired approvals failed: {err:#}");
+        let left_out = self.core.image().patterns.left_out.clone();
+        let expire = |approvals: &mut crate::asks::Approvals| {
+            let mut changed = approvals.expire(now);
+            for id in &ended {
+                changed |= approvals.end_scope(*id);
+            }
+            changed
+        };
+        match self
+            .core
+            .change_approvals(expire, Self::stacked(&mut self.overlays))
+        {
+            Ok(true) => self.changed(&left_out),
+            Ok(false) => {}
+            Err(err) => tracing::error!("applying expired approvals failed: {err:#}"),
         }
         if let Err(err) = self.refresh_dns().await {
             tracing::warn!("DNS refresh failed: {err:#}");
         }
-        if let Err(err) = self.take_answers(&[]) {
+        let stacked = Self::stacked(&mut self.overlays);
+        if let Err(err) = self.core.take_answers(&[], now, stacked) {
             tracing::error!("dropping expired DNS answers failed: {err:#}");
         }
         self.watchers.retain(|w| !w.stream.is_closed());
@@ -730,7 +693,7 @@ impl Daemon {
         self.audit.prune();
         // Events lost in the kernel: the ring full, or a scope past its share of it.
         let ring_lost = self
-            .in_force
+            .core
             .enforcer()
             .counters()
             .map(|counters| crate::kernel::maps::events_lost(&counters))
@@ -740,7 +703,7 @@ impl Daemon {
 
     /// A `scope_loss` record for each scope that lost kernel events since the last.
     fn account_scope_losses(&mut self) {
-        if let Ok(events) = self.in_force.enforcer().scope_events() {
+        if let Ok(events) = self.core.enforcer().scope_events() {
             let scopes: Vec<(u64, &std::path::Path, u64)> = self
                 .scopes
                 .by_id
@@ -803,105 +766,53 @@ impl Daemon {
         let scope = self.scopes.label_of(event.cgroup_id);
         self.tally.event(&event, scope, held);
         let answered = self.answered_names(&event);
-        let Described {
-            mut message,
-            target,
-        } = match &sandbox_line {
-            Some(line) => Described {
-                message: line.clone(),
-                target: None,
-            },
-            None => describe(
-                overlays::image_of(&self.in_force, &self.overlays, &event),
-                &event,
-                &answered,
-            ),
-        };
-        // Under `never` (or a granular category that is off) a prompt is refused, not asked.
-        let rejected = target
-            .as_ref()
-            .and_then(|t| prompt_rejection(self.config.asks.approval(), t.by_rule()));
-        if let Some(reason) = rejected {
-            message.push_str(&format!(" ({reason})"));
-        }
-        let target = target.filter(|_| rejected.is_none());
-        let answers = target.as_ref().map(AskTarget::answers);
         let from_run = self
             .scopes
             .by_id
             .get(&event.scope)
             .is_some_and(|s| s.is_run());
-        let mut new_ask = None;
-        let mut ask_id = None;
-        let timeout_secs = self.config.asks.timeout().as_secs();
-        if let Some(target) = target
-            && !event.audit_only
-        {
-            let recorded = self.asks.record(
-                target,
-                blocked_request(
-                    overlays::image_of(&self.in_force, &self.overlays, &event),
-                    &event,
-                    &answered,
-                ),
-                message.clone(),
-                (event.scope, from_run),
-                now,
-            );
-            ask_id = recorded.id();
-            match recorded {
-                Recorded::New(id) => {
-                    new_ask = Some(id);
-                    self.tally.asks_raised += 1;
-                    // A run's asks are its user's to answer too (the built-in authorization).
-                    if let Some(ScopeKind::Run { uid, .. }) =
-                        self.scopes.by_id.get(&event.scope).map(|s| &s.kind)
-                    {
-                        self.asks.set_owner(id, user_name(*uid));
-                    }
-                    if event.overlay {
-                        self.asks.set_by_overlay(id);
-                    }
-                }
-                Recorded::Full { pending } => {
-                    message.push_str(&format!(
-                        " (not asked: this scope has {pending} asks pending; answer those first)"
-                    ));
-                }
-                Recorded::Repeat(_) => {}
+        let image = overlays::image_of(self.core.image(), &self.overlays, &event);
+        let asking = Asking {
+            book: Some(&mut self.asks),
+            approval: self.config.asks.approval(),
+            scope: (event.scope, from_run),
+        };
+        let taken = crate::asks::event::take(image, &event, &answered, sandbox_line, asking, now);
+        let new_ask = taken.ask.filter(|_| taken.new_ask);
+        if let Some(id) = new_ask {
+            self.tally.asks_raised += 1;
+            // A run's asks are its user's to answer too (the built-in authorization).
+            if let Some(ScopeKind::Run { uid, .. }) =
+                self.scopes.by_id.get(&event.scope).map(|s| &s.kind)
+            {
+                self.asks.set_owner(id, user_name(*uid));
+            }
+            if event.overlay {
+                self.asks.set_by_overlay(id);
             }
         }
+        let timeout_secs = self.config.asks.timeout().as_secs();
         if let Some(listener) = self
             .scopes
             .by_id
             .get_mut(&event.scope)
             .and_then(|s| s.listener.as_mut())
         {
-            let image = overlays::image_of(&self.in_force, &self.overlays, &event);
-            let held = held && rejected.is_none();
+            let held = held && taken.rejected.is_none();
             listener.blocked(
                 repeat_key(&event),
-                || {
-                    let line = sandbox_line
-                        .clone()
-                        .unwrap_or_else(|| describe_event(image, &event, &answered));
-                    let line = match rejected {
-                        Some(reason) => format!("{line}; {reason}"),
-                        None => line,
-                    };
-                    Blocked {
-                        line: if held {
-                            line.replacen("guard: refused ", "guard: holding ", 1)
-                        } else {
-                            line
-                        },
-                        message: message.clone(),
-                        ask: ask_id,
-                        answers: answers.map(str::to_string),
-                        held,
-                        expires_in: timeout_secs,
-                        request: blocked_request(image, &event, &answered),
-                    }
+                || Blocked {
+                    line: if held {
+                        taken.line.replacen("guard: refused ", "guard: holding ", 1)
+                    } else {
+                        taken.line.clone()
+                    },
+                    message: taken.message.clone(),
+                    ask: taken.ask,
+                    answers: taken.answers.map(str::to_string),
+                    held,
+                    expires_in: timeout_secs,
+                    request: blocked_request(image, &event, &answered),
                 },
                 now,
             );
@@ -911,17 +822,13 @@ impl Daemon {
             .by_id
             .get(&event.scope)
             .map(|s| s.path.as_path());
-        let mut record = self.audit.kernel_record(
-            overlays::image_of(&self.in_force, &self.overlays, &event),
-            event,
-            message.clone(),
-            scope,
-            answered,
-        );
-        record.ask = ask_id;
+        let mut record =
+            self.audit
+                .kernel_record(image, event, taken.message.clone(), scope, answered);
+        record.ask = taken.ask;
         if held {
             record.details.insert("held".into(), Value::Bool(true));
-            if rejected.is_none() && ask_id.is_some() {
+            if taken.rejected.is_none() && taken.ask.is_some() {
                 // It waits for the answer; its `held_ended` record says how it went on.
                 record.action = Some("held".into());
             }
@@ -940,9 +847,9 @@ impl Daemon {
         }
         self.audit.emit(record.clone());
         TakenEvent {
-            message,
-            ask: ask_id,
-            rejected,
+            message: taken.message,
+            ask: taken.ask,
+            rejected: taken.rejected,
             record: Some(record),
         }
     }
@@ -1198,8 +1105,8 @@ impl Daemon {
         }
         // Its prompted connects wait in the kernel for their answers, unless it asked not to.
         if hold
-            && self.in_force.enforcer().holds_network()
-            && let Err(err) = self.in_force.enforcer_mut().hold_scope(id)
+            && self.core.enforcer().holds_network()
+            && let Err(err) = self.core.enforcer_mut().hold_scope(id)
         {
             tracing::warn!("run scope {id}'s prompted connects are refused at once: {err:#}");
         }
@@ -1220,7 +1127,7 @@ impl Daemon {
         // The client holds the policy's write rules with Landlock on the command it starts
         // (it knows its own current folder and file system; the daemon's kernel programs do
         // not decide writes).
-        let writes = crate::confine::WriteRules::of_policy(&self.loaded.policy);
+        let writes = crate::confine::WriteRules::of_policy(self.core.policy());
         // The sandbox is the client's to hold too: `[sandbox]`, else the rules' `sandbox(...)`.
         let sandbox = self
             .config
@@ -1228,7 +1135,7 @@ impl Daemon {
             .setting()
             .ok()
             .flatten()
-            .or_else(|| self.loaded.policy.sandbox().cloned());
+            .or_else(|| self.core.policy().sandbox().cloned());
         // Its refusals are reported when the client said where its roots are.
         if let (Some(setting), Some(workspace)) = (&sandbox, &workspace)
             && setting.mode.is_restricted()
@@ -1239,7 +1146,7 @@ impl Daemon {
                 tmpdir.as_deref(),
                 &setting.writable,
             );
-            match self.in_force.enforcer_mut().report_sandbox_refusals() {
+            match self.core.enforcer_mut().report_sandbox_refusals() {
                 Ok(()) => {
                     if let Some(scope) = self.scopes.by_id.get_mut(&id) {
                         scope.sandbox = Some((plan, setting.from.clone()));

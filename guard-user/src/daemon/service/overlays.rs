@@ -31,7 +31,7 @@ use crate::kernel::{Backend, Enforcer};
 use crate::policy::Policy;
 use crate::policy::approval::ApprovalPolicy;
 use crate::policy::parser::PolicyParser;
-use crate::resolve::answers::KnownAddresses;
+use crate::resolve::known::KnownNames;
 
 /// Files one overlay may have: any local user may send one, and each is evaluated (within the
 /// parser's bounds on steps and memory) by the daemon.
@@ -47,11 +47,10 @@ pub type OverlayEvents = Vec<KernelEvent>;
 /// The overlays in force, by the scope each was made for: a run's, or a pattern's folder.
 pub type Overlays = HashMap<u64, Overlay>;
 
-/// One overlay: its policy and the program set that holds it.
+/// One overlay: its policy and the program set that holds it, stacked on the daemon's core.
 pub struct Overlay {
     /// The files it was read from (as a run's client named them).
     pub files: Vec<String>,
-    policy: Policy,
     in_force: InForce,
     /// The scopes (cgroup ids) its set lists in scope.
     scopes: BTreeSet<u64>,
@@ -72,7 +71,7 @@ pub struct OverlayEnv<'a> {
     pub backend: Backend,
     /// guard's resolver, where the daemon's set sends the scopes' DNS.
     pub resolver_port: Option<u16>,
-    pub known: &'a KnownAddresses<'a>,
+    pub names: &'a KnownNames,
     pub approvals: &'a Approvals,
     pub modes: Modes,
 }
@@ -117,18 +116,16 @@ impl Overlay {
         let mut enforcer = Enforcer::load_sized(env.backend, ExecMapSizes::FOLLOWER)?;
         enforcer.follow(env.resolver_port)?;
         let events = enforcer.events()?;
-        let mut in_force = InForce::start(
+        let in_force = InForce::start(
             enforcer,
-            &policy,
-            env.known,
+            policy,
+            (env.names, env.approvals),
             CompileEnv::from_process(),
             env.modes,
         )?;
-        in_force.rebuild(&policy, env.known, env.approvals)?;
         let forwarder = forward_events(events, sink)?;
         Ok(Overlay {
             files,
-            policy,
             in_force,
             scopes: BTreeSet::new(),
             forwarder,
@@ -165,29 +162,17 @@ impl Overlay {
         self.scopes.contains(&id)
     }
 
-    /// Holds `policy` from now on (a reload read its files again).
-    pub fn set_policy(&mut self, policy: Policy) {
-        self.policy = policy;
-    }
-
     pub fn policy(&self) -> &Policy {
-        &self.policy
+        self.in_force.policy()
     }
 
     pub fn image(&self) -> &EnforcementImage {
         self.in_force.image()
     }
 
-    /// Compiles the overlay again with what is known of the names and `approvals` on top.
-    pub fn rebuild(&mut self, known: &KnownAddresses, approvals: &Approvals) -> Result<()> {
-        self.in_force
-            .rebuild(&self.policy, known, approvals)
-            .map(drop)
-    }
-
-    /// Puts in force what is now known of `names`.
-    pub fn update_names(&mut self, names: &[String], known: &KnownAddresses) -> Result<()> {
-        self.in_force.update_names(names, known)
+    /// Its program set, as the daemon's core changes it (see [`crate::in_force::Core`]).
+    pub fn in_force_mut(&mut self) -> &mut InForce {
+        &mut self.in_force
     }
 }
 
@@ -195,15 +180,14 @@ impl Daemon {
     /// Loads a follower set holding `policy`, named by `files`, with what is known of the
     /// names and the approvals on top; nothing attached or listed yet.
     pub(super) fn load_overlay(&self, files: Vec<String>, policy: Policy) -> Result<Overlay> {
-        let known = self.known();
         let env = OverlayEnv {
-            backend: self.in_force.enforcer().backend(),
+            backend: self.core.enforcer().backend(),
             resolver_port: self
                 .name_server
                 .as_ref()
                 .map(crate::resolve::Resolver::port),
-            known: &known,
-            approvals: &self.approvals,
+            names: self.core.names(),
+            approvals: self.core.approvals(),
             modes: Modes {
                 audit_only: self.config.audit_only,
                 record_allowed: self.config.audit.record_allowed,
@@ -238,38 +222,6 @@ impl Daemon {
         self.overlays.len().saturating_sub(self.patterns.len())
     }
 
-    /// Compiles the overlays again with the approvals on top and updates their sets.
-    pub(super) fn rebuild_overlays(&mut self) {
-        let known = KnownAddresses {
-            resolved: Some(&self.dns),
-            answered: &self.answers,
-            on_demand: self.name_server.is_some(),
-        };
-        for (scope, overlay) in &mut self.overlays {
-            // The daemon's set holds the change: a scope whose overlay keeps its old image is
-            // held no looser than before (an approval it lacks is asked again).
-            if let Err(err) = overlay.rebuild(&known, &self.approvals) {
-                tracing::error!("scope {scope}'s overlay keeps its previous image: {err:#}");
-            }
-        }
-    }
-
-    /// Puts what is now known of `names` in force in the overlays' sets too.
-    pub(super) fn overlays_update_names(&mut self, names: &[String]) -> Result<()> {
-        if names.is_empty() {
-            return Ok(());
-        }
-        let known = KnownAddresses {
-            resolved: Some(&self.dns),
-            answered: &self.answers,
-            on_demand: self.name_server.is_some(),
-        };
-        for overlay in self.overlays.values_mut() {
-            overlay.update_names(names, &known)?;
-        }
-        Ok(())
-    }
-
     /// Events of an overlay's set, taken as the daemon's own.
     pub fn on_overlay_events(&mut self, events: OverlayEvents) {
         let now = std::time::Instant::now();
@@ -289,13 +241,13 @@ pub fn holding(overlays: &Overlays, id: u64) -> Option<&Overlay> {
 
 /// The image that decided `event`: its scope's overlay's, or the daemon's.
 pub fn image_of<'a>(
-    daemon: &'a InForce,
+    daemon: &'a EnforcementImage,
     overlays: &'a Overlays,
     event: &KernelEvent,
 ) -> &'a EnforcementImage {
     match holding(overlays, event.scope) {
         Some(overlay) if event.overlay => overlay.image(),
-        _ => daemon.image(),
+        _ => daemon,
     }
 }
 

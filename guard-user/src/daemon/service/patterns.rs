@@ -153,8 +153,8 @@ impl Daemon {
             overlay.list(scope.folder_id)?;
         }
         if !host {
-            self.in_force.enforcer_mut().attach_cgroup(&scope.folder)?;
-            self.in_force.enforcer_mut().add_scope(scope.folder_id)?;
+            self.core.enforcer_mut().attach_cgroup(&scope.folder)?;
+            self.core.enforcer_mut().add_scope(scope.folder_id)?;
         }
         let kind = ScopeKind::Pattern {
             pattern: config.cgroup.clone(),
@@ -174,7 +174,7 @@ impl Daemon {
             let Some(overlay) = self.overlays.get_mut(&scope.folder_id) else {
                 return;
             };
-            let main = self.in_force.enforcer_mut();
+            let main = self.core.enforcer_mut();
             let done = match change {
                 Change::Found {
                     id,

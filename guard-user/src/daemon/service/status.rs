@@ -8,7 +8,7 @@ use crate::daemon::wire::responses::{HostAddresses, RulesFile, ScopeStatus, Stat
 impl Daemon {
     pub fn status(&self) -> StatusResponse {
         let mut per_file: std::collections::BTreeMap<String, usize> = Default::default();
-        for rule in &self.in_force.image().rules {
+        for rule in &self.core.image().rules {
             let file = rule
                 .origin
                 .as_ref()
@@ -16,7 +16,7 @@ impl Daemon {
                 .unwrap_or_else(|| "<approvals>".to_string());
             *per_file.entry(file).or_default() += 1;
         }
-        let events = self.in_force.enforcer().scope_events().unwrap_or_default();
+        let events = self.core.enforcer().scope_events().unwrap_or_default();
         let scopes = self
             .scopes
             .by_id
@@ -34,28 +34,27 @@ impl Daemon {
                     overlay: super::overlays::holding(&self.overlays, s.id)
                         .map(|o| o.files.clone())
                         .unwrap_or_default(),
-                    names_answered: self.answers.name_count_in(s.id),
+                    names_answered: self.core.names().answers().name_count_in(s.id),
                 }
             })
             .collect();
         let now = Instant::now();
-        let addresses = self
-            .dns
+        let resolved = self.core.names().resolved();
+        let addresses = resolved
             .hosts()
             .map(|host| HostAddresses {
                 host: host.to_string(),
-                addresses: crate::compile::HostResolver::lookup(&self.dns, host)
+                addresses: crate::compile::HostResolver::lookup(resolved, host)
                     .iter()
                     .map(|a| a.to_string())
                     .collect(),
-                refresh_in_secs: self
-                    .dns
+                refresh_in_secs: resolved
                     .expires(host)
                     .map(|e| e.saturating_duration_since(now).as_secs()),
-                error: self.dns.error(host).map(str::to_string),
+                error: resolved.error(host).map(str::to_string),
             })
             .collect();
-        let summed = self.in_force.enforcer().counters().unwrap_or_default();
+        let summed = self.core.enforcer().counters().unwrap_or_default();
         let events_lost = crate::kernel::maps::events_lost(&summed);
         let failed_open = crate::kernel::maps::failed_open(&summed)
             .into_iter()
@@ -68,19 +67,19 @@ impl Daemon {
         StatusResponse {
             version: env!("CARGO_PKG_VERSION").to_string(),
             pid: std::process::id(),
-            backend: self.in_force.enforcer().backend().as_str().to_string(),
+            backend: self.core.enforcer().backend().as_str().to_string(),
             uptime_secs: self.started.elapsed().as_secs(),
-            audit_only: self.in_force.image().settings.audit_only,
+            audit_only: self.core.image().settings.audit_only,
             scopes,
             rules: per_file
                 .into_iter()
                 .map(|(file, rules)| RulesFile { file, rules })
                 .collect(),
-            unresolved_hosts: self.in_force.image().unresolved_hosts(),
+            unresolved_hosts: self.core.image().unresolved_hosts(),
             addresses,
             resolver: self.resolver_status(),
             asks_pending: self.asks.pending_count(),
-            approvals: self.approvals.list().to_vec(),
+            approvals: self.core.approvals().list().to_vec(),
             events_lost,
             counters,
             failed_open,

@@ -12,9 +12,12 @@ use crate::compile::{CompileEnv, compile, update_destinations};
 use crate::kernel::loader::Enforcer;
 use crate::kernel::maps::SyncStats;
 use crate::policy::Policy;
-use crate::resolve::Answered;
 use crate::resolve::answers::{AnswerBook, KnownAddresses};
-use crate::resolve::lookup::DnsCache;
+use crate::resolve::known::KnownNames;
+
+mod core;
+
+pub use self::core::{Core, unstacked};
 
 /// How the images of a run or a daemon are made, beyond the policy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -25,31 +28,38 @@ pub struct Modes {
     pub record_allowed: bool,
 }
 
-/// The programs, and the image their maps hold.
+/// A policy, the programs holding it, and the image their maps hold: the daemon's, a run's, an
+/// overlay's.
 pub struct InForce {
     enforcer: Enforcer,
+    policy: Policy,
     image: EnforcementImage,
     env: CompileEnv,
     modes: Modes,
 }
 
 impl InForce {
-    /// Puts the first image of `policy` in force in `enforcer`'s maps.
+    /// Puts the first image of `policy`, with `approvals` on top, in force in `enforcer`'s maps.
     pub fn start(
         mut enforcer: Enforcer,
-        policy: &Policy,
-        known: &KnownAddresses,
+        policy: Policy,
+        (names, approvals): (&KnownNames, &Approvals),
         env: CompileEnv,
         modes: Modes,
     ) -> Result<InForce> {
-        let image = image_of(policy, known, &env, modes, &Approvals::default())?;
+        let image = image_of(&policy, &names.addresses(), &env, modes, approvals)?;
         enforcer.apply(&image)?;
         Ok(InForce {
             enforcer,
+            policy,
             image,
             env,
             modes,
         })
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
     }
 
     pub fn image(&self) -> &EnforcementImage {
@@ -64,14 +74,15 @@ impl InForce {
         &mut self.enforcer
     }
 
-    /// The image of `policy` with `approvals` on top, not yet in force.
-    pub fn compile(
-        &self,
-        policy: &Policy,
-        known: &KnownAddresses,
-        approvals: &Approvals,
-    ) -> Result<EnforcementImage> {
-        image_of(policy, known, &self.env, self.modes, approvals)
+    /// The image of the policy with `approvals` on top, not yet in force.
+    pub fn compile(&self, names: &KnownNames, approvals: &Approvals) -> Result<EnforcementImage> {
+        image_of(
+            &self.policy,
+            &names.addresses(),
+            &self.env,
+            self.modes,
+            approvals,
+        )
     }
 
     /// Puts `image` in force.
@@ -81,64 +92,38 @@ impl InForce {
         Ok(stats)
     }
 
-    /// Compiles `policy` with `approvals` on top and puts it in force.
-    pub fn rebuild(
-        &mut self,
-        policy: &Policy,
-        known: &KnownAddresses,
-        approvals: &Approvals,
-    ) -> Result<SyncStats> {
-        let image = self.compile(policy, known, approvals)?;
+    /// Compiles the policy with `approvals` on top and puts it in force.
+    pub fn rebuild(&mut self, names: &KnownNames, approvals: &Approvals) -> Result<SyncStats> {
+        let image = self.compile(names, approvals)?;
         self.apply(image)
     }
 
-    /// Compiles again the destination entries of the sources `names` cover (what is known of
-    /// them changed) and writes only the map entries that change, new before old; the rest
-    /// of the image, approvals included, is kept. On an error the image is ahead of the maps,
-    /// and the next change writes every destination entry that differs.
-    pub fn update_names(&mut self, names: &[String], known: &KnownAddresses) -> Result<()> {
-        if names.is_empty() {
-            return Ok(());
+    /// Holds `policy` from now on; on an error the old one stays in force.
+    pub fn replace_policy(
+        &mut self,
+        policy: Policy,
+        names: &KnownNames,
+        approvals: &Approvals,
+    ) -> Result<()> {
+        let old = std::mem::replace(&mut self.policy, policy);
+        if let Err(err) = self.rebuild(names, approvals) {
+            self.policy = old;
+            return Err(err);
         }
-        let touched = update_destinations(&mut self.image, names, known);
-        self.enforcer.update_destinations(&self.image, &touched)?;
         Ok(())
     }
 
-    /// What guard's resolver answered, for `guard run` and the daemon alike: the answers go in
-    /// `book` for the scope that asked, given with each (0: every scope; `None`: unknown, so
-    /// the answer is attributed to no scope), what is past its time there goes, and the entries of
-    /// the names whose addresses changed are put in force. `Ok`: the answers' queries may be
-    /// confirmed; it holds those names, for other images made from the same book.
-    pub fn take_answers(
-        &mut self,
-        book: &mut AnswerBook,
-        resolved: Option<&DnsCache>,
-        answers: &[(Option<u64>, &Answered)],
-        now: std::time::Instant,
-    ) -> Result<Vec<String>> {
-        let mut changed: Vec<String> = answers
-            .iter()
-            .filter(|(scope, answer)| {
-                scope.is_some_and(|scope| {
-                    book.record_in(scope, &answer.name, &answer.addrs, answer.ttl, now)
-                })
-            })
-            .map(|(_, answer)| answer.name.clone())
-            .collect();
-        if book.next_expiry().is_some_and(|due| due <= now) {
-            changed.extend(book.prune(now));
+    /// Compiles again the destination entries of the sources `changed` covers (what is known of
+    /// those names changed) and writes only the map entries that change, new before old; the
+    /// rest of the image, approvals included, is kept. On an error the image is ahead of the
+    /// maps, and the next change writes every destination entry that differs.
+    pub fn update_names(&mut self, changed: &[String], names: &KnownNames) -> Result<()> {
+        if changed.is_empty() {
+            return Ok(());
         }
-        changed.extend(book.take_evicted());
-        changed.sort();
-        changed.dedup();
-        let known = KnownAddresses {
-            resolved,
-            answered: book,
-            on_demand: true,
-        };
-        self.update_names(&changed, &known)?;
-        Ok(changed)
+        let touched = update_destinations(&mut self.image, changed, &names.addresses());
+        self.enforcer.update_destinations(&self.image, &touched)?;
+        Ok(())
     }
 }
 

@@ -1,0 +1,242 @@
+//! What one kernel event becomes in its scope, for `guard run` and the daemon alike: the line
+//! for the person running the command, the message of its ask and of its record, and its ask,
+//! or why a prompt was refused at once instead. The run prints the line on its terminal; the
+//! daemon sends it on the run's stream and records the event in its audit log: two sinks of one
+//! taking.
+
+use std::time::Instant;
+
+use super::messages::{Described, blocked_request, describe, describe_event};
+use super::{AskBook, AskTarget, Recorded};
+use crate::compile::image::EnforcementImage;
+use crate::kernel::events::{EventKind, KernelEvent};
+use crate::policy::approval::{ApprovalPolicy, prompt_rejection};
+
+/// Where an event's ask goes.
+pub struct Asking<'a> {
+    /// `None`: nothing can answer an ask here (a run with no ask socket).
+    pub book: Option<&'a mut AskBook>,
+    pub approval: ApprovalPolicy,
+    /// The scope the event came from, and whether a `guard run` made it.
+    pub scope: (u64, bool),
+}
+
+/// One event, taken.
+#[derive(Debug)]
+pub struct Taken {
+    /// The one-line refusal for the person running the command.
+    pub line: String,
+    /// The message of its ask and of its record.
+    pub message: String,
+    /// The ask it made or repeated.
+    pub ask: Option<u64>,
+    /// The ask is new (a repeat is only counted in the pending one).
+    pub new_ask: bool,
+    /// The approvals that can answer its ask (`[--once|--session|--always]`).
+    pub answers: Option<&'static str>,
+    /// Why a prompt was refused at once instead of asked (`never`, a granular category off).
+    pub rejected: Option<&'static str>,
+}
+
+/// Takes `event`, decided by `image`: `answered` names its destination's address (the names
+/// guard's resolver answered it for), `sandbox_line` is the sandbox's refusal when the event is
+/// a write the sandbox refused.
+pub fn take(
+    image: &EnforcementImage,
+    event: &KernelEvent,
+    answered: &[String],
+    sandbox_line: Option<String>,
+    asking: Asking,
+    now: Instant,
+) -> Taken {
+    let (
+        Described {
+            mut message,
+            target,
+        },
+        mut line,
+    ) = match sandbox_line {
+        Some(line) => (
+            Described {
+                message: line.clone(),
+                target: None,
+            },
+            line,
+        ),
+        None => (
+            describe(image, event, answered),
+            describe_event(image, event, answered),
+        ),
+    };
+    // Under `never` (or a granular category that is off) a prompt is refused, not asked.
+    let rejected = target
+        .as_ref()
+        .and_then(|t| prompt_rejection(asking.approval, t.by_rule()));
+    if let Some(reason) = rejected {
+        message.push_str(&format!(" ({reason})"));
+        line.push_str(&format!("; {reason}"));
+    } else if asking.approval == ApprovalPolicy::Untrusted
+        && event.kind == EventKind::Exec
+        && event.unmatched
+        && target.is_some()
+    {
+        line.push_str(" (--approval untrusted asks about every command that is not known-safe)");
+    }
+    let mut taken = Taken {
+        line,
+        message,
+        ask: None,
+        new_ask: false,
+        answers: None,
+        rejected,
+    };
+    let target = target.filter(|_| rejected.is_none() && !event.audit_only);
+    let (Some(target), Some(book)) = (target, asking.book) else {
+        return taken;
+    };
+    let answers = AskTarget::answers(&target);
+    let recorded = book.record(
+        target,
+        blocked_request(image, event, answered),
+        taken.message.clone(),
+        asking.scope,
+        now,
+    );
+    match recorded {
+        Recorded::New(id) | Recorded::Repeat(id) => {
+            taken.ask = Some(id);
+            taken.new_ask = matches!(recorded, Recorded::New(_));
+            taken.answers = Some(answers);
+        }
+        Recorded::Full { pending } => {
+            let why =
+                format!(" (not asked: this scope has {pending} asks pending; answer those first)");
+            taken.message.push_str(&why);
+            taken.line.push_str(&why);
+        }
+    }
+    taken
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::kernel::events::Action;
+    use crate::policy::Decision;
+
+    /// `git push`, prompted because no rule matches it.
+    fn prompted_push() -> KernelEvent {
+        KernelEvent {
+            time: std::time::SystemTime::now(),
+            kind: EventKind::Exec,
+            decision: Decision::Prompt,
+            action: Action::Eperm,
+            audit_only: false,
+            unmatched: true,
+            rule: None,
+            pid: 7,
+            tgid: 7,
+            ppid: 1,
+            uid: 1000,
+            gid: 1000,
+            cgroup_id: 42,
+            scope: 42,
+            comm: "git".into(),
+            exe: "/usr/bin/git".into(),
+            argv: vec!["git".into(), "push".into()],
+            argv_truncated: false,
+            anonymous: false,
+            dev: 0,
+            ino: 0,
+            socket: None,
+            unix: None,
+            destination: None,
+            path: None,
+            sandbox: None,
+            overlay: false,
+        }
+    }
+
+    fn image() -> EnforcementImage {
+        crate::compile::compile(
+            &crate::policy::Policy::default(),
+            &crate::compile::NoResolver,
+            &crate::compile::CompileEnv::default(),
+        )
+    }
+
+    fn take_with(book: &mut AskBook, approval: ApprovalPolicy, event: &KernelEvent) -> Taken {
+        let asking = Asking {
+            book: Some(book),
+            approval,
+            scope: (event.scope, true),
+        };
+        take(&image(), event, &[], None, asking, Instant::now())
+    }
+
+    #[test]
+    fn a_prompt_becomes_one_ask_of_its_scope_and_a_repeat_is_counted_there() {
+        let mut book = AskBook::new(Duration::from_secs(60), Duration::from_secs(60));
+        let event = prompted_push();
+        let first = take_with(&mut book, ApprovalPolicy::OnRequest, &event);
+        let id = first.ask.expect("asked");
+        assert!(first.new_ask);
+        assert_eq!(first.rejected, None);
+        assert!(first.line.contains("git push"), "{}", first.line);
+        assert!(first.answers.is_some_and(|a| a.contains("--once")));
+        assert_eq!(book.get(id, Instant::now()).unwrap().scope, 42);
+        let again = take_with(&mut book, ApprovalPolicy::OnRequest, &event);
+        assert_eq!((again.ask, again.new_ask), (Some(id), false));
+    }
+
+    #[test]
+    fn under_never_a_prompt_is_refused_at_once_and_the_line_and_message_say_why() {
+        let mut book = AskBook::new(Duration::from_secs(60), Duration::from_secs(60));
+        let taken = take_with(&mut book, ApprovalPolicy::Never, &prompted_push());
+        assert_eq!(taken.ask, None);
+        let reason = taken.rejected.expect("refused at once");
+        assert!(
+            taken.line.ends_with(&format!("; {reason}")),
+            "{}",
+            taken.line
+        );
+        assert!(taken.message.ends_with(&format!(" ({reason})")));
+        assert!(book.pending(Instant::now()).is_empty());
+    }
+
+    #[test]
+    fn a_full_book_says_why_nothing_was_asked_and_audit_only_asks_nothing() {
+        let mut book = AskBook::new(Duration::from_secs(60), Duration::from_secs(60))
+            .with_pending_per_scope(1);
+        let mut event = prompted_push();
+        assert!(take_with(&mut book, ApprovalPolicy::OnRequest, &event).new_ask);
+        event.argv[1] = "fetch".into();
+        let full = take_with(&mut book, ApprovalPolicy::OnRequest, &event);
+        assert_eq!(full.ask, None);
+        assert!(
+            full.line
+                .contains("not asked: this scope has 1 asks pending")
+        );
+        assert!(full.message.contains("not asked"));
+        event.argv[1] = "pull".into();
+        event.audit_only = true;
+        event.scope = 43;
+        let audited = take_with(&mut book, ApprovalPolicy::OnRequest, &event);
+        assert_eq!((audited.ask, audited.rejected), (None, None));
+    }
+
+    #[test]
+    fn under_untrusted_the_line_says_why_an_unmatched_command_is_asked_about() {
+        let mut book = AskBook::new(Duration::from_secs(60), Duration::from_secs(60));
+        let taken = take_with(&mut book, ApprovalPolicy::Untrusted, &prompted_push());
+        assert!(taken.ask.is_some());
+        assert!(
+            taken.line.contains("--approval untrusted"),
+            "{}",
+            taken.line
+        );
+        assert!(!taken.message.contains("untrusted"));
+    }
+}

@@ -183,7 +183,9 @@ impl Core {
     pub fn rebuild_stacked<'a>(&self, stacked: impl Stacked<'a>) {
         for (scope, set) in stacked {
             if let Err(err) = set.rebuild(&self.names, &self.approvals) {
-                tracing::error!("scope {scope}'s overlay keeps its previous image: {err:#}");
+                tracing::error!(
+                    "the rules stacked on scope {scope} keep their previous image: {err:#}"
+                );
             }
         }
     }
@@ -206,6 +208,7 @@ impl Core {
         for event in events {
             match event {
                 ResolverEvent::Answered(answer, done) => {
+                    notes.push(ResolverNote::Answered(answer.clone()));
                     answers.push(answer);
                     confirmations.push(done);
                 }
@@ -226,7 +229,6 @@ impl Core {
                 let _ = done.send(());
             }
         }
-        notes.extend(answers.into_iter().map(ResolverNote::Answered));
         (notes, applied)
     }
 

@@ -107,6 +107,18 @@ pub enum AskState {
     Expired,
 }
 
+impl AskState {
+    /// Its name, as `guard prompts --json` gives it (`state`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            AskState::Pending => "pending",
+            AskState::Approved { .. } => "approved",
+            AskState::Denied { .. } => "denied",
+            AskState::Expired => "expired",
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Ask {
     pub id: u64,
@@ -182,6 +194,15 @@ pub struct AskBook {
     dedupe: Duration,
     timeout: Duration,
     pending_per_scope: usize,
+}
+
+/// Why an ask cannot be answered.
+#[derive(Debug, thiserror::Error)]
+pub enum NotPending {
+    #[error("ask {id} is not pending any more ({state})")]
+    Answered { id: u64, state: &'static str },
+    #[error("no ask {id} here (`guard prompts` lists the pending ones)")]
+    Unknown { id: u64 },
 }
 
 /// What [`AskBook::record`] did.
@@ -312,6 +333,18 @@ impl AskBook {
         self.asks.get(&id).map(|ask| self.view(ask, now))
     }
 
+    /// Ask `id`, to answer: it must be pending.
+    pub fn pending_ask(&self, id: u64, now: Instant) -> Result<Ask, NotPending> {
+        match self.get(id, now) {
+            Some(ask) if ask.is_pending() => Ok(ask),
+            Some(ask) => Err(NotPending::Answered {
+                id,
+                state: ask.state.name(),
+            }),
+            None => Err(NotPending::Unknown { id }),
+        }
+    }
+
     fn view(&self, ask: &Ask, now: Instant) -> Ask {
         let mut ask = ask.clone();
         if ask.is_pending() {
@@ -414,6 +447,31 @@ mod tests {
             rule: None,
             justification: None,
         }
+    }
+
+    #[test]
+    fn only_a_pending_ask_can_be_answered_and_the_refusal_says_why() {
+        let t0 = Instant::now();
+        let mut book = AskBook::new(Duration::from_secs(60), Duration::from_secs(300));
+        book.record(exec(&["git", "push"]), record(), "m".into(), (7, true), t0);
+        assert_eq!(book.pending_ask(1, t0).unwrap().id, 1);
+        let denied = AskState::Denied {
+            always: false,
+            by: "root".into(),
+        };
+        assert_eq!(denied.name(), "denied");
+        book.resolve(1, denied, t0);
+        let answered = book.pending_ask(1, t0).unwrap_err();
+        assert_eq!(
+            answered.to_string(),
+            "ask 1 is not pending any more (denied)"
+        );
+        let unknown = book.pending_ask(9, t0).unwrap_err();
+        assert!(
+            matches!(unknown, NotPending::Unknown { id: 9 }),
+            "{unknown}"
+        );
+        assert!(unknown.to_string().contains("guard prompts"));
     }
 
     #[test]

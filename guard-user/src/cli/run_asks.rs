@@ -256,17 +256,9 @@ impl RunAsks {
     }
 
     fn pending(&self, id: u64) -> Result<Ask, Refusal> {
-        match self.book.get(id, Instant::now()) {
-            Some(ask) if ask.is_pending() => Ok(ask),
-            Some(_) => Err((
-                ErrorCode::Failed,
-                format!("ask {id} is not pending any more"),
-            )),
-            None => Err((
-                ErrorCode::NotFound,
-                format!("no ask {id} in this run (`guard prompts` lists the pending ones)"),
-            )),
-        }
+        self.book
+            .pending_ask(id, Instant::now())
+            .map_err(|err| (ErrorCode::from(&err), err.to_string()))
     }
 
     fn approve(

@@ -20,23 +20,9 @@ use crate::policy::amend::{
 
 impl Daemon {
     fn pending_ask(&self, id: u64) -> Result<Ask, (ErrorCode, String)> {
-        match self.asks.get(id, Instant::now()) {
-            Some(ask) if ask.is_pending() => Ok(ask),
-            Some(ask) => Err((
-                ErrorCode::Failed,
-                format!(
-                    "ask {id} is not pending any more ({})",
-                    serde_json::to_value(&ask.state)
-                        .ok()
-                        .and_then(|v| v["state"].as_str().map(str::to_string))
-                        .unwrap_or_default()
-                ),
-            )),
-            None => Err((
-                ErrorCode::NotFound,
-                format!("no ask {id} (`guard prompts` lists the pending ones)"),
-            )),
-        }
+        self.asks
+            .pending_ask(id, Instant::now())
+            .map_err(|err| (ErrorCode::from(&err), err.to_string()))
     }
 
     pub(super) async fn approve(

@@ -178,6 +178,16 @@ pub enum ErrorCode {
     Failed,
 }
 
+impl From<&crate::asks::book::NotPending> for ErrorCode {
+    /// An ask that is not in the book is not found; one answered already cannot be answered.
+    fn from(err: &crate::asks::book::NotPending) -> ErrorCode {
+        match err {
+            crate::asks::book::NotPending::Answered { .. } => ErrorCode::Failed,
+            crate::asks::book::NotPending::Unknown { .. } => ErrorCode::NotFound,
+        }
+    }
+}
+
 impl ResponseLine {
     pub fn ok(result: serde_json::Value) -> Self {
         ResponseLine {

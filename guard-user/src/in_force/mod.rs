@@ -2,7 +2,8 @@
 //! the policy compiled with what is known of its names, the run's modes and the approvals on
 //! top, checked (a denial the kernel cannot hold refuses the whole image), then written to the
 //! maps and kept as the image in force. A change that fails leaves the maps and the image as
-//! they were.
+//! they were. The enforcement core `guard run` and the daemon both hold, with the approvals and
+//! what is known of the names, is [`Core`].
 
 use anyhow::{Result, anyhow};
 

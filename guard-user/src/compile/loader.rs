@@ -7,8 +7,12 @@
 //! loader without an exec of its own, so only a command line that starts with the loader is
 //! refused (`ldd` is one: it runs the loader directly).
 
+use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
 
 use super::exec::kernel_dev;
 use super::image::{IdentityEntry, KernelRule, NameEntry, Verdict};
@@ -60,18 +64,66 @@ struct Loader {
     path: PathBuf,
 }
 
+/// How long a folder must have been unchanged when it was read for that read to be kept: its
+/// ctime ticks are coarse, so a change just after a read could keep the ctime it had.
+const SETTLED: Duration = Duration::from_secs(1);
+
+/// The loader names last read in a folder, with the folder's ctime then.
+struct FolderRead {
+    ctime: (i64, i64),
+    names: Vec<OsString>,
+}
+
+/// Each library folder's last read. Reading them (thousands of entries in
+/// `/usr/lib/x86_64-linux-gnu`) was about a third of a small policy's compile, which every
+/// reload and approval makes. A folder whose ctime has not changed has the same entries: an
+/// entry added, removed or renamed changes it, and no call sets it.
+static FOLDER_READS: Mutex<BTreeMap<PathBuf, FolderRead>> = Mutex::new(BTreeMap::new());
+
+/// The loader names in `dir` (`None`: it cannot be read), read again only when it changed.
+fn loader_names(dir: &Path, settled: Duration) -> Option<Vec<OsString>> {
+    let meta = std::fs::metadata(dir).ok()?;
+    let ctime = (meta.ctime(), meta.ctime_nsec());
+    let mut reads = FOLDER_READS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(read) = reads.get(dir).filter(|read| read.ctime == ctime) {
+        return Some(read.names.clone());
+    }
+    let read_at = SystemTime::now();
+    let names: Vec<OsString> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|entry| entry.file_name())
+        .filter(|name| is_loader_name(&name.to_string_lossy()))
+        .collect();
+    let changed_at = std::time::UNIX_EPOCH
+        + Duration::new(ctime.0.max(0) as u64, ctime.1.clamp(0, 999_999_999) as u32);
+    if changed_at + settled <= read_at {
+        reads.insert(
+            dir.to_path_buf(),
+            FolderRead {
+                ctime,
+                names: names.clone(),
+            },
+        );
+    } else {
+        reads.remove(dir);
+    }
+    Some(names)
+}
+
 fn loaders_in(dirs: &[PathBuf]) -> Vec<Loader> {
+    loaders_in_settled(dirs, SETTLED)
+}
+
+fn loaders_in_settled(dirs: &[PathBuf], settled: Duration) -> Vec<Loader> {
     let mut found: Vec<Loader> = Vec::new();
     for dir in dirs {
-        let Ok(entries) = std::fs::read_dir(dir) else {
+        let Some(names) = loader_names(dir, settled) else {
             continue;
         };
-        for entry in entries.flatten() {
-            if !is_loader_name(&entry.file_name().to_string_lossy()) {
-                continue;
-            }
-            let path = entry.path();
-            // Symlinks followed: the kernel sees the file they lead to.
+        for name in names {
+            let path = dir.join(name);
+            // Symlinks followed, every time: the kernel sees the file they lead to.
             let Ok(meta) = std::fs::metadata(&path) else {
                 continue;
             };
@@ -204,6 +256,34 @@ mod tests {
         assert_eq!(identities.len(), 1, "{identities:?}");
         assert_eq!(identities[0].verdict.rule, 0);
         assert_eq!(identities[0].verdict.decision, Decision::Forbidden);
+    }
+
+    #[test]
+    fn a_folder_read_before_is_read_again_once_it_changed() {
+        let dir = fake_loader_dir();
+        let dirs = [dir.path().to_path_buf()];
+        let paths = |found: Vec<Loader>| -> Vec<PathBuf> {
+            found.into_iter().map(|l| l.path).collect::<Vec<_>>()
+        };
+        // Kept at once (no settling), so the next reads come from what was kept.
+        assert_eq!(paths(loaders_in_settled(&dirs, Duration::ZERO)).len(), 1);
+        // Its file's mode is read every time: a loader that is no longer executable is none.
+        let loader = dir.path().join("ld-linux-x86-64.so.2");
+        let mode = |m| std::os::unix::fs::PermissionsExt::from_mode(m);
+        std::fs::set_permissions(&loader, mode(0o644)).unwrap();
+        assert!(paths(loaders_in_settled(&dirs, Duration::ZERO)).is_empty());
+        std::fs::set_permissions(&loader, mode(0o755)).unwrap();
+        // A loader added later changes the folder, which is read again.
+        std::thread::sleep(Duration::from_millis(50));
+        let added = dir.path().join("ld-musl-x86_64.so.1");
+        std::fs::write(&added, b"\x7fELF").unwrap();
+        std::fs::set_permissions(&added, mode(0o755)).unwrap();
+        let found = paths(loaders_in_settled(&dirs, Duration::ZERO));
+        assert_eq!(found.len(), 2, "{found:?}");
+        // And one removed is gone.
+        std::thread::sleep(Duration::from_millis(50));
+        std::fs::remove_file(&added).unwrap();
+        assert_eq!(paths(loaders_in_settled(&dirs, Duration::ZERO)).len(), 1);
     }
 
     #[test]

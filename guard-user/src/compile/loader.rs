@@ -68,9 +68,10 @@ struct Loader {
 /// ctime ticks are coarse, so a change just after a read could keep the ctime it had.
 const SETTLED: Duration = Duration::from_secs(1);
 
-/// The loader names last read in a folder, with the folder's ctime then.
+/// The loader names last read in a folder, with the folder's identity and ctime then (a path
+/// such as `/lib` may be a symlink that is pointed elsewhere).
 struct FolderRead {
-    ctime: (i64, i64),
+    stamp: (u64, u64, i64, i64),
     names: Vec<OsString>,
 }
 
@@ -84,8 +85,9 @@ static FOLDER_READS: Mutex<BTreeMap<PathBuf, FolderRead>> = Mutex::new(BTreeMap:
 fn loader_names(dir: &Path, settled: Duration) -> Option<Vec<OsString>> {
     let meta = std::fs::metadata(dir).ok()?;
     let ctime = (meta.ctime(), meta.ctime_nsec());
+    let stamp = (meta.dev(), meta.ino(), ctime.0, ctime.1);
     let mut reads = FOLDER_READS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(read) = reads.get(dir).filter(|read| read.ctime == ctime) {
+    if let Some(read) = reads.get(dir).filter(|read| read.stamp == stamp) {
         return Some(read.names.clone());
     }
     let read_at = SystemTime::now();
@@ -101,7 +103,7 @@ fn loader_names(dir: &Path, settled: Duration) -> Option<Vec<OsString>> {
         reads.insert(
             dir.to_path_buf(),
             FolderRead {
-                ctime,
+                stamp,
                 names: names.clone(),
             },
         );
@@ -284,6 +286,40 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         std::fs::remove_file(&added).unwrap();
         assert_eq!(paths(loaders_in_settled(&dirs, Duration::ZERO)).len(), 1);
+    }
+
+    #[test]
+    fn a_folder_path_pointed_at_another_folder_is_read_again() {
+        // `/lib` is a symlink on merged-/usr systems: the path is the same, the folder is not.
+        let glibc = fake_loader_dir();
+        let musl = tempfile::tempdir().unwrap();
+        let musl_loader = musl.path().join("ld-musl-x86_64.so.1");
+        std::fs::write(&musl_loader, b"\x7fELF").unwrap();
+        std::fs::set_permissions(
+            &musl_loader,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let links = tempfile::tempdir().unwrap();
+        let lib = links.path().join("lib");
+        let names = |found: Vec<Loader>| -> Vec<String> {
+            found
+                .into_iter()
+                .map(|l| l.path.file_name().unwrap().to_string_lossy().into_owned())
+                .collect()
+        };
+        std::os::unix::fs::symlink(glibc.path(), &lib).unwrap();
+        let dirs = [lib.clone()];
+        assert_eq!(
+            names(loaders_in_settled(&dirs, Duration::ZERO)),
+            ["ld-linux-x86-64.so.2"]
+        );
+        std::fs::remove_file(&lib).unwrap();
+        std::os::unix::fs::symlink(musl.path(), &lib).unwrap();
+        assert_eq!(
+            names(loaders_in_settled(&dirs, Duration::ZERO)),
+            ["ld-musl-x86_64.so.1"]
+        );
     }
 
     #[test]

@@ -36,6 +36,14 @@ pub fn plan_approval(
     if let Some(why) = forbidden_destination(image, ask.scope, &ask.target) {
         return Err(why);
     }
+    if ask.by_overlay && (mode == ApprovalMode::Always || proposed.is_some()) {
+        return Err(format!(
+            "ask {} was asked by its run's overlay, which only that run holds: --always or a \
+             prefix would change the daemon's policy and the overlay would still ask; answer it \
+             --once or --session",
+            ask.id
+        ));
+    }
     if mode == ApprovalMode::Always {
         if let Some(why) = always_refused(ask) {
             return Err(why);

@@ -44,10 +44,12 @@ impl AskTarget {
     }
 
     /// The approvals that can answer it, as `guard approve` spells them: an exec a prompt rule
-    /// asked has no `--always` (an allow rule cannot override it).
-    pub fn answers(&self) -> &'static str {
+    /// asked has no `--always` (an allow rule cannot override it), nor has what a run's
+    /// overlay asked (`by_overlay`: the daemon's policy is not the one that asks).
+    pub fn answers(&self, by_overlay: bool) -> &'static str {
         match self {
             AskTarget::Exec { by_rule: true, .. } => "[--once|--session]",
+            _ if by_overlay => "[--once|--session]",
             _ => "[--once|--session|--always]",
         }
     }
@@ -157,6 +159,11 @@ pub struct Ask {
 }
 
 impl Ask {
+    /// The approvals that can answer it (`[--once|--session|--always]`).
+    pub fn answers(&self) -> &'static str {
+        self.target.answers(self.by_overlay)
+    }
+
     pub fn is_pending(&self) -> bool {
         self.state == AskState::Pending
     }

@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use super::messages::{Described, blocked_request, describe, describe_event};
-use super::{AskBook, AskTarget, Recorded};
+use super::{AskBook, Recorded};
 use crate::compile::image::EnforcementImage;
 use crate::kernel::events::{EventKind, KernelEvent};
 use crate::policy::approval::{ApprovalPolicy, prompt_rejection};
@@ -94,7 +94,7 @@ pub fn take(
     let (Some(target), Some(book)) = (target, asking.book) else {
         return taken;
     };
-    let answers = AskTarget::answers(&target);
+    let answers = target.answers(event.overlay);
     let recorded = book.record(
         target,
         blocked_request(image, event, answered),
@@ -106,6 +106,9 @@ pub fn take(
         Recorded::New(id) | Recorded::Repeat(id) => {
             taken.ask = Some(id);
             taken.new_ask = matches!(recorded, Recorded::New(_));
+            if taken.new_ask && event.overlay {
+                book.set_by_overlay(id);
+            }
             taken.answers = Some(answers);
         }
         Recorded::Full { pending } => {
@@ -189,6 +192,44 @@ mod tests {
         assert_eq!(book.get(id, Instant::now()).unwrap().scope, 42);
         let again = take_with(&mut book, ApprovalPolicy::OnRequest, &event);
         assert_eq!((again.ask, again.new_ask), (Some(id), false));
+    }
+
+    #[test]
+    fn an_overlays_ask_is_answered_once_or_for_the_session_never_always() {
+        use crate::asks::ApprovalMode;
+        use crate::asks::answer::{ApprovalPlan, plan_approval};
+        let mut book = AskBook::new(Duration::from_secs(60), Duration::from_secs(60));
+        let mut event = prompted_push();
+        let daemons = take_with(&mut book, ApprovalPolicy::OnRequest, &event);
+        event.scope = 43;
+        event.overlay = true;
+        let overlays = take_with(&mut book, ApprovalPolicy::OnRequest, &event);
+        assert_eq!(daemons.answers, Some("[--once|--session|--always]"));
+        assert_eq!(overlays.answers, Some("[--once|--session]"));
+        let now = Instant::now();
+        let daemons = book.get(daemons.ask.unwrap(), now).unwrap();
+        let overlays = book.get(overlays.ask.unwrap(), now).unwrap();
+        assert!(!daemons.by_overlay && overlays.by_overlay);
+        assert_eq!(overlays.answers(), "[--once|--session]");
+        let plan = |ask, mode, prefix: Option<&[String]>| {
+            let policy = crate::policy::Policy::default();
+            plan_approval(ask, mode, &image(), prefix.map(|p| (&policy, p)))
+        };
+        assert!(matches!(
+            plan(&daemons, ApprovalMode::Always, None),
+            Ok(ApprovalPlan::Append(_))
+        ));
+        let refused = plan(&overlays, ApprovalMode::Always, None).unwrap_err();
+        assert!(
+            refused.contains("overlay") && refused.contains("--once"),
+            "{refused}"
+        );
+        let git = ["git".to_string()];
+        assert!(plan(&overlays, ApprovalMode::Always, Some(&git)).is_err());
+        assert!(matches!(
+            plan(&overlays, ApprovalMode::Session, None),
+            Ok(ApprovalPlan::Hold(_))
+        ));
     }
 
     #[test]

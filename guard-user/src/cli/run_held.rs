@@ -202,7 +202,7 @@ impl HeldCalls {
                 .find(pending)
             && let Some(ask) = asks.ask(next)
         {
-            let always = ask.target.answers().contains("always");
+            let always = ask.answers().contains("always");
             self.terminal.ask(ask.id, &ask.message, always);
         }
     }

@@ -39,13 +39,6 @@ impl Daemon {
             mode,
             line: None,
         };
-        if ask.by_overlay && (mode == ApprovalMode::Always || prefix.is_some()) {
-            return Err(failed(format!(
-                "ask {id} was asked by its run's overlay, which only that run holds: --always \
-                 or a prefix would change the daemon's policy and the overlay would still ask; \
-                 answer it --once or --session"
-            )));
-        }
         let proposed = prefix.map(|p| (self.core.policy(), p));
         match plan_approval(&ask, mode, self.core.image(), proposed).map_err(failed)? {
             ApprovalPlan::Append(line) => {

@@ -787,9 +787,6 @@ impl Daemon {
             {
                 self.asks.set_owner(id, user_name(*uid));
             }
-            if event.overlay {
-                self.asks.set_by_overlay(id);
-            }
         }
         let timeout_secs = self.config.asks.timeout().as_secs();
         if let Some(listener) = self

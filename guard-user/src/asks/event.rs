@@ -131,35 +131,16 @@ mod tests {
 
     /// `git push`, prompted because no rule matches it.
     fn prompted_push() -> KernelEvent {
-        KernelEvent {
-            time: std::time::SystemTime::now(),
-            kind: EventKind::Exec,
-            decision: Decision::Prompt,
-            action: Action::Eperm,
-            audit_only: false,
-            unmatched: true,
-            rule: None,
-            pid: 7,
-            tgid: 7,
-            ppid: 1,
-            uid: 1000,
-            gid: 1000,
-            cgroup_id: 42,
-            scope: 42,
-            comm: "git".into(),
-            exe: "/usr/bin/git".into(),
-            argv: vec!["git".into(), "push".into()],
-            argv_truncated: false,
-            anonymous: false,
-            dev: 0,
-            ino: 0,
-            socket: None,
-            unix: None,
-            destination: None,
-            path: None,
-            sandbox: None,
-            overlay: false,
-        }
+        let mut event =
+            crate::asks::messages::tests::event(EventKind::Exec, Decision::Prompt, Action::Eperm);
+        event.unmatched = true;
+        (event.pid, event.tgid, event.ppid) = (7, 7, 1);
+        (event.uid, event.gid) = (1000, 1000);
+        (event.cgroup_id, event.scope) = (42, 42);
+        event.comm = "git".into();
+        event.exe = "/usr/bin/git".into();
+        event.argv = vec!["git".into(), "push".into()];
+        event
     }
 
     fn image() -> EnforcementImage {

@@ -410,7 +410,7 @@ fn short_file(file: &str) -> &str {
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::asks) mod tests {
     use super::*;
 
     #[test]
@@ -433,7 +433,7 @@ mod tests {
     }
 
     /// An event of `/bin/sh` (pid 1) with nothing else set.
-    fn event(
+    pub(in crate::asks) fn event(
         kind: EventKind,
         decision: Decision,
         action: crate::kernel::events::Action,

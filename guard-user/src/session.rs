@@ -25,7 +25,7 @@ use crate::policy::Policy;
 use crate::resolve::known::KnownNames;
 use crate::resolve::lookup::{DnsCache, DnsConfig, DnsResolver};
 use crate::resolve::thread::ResolverThread;
-use crate::resolve::{NamePolicy, Refusal, RefusedName, ResolverConfig, ResolverNote};
+use crate::resolve::{NamePolicy, Refusal, ResolverConfig, ResolverNote};
 
 /// How a session is set up.
 #[derive(Clone, Debug, Default)]
@@ -52,14 +52,13 @@ pub struct SessionOptions {
 }
 
 /// A DNS matter of the scope, for the person running it.
+// A note lives only until the run prints it; boxing the answer would cost an allocation per
+// lookup for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum DnsNote {
-    /// guard's resolver refused a name the policy forbids.
-    Refused(RefusedName),
-    /// guard's resolver answered a name: forwarded upstream, or with a stand-in.
-    Answered(crate::resolve::Answered),
-    /// The upstream server did not answer a name (the program got SERVFAIL).
-    UpstreamFailed { name: String, error: String },
+    /// What guard's resolver said: a name answered, refused, or not answered upstream.
+    Resolver(ResolverNote),
     /// guard's resolver could not be put in the path (why).
     NoResolver(String),
     /// Answered addresses could not be put in the maps (why): those queries got SERVFAIL.
@@ -404,13 +403,7 @@ impl Session {
             unstacked(),
         );
         self.dns_notes
-            .extend(notes.into_iter().map(|note| match note {
-                ResolverNote::Answered(answer) => DnsNote::Answered(answer),
-                ResolverNote::Refused(refused) => DnsNote::Refused(refused),
-                ResolverNote::UpstreamFailed { name, error } => {
-                    DnsNote::UpstreamFailed { name, error }
-                }
-            }));
+            .extend(notes.into_iter().map(DnsNote::Resolver));
         applied
     }
 

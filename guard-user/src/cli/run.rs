@@ -19,7 +19,7 @@ use crate::kernel::Backend;
 use crate::kernel::events::Action;
 use crate::policy::approval::ApprovalPolicy;
 use crate::policy::sandbox::SandboxMode;
-use crate::resolve::Refusal;
+use crate::resolve::{Refusal, ResolverNote};
 use crate::session::{DnsNote, Session, SessionOptions};
 
 #[derive(Args, Debug)]
@@ -770,7 +770,7 @@ fn report(
     }
     for note in session.take_dns_notes() {
         match note {
-            DnsNote::Refused(refused) => {
+            DnsNote::Resolver(ResolverNote::Refused(refused)) => {
                 let message = refused_name_message(&refused);
                 if json {
                     let mut value = serde_json::to_value(&refused).unwrap_or_default();
@@ -783,7 +783,7 @@ fn report(
                 }
             }
             // Every name answered is a record with --json-events, a note with --verbose.
-            DnsNote::Answered(answered) if json || verbose => {
+            DnsNote::Resolver(ResolverNote::Answered(answered)) if json || verbose => {
                 let message = answered_name_message(&answered);
                 if json {
                     let value = serde_json::json!({
@@ -800,11 +800,11 @@ fn report(
                     eprintln!("{message}");
                 }
             }
-            DnsNote::Answered(_) => {}
-            DnsNote::UpstreamFailed { name, error } if verbose => {
+            DnsNote::Resolver(ResolverNote::Answered(_)) => {}
+            DnsNote::Resolver(ResolverNote::UpstreamFailed { name, error }) if verbose => {
                 eprintln!("guard: note: DNS lookup of {name} failed: {error}");
             }
-            DnsNote::UpstreamFailed { .. } => {}
+            DnsNote::Resolver(ResolverNote::UpstreamFailed { .. }) => {}
             DnsNote::ApplyFailed(why) => eprintln!(
                 "guard: warning: answered addresses could not be put in force ({why}); those \
                  lookups got SERVFAIL"

@@ -1152,7 +1152,7 @@ fn dns_goes_to_guards_resolver_which_refuses_forbidden_names_and_puts_answers_in
     assert!(
         notes.iter().any(|n| matches!(
             n,
-            guard::session::DnsNote::Refused(r) if r.name == "evil.example.test" && r.line == Some(3)
+            guard::session::DnsNote::Resolver(guard::resolve::ResolverNote::Refused(r)) if r.name == "evil.example.test" && r.line == Some(3)
         )),
         "{notes:?}"
     );

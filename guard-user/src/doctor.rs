@@ -27,7 +27,44 @@ pub struct Report {
     pub system_rules: SystemRules,
     /// The `guard run --sandbox` modes this machine can hold.
     pub sandbox_modes: crate::confine::sandbox::SandboxSupport,
+    /// What keeps a root process of each kind of scope from loosening it ([`AGAINST_ROOT`]).
+    pub against_root: Vec<AgainstRoot>,
 }
+
+/// What holds a root process inside one kind of scope, and what it can still do against
+/// guard's own programs.
+#[derive(Debug, Serialize)]
+pub struct AgainstRoot {
+    pub scope: &'static str,
+    pub holds: &'static str,
+    pub can_still: &'static str,
+}
+
+/// [`Report::against_root`]: the commands `guard run` starts, and the processes of a daemon's
+/// configured cgroups and matched containers, which guard did not start (docs/limits.md).
+pub const AGAINST_ROOT: [(&str, &str, &str); 2] = [
+    (
+        "a `guard run` command (stand-alone, or under the daemon)",
+        "every bpf file system hidden in its mount namespace (it cannot name guard's pins); \
+         `bpf`, `setns` and new user namespaces refused by its seccomp filter; CAP_NET_ADMIN, \
+         CAP_SYS_ADMIN, CAP_BPF, CAP_SYS_CHROOT and the rest of the dropped set gone; a run it \
+         asks the daemon for is nested below its own scope; a link detached anyway is attached \
+         again within 250 ms",
+        "nothing against guard's programs that guard knows of",
+    ),
+    (
+        "a daemon's `[scope]` cgroup or `[[scope.patterns]]` container (processes guard did not \
+         start)",
+        "the daemon's programs, attached to the cgroup; pins on the host's bpffs, which a \
+         container without it mounted cannot name; a detached link attached again within \
+         250 ms, recorded (`link_repaired`), counted in `guard status` and the metrics",
+        "with a bpffs in reach (root on the host): open guard's pins and detach its connect, \
+         send and device links for up to 250 ms at a time; with its capabilities kept: rewrite \
+         its own traffic after the decision (NAT, policy routing: CAP_NET_ADMIN), leave its \
+         cgroup (clone3 into another cgroup, a write to a cgroup.procs it can reach); run such \
+         processes under `guard run` to take these away",
+    ),
+];
 
 /// The system rules folder (`/etc/guard/rules`, or `GUARD_SYSTEM_RULES`): the policy every
 /// `guard run` without `--rules` loads, so a command that could make or change it would choose
@@ -220,6 +257,14 @@ pub fn run() -> Report {
             .collect(),
         system_rules: SystemRules::probe(),
         sandbox_modes: crate::confine::sandbox::support(),
+        against_root: AGAINST_ROOT
+            .iter()
+            .map(|(scope, holds, can_still)| AgainstRoot {
+                scope,
+                holds,
+                can_still,
+            })
+            .collect(),
     }
 }
 

@@ -54,6 +54,10 @@ pub enum RecordType {
     /// A held call ended (`details.outcome`: `approved`, `denied`, `expired`, `given_up` by the
     /// program, or `released` by a stopping daemon), with how long it waited.
     HeldEnded,
+    /// One of guard's pinned links was found detached (or its pin removed: a process that
+    /// could name it), and was attached and pinned again (`details`: `program`, `pin`,
+    /// `cgroup`, `detached`, and `failed` when it could not be).
+    LinkRepaired,
     /// A type this version does not know (a newer writer's).
     #[serde(other)]
     Unknown,
@@ -61,7 +65,7 @@ pub enum RecordType {
 
 impl RecordType {
     /// Every type this version writes.
-    pub const ALL: [RecordType; 17] = [
+    pub const ALL: [RecordType; 18] = [
         RecordType::Decision,
         RecordType::Ask,
         RecordType::AskExpired,
@@ -79,6 +83,7 @@ impl RecordType {
         RecordType::DnsRefused,
         RecordType::DnsAnswered,
         RecordType::HeldEnded,
+        RecordType::LinkRepaired,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -100,6 +105,7 @@ impl RecordType {
             RecordType::DnsRefused => "dns_refused",
             RecordType::DnsAnswered => "dns_answered",
             RecordType::HeldEnded => "held_ended",
+            RecordType::LinkRepaired => "link_repaired",
             RecordType::Unknown => "unknown",
         }
     }

@@ -535,5 +535,12 @@ pub fn status(args: &StatusArgs) -> ExitCode {
     if let Some(error) = &status.last_reload_error {
         eprintln!("guard: the last reload failed: {error}");
     }
+    if let Some(repair) = &status.last_link_repair {
+        eprintln!(
+            "guard: {} pinned link(s) were found detached or unpinned and attached again; the \
+             last: {repair} (see `guard audit --type link_repaired`)",
+            status.links_repaired
+        );
+    }
     ExitCode::SUCCESS
 }

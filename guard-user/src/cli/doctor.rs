@@ -82,6 +82,12 @@ pub fn run(args: &DoctorArgs) -> ExitCode {
             for spot in &report.resolver_cannot_see {
                 println!("  {}: {}", spot.what, spot.how);
             }
+            println!("a root process inside a scope, against guard itself:");
+            for kind in &report.against_root {
+                println!("  {}:", kind.scope);
+                println!("    held by: {}", kind.holds);
+                println!("    can still: {}", kind.can_still);
+            }
         }
     }
     if report.backend.is_some() {

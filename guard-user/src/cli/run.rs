@@ -22,6 +22,9 @@ use crate::policy::sandbox::SandboxMode;
 use crate::resolve::{Refusal, ResolverNote};
 use crate::session::{DnsNote, Session, SessionOptions};
 
+/// How often a run looks whether its pinned links are still attached.
+const LINK_CHECK_EVERY: Duration = Duration::from_millis(250);
+
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
   guard run -- git push origin main                     # the embedded default policy
@@ -373,7 +376,16 @@ pub fn run(args: &RunArgs) -> ExitCode {
     };
     let mut signals = super::signals::PassOn::default();
     let mut scope_ended = false;
+    let mut links_looked_at = Instant::now();
     let status = loop {
+        // The run's pinned links, put back where someone detached them (not from inside: the
+        // command can neither see the pins nor make a bpf call).
+        if links_looked_at.elapsed() >= LINK_CHECK_EVERY {
+            links_looked_at = Instant::now();
+            for repair in session.enforcer_mut().repair_links() {
+                eprintln!("guard: {repair}");
+            }
+        }
         if let Some(why) = signals.step(child.id()).ending()
             && !scope_ended
         {
@@ -585,14 +597,25 @@ fn report_mounts(
         let read_only: Vec<String> = mounts
             .binds
             .iter()
-            .filter(|b| b.read_only)
+            .filter(|b| b.read_only && !b.hidden)
+            .map(|b| b.path.display().to_string())
+            .collect();
+        let hidden: Vec<String> = mounts
+            .binds
+            .iter()
+            .filter(|b| b.hidden)
             .map(|b| b.path.display().to_string())
             .collect();
         eprintln!(
-            "guard: note: writes held in a private mount namespace: read-only {}; the folders on \
-             the way are mount points (they cannot be removed or renamed; a rename across one \
-             fails with EXDEV){}",
+            "guard: note: writes held in a private mount namespace: read-only {}; hidden (bpf \
+             file systems, guard's pins among them) {}; the folders on the way are mount points \
+             (they cannot be removed or renamed; a rename across one fails with EXDEV){}",
             read_only.join(", "),
+            if hidden.is_empty() {
+                "none".to_string()
+            } else {
+                hidden.join(", ")
+            },
             if locked {
                 "; Landlock refuses mount and umount"
             } else {

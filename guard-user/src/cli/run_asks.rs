@@ -403,10 +403,12 @@ fn written(line: Option<&AmendmentApplied>) -> String {
         .unwrap_or_default()
 }
 
-/// Who is asking, from the kernel (SO_PEERCRED): root, from outside this run's scope (a guarded
-/// process may not answer its own asks).
+/// Who is asking, from the kernel (SO_PEERCRED, and the peer process by its pidfd): root, from
+/// outside this run's scope (a guarded process may not answer its own asks). A peer whose
+/// cgroup cannot be read (it exited, say, right after it connected) is taken as inside.
 fn peer(stream: &UnixStream, session: &Session) -> Result<Answerer, Refusal> {
     use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    use std::os::fd::AsFd;
     let refused = |m: String| (ErrorCode::Unauthorized, m);
     let cred = getsockopt(stream, PeerCredentials)
         .map_err(|e| refused(format!("no credentials for the peer: {e}")))?;
@@ -416,16 +418,25 @@ fn peer(stream: &UnixStream, session: &Session) -> Result<Answerer, Refusal> {
             cred.uid()
         )));
     }
-    let inside = u32::try_from(cred.pid())
-        .ok()
-        .and_then(|pid| crate::kernel::scope::cgroup_of_pid(pid).ok())
-        .is_some_and(|cgroup| cgroup.starts_with(session.scope().path()));
-    if inside {
-        return Err(refused(format!(
-            "not authorized: pid {} runs inside this run's scope: a guarded process may not \
-             answer its own asks; answer from outside it",
-            cred.pid()
-        )));
+    let cgroup = crate::kernel::peer::PeerProcess::of(stream.as_fd())
+        .map_err(anyhow::Error::from)
+        .and_then(|process| process.cgroup());
+    match cgroup {
+        Ok(cgroup) if !cgroup.starts_with(session.scope().path()) => {}
+        Ok(_) => {
+            return Err(refused(format!(
+                "not authorized: pid {} runs inside this run's scope: a guarded process may \
+                 not answer its own asks; answer from outside it",
+                cred.pid()
+            )));
+        }
+        Err(err) => {
+            return Err(refused(format!(
+                "not authorized: pid {} cannot be told to be outside this run's scope ({err:#}): \
+                 answer from a process that stays connected",
+                cred.pid()
+            )));
+        }
     }
     Ok(Answerer {
         name: user_name(cred.uid()),

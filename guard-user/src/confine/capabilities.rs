@@ -1,17 +1,35 @@
 //! Root hardening for the command: capabilities that let a root process undo or go around
 //! guard (mounting, loading kernel code or BPF, tracing other processes, raw devices and
-//! sockets, making device nodes, immutable flags, opening files by handle) are dropped between fork and exec from
-//! every set (bounding, ambient, permitted, effective, inheritable), so neither the command
-//! nor anything it executes (set-user-ID or with file capabilities) gets them back.
+//! sockets, making device nodes, immutable flags, opening files by handle) or move, rewrite or
+//! hide a call after guard decided it (NAT, policy routing and traffic control rewrite an
+//! allowed connect's destination; `chroot` changes what a unix socket's allowed name reaches;
+//! choosing a new process's pid makes a pid-based check see another process) are dropped
+//! between fork and exec from every set (bounding, ambient, permitted, effective,
+//! inheritable), so neither the command nor anything it executes (set-user-ID or with file
+//! capabilities) gets them back.
+//!
+//! What a root command keeps, and why none of it moves a decided call: `CAP_CHOWN`,
+//! `CAP_DAC_OVERRIDE`, `CAP_FOWNER`, `CAP_FSETID` (files; guard's own are held by read-only
+//! binds), `CAP_KILL` (signals; Landlock scopes them to the run on 6.12+),
+//! `CAP_SETUID`/`CAP_SETGID`/`CAP_SETPCAP`/`CAP_SETFCAP` (another user stays in the same cgroup
+//! and under the same filter; the bounding set cannot grow), `CAP_NET_BIND_SERVICE` (a port of
+//! its own), `CAP_IPC_*`, `CAP_SYS_NICE`, `CAP_SYS_RESOURCE`, `CAP_SYS_PACCT`,
+//! `CAP_SYS_TTY_CONFIG`, `CAP_LEASE`, `CAP_AUDIT_*`, `CAP_SYSLOG`, `CAP_WAKE_ALARM`,
+//! `CAP_BLOCK_SUSPEND`, `CAP_NET_BROADCAST`.
 
 use std::io;
 
 /// The dropped capabilities and their names (`linux/capability.h` numbers).
-pub const DROPPED: [(u32, &str); 14] = [
+pub const DROPPED: [(u32, &str); 17] = [
     (9, "CAP_LINUX_IMMUTABLE"),
+    // NAT, policy routing, tc, SO_MARK: an allowed connect rewritten to a refused address
+    // after the only decision point.
+    (12, "CAP_NET_ADMIN"),
     (13, "CAP_NET_RAW"),
     (16, "CAP_SYS_MODULE"),
     (17, "CAP_SYS_RAWIO"),
+    // chroot(2) gives an allowed unix socket's name another meaning.
+    (18, "CAP_SYS_CHROOT"),
     (19, "CAP_SYS_PTRACE"),
     (21, "CAP_SYS_ADMIN"),
     (22, "CAP_SYS_BOOT"),
@@ -24,6 +42,9 @@ pub const DROPPED: [(u32, &str); 14] = [
     (33, "CAP_MAC_ADMIN"),
     (38, "CAP_PERFMON"),
     (39, "CAP_BPF"),
+    // clone3's set_tid and ns_last_pid pick a new process's pid: a pid-based check of a peer
+    // that is gone would see the impostor.
+    (40, "CAP_CHECKPOINT_RESTORE"),
 ];
 
 /// The bits of [`DROPPED`], as `/proc/PID/status` shows capability sets.

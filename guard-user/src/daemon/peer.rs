@@ -12,11 +12,15 @@ use crate::authz::Subject;
 use crate::authz::{IN_GUARD_SCOPE_ATTRIBUTE, SCOPE_ATTRIBUTE};
 
 /// The peer's credentials as the kernel gave them when it connected.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct PeerCredentials {
     pub uid: u32,
     pub gid: u32,
     pub pid: Option<u32>,
+    /// The peer process itself (its pidfd): which scope it runs in is asked of it, never of a
+    /// pid that may name another process by then. `None`: the kernel gave none (counts as
+    /// an unreadable scope, which fails closed).
+    pub process: Option<std::sync::Arc<crate::kernel::peer::PeerProcess>>,
 }
 
 /// The real user id of process `pid` now (`None`: it is gone or unreadable). The peer's pid is
@@ -99,6 +103,7 @@ mod tests {
                 uid: 0,
                 gid: 0,
                 pid: None,
+                process: None,
             },
             &Config::default(),
             Membership::None,
@@ -128,6 +133,7 @@ mod tests {
                 uid: 64123,
                 gid: 64123,
                 pid: None,
+                process: None,
             },
             &config,
             Membership::Run,

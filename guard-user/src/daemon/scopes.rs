@@ -108,13 +108,19 @@ impl Scopes {
         })
     }
 
-    /// Which kind of guard scope process `pid` runs in, by its cgroup: the deepest of the
-    /// daemon's scopes at or above it, or a stand-alone `guard run`'s. A process whose cgroup
-    /// cannot be read (it is gone, or not ours to see) is [`Membership::Unknown`].
-    pub fn membership(&self, pid: u32) -> Membership {
-        let Ok(cgroup) = crate::kernel::scope::cgroup_of_pid(pid) else {
-            return Membership::Unknown;
-        };
+    /// Which kind of guard scope the peer process runs in, by its cgroup: the deepest of the
+    /// daemon's scopes at or above it, or a stand-alone `guard run`'s. A peer whose cgroup
+    /// cannot be read (it is gone, not ours to see, or the kernel named no peer process) is
+    /// [`Membership::Unknown`], which counts as confined.
+    pub fn membership(&self, peer: Option<&crate::kernel::peer::PeerProcess>) -> Membership {
+        match peer.map(crate::kernel::peer::PeerProcess::cgroup) {
+            Some(Ok(cgroup)) => self.membership_of(&cgroup),
+            _ => Membership::Unknown,
+        }
+    }
+
+    /// [`Scopes::membership`] of a process in `cgroup`.
+    pub fn membership_of(&self, cgroup: &Path) -> Membership {
         let standalone = cgroup2_root()
             .ok()
             .map(|root| root.join(crate::kernel::scope::STANDALONE_PARENT));
@@ -244,9 +250,15 @@ impl Scopes {
     }
 
     /// Makes a fresh run scope and moves `pid` (the requesting client) into it.
-    pub fn create_run(&mut self, uid: u32, argv: Vec<String>, pid: u32) -> Result<u64> {
-        let path = self
-            .runs_parent
+    pub fn create_run(
+        &mut self,
+        uid: u32,
+        argv: Vec<String>,
+        pid: u32,
+        within: Option<&Path>,
+    ) -> Result<u64> {
+        let path = within
+            .unwrap_or(&self.runs_parent)
             .join(format!("{}-{}", self.run_prefix, self.next_run));
         self.next_run += 1;
         std::fs::create_dir(&path).with_context(|| format!("creating {}", path.display()))?;
@@ -265,14 +277,17 @@ impl Scopes {
     }
 
     /// Run scopes whose processes are all gone: removed from the map and their cgroups
-    /// deleted. Returns their ids.
+    /// deleted, a nested run's before the run it is nested in (a cgroup with children cannot
+    /// be removed). Returns their ids.
     pub fn end_finished_runs(&mut self) -> Vec<u64> {
-        let finished: Vec<u64> = self
+        let mut finished: Vec<(usize, u64)> = self
             .by_id
             .values()
             .filter(|s| s.is_run() && !populated(&s.path))
-            .map(|s| s.id)
+            .map(|s| (s.path.components().count(), s.id))
             .collect();
+        finished.sort_by(|a, b| b.cmp(a));
+        let finished: Vec<u64> = finished.into_iter().map(|(_, id)| id).collect();
         for id in &finished {
             if let Some(scope) = self.by_id.remove(id) {
                 let _ = std::fs::remove_dir(&scope.path);

@@ -371,10 +371,17 @@ async fn connection(stream: UnixStream, tx: mpsc::Sender<Command>) {
     let Ok(cred) = stream.peer_cred() else {
         return;
     };
+    let process = {
+        use std::os::fd::AsFd;
+        crate::kernel::peer::PeerProcess::of(stream.as_fd())
+            .ok()
+            .map(std::sync::Arc::new)
+    };
     let peer = PeerCredentials {
         uid: cred.uid(),
         gid: cred.gid(),
         pid: cred.pid().and_then(|p| u32::try_from(p).ok()),
+        process,
     };
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
@@ -420,7 +427,7 @@ async fn connection(stream: UnixStream, tx: mpsc::Sender<Command>) {
         let (reply_tx, reply_rx) = oneshot::channel();
         let sent = tx
             .send(Command::Request {
-                peer,
+                peer: peer.clone(),
                 request,
                 stream: streaming.then(|| stream_tx.clone()),
                 reply: reply_tx,

@@ -162,7 +162,9 @@ impl HeldSocket {
         answer: Option<&AskState>,
         splices: Splices<'_>,
     ) -> Result<Option<HeldOutcome>> {
-        let connection = |splices: Splices<'_>| splices.and_then(|s| s.take(entry.local_port));
+        let from = held_local_address(entry);
+        let cookie = self.cookie;
+        let connection = |splices: Splices<'_>| splices.and_then(|s| s.take(from, cookie).ok());
         let outcome = match answer {
             Some(AskState::Pending) => return Ok(None),
             Some(AskState::Approved { .. }) => {
@@ -198,6 +200,18 @@ impl HeldSocket {
         enforcer.forget_held_socket(self.cookie)?;
         Ok(Some(outcome))
     }
+}
+
+/// The held socket's own address and port, as the kernel wrote them at its connect: where its
+/// connection to the splice listener comes from.
+fn held_local_address(entry: &KernelHeldSocket) -> SocketAddr {
+    let ip: std::net::IpAddr = if entry.family == libc::AF_INET as u16 {
+        let a = entry.local_addr;
+        Ipv4Addr::new(a[0], a[1], a[2], a[3]).into()
+    } else {
+        std::net::Ipv6Addr::from(entry.local_addr).into()
+    };
+    SocketAddr::new(ip, entry.local_port)
 }
 
 #[cfg(test)]

@@ -7,12 +7,21 @@
 //! the scope) and copies bytes both ways, the way a transparent proxy does; denied or expired,
 //! the connection is closed.
 //!
-//! The listener is on 127.0.0.1 at a port of its own; a connection is matched to its held socket
-//! by the local port the kernel wrote in the socket's `HELD_SOCKETS` entry.
+//! The listener is on 127.0.0.1 at a port of its own. A connection is matched to its held
+//! socket by its full address (the local address and port the kernel wrote in the socket's
+//! `HELD_SOCKETS` entry) and then by the socket's identity: the kernel is asked (sock_diag) for
+//! the cookie of the socket at the other end of that exact connection, which must be the held
+//! socket's. So another scope's socket bound to the same port on another loopback address, or
+//! one that took the address after the held socket closed, is never spliced; where the kernel
+//! cannot say (no `inet_diag` for TCP), the connection is not spliced either (fails closed).
+//! Waiting connections are kept by their address, never by the order they came in.
 
+use std::collections::HashMap;
 use std::io;
-use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
+
+use crate::resolve::peer::{QuerySocket, socket_owner};
 
 /// How long an accepted connection waits to be matched to its held socket (its event arrives
 /// within milliseconds): past it, it is closed.
@@ -24,9 +33,19 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct SpliceListener {
     listener: TcpListener,
-    port: u16,
-    /// Accepted connections not yet taken: the peer's port, and when it came.
-    waiting: Vec<(TcpStream, u16, Instant)>,
+    address: SocketAddrV4,
+    /// Accepted connections not yet taken, by the peer's address: the stream and when it came.
+    waiting: HashMap<SocketAddrV4, (TcpStream, Instant)>,
+}
+
+/// Why a held socket's connection was not taken.
+#[derive(Debug, PartialEq, Eq)]
+pub enum NotTaken {
+    /// Nothing came from that address (yet).
+    NotHere,
+    /// Something came from that address, but it is not the held socket (or the kernel cannot
+    /// say whose it is): it was closed.
+    NotTheHeldSocket,
 }
 
 impl SpliceListener {
@@ -37,20 +56,38 @@ impl SpliceListener {
         let port = listener.local_addr()?.port();
         Ok(SpliceListener {
             listener,
-            port,
-            waiting: Vec::new(),
+            address: SocketAddrV4::new(Ipv4Addr::LOCALHOST, port),
+            waiting: HashMap::new(),
         })
     }
 
     pub fn port(&self) -> u16 {
-        self.port
+        self.address.port()
     }
 
-    /// The connection that came from local port `port` (a held socket's), if it came.
-    pub fn take(&mut self, port: u16) -> Option<TcpStream> {
+    /// The connection that came from `from` (a held socket's local address and port), if it
+    /// came and is the socket whose cookie is `cookie`.
+    pub fn take(&mut self, from: SocketAddr, cookie: u64) -> Result<TcpStream, NotTaken> {
         self.accept();
-        let at = self.waiting.iter().position(|(_, peer, _)| *peer == port)?;
-        Some(self.waiting.swap_remove(at).0)
+        let SocketAddr::V4(from) = canonical(from) else {
+            return Err(NotTaken::NotHere);
+        };
+        let (stream, _) = self.waiting.remove(&from).ok_or(NotTaken::NotHere)?;
+        let identity = socket_owner(QuerySocket {
+            program: SocketAddr::V4(from),
+            resolver: SocketAddr::V4(self.address),
+            tcp: true,
+        })
+        .and_then(|owner| owner.cookie);
+        if identity == Some(cookie) {
+            Ok(stream)
+        } else {
+            tracing::warn!(
+                "a connection to the splice listener from {from} is not the held socket \
+                 {cookie:#x} (its cookie: {identity:?}): closed"
+            );
+            Err(NotTaken::NotTheHeldSocket)
+        }
     }
 
     /// Accepts what came (without waiting), and closes what waited too long.
@@ -59,7 +96,7 @@ impl SpliceListener {
         for _ in 0..MAX_WAITING {
             match self.listener.accept() {
                 Ok((stream, SocketAddr::V4(peer))) if peer.ip().is_loopback() => {
-                    self.waiting.push((stream, peer.port(), Instant::now()));
+                    self.waiting.insert(peer, (stream, Instant::now()));
                 }
                 // Not from a held socket on this host: closed.
                 Ok(_) => {}
@@ -67,11 +104,26 @@ impl SpliceListener {
             }
         }
         self.waiting
-            .retain(|(_, _, since)| since.elapsed() < UNMATCHED_FOR);
+            .retain(|_, (_, since)| since.elapsed() < UNMATCHED_FOR);
         if self.waiting.len() > MAX_WAITING {
-            let extra = self.waiting.len() - MAX_WAITING;
-            self.waiting.drain(..extra);
+            let mut by_age: Vec<(SocketAddrV4, Instant)> =
+                self.waiting.iter().map(|(a, (_, t))| (*a, *t)).collect();
+            by_age.sort_by_key(|(_, since)| *since);
+            for (address, _) in by_age.into_iter().take(self.waiting.len() - MAX_WAITING) {
+                self.waiting.remove(&address);
+            }
         }
+    }
+}
+
+/// A v4-mapped IPv6 address as the IPv4 one it is.
+fn canonical(address: SocketAddr) -> SocketAddr {
+    match address {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::from((v4, v6.port())),
+            None => address,
+        },
+        v4 => v4,
     }
 }
 
@@ -101,22 +153,54 @@ mod tests {
     use super::*;
     use std::io::{Read, Write};
 
+    /// The kernel's cookie of `stream`'s own socket (`SO_COOKIE`).
+    fn cookie_of(stream: &TcpStream) -> u64 {
+        use std::os::fd::AsRawFd;
+        let mut cookie = 0u64;
+        let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+        // SAFETY: a u64 out-parameter of the size passed.
+        let rc = unsafe {
+            libc::getsockopt(
+                stream.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_COOKIE,
+                (&mut cookie as *mut u64).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+        cookie
+    }
+
+    fn taken(
+        listener: &mut SpliceListener,
+        from: SocketAddr,
+        cookie: u64,
+    ) -> Result<TcpStream, NotTaken> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match listener.take(from, cookie) {
+                Err(NotTaken::NotHere) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                other => return other,
+            }
+        }
+    }
+
     #[test]
-    fn a_connection_is_taken_by_its_port_and_spliced_to_the_real_address() {
+    fn a_connection_is_taken_by_its_address_and_cookie_and_spliced_to_the_real_address() {
         let real = TcpListener::bind("127.0.0.1:0").unwrap();
         let real_addr = real.local_addr().unwrap();
         let mut splice_listener = SpliceListener::start().unwrap();
         let mut client = TcpStream::connect(("127.0.0.1", splice_listener.port())).unwrap();
-        let port = client.local_addr().unwrap().port();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let accepted = loop {
-            if let Some(stream) = splice_listener.take(port) {
-                break stream;
-            }
-            assert!(Instant::now() < deadline, "the connection was not accepted");
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        assert!(splice_listener.take(port).is_none(), "taken once");
+        let (from, cookie) = (client.local_addr().unwrap(), cookie_of(&client));
+        let accepted = taken(&mut splice_listener, from, cookie).expect("the held socket's");
+        assert_eq!(
+            splice_listener.take(from, cookie).err(),
+            Some(NotTaken::NotHere),
+            "taken once"
+        );
         splice(accepted, real_addr).unwrap();
         let (mut server, _) = real.accept().unwrap();
         client.write_all(b"ping").unwrap();
@@ -128,5 +212,38 @@ mod tests {
         let mut back = Vec::new();
         client.read_to_end(&mut back).unwrap();
         assert_eq!(back, b"pong", "the reply, then the end of the stream");
+    }
+
+    #[test]
+    fn the_same_port_on_another_address_or_another_socket_is_never_taken() {
+        use std::os::fd::FromRawFd;
+        let mut splice_listener = SpliceListener::start().unwrap();
+        let held = TcpStream::connect(("127.0.0.1", splice_listener.port())).unwrap();
+        let (from, cookie) = (held.local_addr().unwrap(), cookie_of(&held));
+        // Another socket bound to the held socket's port on 127.0.0.2 comes first.
+        // SAFETY: socket, bind and connect on a descriptor made here.
+        let hijacker = unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+            let mut address: libc::sockaddr_in = std::mem::zeroed();
+            address.sin_family = libc::AF_INET as libc::sa_family_t;
+            address.sin_port = from.port().to_be();
+            address.sin_addr.s_addr = u32::from(Ipv4Addr::new(127, 0, 0, 2)).to_be();
+            let size = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            assert_eq!(libc::bind(fd, (&raw const address).cast(), size), 0);
+            address.sin_port = splice_listener.port().to_be();
+            address.sin_addr.s_addr = u32::from(Ipv4Addr::LOCALHOST).to_be();
+            assert_eq!(libc::connect(fd, (&raw const address).cast(), size), 0);
+            TcpStream::from_raw_fd(fd)
+        };
+        let hijacker_from = hijacker.local_addr().unwrap();
+        assert_eq!(hijacker_from.port(), from.port());
+        // Asked for by the held socket's address: the held socket's connection, not the other.
+        let accepted = taken(&mut splice_listener, from, cookie).expect("the held socket's");
+        assert_eq!(accepted.peer_addr().unwrap(), from);
+        // The other address with the held socket's cookie: not the held socket, closed.
+        assert_eq!(
+            taken(&mut splice_listener, hijacker_from, cookie).err(),
+            Some(NotTaken::NotTheHeldSocket)
+        );
     }
 }

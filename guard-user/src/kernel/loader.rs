@@ -13,7 +13,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use aya::maps::Array;
 use aya::programs::cgroup_sock::CgroupSockLinkId;
 use aya::programs::cgroup_sock_addr::CgroupSockAddrLinkId;
-use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::links::FdLink;
 use aya::programs::lsm::LsmLinkId;
 use aya::programs::tp_btf::BtfTracePointLinkId;
 use aya::programs::{
@@ -190,8 +190,64 @@ struct Pins {
     dir: PathBuf,
     /// Suffix of the next pin's file name.
     next: usize,
-    /// The pinned links' descriptors (closing them leaves the links attached: they are pinned).
-    pinned: Vec<PinnedLink>,
+    /// The pinned links (closing their descriptors leaves them attached: they are pinned).
+    pinned: Vec<PinnedEntry>,
+}
+
+/// A link this Enforcer pinned, with what it attached: a process that can name the pin can
+/// detach the link (`BPF_LINK_DETACH` checks no capability), or remove the pin, and
+/// [`Enforcer::repair_links`] then attaches and pins it again.
+struct PinnedEntry {
+    path: PathBuf,
+    program: &'static str,
+    /// The cgroup a cgroup link is attached to; `None` for a tracing or LSM link, which
+    /// cannot be detached.
+    cgroup: Option<PathBuf>,
+    /// This Enforcer's own descriptor of the link: the link is known even when its pin is gone.
+    link: std::os::fd::OwnedFd,
+}
+
+/// A pinned link [`Enforcer::repair_links`] found detached or unpinned, and what it did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkRepair {
+    pub program: &'static str,
+    pub pin: PathBuf,
+    pub cgroup: Option<PathBuf>,
+    /// The link had been detached (else only its pin was gone).
+    pub detached: bool,
+    /// `None`: attached and pinned again; else why it could not be.
+    pub failed: Option<String>,
+}
+
+impl std::fmt::Display for LinkRepair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = if self.detached {
+            "was detached"
+        } else {
+            "lost its pin"
+        };
+        let on = self
+            .cgroup
+            .as_ref()
+            .map(|c| format!(" on {}", c.display()))
+            .unwrap_or_default();
+        match &self.failed {
+            None => write!(
+                f,
+                "guard's link {} ({}{on}) {what} by someone who could name it, and was attached \
+                 and pinned again",
+                self.pin.display(),
+                self.program
+            ),
+            Some(err) => write!(
+                f,
+                "guard's link {} ({}{on}) {what}, and could not be put back: {err}; its hook is \
+                 not enforced there until guard is restarted",
+                self.pin.display(),
+                self.program
+            ),
+        }
+    }
 }
 
 // `path_mknod` would decide a file's creation before it happens, but the kernel refuses
@@ -558,9 +614,16 @@ impl Enforcer {
                 self.links.push(HeldLink::Raw(name, cgroup, fd));
                 return Err(err);
             }
-            let pinned = PinnedLink::from_pin(&path)
-                .with_context(|| format!("opening the pin {}", path.display()))?;
-            self.pins.as_mut().expect("set above").pinned.push(pinned);
+            self.pins
+                .as_mut()
+                .expect("set above")
+                .pinned
+                .push(PinnedEntry {
+                    path,
+                    program: name,
+                    cgroup: Some(cgroup),
+                    link: fd,
+                });
             return Ok(());
         }
         let (fd_link, cgroup): (FdLink, Option<PathBuf>) = match link {
@@ -592,7 +655,19 @@ impl Enforcer {
         };
         match fd_link.pin(&path) {
             Ok(pinned) => {
-                self.pins.as_mut().expect("set above").pinned.push(pinned);
+                // Our own descriptor of it, by the pin just made (aya's is not handed out).
+                let link = super::raw_link::obj_get(&path);
+                drop(pinned);
+                self.pins
+                    .as_mut()
+                    .expect("set above")
+                    .pinned
+                    .push(PinnedEntry {
+                        path,
+                        program: program_name,
+                        cgroup,
+                        link: link?,
+                    });
                 Ok(())
             }
             Err(err) => {
@@ -610,6 +685,78 @@ impl Enforcer {
                 }
             }
         }
+    }
+
+    /// Looks at every pinned cgroup link of this Enforcer: one that was detached is attached
+    /// again to the same cgroup as the same hook and pinned in its old place, and a link whose
+    /// pin was removed is pinned again. Returns what it found, one entry a link (empty: all
+    /// was in place). Tracing and LSM links cannot be detached; their pins are put back too.
+    pub fn repair_links(&mut self) -> Vec<LinkRepair> {
+        let Some(pins) = self.pins.as_mut() else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        let mut entries = std::mem::take(&mut pins.pinned);
+        for entry in &mut entries {
+            let state = super::raw_link::cgroup_link_state(&entry.link)
+                .ok()
+                .flatten();
+            let detached = state.is_some_and(|s| s.cgroup_id == 0);
+            let unpinned = !entry.path.exists();
+            if !detached && !unpinned {
+                continue;
+            }
+            let result = match (detached, state, entry.cgroup.clone()) {
+                (true, Some(state), Some(cgroup)) => self
+                    .attach_again(entry.program, &cgroup, state.attach_type)
+                    .and_then(|link| {
+                        let _ = std::fs::remove_file(&entry.path);
+                        super::raw_link::pin(&link, &entry.path)?;
+                        entry.link = link;
+                        Ok(())
+                    }),
+                _ => {
+                    let _ = std::fs::remove_file(&entry.path);
+                    super::raw_link::pin(&entry.link, &entry.path)
+                }
+            };
+            found.push(LinkRepair {
+                program: entry.program,
+                pin: entry.path.clone(),
+                cgroup: entry.cgroup.clone(),
+                detached,
+                failed: result.err().map(|err| format!("{err:#}")),
+            });
+        }
+        if let Some(pins) = self.pins.as_mut() {
+            pins.pinned = entries;
+        }
+        found
+    }
+
+    /// A new link of the loaded program `name` on `cgroup` as `attach_type`.
+    fn attach_again(
+        &mut self,
+        name: &str,
+        cgroup: &Path,
+        attach_type: u32,
+    ) -> Result<std::os::fd::OwnedFd> {
+        let unix = self
+            .unix
+            .as_ref()
+            .and_then(|hooks| hooks.programs.iter().find(|(n, _, _)| *n == name));
+        let program = match unix {
+            Some((_, _, program)) => program.as_fd(),
+            None => self
+                .ebpf
+                .program(name)
+                .ok_or_else(|| anyhow!("no program {name}"))?
+                .fd()
+                .with_context(|| format!("{name} is not loaded"))?
+                .as_fd(),
+        };
+        super::raw_link::attach_cgroup(program, cgroup, attach_type)
+            .with_context(|| format!("attaching {name} to {} again", cgroup.display()))
     }
 
     fn reattach(&mut self, name: &'static str, cgroup: Option<&Path>) -> Result<HeldLink> {

@@ -6,6 +6,7 @@ pub mod events;
 pub mod held;
 pub mod loader;
 pub mod maps;
+pub mod peer;
 pub mod pins;
 mod raw_link;
 pub mod scope;

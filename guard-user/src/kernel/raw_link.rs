@@ -1,6 +1,8 @@
 //! A cgroup link made and pinned with the `bpf` syscall itself: aya 0.14 attaches `cgroup/dev`
 //! through a `bpf_link` but cannot hand that link out as an [`aya::programs::links::FdLink`]
 //! (so it could not be pinned like the other links). The kernel's interface is two commands.
+//! Also here, in the same words: opening a pin (`BPF_OBJ_GET`) and asking whether a cgroup
+//! link is still attached (`BPF_OBJ_GET_INFO_BY_FD`), to notice a link someone detached.
 
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -11,7 +13,11 @@ use anyhow::{Context, Result};
 
 /// `enum bpf_cmd`.
 const BPF_OBJ_PIN: libc::c_long = 6;
+const BPF_OBJ_GET: libc::c_long = 7;
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_LINK_CREATE: libc::c_long = 28;
+/// `enum bpf_link_type`.
+const BPF_LINK_TYPE_CGROUP: u32 = 3;
 /// `enum bpf_attach_type`.
 pub const BPF_CGROUP_INET_EGRESS: u32 = 1;
 pub const BPF_CGROUP_SOCK_OPS: u32 = 3;
@@ -38,6 +44,92 @@ struct ObjPin {
     file_flags: u32,
     path_fd: i32,
     _pad: u32,
+}
+
+/// `union bpf_attr` as `BPF_OBJ_GET_INFO_BY_FD` reads it.
+#[repr(C)]
+#[derive(Default)]
+struct InfoByFd {
+    bpf_fd: u32,
+    info_len: u32,
+    info: u64,
+}
+
+/// `struct bpf_link_info` as far as a cgroup link's part goes (the rest of the union padded).
+#[repr(C)]
+#[derive(Default)]
+struct LinkInfo {
+    kind: u32,
+    id: u32,
+    prog_id: u32,
+    _pad: u32,
+    /// `cgroup.cgroup_id`: 0 once the link was detached.
+    cgroup_id: u64,
+    /// `cgroup.attach_type`.
+    attach_type: u32,
+    _rest: [u32; 9],
+}
+
+/// What the kernel says of a cgroup link now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CgroupLinkState {
+    /// The cgroup it is attached to; 0 when it was detached (`BPF_LINK_DETACH`, or its cgroup
+    /// was removed).
+    pub cgroup_id: u64,
+    pub attach_type: u32,
+}
+
+/// The state of the cgroup link `link` (`None`: not a cgroup link).
+pub fn cgroup_link_state(link: &impl AsFd) -> Result<Option<CgroupLinkState>> {
+    let mut info = LinkInfo::default();
+    let attr = InfoByFd {
+        bpf_fd: link.as_fd().as_raw_fd() as u32,
+        info_len: std::mem::size_of::<LinkInfo>() as u32,
+        info: &raw mut info as u64,
+    };
+    // SAFETY: the attribute points at an info struct of the length it gives.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET_INFO_BY_FD,
+            &attr as *const InfoByFd,
+            std::mem::size_of::<InfoByFd>(),
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error()).context("reading a link's info");
+    }
+    Ok(
+        (info.kind == BPF_LINK_TYPE_CGROUP).then_some(CgroupLinkState {
+            cgroup_id: info.cgroup_id,
+            attach_type: info.attach_type,
+        }),
+    )
+}
+
+/// A new descriptor of the BPF object pinned at `path`.
+pub fn obj_get(path: &Path) -> Result<OwnedFd> {
+    let name = CString::new(path.as_os_str().as_bytes())
+        .with_context(|| format!("{} has a NUL byte", path.display()))?;
+    let attr = ObjPin {
+        pathname: name.as_ptr() as u64,
+        ..ObjPin::default()
+    };
+    // SAFETY: the attribute is a valid `bpf_attr` prefix whose path outlives the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET,
+            &attr as *const ObjPin,
+            std::mem::size_of::<ObjPin>(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("opening the pin {}", path.display()));
+    }
+    // SAFETY: the kernel returned a new descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// Attaches `program` to the cgroup folder `cgroup` as `attach_type` through a new `bpf_link`:

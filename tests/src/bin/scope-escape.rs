@@ -10,6 +10,15 @@
 //! - `mknod PATH`: makes a block device node (of the loop device 7:0) at PATH.
 //! - `unix-connect ADDRESS`: connects a stream socket to a unix socket (`@name`: abstract).
 //! - `unix-send ADDRESS`: sends one datagram to a unix socket.
+//! - `bpf-detach-pins DIR`: every file below DIR (a bpffs folder of pinned links) opened with
+//!   `bpf(BPF_OBJ_GET)` and detached with `BPF_LINK_DETACH`: `ok` when one was detached, else
+//!   the first refusal (`ENOENT` when DIR is not there to read).
+//! - `bpf-obj-get PATH`: one `bpf(BPF_OBJ_GET)` of PATH (`/` is no BPF object: `EACCES` or
+//!   `EINVAL` from a kernel that looked at it, `EPERM` from a filter that refused the call).
+//! - `unshare-user`: a new user namespace (`unshare(CLONE_NEWUSER)`).
+//! - `so-mark`: `SO_MARK` on a socket (what policy routing and NAT rules match on; needs
+//!   `CAP_NET_ADMIN`).
+//! - `chroot DIR`: `chroot(DIR)`.
 
 use std::ffi::CString;
 use std::io::Error;
@@ -53,6 +62,8 @@ fn report(way: &str, result: Result<(), Error>) -> ! {
                 Some(libc::EACCES) => "EACCES",
                 Some(libc::ENXIO) => "ENXIO",
                 Some(libc::EIO) => "EIO",
+                Some(libc::ENOENT) => "ENOENT",
+                Some(libc::EINVAL) => "EINVAL",
                 _ => "OTHER",
             };
             println!("{way}: {name} ({err})");
@@ -175,6 +186,97 @@ fn unix_call(address: &str, send: bool) -> Result<(), Error> {
     check(rc).map(drop)
 }
 
+/// `enum bpf_cmd`.
+const BPF_OBJ_GET: libc::c_long = 7;
+const BPF_LINK_DETACH: libc::c_long = 34;
+
+/// `bpf(cmd)` with an attribute of the kernel's size (the rest zero).
+fn bpf(cmd: libc::c_long, attr: &[u64; 8]) -> Result<libc::c_long, Error> {
+    // SAFETY: the attribute is a zero-padded `union bpf_attr` of the size passed.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr.as_ptr(),
+            std::mem::size_of_val(attr),
+        )
+    })
+}
+
+fn bpf_obj_get(path: &Path) -> Result<i32, Error> {
+    let name = CString::new(path.as_os_str().as_bytes()).expect("no NUL in a path");
+    let attr = [name.as_ptr() as u64, 0, 0, 0, 0, 0, 0, 0];
+    bpf(BPF_OBJ_GET, &attr).map(|fd| fd as i32)
+}
+
+/// Every pin below `dir` (at most 4 folders deep, 512 files) opened and detached.
+fn detach_pins(dir: &Path) -> Result<(), Error> {
+    let mut folders = vec![(dir.to_path_buf(), 0)];
+    let (mut detached, mut first_error, mut seen) = (0, None, 0);
+    while let Some((folder, depth)) = folders.pop() {
+        let entries = match std::fs::read_dir(&folder) {
+            Ok(entries) => entries,
+            Err(err) => {
+                first_error.get_or_insert(err);
+                continue;
+            }
+        };
+        for entry in entries.flatten().take(512) {
+            seen += 1;
+            let path = entry.path();
+            if path.is_dir() {
+                if depth < 4 {
+                    folders.push((path, depth + 1));
+                }
+                continue;
+            }
+            match bpf_obj_get(&path).and_then(|fd| {
+                let attr = [u64::from(fd as u32), 0, 0, 0, 0, 0, 0, 0];
+                let detach = bpf(BPF_LINK_DETACH, &attr);
+                // SAFETY: the descriptor BPF_OBJ_GET returned.
+                unsafe { libc::close(fd) };
+                detach
+            }) {
+                Ok(_) => detached += 1,
+                Err(err) => {
+                    first_error.get_or_insert(err);
+                }
+            }
+            if seen >= 512 {
+                break;
+            }
+        }
+    }
+    match (detached, first_error) {
+        (0, Some(err)) => Err(err),
+        (0, None) => Err(Error::from_raw_os_error(libc::ENOENT)),
+        _ => {
+            println!("detached {detached}");
+            Ok(())
+        }
+    }
+}
+
+fn so_mark() -> Result<(), Error> {
+    // SAFETY: socket with integer arguments.
+    let fd =
+        check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) } as libc::c_long)? as i32;
+    let mark: libc::c_int = 1;
+    // SAFETY: an int option of the right size on the socket just made.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_MARK,
+            (&mark as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    // SAFETY: the socket made above.
+    unsafe { libc::close(fd) };
+    check(rc as libc::c_long).map(drop)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let strs: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -198,6 +300,25 @@ fn main() {
         }
         ["unix-connect", address] => report("unix-connect", unix_call(address, false)),
         ["unix-send", address] => report("unix-send", unix_call(address, true)),
+        ["bpf-detach-pins", dir] => report("bpf-detach-pins", detach_pins(Path::new(dir))),
+        ["bpf-obj-get", path] => report(
+            "bpf-obj-get",
+            bpf_obj_get(Path::new(path)).map(|fd| {
+                // SAFETY: the descriptor BPF_OBJ_GET returned.
+                unsafe { libc::close(fd) };
+            }),
+        ),
+        ["unshare-user"] => report(
+            "unshare-user",
+            // SAFETY: unshare with a flag.
+            check(unsafe { libc::unshare(libc::CLONE_NEWUSER) } as libc::c_long).map(drop),
+        ),
+        ["so-mark"] => report("so-mark", so_mark()),
+        ["chroot", dir] => report(
+            "chroot",
+            // SAFETY: chroot of a NUL-terminated path.
+            check(unsafe { libc::chroot(c_path(dir).as_ptr()) } as libc::c_long).map(drop),
+        ),
         ["mknod", path] => {
             // SAFETY: mknod of a NUL-terminated path.
             let rc = unsafe {
@@ -213,7 +334,8 @@ fn main() {
             eprintln!(
                 "usage: scope-escape clone3-into CGROUP_DIR MARKER | tiocsti TEXT | tioclinux | \
                  open-device NODE read|write | mknod PATH | unix-connect ADDRESS | \
-                 unix-send ADDRESS"
+                 unix-send ADDRESS | bpf-detach-pins DIR | bpf-obj-get PATH | unshare-user | \
+                 so-mark | chroot DIR"
             );
             std::process::exit(2);
         }

@@ -22,6 +22,7 @@ mod daemon_overlay;
 mod daemon_patterns;
 mod daemon_unit;
 mod dns;
+mod guard_itself;
 mod kernel_approvals;
 mod kernel_escapes;
 mod kernel_exec;

@@ -278,6 +278,12 @@ impl Collector for Reading {
             s.tally.control_refused,
             &mut e,
         )?;
+        counter(
+            "guard_links_repaired",
+            "Pinned links of guard's found detached (or unpinned) and attached again.",
+            s.tally.links_repaired,
+            &mut e,
+        )?;
 
         let audit = &status.audit;
         counter(
@@ -447,6 +453,8 @@ pub(crate) mod tests {
                 },
                 pinned: String::new(),
                 last_reload_error: None,
+                links_repaired: 0,
+                last_link_repair: None,
             },
             tally,
             resolver: Some(stats.snapshot()),

@@ -24,6 +24,8 @@ pub struct Tally {
     pub asks_answered: BTreeMap<&'static str, u64>,
     /// Control-socket requests the authorization policy refused.
     pub control_refused: u64,
+    /// Pinned links found detached (or their pins removed) and attached again.
+    pub links_repaired: u64,
 }
 
 /// How an ask can end, in the order the metrics list them.

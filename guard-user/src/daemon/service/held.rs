@@ -94,7 +94,11 @@ impl Daemon {
     ) -> Result<HoldResponse, (ErrorCode, String)> {
         let failed = |message: String| (ErrorCode::Failed, message);
         let pid = super::peer_process(&peer)?;
-        let cgroup = crate::kernel::scope::cgroup_of_pid(pid)
+        let cgroup = peer
+            .process
+            .as_deref()
+            .ok_or_else(|| anyhow::anyhow!("no process"))
+            .and_then(crate::kernel::peer::PeerProcess::cgroup)
             .map_err(|e| failed(format!("reading pid {pid}'s cgroup: {e:#}")))?;
         let scope_id = self
             .scopes

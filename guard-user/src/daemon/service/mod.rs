@@ -80,6 +80,8 @@ pub struct Daemon {
     generation: PathBuf,
     /// Why the last reload failed, until one succeeds.
     last_reload_error: Option<String>,
+    /// The last pinned link found detached and attached again, as a sentence.
+    last_link_repair: Option<String>,
     /// Notes worth saying once at start (e.g. an audit log that cannot be opened).
     pub notes: Vec<String>,
     /// Each run hold says here which scope has a newly held call.
@@ -169,21 +171,56 @@ fn may_answer(
 /// may connect: a process of another user that took the pid since is never acted on (the
 /// peer's own processes it could confine anyway).
 fn peer_process(peer: &PeerCredentials) -> Result<u32, (ErrorCode, String)> {
-    let pid = peer.pid.ok_or((
+    let process = peer.process.as_deref().ok_or((
         ErrorCode::Failed,
-        "the kernel gave no pid for this connection".to_string(),
+        "the kernel gave no process for this connection".to_string(),
     ))?;
-    if super::peer::uid_of_pid(pid) != Some(peer.uid) {
-        return Err((
-            ErrorCode::Failed,
-            format!(
-                "pid {pid}, which connected as uid {}, is gone or is another user's now: \
-                 nothing was done to it",
-                peer.uid
-            ),
-        ));
-    }
-    Ok(pid)
+    process
+        .read(|pid| match super::peer::uid_of_pid(pid) {
+            Some(uid) if uid == peer.uid => Ok(pid),
+            _ => Err(anyhow!("it is another user's now")),
+        })
+        .map_err(|err| {
+            (
+                ErrorCode::Failed,
+                format!(
+                    "the process that connected as uid {} is gone or cannot be acted on \
+                     ({err:#}): nothing was done to it",
+                    peer.uid
+                ),
+            )
+        })
+}
+
+/// Where a run that `peer` asks for is made: below the caller's own cgroup when the caller
+/// runs inside a guard scope (a run's, a stand-alone run's, a configured or matched cgroup's),
+/// so that every program set that holds the caller holds the new run too (cgroup programs of
+/// an ancestor run for its descendants, and the others find the caller's scope on the way
+/// down), as do the caller's overlay, mount namespace, Landlock domain and seccomp filter, which
+/// the new run's client inherits; root is no exception. From the host-wide scope or no scope:
+/// the runs' parent. A caller whose cgroup cannot be read is refused (fails closed).
+fn run_within(
+    scopes: &super::scopes::Scopes,
+    peer: &PeerCredentials,
+) -> Result<Option<PathBuf>, (ErrorCode, String)> {
+    let cgroup = peer
+        .process
+        .as_deref()
+        .ok_or_else(|| anyhow!("the kernel named no process for this connection"))
+        .and_then(crate::kernel::peer::PeerProcess::cgroup)
+        .map_err(|err| {
+            (
+                ErrorCode::Unauthorized,
+                format!(
+                    "not authorized: the caller's scope cannot be told ({err:#}), so no run \
+                     can be made that holds at least what holds it"
+                ),
+            )
+        })?;
+    Ok(match scopes.membership_of(&cgroup) {
+        Membership::None | Membership::Host => None,
+        _ => Some(cgroup),
+    })
 }
 
 /// Loads the rules, the amendments file, then the overlays; the daemon's own files (state
@@ -353,6 +390,7 @@ impl Daemon {
             started: Instant::now(),
             generation: PathBuf::new(),
             last_reload_error: None,
+            last_link_repair: None,
             notes: audit_error.into_iter().chain(notes).collect(),
             config,
         };
@@ -653,6 +691,7 @@ impl Daemon {
             self.audit.emit(record);
             self.notify_watchers(WatchEvent::Resolved { ask });
         }
+        self.repair_links();
         // Before a finished run's scope goes: its last losses are said under its name.
         self.account_scope_losses();
         self.watch_patterns();
@@ -699,6 +738,31 @@ impl Daemon {
             .map(|counters| crate::kernel::maps::events_lost(&counters))
             .unwrap_or(0);
         self.audit.account_losses(ring_lost);
+    }
+
+    /// The daemon's pinned links that a process detached (or whose pins it removed): attached
+    /// and pinned again, each recorded, counted and said in the log and `guard status`.
+    fn repair_links(&mut self) {
+        for repair in self.core.enforcer_mut().repair_links() {
+            let what = repair.to_string();
+            match &repair.failed {
+                None => tracing::warn!("{what}"),
+                Some(_) => tracing::error!("{what}"),
+            }
+            self.tally.links_repaired += 1;
+            self.audit.record(
+                RecordType::LinkRepaired,
+                "root",
+                json!({
+                    "program": repair.program,
+                    "pin": repair.pin.display().to_string(),
+                    "cgroup": repair.cgroup.as_ref().map(|c| c.display().to_string()),
+                    "detached": repair.detached,
+                    "failed": repair.failed,
+                }),
+            );
+            self.last_link_repair = Some(what);
+        }
     }
 
     /// A `scope_loss` record for each scope that lost kernel events since the last.
@@ -919,9 +983,7 @@ impl Daemon {
 
     /// The authorization subject of a peer, and the guard scope it runs in.
     fn subject_of(&self, peer: &PeerCredentials) -> (Subject, Membership) {
-        let membership = peer
-            .pid
-            .map_or(Membership::Unknown, |pid| self.scopes.membership(pid));
+        let membership = self.scopes.membership(peer.process.as_deref());
         (subject(peer, &self.config, membership), membership)
     }
 
@@ -1084,9 +1146,10 @@ impl Daemon {
                     .map_err(|message| (ErrorCode::BadRequest, message))?,
             ),
         };
+        let within = run_within(&self.scopes, &peer)?;
         let id = self
             .scopes
-            .create_run(peer.uid, argv.clone(), pid)
+            .create_run(peer.uid, argv.clone(), pid, within.as_deref())
             .map_err(|e| (ErrorCode::Failed, format!("{e:#}")))?;
         self.list_run_scope(id);
         if let Some(policy) = overlay_policy
@@ -1119,6 +1182,7 @@ impl Daemon {
                 "scope": path,
                 "cgroup_id": id,
                 "overlay": overlay.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(),
+                "nested_in": within.as_ref().map(|p| p.display().to_string()),
             }),
         );
         // The client holds the policy's write rules with Landlock on the command it starts

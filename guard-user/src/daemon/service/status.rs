@@ -86,6 +86,8 @@ impl Daemon {
             audit: self.audit.status(),
             pinned: self.generation.display().to_string(),
             last_reload_error: self.last_reload_error.clone(),
+            links_repaired: self.tally.links_repaired,
+            last_link_repair: self.last_link_repair.clone(),
         }
     }
 }

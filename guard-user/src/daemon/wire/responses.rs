@@ -40,6 +40,13 @@ pub struct StatusResponse {
     /// The pinned programs' folder.
     pub pinned: String,
     pub last_reload_error: Option<String>,
+    /// Pinned links found detached (or their pins removed) and attached again since the
+    /// daemon started; each has a `link_repaired` audit record.
+    #[serde(default)]
+    pub links_repaired: u64,
+    /// The last of them, as a sentence.
+    #[serde(default)]
+    pub last_link_repair: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -453,6 +460,8 @@ mod tests {
             audit: AuditStatus::default(),
             pinned: "/sys/fs/bpf/guard/1".into(),
             last_reload_error: None,
+            links_repaired: 0,
+            last_link_repair: None,
         });
         let order: Vec<&String> = status["counters"].as_object().unwrap().keys().collect();
         assert_eq!(

@@ -18,6 +18,7 @@ mod policy;
 mod replay;
 mod run;
 mod run_asks;
+pub use run_asks::RUN_SOCKETS;
 mod run_daemon;
 mod run_held;
 mod signals;

@@ -74,11 +74,7 @@ fn a_root_command_cannot_reach_guards_links_make_bpf_calls_or_rewrite_its_traffi
     );
     let said = text(&output.stdout);
     let context = format!("{said}\n--- stderr:\n{}", text(&output.stderr));
-    // Outside the run, the host's bpffs holds pins (this run's among them); inside, nothing.
-    assert!(
-        std::fs::read_dir(guard::kernel::pins::RUNS_ROOT).is_ok_and(|mut d| d.next().is_some()),
-        "the runs' pins are on the host's bpffs"
-    );
+    // Inside, the bpffs is empty (outside, it holds this run's pins: the detach test below).
     for expected in [
         "bpffs_entries=0",
         "bpf-obj-get: EPERM",
@@ -203,5 +199,241 @@ fn a_detached_link_of_a_run_is_noticed_and_attached_again() {
     assert!(
         stdout.contains("after=errno 1"),
         "the refusal holds again after the detach: {stdout} / {stderr}"
+    );
+}
+
+/// Asks a stand-alone run's ask socket (argv 1) to approve ask 1 (argv 2: the mode) from a
+/// child that connects and exits at once: the peer the kernel names is gone by the time the run
+/// reads the request. Prints `answer=` and the run's response line.
+const APPROVE_FROM_A_GONE_CHILD: &str = r#"
+import json, os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+pid = os.fork()
+if pid == 0:
+    s.connect(sys.argv[1])
+    os._exit(0)
+os.waitpid(pid, 0)
+s.sendall((json.dumps({"v": 1, "op": "approve", "id": 1, "mode": sys.argv[2]}) + "\n").encode())
+print("answer=" + s.makefile().readline().strip())
+"#;
+
+#[test]
+fn a_root_command_cannot_approve_its_own_ask_through_a_peer_that_is_gone() {
+    if !root_or_skip() {
+        return;
+    }
+    let _starting = starting();
+    let dir = tempfile::tempdir().unwrap();
+    let server = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    let rules = dir.path().join("test.rules");
+    let rules_text =
+        format!("address_rule(addresses=[\"127.0.0.1\"], ports=[{port}], decision=\"prompt\")\n");
+    std::fs::write(&rules, &rules_text).unwrap();
+    let script_file = dir.path().join("approve.py");
+    std::fs::write(&script_file, APPROVE_FROM_A_GONE_CHILD).unwrap();
+    let (ready, go) = (dir.path().join("ready"), dir.path().join("go"));
+    let probe = format!("{} tcp 127.0.0.1 {port}", net_probe().display());
+    let socket = format!("{}/$PPID.sock", guard::cli::RUN_SOCKETS);
+    let script = format!(
+        "echo first=$({probe}); \
+         python3 {py} {socket} always; python3 {py} {socket} once; \
+         echo second=$({probe}); \
+         touch {ready}; i=0; while [ ! -e {go} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); \
+         done; echo third=$({probe})",
+        py = script_file.display(),
+        ready = ready.display(),
+        go = go.display(),
+    );
+    let child = Command::new(guard_bin())
+        .args(["run", "--rules"])
+        .arg(&rules)
+        .args(["--", "sh", "-c", &script])
+        .env_remove("GUARD_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting guard run");
+    let socket = Path::new(guard::cli::RUN_SOCKETS).join(format!("{}.sock", child.id()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !ready.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(ready.exists(), "the command got past its tries");
+    // From outside the scope, root answers as ever.
+    let mut stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    use std::io::{BufRead, Write};
+    stream
+        .write_all(b"{\"v\":1,\"op\":\"approve\",\"id\":1,\"mode\":\"once\"}\n")
+        .unwrap();
+    let mut answer = String::new();
+    std::io::BufReader::new(&stream)
+        .read_line(&mut answer)
+        .unwrap();
+    assert!(
+        answer.contains("\"ok\":true"),
+        "root outside answers: {answer}"
+    );
+    std::fs::write(&go, "").unwrap();
+    let output = wait_output(child, RUN_TIMEOUT);
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    let context = format!("{stdout}\n--- stderr:\n{stderr}");
+    assert!(stdout.contains("first=errno 1"), "asked: {context}");
+    assert_eq!(
+        stdout.matches("answer=").count(),
+        2,
+        "both tries got an answer: {context}"
+    );
+    for line in stdout.lines().filter(|l| l.starts_with("answer=")) {
+        assert!(
+            line.contains("not authorized") && line.contains("\"ok\":false"),
+            "refused, failing closed on a peer that is gone: {line}"
+        );
+    }
+    assert!(
+        stdout.contains("second=errno 1"),
+        "its own approval did nothing: {context}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&rules).unwrap(),
+        rules_text,
+        "--always appended nothing to the run's rules"
+    );
+    assert!(
+        stdout.contains("third=ok"),
+        "the approval from outside lets it through: {context}"
+    );
+}
+
+/// A script that asks the daemon (at `socket`, else `GUARD_SOCKET` as inherited) for a run of
+/// `touch FORBIDDEN` (which the outer scope's policy forbids), then for a run of `touch
+/// ALLOWED`.
+fn nested_runs(guard: &Path, socket: Option<&Path>, forbidden: &Path, allowed: &Path) -> String {
+    let guard = match socket {
+        Some(socket) => format!("GUARD_SOCKET={} {}", socket.display(), guard.display()),
+        None => guard.display().to_string(),
+    };
+    format!(
+        "{guard} run -- {touch} {forbidden}; echo nested_forbidden=$?; \
+         {guard} run -- {touch} {allowed}; echo nested_allowed=$?",
+        touch = guard_tests::kernel::touch_program().display(),
+        forbidden = forbidden.display(),
+        allowed = allowed.display(),
+    )
+}
+
+#[test]
+fn a_run_asked_for_from_inside_an_overlay_run_keeps_the_overlay() {
+    use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run};
+    use std::os::unix::fs::PermissionsExt;
+    if !can_run() {
+        return;
+    }
+    const USER: u32 = 64_351;
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "prefix_rule(pattern=[\"gt-never-run\"], decision=\"forbidden\")\n".into(),
+        ..DaemonSetup::default()
+    });
+    let work = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let overlay = work.path().join("tight.rules");
+    let (forbidden, allowed) = (work.path().join("forbidden"), work.path().join("allowed"));
+    std::fs::write(
+        &overlay,
+        format!(
+            "prefix_rule(pattern=[\"touch\", \"{}\"], decision=\"forbidden\")\n",
+            forbidden.display()
+        ),
+    )
+    .unwrap();
+    // The user's guard binary, which the nested `guard run` inside the scope runs too.
+    let bin = daemon.dir.path().join("guard-for-another-user");
+    let _ = daemon.guard_as(USER, &["--version"]);
+    let script = nested_runs(&bin, None, &forbidden, &allowed);
+    let out = daemon
+        .guard_command_as(
+            USER,
+            &[
+                "run",
+                "--overlay",
+                overlay.to_str().unwrap(),
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+        )
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        !forbidden.exists(),
+        "the nested run is held by the overlay it was asked for from: {stdout} / {stderr}"
+    );
+    assert!(
+        stdout.contains("nested_forbidden=137"),
+        "killed: {stdout} / {stderr}"
+    );
+    assert!(
+        allowed.exists() && stdout.contains("nested_allowed=0"),
+        "a nested run of what the policy allows works: {stdout} / {stderr}"
+    );
+    // Records are written by the daemon's writer thread: give it a moment.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let nested = loop {
+        let log = std::fs::read_to_string(&daemon.audit_log).unwrap_or_default();
+        let nested = log
+            .lines()
+            .filter(|l| l.contains("\"type\":\"run\"") && l.contains("\"nested_in\":\"/"))
+            .count();
+        if nested >= 2 || std::time::Instant::now() > deadline {
+            break nested;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(nested, 2, "both nested runs are recorded as nested");
+}
+
+#[test]
+fn a_root_command_of_a_stand_alone_run_cannot_leave_its_policy_through_the_daemon() {
+    use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run};
+    if !can_run() {
+        return;
+    }
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "prefix_rule(pattern=[\"gt-never-run\"], decision=\"forbidden\")\n".into(),
+        ..DaemonSetup::default()
+    });
+    let work = tempfile::tempdir().unwrap();
+    let (forbidden, allowed) = (work.path().join("forbidden"), work.path().join("allowed"));
+    let rules = work.path().join("strict.rules");
+    std::fs::write(
+        &rules,
+        format!(
+            "prefix_rule(pattern=[\"touch\", \"{}\"], decision=\"forbidden\")\n",
+            forbidden.display()
+        ),
+    )
+    .unwrap();
+    let script = nested_runs(&guard_bin(), Some(&daemon.socket), &forbidden, &allowed);
+    // A stand-alone run (root, its own policy) whose command knows the daemon's socket.
+    let out = Command::new(guard_bin())
+        .args(["run", "--rules"])
+        .arg(&rules)
+        .args(["--", "sh", "-c", &script])
+        .env_remove("GUARD_SOCKET")
+        .env("GUARD_NO_HOLD", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        !forbidden.exists() && stdout.contains("nested_forbidden=137"),
+        "the daemon's run is nested in the stand-alone run's scope: {stdout} / {stderr}"
+    );
+    assert!(
+        allowed.exists() && stdout.contains("nested_allowed=0"),
+        "{stdout} / {stderr}"
     );
 }

@@ -437,3 +437,62 @@ fn a_root_command_of_a_stand_alone_run_cannot_leave_its_policy_through_the_daemo
         "{stdout} / {stderr}"
     );
 }
+
+#[test]
+fn the_daemon_attaches_a_detached_link_again_and_records_it() {
+    use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run};
+    if !can_run() {
+        return;
+    }
+    let refused = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = refused.local_addr().unwrap().port();
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: format!(
+            "address_rule(addresses=[\"127.0.0.1\"], ports=[{port}], decision=\"deny\")\n"
+        ),
+        ..DaemonSetup::default()
+    });
+    // Every link the daemon pinned, detached by a root process that can name them.
+    let detach = Command::new(scope_escape())
+        .arg("bpf-detach-pins")
+        .arg(&daemon.pin_dir)
+        .output()
+        .unwrap();
+    let said = text(&detach.stdout);
+    assert!(said.contains("bpf-detach-pins: ok"), "{said}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        let status = daemon.json(&["status", "--json"]);
+        if status["links_repaired"].as_u64().unwrap_or(0) > 0
+            || std::time::Instant::now() > deadline
+        {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let repaired = status["links_repaired"].as_u64().unwrap_or(0);
+    assert!(
+        repaired > 0 && status["last_link_repair"].is_string(),
+        "guard status says so: {status}\n{}",
+        daemon.log()
+    );
+    let (code, stdout, stderr) =
+        daemon.run_in_scope(&net_probe(), &["tcp", "127.0.0.1", &port.to_string()]);
+    assert!(
+        stdout.contains("errno 1"),
+        "a run's connect is refused again: {code} {stdout} {stderr}"
+    );
+    let log = std::fs::read_to_string(&daemon.audit_log).unwrap_or_default();
+    assert!(
+        log.lines()
+            .filter(|l| l.contains("\"type\":\"link_repaired\""))
+            .count()
+            >= 1,
+        "each repair is an audit record"
+    );
+    let shown = text(&daemon.guard(&["status"]).stderr);
+    assert!(
+        shown.contains("found detached or unpinned and attached again"),
+        "{shown}"
+    );
+}

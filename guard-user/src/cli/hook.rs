@@ -2,8 +2,9 @@
 //! with the policy, so the agent asks (or is told no) before it runs what the kernel would hold
 //! or refuse under `guard run`.
 //!
-//! The script is split into its commands as `guard check --split-shell` does and each is
-//! evaluated as `guard check` evaluates it; the strictest part decides. Exit statuses follow
+//! The script is split into its commands as `guard check --split-shell` does, more strictly (an
+//! allow is answered from them: `policy::shell::agent_commands`), and each is evaluated as
+//! `guard check` evaluates it; the strictest part decides. Exit statuses follow
 //! Claude Code's hooks reference: 0 with the answer on stdout; 2 blocks the call (guard's exit for
 //! a policy that does not load, so a broken policy blocks, as `guard run` refuses to start with
 //! it); 1 is a non-blocking error (input guard cannot read: Claude Code goes on with its own
@@ -17,7 +18,7 @@ use clap::{Args, Subcommand};
 use super::RulesArgs;
 use super::check::{CommandResult, FallbackArg, evaluate_commands};
 use crate::policy::reason::decision_reason;
-use crate::policy::shell::commands_for_exec_policy;
+use crate::policy::shell::{AgentCommands, agent_commands};
 use crate::policy::{
     Decision, Evaluation, Fallback, MatchOptions, Policy, RuleMatch, render_example,
 };
@@ -166,10 +167,10 @@ impl Unmatched {
 }
 
 /// The answer for one Bash script: the strictest of its commands' decisions; `None` when a
-/// command has no decision and none is stricter than allow (an allow must hold for every part).
+/// command has no decision, or a shell nested too deep was left unopened, and none is stricter
+/// than allow (an allow must hold for every part).
 fn decide(policy: &Policy, args: &ClaudeCodeArgs, script: &str) -> Option<HookOutput> {
-    let argv = ["bash", "-c", script].map(String::from);
-    let commands = commands_for_exec_policy(&argv).commands;
+    let AgentCommands { commands, too_deep } = agent_commands(script);
     let unmatched = Unmatched::of(policy, args.fallback);
     let decide_unmatched = unmatched.map(|u| move |cmd: &[String]| u.decide(cmd));
     let fallback: Option<Fallback<'_>> = decide_unmatched.as_ref().map(|f| f as Fallback<'_>);
@@ -186,7 +187,7 @@ fn decide(policy: &Policy, args: &ClaudeCodeArgs, script: &str) -> Option<HookOu
             .collect();
     let strictest = parts.iter().map(|(_, e)| e.decision).max().flatten()?;
     if strictest == Decision::Allow {
-        if parts.iter().any(|(_, e)| e.decision.is_none()) {
+        if too_deep || parts.iter().any(|(_, e)| e.decision.is_none()) {
             return None;
         }
         let commands: Vec<String> = parts

@@ -6,6 +6,7 @@
 //! (redirections, expansions, subshells, control flow, ...) is refused, and the argv is then
 //! matched as it stands, except for the narrow heredoc reduction of step 2.
 
+use std::ops::Range;
 use std::path::Path;
 
 use tree_sitter::{Node, Parser, Tree};
@@ -23,6 +24,64 @@ pub struct ExecPolicyCommands {
 /// §4: plain split of `[bash|zsh|sh (or a path whose file stem is one), -c|-lc, script]`, then the
 /// heredoc reduction, else `[argv]` unchanged.
 pub fn commands_for_exec_policy(argv: &[String]) -> ExecPolicyCommands {
+    split_wrapper(argv, HeredocBodies::Ignored)
+}
+
+/// Which heredoc bodies the reduction (step 2) may leave unread.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum HeredocBodies {
+    /// The reference's: every body.
+    Ignored,
+    /// Only the body of a quoted delimiter (`<<'EOF'`), which bash does not expand; a `$`, a
+    /// backtick or a backslash-newline anywhere else in the script refuses the reduction.
+    OnlyQuoted,
+}
+
+/// The deepest nesting of `bash|zsh|sh -c|-lc` scripts [`agent_commands`] opens.
+pub const MAX_NESTED_SHELLS: usize = 8;
+
+/// What the agent hook evaluates for one Bash tool call's script.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentCommands {
+    pub commands: Vec<Vec<String>>,
+    /// A shell wrapper nested deeper than [`MAX_NESTED_SHELLS`] is among `commands`, unopened:
+    /// no allow may cover the script.
+    pub too_deep: bool,
+}
+
+/// The commands bash runs for `bash -c SCRIPT`, read more strictly than §4 because an allow is
+/// answered from them: a heredoc is reduced only when bash expands nothing in the script
+/// ([`HeredocBodies::OnlyQuoted`]), and a command that is itself `bash|zsh|sh -c|-lc SCRIPT` is
+/// split again as the top is, [`MAX_NESTED_SHELLS`] deep. A nested script holding a backslash
+/// stays whole: the split keeps backslashes (`"a\"b"` → `a\"b`), so it would read a script other
+/// than the one bash runs.
+pub fn agent_commands(script: &str) -> AgentCommands {
+    let mut found = AgentCommands {
+        commands: Vec::new(),
+        too_deep: false,
+    };
+    let argv = ["bash", "-c", script].map(String::from);
+    collect_agent_commands(&argv, 0, &mut found);
+    found
+}
+
+fn collect_agent_commands(argv: &[String], depth: usize, found: &mut AgentCommands) {
+    for command in split_wrapper(argv, HeredocBodies::OnlyQuoted).commands {
+        let nested = command != argv
+            && wrapped_script(&command).is_some_and(|script| !script.contains('\\'));
+        if !nested {
+            found.commands.push(command);
+        } else if depth == MAX_NESTED_SHELLS {
+            found.too_deep = true;
+            found.commands.push(command);
+        } else {
+            collect_agent_commands(&command, depth + 1, found);
+        }
+    }
+}
+
+/// Steps 1 to 3 of §4, with `bodies` for the heredoc reduction.
+fn split_wrapper(argv: &[String], bodies: HeredocBodies) -> ExecPolicyCommands {
     let unchanged = || ExecPolicyCommands {
         commands: vec![argv.to_vec()],
         used_complex_parsing: false,
@@ -40,7 +99,7 @@ pub fn commands_for_exec_policy(argv: &[String]) -> ExecPolicyCommands {
             used_complex_parsing: false,
         };
     }
-    if let Some(command) = reduce_heredoc_tree(&tree, script) {
+    if let Some(command) = reduce_heredoc_tree(&tree, script, bodies) {
         return ExecPolicyCommands {
             commands: vec![command],
             used_complex_parsing: true,
@@ -190,10 +249,13 @@ fn single_quoted_contents(raw_string: Node<'_>, src: &str) -> Option<String> {
 /// Step 2, on the parsed script of `[shell, -c|-lc, "cmd args <<EOF ... EOF"]`: the argv of that
 /// single command, so a rule on `python3` still sees `python3 <<'PY' ... PY`. None unless every
 /// §4 condition holds.
-fn reduce_heredoc_tree(tree: &Tree, script: &str) -> Option<Vec<String>> {
+fn reduce_heredoc_tree(tree: &Tree, script: &str, bodies: HeredocBodies) -> Option<Vec<String>> {
     let root = tree.root_node();
     let named = named_nodes(root);
     if !named.iter().any(|node| node.kind() == "heredoc_redirect") {
+        return None;
+    }
+    if bodies == HeredocBodies::OnlyQuoted && expands_outside_quoted_bodies(&named, script) {
         return None;
     }
     // Other redirects may write files, which the executable prefix alone would hide.
@@ -238,6 +300,98 @@ fn heredoc_command_argv(command: Node<'_>, src: &str) -> Option<Vec<String>> {
         }
     }
     if argv.is_empty() { None } else { Some(argv) }
+}
+
+/// True when bash may expand part of the script: a `$`, a backtick or a backslash-newline (which
+/// joins `$\` + newline and `(cmd)` into `$(cmd)`) outside the bodies of quoted delimiters; or
+/// when a heredoc's body is not where bash reads it ([`heredoc_body`]).
+fn expands_outside_quoted_bodies(named: &[Node<'_>], script: &str) -> bool {
+    let mut unread = Vec::new();
+    for redirect in named
+        .iter()
+        .filter(|node| node.kind() == "heredoc_redirect")
+    {
+        match heredoc_body(*redirect, script) {
+            Some((body, true)) => unread.push(body),
+            Some((_, false)) => {}
+            None => return true,
+        }
+    }
+    unread.sort_by_key(|range| range.start);
+    let expands = |text: &str| text.contains(['$', '`']) || text.contains("\\\n");
+    // A range that is not text of the script (overlapping bodies) counts as expanded.
+    let outside_expands = |range: Range<usize>| script.get(range).is_none_or(expands);
+    let mut at = 0;
+    for body in unread {
+        if body.start < at || outside_expands(at..body.start) {
+            return true;
+        }
+        at = body.end;
+    }
+    outside_expands(at..script.len())
+}
+
+/// A heredoc's body as bash reads it, and whether its delimiter is quoted (bash then expands
+/// nothing in it). None unless the delimiter is a word of letters, digits and `_`, bare or
+/// quoted as a whole (`'EOF'`, `"EOF"`, `\EOF`), the body starts a line, and bash's end (the
+/// first line that is the delimiter, after leading tabs for `<<-`) is where tree-sitter ended it:
+/// else commands bash runs after the end could hide in what tree-sitter calls the body.
+fn heredoc_body(redirect: Node<'_>, script: &str) -> Option<(Range<usize>, bool)> {
+    let child = |kind: &str| {
+        let mut cursor = redirect.walk();
+        redirect
+            .named_children(&mut cursor)
+            .find(|node| node.kind() == kind)
+    };
+    let (start, body, end) = (
+        child("heredoc_start")?,
+        child("heredoc_body")?,
+        child("heredoc_end")?,
+    );
+    let (delimiter, quoted) = heredoc_delimiter(node_text(start, script)?)?;
+    let strip_tabs = node_text(redirect, script)?.starts_with("<<-");
+    let is_delimiter = |line: &str| {
+        let line = if strip_tabs {
+            line.trim_start_matches('\t')
+        } else {
+            line
+        };
+        line == delimiter
+    };
+    // Tree-sitter starts a `<<-` body after the tabs that bash strips.
+    let before_body = script.get(..body.start_byte())?;
+    let before_body = if strip_tabs {
+        before_body.trim_end_matches('\t')
+    } else {
+        before_body
+    };
+    if !before_body.ends_with('\n') {
+        return None;
+    }
+    let lines: Vec<&str> = script
+        .get(body.start_byte()..end.end_byte())?
+        .split('\n')
+        .collect();
+    let (last, before) = lines.split_last()?;
+    (is_delimiter(last) && !before.iter().any(|line| is_delimiter(line)))
+        .then(|| (body.byte_range(), quoted))
+}
+
+/// The word a heredoc's delimiter ends at, and whether it is quoted: `EOF`, or `'EOF'`, `"EOF"`,
+/// `\EOF` quoted as a whole. None for any other form.
+fn heredoc_delimiter(start: &str) -> Option<(&str, bool)> {
+    let quoted = start
+        .strip_prefix('\'')
+        .and_then(|rest| rest.strip_suffix('\''))
+        .or_else(|| {
+            start
+                .strip_prefix('"')
+                .and_then(|rest| rest.strip_suffix('"'))
+        })
+        .or_else(|| start.strip_prefix('\\'));
+    let word = quoted.unwrap_or(start);
+    let plain = !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    plain.then_some((word, quoted.is_some()))
 }
 
 /// A word or number with no expansion nodes inside it.
@@ -773,5 +927,128 @@ mod tests {
                 used_complex_parsing: false,
             }
         );
+    }
+
+    // ---- agent_commands: the hook's stricter split ----
+
+    #[track_caller]
+    fn assert_agent(script: &str, expected: &[&[&str]]) {
+        assert_eq!(
+            agent_commands(script),
+            AgentCommands {
+                commands: commands(expected),
+                too_deep: false,
+            },
+            "script {script:?}"
+        );
+    }
+
+    /// Bodies bash expands in an unquoted heredoc; the first two the reference reduces away.
+    const EXPANDED_BODIES: &[&str] = &[
+        "`touch /tmp/x`",
+        "$\\\n(touch x)",
+        "$(touch x)",
+        "${VAR}",
+        "$HOME",
+        "a\\\nb",
+    ];
+
+    #[test]
+    fn the_reference_reduces_a_heredoc_whose_body_bash_expands() {
+        // What `guard check --split-shell` keeps (§4): tree-sitter finds no command in these.
+        assert_heredoc("cat <<EOF\n`touch /tmp/x`\nEOF", &["cat"]);
+        assert_heredoc("cat <<EOF\n$\\\n(touch x)\nEOF", &["cat"]);
+        assert_heredoc("cat <<EOF\n${VAR}\nEOF", &["cat"]);
+    }
+
+    #[test]
+    fn agent_split_keeps_a_heredoc_whose_body_bash_expands_whole() {
+        for body in EXPANDED_BODIES {
+            for head in ["cat <<EOF", "cat <<-EOF", "python3 - <<EOF"] {
+                let script = format!("{head}\n{body}\nEOF");
+                assert_agent(&script, &[&["bash", "-c", &script]]);
+            }
+        }
+    }
+
+    #[test]
+    fn agent_split_reduces_a_heredoc_with_a_quoted_delimiter() {
+        for body in EXPANDED_BODIES {
+            for delimiter in ["'EOF'", "\"EOF\"", "\\EOF"] {
+                let script = format!("cat <<{delimiter}\n{body}\nEOF");
+                assert_agent(&script, &[&["cat"]]);
+            }
+            assert_agent(&format!("cat <<-'EOF'\n\t{body}\n\tEOF"), &[&["cat"]]);
+        }
+        // Nothing to expand: the unquoted delimiter reduces too.
+        assert_agent("python3 <<PY\nprint('hello')\nPY", &[&["python3"]]);
+    }
+
+    #[test]
+    fn agent_split_reads_the_script_as_bash_does_around_the_bodies() {
+        // A here-string is expanded as well.
+        let script = "cat <<< ${VAR} <<'EOF'\nx\nEOF";
+        assert_heredoc(script, &["cat"]);
+        assert_agent(script, &[&["bash", "-c", script]]);
+        // Bash's end of the body is a line that is the delimiter; `\tEOF` is none for `<<`, so
+        // bash reads on where tree-sitter stopped: the body is taken as expanded.
+        for script in ["cat <<'EOF'\n$x\n\tEOF", "cat <<EOF\nx\n\tEOF"] {
+            assert_heredoc(script, &["cat"]);
+            assert_agent(script, &[&["bash", "-c", script]]);
+        }
+        // A partly quoted delimiter is not read as quoted.
+        let script = "cat <<'E'OF\n$x\nEOF";
+        assert_agent(script, &[&["bash", "-c", script]]);
+    }
+
+    #[test]
+    fn agent_split_opens_nested_shells() {
+        assert_agent("bash -lc 'git push'", &[&["git", "push"]]);
+        assert_agent(
+            "sh -c \"bash -c 'git push origin main'\"",
+            &[&["git", "push", "origin", "main"]],
+        );
+        assert_agent(
+            "ls && zsh -c 'git status; rm -rf x' | wc",
+            &[&["ls"], &["git", "status"], &["rm", "-rf", "x"], &["wc"]],
+        );
+        // The reference matches the nested wrapper as it stands.
+        assert_eq!(
+            commands_for_exec_policy(&wrapper("bash", "-c", "bash -lc 'git push'")).commands,
+            commands(&[&["bash", "-lc", "git push"]])
+        );
+        // Not a wrapper (four arguments, another shell): kept as it stands, as at the top.
+        assert_agent(
+            "bash -l -c 'git push'",
+            &[&["bash", "-l", "-c", "git push"]],
+        );
+        assert_agent("dash -c 'git push'", &[&["dash", "-c", "git push"]]);
+        // An unsplittable nested script is one command, as an unsplittable top one is.
+        assert_agent("bash -c 'ls > x'", &[&["bash", "-c", "ls > x"]]);
+    }
+
+    #[test]
+    fn agent_split_keeps_a_nested_script_with_a_backslash_whole() {
+        // Bash unescapes `\``: the nested script runs `touch x`; read with its backslashes it
+        // would be `git status` with two words.
+        let script = "bash -c \"git status \\`touch x\\`\"";
+        assert_agent(script, &[&["bash", "-c", "git status \\`touch x\\`"]]);
+    }
+
+    /// `bash -c '<script>'` `depth` times around `inner`, quoted without backslashes.
+    fn nested(depth: usize, inner: &str) -> String {
+        (0..depth).fold(inner.to_owned(), |script, _| {
+            format!("bash -c '{}'", script.replace('\'', "'\"'\"'"))
+        })
+    }
+
+    #[test]
+    fn agent_split_opens_at_most_max_nested_shells() {
+        assert_agent(&nested(MAX_NESTED_SHELLS, "git push"), &[&["git", "push"]]);
+        let too_deep = nested(MAX_NESTED_SHELLS + 1, "git push");
+        let found = agent_commands(&too_deep);
+        assert!(found.too_deep);
+        // The innermost wrapper is left unopened.
+        assert_eq!(found.commands, commands(&[&["bash", "-c", "git push"]]));
     }
 }

@@ -297,3 +297,147 @@ fn without_rules_it_reads_the_system_rules_else_the_embedded_default() {
         answer("allow", "guard: the policy allows `git status`, `rm -rf /`")
     );
 }
+
+/// Bodies of `cat <<EOF ... EOF` in which bash runs `touch pwned`: a backtick command, a
+/// `$(...)`, and a `$(...)` whose `$` and `(` a backslash-newline joins.
+const COMMAND_BODIES: &[&str] = &["`touch pwned`", "$(touch pwned)", "$\\\n(touch pwned)"];
+
+/// Runs `script` with /bin/bash in a fresh folder of the sandbox; whether it made `pwned` there.
+fn bash_makes_pwned(sandbox: &Sandbox, folder: &str, script: &str) -> bool {
+    let dir = sandbox.path().join(folder);
+    std::fs::create_dir(&dir).expect("make the folder");
+    let status = Command::new("/bin/bash")
+        .args(["-c", script])
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run /bin/bash");
+    assert!(status.success(), "bash -c {script:?}: {status}");
+    dir.join("pwned").exists()
+}
+
+#[test]
+fn a_heredoc_whose_body_bash_runs_a_command_in_is_never_allowed() {
+    let sandbox = Sandbox::new();
+    let rules = "prefix_rule(pattern = [\"cat\"])\n";
+    let asking = format!("{rules}enforcement(unmatched_exec = \"prompt\")\n");
+    for (n, body) in COMMAND_BODIES.iter().enumerate() {
+        let script = format!("cat <<EOF\n{body}\nEOF");
+        // The attack is real: bash runs the command inside the body.
+        assert!(
+            bash_makes_pwned(&sandbox, &format!("unquoted-{n}"), &script),
+            "{script:?}"
+        );
+        // Not allowed: no answer (Claude Code's permissions decide), or the policy's ask.
+        assert_eq!(sandbox.decide(rules, &script), None, "{script:?}");
+        let asked = sandbox.decide(&asking, &script).expect("an answer");
+        assert_eq!(
+            asked["hookSpecificOutput"]["permissionDecision"], "ask",
+            "{script:?}"
+        );
+        // A quoted delimiter: bash runs nothing, and the heredoc is still reduced to `cat`.
+        let quoted = format!("cat <<'EOF'\n{body}\nEOF");
+        assert!(!bash_makes_pwned(&sandbox, &format!("quoted-{n}"), &quoted));
+        assert_eq!(
+            sandbox.decide(rules, &quoted),
+            Some(answer("allow", "guard: the policy allows `cat`"))
+        );
+    }
+    // A variable is expanded too (`${X:=...}` assigns, `${X@P}` runs a prompt expansion).
+    assert_eq!(sandbox.decide(rules, "cat <<EOF\n${VAR}\nEOF"), None);
+    assert_eq!(
+        sandbox.decide(rules, "cat <<'EOF'\n${VAR}\nEOF"),
+        Some(answer("allow", "guard: the policy allows `cat`"))
+    );
+}
+
+#[test]
+fn guard_check_split_shell_keeps_the_references_heredoc_reduction() {
+    let sandbox = Sandbox::new();
+    let rules = sandbox.write("agent.rules", "prefix_rule(pattern = [\"cat\"])\n");
+    let script = "cat <<EOF\n`touch pwned`\nEOF";
+    let run = sandbox.run([
+        "check",
+        "--json",
+        "--rules",
+        rules.to_str().unwrap(),
+        "--split-shell",
+        "--",
+        "bash",
+        "-c",
+        script,
+    ]);
+    // §4 step 2 as the Codex CLI answers it; only the hook is stricter.
+    assert_eq!(run.json()["commands"], json!([["cat"]]));
+    assert_eq!(run.json()["decision"], "allow");
+}
+
+/// The README's policy with `git push` decided `push`.
+fn push_rules(push: &str) -> String {
+    format!(
+        "prefix_rule(pattern = [\"git\", \"status\"])\n\
+         prefix_rule(pattern = [\"git\", \"push\"], decision = \"{push}\",\n\
+         justification = \"pushes leave the machine\")\n"
+    )
+}
+
+/// `bash -c '<script>'` `depth` times around `inner`, quoted without backslashes.
+fn nested(depth: usize, inner: &str) -> String {
+    (0..depth).fold(inner.to_owned(), |script, _| {
+        format!("bash -c '{}'", script.replace('\'', "'\"'\"'"))
+    })
+}
+
+#[test]
+fn nested_shell_scripts_are_decided_by_the_commands_inside() {
+    let sandbox = Sandbox::new();
+    let prompt = push_rules("prompt");
+    let forbidden = push_rules("forbidden");
+    assert_eq!(
+        sandbox.decide(&prompt, "bash -lc 'git push'"),
+        Some(answer(
+            "ask",
+            "guard: `git push` requires approval: pushes leave the machine"
+        ))
+    );
+    let twice = "sh -c \"bash -c 'git push origin main'\"";
+    assert_eq!(
+        sandbox.decide(&prompt, twice),
+        Some(answer(
+            "ask",
+            "guard: `git push origin main` requires approval: pushes leave the machine"
+        ))
+    );
+    for script in ["bash -lc 'git push'", twice, &nested(8, "git push")] {
+        assert_eq!(
+            sandbox.decide(&forbidden, script).expect("an answer")["hookSpecificOutput"]["permissionDecision"],
+            "deny",
+            "{script:?}"
+        );
+    }
+    // An allowed nested command is still allowed.
+    assert_eq!(
+        sandbox.decide(&prompt, "bash -lc 'git status'"),
+        Some(answer("allow", "guard: the policy allows `git status`"))
+    );
+    // Past 8 nested shells guard does not look inside, and does not allow.
+    assert_eq!(sandbox.decide(&prompt, &nested(9, "git status")), None);
+    assert_eq!(
+        sandbox.decide(&prompt, &nested(8, "git status")),
+        Some(answer("allow", "guard: the policy allows `git status`"))
+    );
+}
+
+#[test]
+fn a_nested_script_with_a_backslash_is_not_looked_into() {
+    let sandbox = Sandbox::new();
+    let rules = "prefix_rule(pattern = [\"ls\"])\n";
+    // Bash unescapes `\`` inside the double quotes, so the nested bash runs `touch pwned`.
+    let script = "bash -c \"ls \\`touch pwned\\`\"";
+    assert!(bash_makes_pwned(&sandbox, "nested", script));
+    assert_eq!(sandbox.decide(rules, script), None);
+    assert_eq!(
+        sandbox.decide(rules, "bash -c 'ls -l'"),
+        Some(answer("allow", "guard: the policy allows `ls -l`"))
+    );
+}

@@ -116,11 +116,13 @@ pub fn last_seq(path: &Path) -> Option<u64> {
     log_files(path)
         .iter()
         .rev()
-        .find_map(|file| last_record_in(file).map(|r| r.seq))
+        .find_map(|file| highest_seq_in_tail(file))
 }
 
-/// The last whole record of one file, read from its tail.
-fn last_record_in(path: &Path) -> Option<AuditRecord> {
+/// The highest `seq` among the whole records of one file's tail: the last record's, or a
+/// `rotated_out` record's a little before it (the writer numbers those when it writes them,
+/// after records the daemon numbered earlier and had queued).
+fn highest_seq_in_tail(path: &Path) -> Option<u64> {
     let mut file = File::open(path).ok()?;
     let len = file.metadata().ok()?.len();
     // Records are far smaller than this; a tail this long holds several.
@@ -130,9 +132,10 @@ fn last_record_in(path: &Path) -> Option<AuditRecord> {
     file.read_to_end(&mut bytes).ok()?;
     bytes
         .split(|b| *b == b'\n')
-        .rev()
         .filter_map(|line| std::str::from_utf8(line).ok())
-        .find_map(AuditRecord::parse)
+        .filter_map(AuditRecord::parse)
+        .map(|r| r.seq)
+        .max()
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ pub mod filter;
 pub mod forward;
 pub mod record;
 pub mod replay;
+pub mod rotated_out;
 pub mod syslog;
 pub mod writer;
 

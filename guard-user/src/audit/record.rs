@@ -58,6 +58,13 @@ pub enum RecordType {
     /// could name it), and was attached and pinned again (`details`: `program`, `pin`,
     /// `cgroup`, `detached`, and `failed` when it could not be).
     LinkRepaired,
+    /// A scope's records past its share of a window (`[audit] scope_records`), folded into one
+    /// counted record per kind: `cgroup`, `cgroup_id`, `folded` (how many), `folded_type`,
+    /// `decision`, `event`, `rule`, `first_time`, `last_time`.
+    Folded,
+    /// A rotation is about to delete a file: whose records it held and how many (`file`,
+    /// `records`, `first_seq`, `last_seq`, `scopes`: per owner and scope).
+    RotatedOut,
     /// A type this version does not know (a newer writer's).
     #[serde(other)]
     Unknown,
@@ -65,7 +72,7 @@ pub enum RecordType {
 
 impl RecordType {
     /// Every type this version writes.
-    pub const ALL: [RecordType; 18] = [
+    pub const ALL: [RecordType; 20] = [
         RecordType::Decision,
         RecordType::Ask,
         RecordType::AskExpired,
@@ -84,6 +91,8 @@ impl RecordType {
         RecordType::DnsAnswered,
         RecordType::HeldEnded,
         RecordType::LinkRepaired,
+        RecordType::Folded,
+        RecordType::RotatedOut,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -106,6 +115,8 @@ impl RecordType {
             RecordType::DnsAnswered => "dns_answered",
             RecordType::HeldEnded => "held_ended",
             RecordType::LinkRepaired => "link_repaired",
+            RecordType::Folded => "folded",
+            RecordType::RotatedOut => "rotated_out",
             RecordType::Unknown => "unknown",
         }
     }

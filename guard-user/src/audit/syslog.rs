@@ -160,6 +160,8 @@ pub fn severity(record: &AuditRecord) -> Severity {
         },
         RecordType::ControlRefused => Severity::Warning,
         RecordType::Loss | RecordType::ScopeLoss => Severity::Err,
+        // Records leave the log: a flood folded, or a file deleted.
+        RecordType::Folded | RecordType::RotatedOut => Severity::Notice,
         _ => Severity::Info,
     }
 }

@@ -11,8 +11,11 @@
 //!
 //! Rotation: before a record would take the file past `max_file_bytes`, the file becomes
 //! `PATH.1` (the older ones move up one, the one past `keep_files` is deleted) and a new file
-//! starts.
+//! starts. A file is deleted only after a `rotated_out` record (`rotated_out.rs`) saying whose
+//! records it held and how many is written to the new file: the file is renamed to
+//! `PATH.dropping` first, and one a crash left there is counted by the next rotation.
 
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -25,7 +28,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use super::files::{MAX_ROTATED, last_seq, rotated};
-use super::record::AuditRecord;
+use super::record::{AuditRecord, host_name};
+use super::rotated_out::Tally;
 
 #[derive(Clone, Debug)]
 pub struct WriterConfig {
@@ -70,6 +74,9 @@ pub struct AuditWriter {
     stats: Arc<WriterStats>,
     thread: Option<JoinHandle<()>>,
     path: PathBuf,
+    /// The next record's `seq`, shared with the daemon, which numbers its records; the writer
+    /// numbers its own `rotated_out` records from it when it writes them.
+    seq: Arc<AtomicU64>,
 }
 
 impl AuditWriter {
@@ -94,7 +101,12 @@ impl AuditWriter {
         let queued = Arc::new(AtomicUsize::new(0));
         let capacity = config.queue_records.max(1);
         let path = config.path.clone();
+        let next = Arc::new(AtomicU64::new(seq.map_or(1, |s| s + 1)));
         let mut log = LogFile {
+            seq: next.clone(),
+            // The files from before are counted when they are about to go.
+            tally: Tally::default(),
+            rotated_tallies: VecDeque::new(),
             queued: queued.clone(),
             out: BufWriter::with_capacity(1 << 16, file),
             size,
@@ -116,9 +128,15 @@ impl AuditWriter {
                 stats,
                 thread: Some(thread),
                 path,
+                seq: next,
             },
             seq,
         ))
+    }
+
+    /// The counter the records' `seq` come from.
+    pub fn sequence(&self) -> Arc<AtomicU64> {
+        self.seq.clone()
     }
 
     pub fn path(&self) -> &Path {
@@ -198,6 +216,11 @@ fn open_append(path: &Path) -> Result<File> {
 
 struct LogFile {
     queued: Arc<AtomicUsize>,
+    seq: Arc<AtomicU64>,
+    /// Whose records the current file holds.
+    tally: Tally,
+    /// The same for `PATH.1`, `PATH.2`, ... as far as this writer wrote them.
+    rotated_tallies: VecDeque<Tally>,
     out: BufWriter<File>,
     size: u64,
     config: WriterConfig,
@@ -234,6 +257,7 @@ impl LogFile {
                         }
                         line.push(b'\n');
                         self.write(&line);
+                        self.tally.count(record);
                     }
                     self.queued.fetch_sub(records.len(), Ordering::AcqRel);
                 }
@@ -283,16 +307,34 @@ impl LogFile {
         }
     }
 
-    /// `PATH` → `PATH.1` → ... ; the oldest past `keep_files` goes.
+    /// `PATH` → `PATH.1` → ... ; the oldest past `keep_files` goes, after a `rotated_out`
+    /// record says whose records it held.
     fn rotate(&mut self) {
         self.flush();
         let path = self.config.path.clone();
         let keep = self.config.keep_files.min(MAX_ROTATED);
-        let result = (|| -> std::io::Result<()> {
-            if keep == 0 {
-                std::fs::remove_file(&path)?;
+        let victim = if keep == 0 {
+            path.clone()
+        } else {
+            rotated(&path, keep)
+        };
+        let dropping = dropping(&path);
+        // What goes: the victim, and a file a rotation cut short by a crash left behind.
+        let mut gone: Option<Tally> = dropping.exists().then(|| Tally::of_file(&dropping));
+        if victim.exists() {
+            let known = if keep == 0 {
+                Some(std::mem::take(&mut self.tally))
             } else {
-                let _ = std::fs::remove_file(rotated(&path, keep));
+                self.rotated_tallies.get(keep - 1).cloned()
+            };
+            let tally = known.unwrap_or_else(|| Tally::of_file(&victim));
+            gone.get_or_insert_with(Tally::default).merge(tally);
+        }
+        let result = (|| -> std::io::Result<()> {
+            if victim.exists() {
+                std::fs::rename(&victim, &dropping)?;
+            }
+            if keep > 0 {
                 for n in (1..keep).rev() {
                     let from = rotated(&path, n);
                     if from.exists() {
@@ -314,7 +356,47 @@ impl LogFile {
                 self.size = 0;
                 self.stats.rotations.fetch_add(1, Ordering::Relaxed);
             }
-            Err(err) => self.failed(format!("{err:#}")),
+            Err(err) => {
+                self.failed(format!("{err:#}"));
+                return;
+            }
+        }
+        let current = std::mem::take(&mut self.tally);
+        if keep > 0 {
+            self.rotated_tallies.push_front(current);
+            self.rotated_tallies.truncate(keep);
+        }
+        if let Some(gone) = gone {
+            self.write_rotated_out(&gone, &victim, &dropping);
+        }
+    }
+
+    /// Writes (and syncs) the record of what `victim`, now at `dropping`, held; deletes it
+    /// only then.
+    fn write_rotated_out(&mut self, gone: &Tally, victim: &Path, dropping: &Path) {
+        let mut record = gone.record(victim);
+        record.v = super::record::SCHEMA_VERSION;
+        record.seq = self.seq.fetch_add(1, Ordering::AcqRel);
+        record.time = humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string();
+        record.host = host_name();
+        let Ok(mut line) = serde_json::to_vec(&record) else {
+            self.failed("a rotated_out record could not be serialized".into());
+            return;
+        };
+        line.push(b'\n');
+        let errors = self.stats.write_errors.load(Ordering::Relaxed);
+        self.write(&line);
+        self.tally.count(&record);
+        self.flush();
+        let _ = self.out.get_ref().sync_data();
+        if self.stats.write_errors.load(Ordering::Relaxed) != errors {
+            // Not written: the file stays at `dropping` for the next rotation to count.
+            return;
+        }
+        if let Err(err) = std::fs::remove_file(dropping)
+            && err.kind() != std::io::ErrorKind::NotFound
+        {
+            self.failed(format!("removing {}: {err}", dropping.display()));
         }
     }
 
@@ -326,6 +408,13 @@ impl LogFile {
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(message);
     }
+}
+
+/// Where a file waits between its rotation and the record of what it held.
+fn dropping(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".dropping");
+    PathBuf::from(name)
 }
 
 #[cfg(test)]
@@ -376,20 +465,50 @@ mod tests {
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&path), 0o640, "not for every user to read");
         assert_eq!(mode(path.parent().unwrap()), 0o750);
-        for seq in 1..=40 {
+        // Numbered as the daemon numbers them, one at a time (so the writer's own
+        // `rotated_out` records come in a known order).
+        let sequence = writer.sequence();
+        for _ in 1..=40 {
+            let seq = sequence.fetch_add(1, Ordering::AcqRel);
             assert_eq!(writer.send(vec![record(seq)]), 0);
+            writer
+                .barrier()
+                .recv_timeout(Duration::from_secs(5))
+                .unwrap();
         }
         drop(writer);
         let files = log_files(&path);
         assert_eq!(files.len(), 3, "the current file and 2 rotated: {files:?}");
         for file in &files {
-            assert!(std::fs::metadata(file).unwrap().len() <= 1000);
+            // A file may pass its size by the `rotated_out` record that opens it.
+            assert!(std::fs::metadata(file).unwrap().len() <= 1500);
         }
-        let kept = seqs(&path);
-        // The newest records, in order, with nothing missing between the first kept and 40.
-        assert_eq!(*kept.last().unwrap(), 40);
-        assert_eq!(kept, (kept[0]..=40).collect::<Vec<_>>());
         assert!(!rotated(&path, 3).exists());
+        assert!(
+            !dropping(&path).exists(),
+            "deleted once its record was written"
+        );
+        let mut kept = Vec::new();
+        read_records(&log_files(&path), |r| {
+            kept.push(r);
+            true
+        })
+        .unwrap();
+        let mut seqs: Vec<u64> = kept.iter().map(|r| r.seq).collect();
+        seqs.sort_unstable();
+        let (first, last) = (seqs[0], *seqs.last().unwrap());
+        assert_eq!(seqs, (first..=last).collect::<Vec<_>>(), "nothing missing");
+        // The last file deleted held exactly the records before the first kept one, and its
+        // record says so, and whose they were.
+        let gone = kept
+            .iter()
+            .rfind(|r| r.kind == RecordType::RotatedOut)
+            .expect("a rotated_out record");
+        assert_eq!(gone.details["last_seq"].as_u64(), Some(first - 1));
+        let held = gone.details["records"].as_u64().unwrap();
+        assert_eq!(gone.details["scopes"][0]["owner"], "root");
+        assert_eq!(gone.details["scopes"][0]["records"].as_u64(), Some(held));
+        assert!(held > 0);
     }
 
     #[test]

@@ -139,6 +139,9 @@ enum Command {
     Completions(CompletionsArgs),
     /// Print the man page of guard or of one subcommand (roff): `guard man run | man -l -`.
     Man(ManArgs),
+    /// The daemon's child that evaluates a run's overlay within bounds (not for people).
+    #[command(name = "__eval-overlay", hide = true)]
+    EvalOverlay,
 }
 
 #[derive(Args, Debug)]
@@ -202,6 +205,12 @@ impl RulesArgs {
 }
 
 pub fn main() -> ExitCode {
+    main_bounded(|_| {})
+}
+
+/// [`main`], with `limit` to set the allocation budget of the binary's allocator (the daemon's
+/// overlay child, `daemon::overlay_eval`).
+pub fn main_bounded(limit: impl FnOnce(i64)) -> ExitCode {
     let cli = Cli::parse();
     logging::init(cli.verbose, cli.quiet);
     output::choose_error_format(&std::env::args().collect::<Vec<_>>());
@@ -236,6 +245,7 @@ pub fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Man(args) => man(args.subcommand.as_deref()),
+        Command::EvalOverlay => crate::daemon::overlay_eval::child_main(limit),
     }
 }
 

@@ -7,12 +7,13 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use super::audit_budget::ScopeBudget;
 use super::peer::user_name;
 use super::wire::protocol::stream_line;
 use super::wire::responses::{AuditEvent, AuditStatus, SyslogStatus};
@@ -151,7 +152,10 @@ pub struct AuditTrail {
     pending: Vec<AuditRecord>,
     path: PathBuf,
     host: String,
-    next_seq: u64,
+    /// The next record's `seq` (the writer's counter: it numbers its `rotated_out` records).
+    next_seq: Arc<AtomicU64>,
+    /// Each scope's share of the log.
+    budget: ScopeBudget,
     users: HashMap<u32, String>,
     /// The daemon's scopes' cgroup paths, by id.
     cgroups: HashMap<u64, String>,
@@ -170,19 +174,28 @@ pub struct AuditTrail {
 impl AuditTrail {
     /// Starts the writer; a log that cannot be opened is reported (the second value) and the
     /// records go only to followers, counted as write errors.
-    pub fn open(config: WriterConfig, authz: Arc<AuthzPolicy>) -> (AuditTrail, Option<String>) {
+    pub fn open(
+        config: WriterConfig,
+        budget: ScopeBudget,
+        authz: Arc<AuthzPolicy>,
+    ) -> (AuditTrail, Option<String>) {
         let path = config.path.clone();
         let (writer, last, error) = match AuditWriter::start(config) {
             Ok((writer, last)) => (Some(writer), last, None),
             Err(err) => (None, None, Some(format!("{err:#}"))),
         };
+        let next_seq = writer.as_ref().map_or_else(
+            || Arc::new(AtomicU64::new(last.map_or(1, |s| s + 1))),
+            AuditWriter::sequence,
+        );
         let trail = AuditTrail {
             writer,
             syslog: None,
             pending: Vec::new(),
             path,
             host: host_name(),
-            next_seq: last.map_or(1, |s| s + 1),
+            next_seq,
+            budget,
             users: HashMap::new(),
             cgroups: HashMap::new(),
             followers: Vec::new(),
@@ -231,10 +244,23 @@ impl AuditTrail {
 
     /// Numbers the record and sends it on: to the followers allowed to see it, and to the
     /// writer (or counts it lost).
-    pub fn emit(&mut self, mut record: AuditRecord) {
+    pub fn emit(&mut self, record: AuditRecord) {
+        if !self.budget.admit(&record) {
+            return;
+        }
+        self.number(record);
+    }
+
+    /// Writes the `folded` records of a window that ended.
+    pub fn end_window(&mut self, now: std::time::Instant) {
+        for record in self.budget.end_window(now) {
+            self.number(record);
+        }
+    }
+
+    fn number(&mut self, mut record: AuditRecord) {
         record.v = SCHEMA_VERSION;
-        record.seq = self.next_seq;
-        self.next_seq += 1;
+        record.seq = self.next_seq.fetch_add(1, Ordering::AcqRel);
         if record.time.is_empty() {
             record.time = crate::asks::timestamp(SystemTime::now());
         }
@@ -312,7 +338,7 @@ impl AuditTrail {
             files: log_files(&self.path),
             filter: filter.compile()?,
             access: Access::new(subject, self.authz.clone()),
-            before_seq: self.next_seq,
+            before_seq: self.next_seq.load(Ordering::Acquire),
             written: self.writer.as_ref().map(|w| w.barrier()),
             limit,
         })
@@ -386,7 +412,7 @@ impl AuditTrail {
         let load = |f: fn(&crate::audit::writer::WriterStats) -> u64| stats.map_or(0, f);
         AuditStatus {
             path: self.path.display().to_string(),
-            next_seq: self.next_seq,
+            next_seq: self.next_seq.load(Ordering::Acquire),
             written: load(|s| s.written.load(Ordering::Relaxed)),
             bytes: load(|s| s.bytes.load(Ordering::Relaxed)),
             rotations: load(|s| s.rotations.load(Ordering::Relaxed)),
@@ -626,13 +652,22 @@ mod tests {
         out
     }
 
+    fn no_budget() -> ScopeBudget {
+        ScopeBudget::new(
+            0,
+            std::time::Duration::from_secs(1),
+            std::time::Instant::now(),
+        )
+    }
+
     #[test]
     fn records_are_numbered_across_restarts_and_carry_the_host() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
         let authz = Arc::new(AuthzPolicy::builtin(None));
         for _ in 0..2 {
-            let (mut trail, error) = AuditTrail::open(config(&path, 100), authz.clone());
+            let (mut trail, error) =
+                AuditTrail::open(config(&path, 100), no_budget(), authz.clone());
             assert!(error.is_none());
             trail.record(RecordType::DaemonStart, "root", json!({"pid": 1}));
             trail.record(RecordType::DaemonStop, "root", json!({}));
@@ -654,8 +689,11 @@ mod tests {
     fn a_loss_record_reports_what_was_lost_since_the_last_one_and_in_all() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
-        let (mut trail, _) =
-            AuditTrail::open(config(&path, 1000), Arc::new(AuthzPolicy::builtin(None)));
+        let (mut trail, _) = AuditTrail::open(
+            config(&path, 1000),
+            no_budget(),
+            Arc::new(AuthzPolicy::builtin(None)),
+        );
         trail.account_losses(0);
         trail.account_losses(5);
         trail.account_losses(5);
@@ -671,8 +709,11 @@ mod tests {
     fn a_follower_gets_only_the_records_its_subject_may_read_that_match_its_filter() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
-        let (mut trail, _) =
-            AuditTrail::open(config(&path, 100), Arc::new(AuthzPolicy::builtin(None)));
+        let (mut trail, _) = AuditTrail::open(
+            config(&path, 100),
+            no_budget(),
+            Arc::new(AuthzPolicy::builtin(None)),
+        );
         let alice = Subject::from_json(r#"{"sub": "alice", "attrs": {"uid": ["1000"]}}"#).unwrap();
         let (tx, mut rx) = mpsc::channel(10);
         let filter = AuditFilter {

@@ -135,8 +135,16 @@ pub struct AuditConfig {
     /// written; this bounds what a crash of the machine can take).
     pub fsync_secs: u64,
     /// Records queued for the writer before new ones are counted as lost (`loss` records,
-    /// `guard status`). No record is ever sampled away or rate-limited.
+    /// `guard status`). No record is ever sampled away: past its scope's share, a record is
+    /// folded into a counted one (`scope_records`).
     pub queue_records: usize,
+    /// Records of one scope's processes (decisions, its resolver's names) written per
+    /// `scope_window_secs`; past that, its records are folded into one `folded` record per kind
+    /// with their count when the window ends, so one scope's flood does not rotate the other
+    /// scopes' records out of the log. 0: no share.
+    pub scope_records: u64,
+    /// The window of `scope_records`, in seconds.
+    pub scope_window_secs: u64,
     /// Record allowed execs and connections too (the kernel sends an event for every decision
     /// in scope; `guard replay` then sees all traffic). Off: refusals, asks and audit-only
     /// matches only.
@@ -158,6 +166,8 @@ impl Default for AuditConfig {
             flush_ms: 200,
             fsync_secs: 5,
             queue_records: 65_536,
+            scope_records: 10_000,
+            scope_window_secs: 10,
             record_allowed: false,
             syslog: String::new(),
             syslog_facility: "authpriv".to_string(),
@@ -182,6 +192,15 @@ impl AuditConfig {
             .map_err(|e| anyhow::anyhow!("[audit] syslog_facility: {e}"))?;
         crate::audit::forward::SyslogForwarder::start(target, facility, self.queue_records)
             .map(Some)
+    }
+
+    /// Each scope's share of the log, its window starting now.
+    pub fn scope_budget(&self) -> super::audit_budget::ScopeBudget {
+        super::audit_budget::ScopeBudget::new(
+            self.scope_records,
+            Duration::from_secs(self.scope_window_secs.max(1)),
+            std::time::Instant::now(),
+        )
     }
 
     pub fn writer_config(&self) -> crate::audit::writer::WriterConfig {

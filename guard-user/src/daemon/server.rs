@@ -17,7 +17,7 @@ use super::audit::HistoryRead;
 use super::config::Config;
 use super::metrics::http::ReadingRequest;
 use super::peer::PeerCredentials;
-use super::service::{Daemon, TICK};
+use super::service::{Daemon, Handled, PendingRun, TICK};
 use super::wire::protocol::{
     ErrorCode, MAX_REQUEST_BYTES, PROTOCOL_VERSION, Request, RequestLine, ResponseLine, is_flush,
     stream_line,
@@ -50,6 +50,14 @@ enum Command {
         reply: oneshot::Sender<Result<HistoryRead, ResponseLine>>,
     },
 }
+
+/// A run whose overlay was evaluated off the loop, with the policy or why it was refused, and
+/// where its answer goes.
+type Evaluated = (
+    PendingRun,
+    Result<crate::policy::Policy, String>,
+    oneshot::Sender<ResponseLine>,
+);
 
 /// Live records a follower may have queued before it counts as too slow (it is then told how
 /// many it missed; they are in the log).
@@ -129,6 +137,7 @@ pub async fn serve(config: Config) -> Result<()> {
     let mut resolver_events = daemon.resolver_events.take();
     let mut held_calls = daemon.held_calls.take();
     let mut overlay_events = daemon.overlay_events.take();
+    let (evaluated_tx, mut evaluated_rx) = mpsc::unbounded_channel::<Evaluated>();
 
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     tracing::info!(
@@ -142,10 +151,22 @@ pub async fn serve(config: Config) -> Result<()> {
             biased;
             Some(command) = rx.recv() => match command {
                 Command::Request { peer, request, stream, reply } => {
-                    let response = daemon.handle(peer, request, stream).await;
-                    // The request's records go to the writer before its answer does.
-                    daemon.end_turn();
-                    let _ = reply.send(response);
+                    match daemon.handle(peer, request, stream).await {
+                        Handled::Answer(response) => {
+                            // The request's records go to the writer before its answer does.
+                            daemon.end_turn();
+                            let _ = reply.send(response);
+                        }
+                        // The loop goes on meanwhile: the overlay is any local user's Starlark.
+                        Handled::Evaluate(pending) => {
+                            let evaluated = evaluated_tx.clone();
+                            tokio::spawn(async move {
+                                let files = pending.overlay.clone();
+                                let policy = super::overlay_eval::evaluate(files).await;
+                                let _ = evaluated.send((pending, policy, reply));
+                            });
+                        }
+                    }
                 }
                 Command::Flush(stream) => daemon.flush(&stream),
                 Command::Detach(stream) => daemon.detach_listener(&stream),
@@ -153,6 +174,11 @@ pub async fn serve(config: Config) -> Result<()> {
                     let _ = reply.send(daemon.audit_read(peer, &filter, live, limit));
                 }
             },
+            Some((pending, policy, reply)) = evaluated_rx.recv() => {
+                let response = daemon.run_evaluated(pending, policy);
+                daemon.end_turn();
+                let _ = reply.send(response);
+            }
             // A query waits for this before it is answered: after requests, before kernel
             // events (a flood of those must not hold up a program's DNS).
             Some(event) = next_on(&mut resolver_events) => {

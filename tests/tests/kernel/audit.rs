@@ -417,16 +417,121 @@ fn the_log_rotates_at_its_size_keeps_a_bounded_number_of_files_and_reads_across_
         let size = std::fs::metadata(file).unwrap().len();
         assert!(size <= 1024 * 1024, "{} is {size} bytes", file.display());
     }
-    // What is kept is whole and in order across the files.
+    // What is kept is whole across the files (a `rotated_out` record is numbered when it is
+    // written, a little after records numbered before it and still queued).
     let records = logged(&daemon);
-    for pair in records.windows(2) {
-        assert_eq!(pair[1].seq, pair[0].seq + 1, "no gap across files");
+    let mut seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
+    seqs.sort_unstable();
+    for pair in seqs.windows(2) {
+        assert_eq!(pair[1], pair[0] + 1, "no gap across files");
+    }
+    // Each file that went was first said to go, with whose records it held.
+    let gone = of_type(&records, RecordType::RotatedOut);
+    assert!(
+        !gone.is_empty(),
+        "a rotated_out record for each deleted file"
+    );
+    for record in gone {
+        let held = record.details["records"].as_u64().unwrap();
+        let by_scope: u64 = record.details["scopes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["records"].as_u64().unwrap())
+            .sum();
+        assert!(held > 0 && by_scope == held, "{record:?}");
     }
     let through_daemon = audit(&daemon, &["--type", "decision"]);
     assert_eq!(
         through_daemon.len(),
         of_type(&records, RecordType::Decision).len(),
         "the daemon reads the rotated files too"
+    );
+}
+
+#[test]
+fn one_scopes_flood_is_folded_past_its_share_and_the_other_scopes_records_stay() {
+    if !can_run() {
+        return;
+    }
+    // A share of 100 records a second per scope, and small files: 20 000 refusals written
+    // whole would rotate every file several times over.
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "address_rule(addresses=[\"127.78.0.0/16\"], decision=\"forbidden\")\n".to_string(),
+        extra_config: "[audit]\nmax_file_mb = 1\nkeep_files = 1\nscope_records = 100\n\
+                       scope_window_secs = 1\n"
+            .to_string(),
+        ..Default::default()
+    });
+    // Scope B: five refusals.
+    let script = format!(
+        "for i in 1 2 3 4 5; do {} udp-connect 127.78.9.$i 9; done; exit 0",
+        net_probe().display()
+    );
+    let (code, stdout, _) = daemon.run_in_scope(Path::new("/bin/sh"), &["-c", &script]);
+    assert_eq!(
+        (code, stdout.matches("errno 1").count()),
+        (0, 5),
+        "{stdout}"
+    );
+    // Scope A: a flood.
+    const SENT: u64 = 20_000;
+    let (code, stdout, _) = run_probe(
+        &daemon,
+        &["udp-flood", "127.78.5.1", "9", &SENT.to_string()],
+    );
+    assert_eq!(
+        (code, stdout.trim()),
+        (0, format!("refused {SENT}").as_str())
+    );
+    let of_a = |r: &AuditRecord| {
+        r.destination
+            .as_ref()
+            .is_some_and(|d| d.address == "127.78.5.1")
+    };
+    // Every refusal of A is written, folded or counted lost in the kernel (its share of the
+    // ring buffer): wait for the last window's folded records.
+    let records = wait_for_log(&daemon, "A's refusals written or folded", |records| {
+        let lost = daemon.json(&["status", "--json"])["events_lost"]
+            .as_u64()
+            .unwrap();
+        let written = records.iter().filter(|r| of_a(r)).count() as u64;
+        let folded: u64 = of_type(records, RecordType::Folded)
+            .iter()
+            .filter(|r| r.details["folded_decision"] == "forbidden")
+            .map(|r| r.details["folded"].as_u64().unwrap())
+            .sum();
+        written + folded + lost == SENT
+    });
+    let a_id = records
+        .iter()
+        .find(|r| of_a(r))
+        .and_then(|r| r.process.as_ref())
+        .map(|p| p.cgroup_id)
+        .expect("A's first refusals are written");
+    let written_a = records.iter().filter(|r| of_a(r)).count();
+    let folded = of_type(&records, RecordType::Folded);
+    assert!(
+        !folded.is_empty() && folded.iter().all(|r| r.details["cgroup_id"] == a_id),
+        "only A's records are folded: {folded:?}"
+    );
+    assert!(
+        written_a < 2_000,
+        "A wrote its share, not its flood: {written_a}"
+    );
+    let b: Vec<&AuditRecord> = records
+        .iter()
+        .filter(|r| {
+            r.destination
+                .as_ref()
+                .is_some_and(|d| d.address.starts_with("127.78.9."))
+        })
+        .collect();
+    assert_eq!(b.len(), 5, "B's records are all in the log");
+    assert_eq!(
+        daemon.json(&["status", "--json"])["audit"]["rotations"].as_u64(),
+        Some(0),
+        "A's flood rotated nothing out"
     );
 }
 
@@ -438,7 +543,8 @@ fn a_writer_that_falls_behind_is_counted_in_loss_records_and_status() {
     // A queue of one record: a flood must overflow it.
     let daemon = TestDaemon::start(&DaemonSetup {
         rules: "address_rule(addresses=[\"127.78.5.1\"], decision=\"forbidden\")\n".to_string(),
-        extra_config: "[audit]\nqueue_records = 1\n".to_string(),
+        // No share per scope: every record of the flood goes to the writer's queue.
+        extra_config: "[audit]\nqueue_records = 1\nscope_records = 0\n".to_string(),
         ..Default::default()
     });
     const SENT: u64 = 20_000;

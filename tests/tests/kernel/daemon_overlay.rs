@@ -543,3 +543,130 @@ fn a_names_answer_holds_only_in_the_scope_that_asked_for_it() {
         "a run that asks reaches it: {asked_again}"
     );
 }
+
+/// The daemon's peak resident memory (`VmHWM`), in KiB.
+fn peak_memory_kib(pid: u32) -> u64 {
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the daemon's status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status")
+}
+
+/// `guard run --overlay OVERLAY -- /usr/bin/touch MARKER` as user `uid`, started.
+fn start_run_as(daemon: &TestDaemon, uid: u32, overlay: &Path, marker: &Path) -> Child {
+    daemon
+        .guard_command_as(
+            uid,
+            &[
+                "run",
+                "--overlay",
+                overlay.to_str().unwrap(),
+                "--",
+                "/usr/bin/touch",
+                marker.to_str().unwrap(),
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting guard run as another user")
+}
+
+/// While `run` goes on (at most `limit`), `guard status` round trips, each timed; then the
+/// run's exit code and stderr.
+fn status_while(
+    daemon: &TestDaemon,
+    mut run: Child,
+    limit: Duration,
+) -> (Vec<Duration>, i32, String) {
+    let deadline = Instant::now() + limit;
+    let mut round_trips = Vec::new();
+    while run.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the run did not end within {limit:?}"
+        );
+        let started = Instant::now();
+        let out = daemon.guard(&["status", "--json"]);
+        round_trips.push(started.elapsed());
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let out = run.wait_with_output().unwrap();
+    (
+        round_trips,
+        out.status.code().unwrap_or(-1),
+        text(&out.stderr),
+    )
+}
+
+#[test]
+fn a_users_overlay_cannot_spend_the_daemons_memory_or_hold_its_loop() {
+    if !can_run() {
+        return;
+    }
+    const MALLORY: u32 = 64_345;
+    let daemon = TestDaemon::start(&setup(""));
+    let work = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(work.path(), Some(MALLORY), Some(MALLORY)).unwrap();
+    let overlay = |name: &str, rules: &str| {
+        let path = work.path().join(name);
+        std::fs::write(&path, rules).expect("writing the overlay");
+        path
+    };
+    let marker = work.path().join("ran");
+    // 22 bytes that ask for 300 MB in one step, before starlark's heap check.
+    let big = overlay("big.rules", "x = \"a\" * 300000000\n");
+    let before = peak_memory_kib(daemon.pid());
+    let run = start_run_as(&daemon, MALLORY, &big, &marker);
+    let (_, code, stderr) = status_while(&daemon, run, Duration::from_secs(30));
+    assert_eq!(code, 125, "refused: {stderr}");
+    assert!(
+        stderr.contains("big.rules") && stderr.contains("32 MiB"),
+        "names the overlay and the bound: {stderr}"
+    );
+    assert!(!marker.exists(), "the command did not run");
+    let grown = peak_memory_kib(daemon.pid()).saturating_sub(before);
+    eprintln!("the daemon's peak memory: {before} KiB before the overlay, grew by {grown} KiB");
+    assert!(
+        grown < 64 * 1024,
+        "the daemon's peak memory grew by {grown} KiB under the overlay"
+    );
+    // An overlay whose loop takes its evaluation seconds (in the tests' debug build), and
+    // which then does not parse: the daemon's loop answers meanwhile. (One that parses then
+    // has its programs loaded on the loop: docs/limits.md.)
+    let slow = overlay(
+        "slow.rules",
+        "def spin():\n    n = 0\n    for i in range(50000):\n        n += i\n    return n\n\
+         x = spin()\nprefix_rule(pattern=[\"touch\"], decision=\"nope\")\n",
+    );
+    let run = start_run_as(&daemon, MALLORY, &slow, &marker);
+    let (round_trips, code, stderr) = status_while(&daemon, run, Duration::from_secs(60));
+    eprintln!("guard status while a slow overlay was evaluated: {round_trips:?}");
+    assert!(
+        !round_trips.is_empty(),
+        "status was asked during the evaluation"
+    );
+    assert!(
+        round_trips.iter().all(|t| *t < Duration::from_secs(1)),
+        "every status answered within 1 s: {round_trips:?}"
+    );
+    assert_eq!(code, 125, "refused: {stderr}");
+    assert!(
+        stderr.contains("slow.rules:7"),
+        "names its file and line: {stderr}"
+    );
+    assert!(!marker.exists(), "the command did not run");
+    // An ordinary overlay still works.
+    let ordinary = overlay(
+        "ordinary.rules",
+        "prefix_rule(pattern=[\"rm\"], decision=\"forbidden\")\n",
+    );
+    let run = start_run_as(&daemon, MALLORY, &ordinary, &marker);
+    let out = run.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(marker.exists(), "the command ran under an ordinary overlay");
+}

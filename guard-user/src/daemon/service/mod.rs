@@ -51,6 +51,7 @@ mod status;
 
 pub use held::WaitingCall;
 pub use overlays::OverlayEvents;
+pub use overlays::parse as parse_overlay;
 
 pub struct Daemon {
     pub config: Config,
@@ -355,8 +356,11 @@ impl Daemon {
                     .map(crate::hold::splice::SpliceListener::port),
             )?;
         }
-        let (mut audit, audit_error) =
-            AuditTrail::open(config.audit.writer_config(), authz.clone());
+        let (mut audit, audit_error) = AuditTrail::open(
+            config.audit.writer_config(),
+            config.audit.scope_budget(),
+            authz.clone(),
+        );
         if let Some(forwarder) = config.audit.syslog_forwarder()? {
             audit.forward_to_syslog(forwarder);
         }
@@ -738,6 +742,8 @@ impl Daemon {
             .map(|counters| crate::kernel::maps::events_lost(&counters))
             .unwrap_or(0);
         self.audit.account_losses(ring_lost);
+        // A window of the scopes' shares that ended: what each folded.
+        self.audit.end_window(now);
     }
 
     /// The daemon's pinned links that a process detached (or whose pins it removed): attached
@@ -988,13 +994,13 @@ impl Daemon {
     }
 
     /// Authorizes and carries out one request. `stream` is where a streaming request's later
-    /// lines go.
+    /// lines go. A run with an overlay is answered later ([`Handled::Evaluate`]).
     pub async fn handle(
         &mut self,
         peer: PeerCredentials,
         request: Request,
         stream: Option<UnboundedSender<String>>,
-    ) -> ResponseLine {
+    ) -> Handled {
         let (subject, membership) = self.subject_of(&peer);
         let empty = Attributes::new();
         // An answer is authorized with its ask's owner; `prompts` and `watch` list what the
@@ -1052,7 +1058,7 @@ impl Daemon {
                            "uid": peer.uid, "pid": peer.pid, "scope": membership.as_str(),
                            "authz_rule": decision.rule}),
                 );
-                return ResponseLine::error(ErrorCode::Unauthorized, message);
+                return Handled::Answer(ResponseLine::error(ErrorCode::Unauthorized, message));
             }
             // Obligations are the deciding rule's instructions to the enforcement point; the
             // one the daemon knows is `audit`: record the allowed request too.
@@ -1100,9 +1106,29 @@ impl Daemon {
                 tmpdir,
                 hold,
                 overlay,
-            } => self
-                .run(peer, argv, (workspace, tmpdir), hold, &overlay, stream)
+            } if overlay.is_empty() => self
+                .run(peer, argv, (workspace, tmpdir), hold, (&[], None), stream)
                 .map(|r| to_json(&r)),
+            // Any local user's Starlark: evaluated off the loop, which goes on meanwhile.
+            Request::Run {
+                argv,
+                workspace,
+                tmpdir,
+                hold,
+                overlay,
+            } => match self.room_for_overlay() {
+                Ok(()) => {
+                    return Handled::Evaluate(PendingRun {
+                        peer,
+                        argv,
+                        folders: (workspace, tmpdir),
+                        hold,
+                        overlay,
+                        stream,
+                    });
+                }
+                Err(err) => Err(err),
+            },
             Request::Hold { fd, first_exec } => {
                 self.adopt_hold(peer, fd, first_exec).map(|r| to_json(&r))
             }
@@ -1112,40 +1138,63 @@ impl Daemon {
                 "audit is a streaming request".to_string(),
             )),
         };
-        match result {
-            Ok(value) => ResponseLine::ok(value),
-            Err((code, message)) => ResponseLine::error(code, message),
-        }
+        Handled::Answer(answer(result))
     }
 
+    /// Finishes a run whose overlay was evaluated off the loop: `policy` is what its files
+    /// say, or why they were refused (nothing is made then).
+    pub fn run_evaluated(
+        &mut self,
+        pending: PendingRun,
+        policy: Result<crate::policy::Policy, String>,
+    ) -> ResponseLine {
+        let PendingRun {
+            peer,
+            argv,
+            folders,
+            hold,
+            overlay,
+            stream,
+        } = pending;
+        let result = policy
+            .map_err(|message| (ErrorCode::BadRequest, message))
+            .and_then(|policy| {
+                // Other runs may have taken the last room while it was evaluated.
+                self.room_for_overlay()?;
+                let policy = self.config.asks.approval().kernel_policy(policy);
+                self.run(peer, argv, folders, hold, (&overlay, Some(policy)), stream)
+            })
+            .map(|r| to_json(&r));
+        answer(result)
+    }
+
+    /// Whether another run's overlay may be put in force ([`overlays::MAX_OVERLAYS`]).
+    fn room_for_overlay(&self) -> Result<(), (ErrorCode, String)> {
+        if self.run_overlays() >= overlays::MAX_OVERLAYS {
+            return Err((
+                ErrorCode::Failed,
+                format!(
+                    "the daemon holds {} overlays already, its most: run without --overlay, or \
+                     when one of those runs has ended",
+                    overlays::MAX_OVERLAYS
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Starts a run's scope; with `overlay`, its files and their policy (evaluated already: an
+    /// overlay that does not parse changes nothing) are put in force there.
     fn run(
         &mut self,
         peer: PeerCredentials,
         argv: Vec<String>,
         (workspace, tmpdir): (Option<PathBuf>, Option<PathBuf>),
         hold: bool,
-        overlay: &[OverlayFile],
+        (overlay, overlay_policy): (&[OverlayFile], Option<crate::policy::Policy>),
         stream: Option<UnboundedSender<String>>,
     ) -> Result<RunResponse, (ErrorCode, String)> {
         let pid = peer_process(&peer)?;
-        // Parsed before anything is made: an overlay that does not parse changes nothing.
-        let overlay_policy = match overlay {
-            [] => None,
-            _ if self.run_overlays() >= overlays::MAX_OVERLAYS => {
-                return Err((
-                    ErrorCode::Failed,
-                    format!(
-                        "the daemon holds {} overlays already, its most: run without --overlay, \
-                         or when one of those runs has ended",
-                        overlays::MAX_OVERLAYS
-                    ),
-                ));
-            }
-            files => Some(
-                overlays::parse(files, self.config.asks.approval())
-                    .map_err(|message| (ErrorCode::BadRequest, message))?,
-            ),
-        };
         let within = run_within(&self.scopes, &peer)?;
         let id = self
             .scopes
@@ -1286,6 +1335,33 @@ impl Daemon {
         self.audit
             .follow(subject, filter, live, limit)
             .map_err(|message| ResponseLine::error(ErrorCode::BadRequest, message))
+    }
+}
+
+/// What [`Daemon::handle`] made of a request.
+pub enum Handled {
+    /// Its answer.
+    Answer(ResponseLine),
+    /// A run whose overlay is to be evaluated off the loop ([`super::overlay_eval::evaluate`]);
+    /// [`Daemon::run_evaluated`] answers it then.
+    Evaluate(PendingRun),
+}
+
+/// A run waiting for its overlay's evaluation.
+pub struct PendingRun {
+    peer: PeerCredentials,
+    argv: Vec<String>,
+    folders: (Option<PathBuf>, Option<PathBuf>),
+    hold: bool,
+    /// The overlay's files, as the client sent them.
+    pub overlay: Vec<OverlayFile>,
+    stream: Option<UnboundedSender<String>>,
+}
+
+fn answer(result: Result<Value, (ErrorCode, String)>) -> ResponseLine {
+    match result {
+        Ok(value) => ResponseLine::ok(value),
+        Err((code, message)) => ResponseLine::error(code, message),
     }
 }
 

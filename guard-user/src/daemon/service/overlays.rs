@@ -76,8 +76,10 @@ pub struct OverlayEnv<'a> {
     pub modes: Modes,
 }
 
-/// A run's overlay's policy ([`parse_files`]), from a client: at most [`MAX_OVERLAY_FILES`].
-pub fn parse(files: &[OverlayFile], approval: ApprovalPolicy) -> Result<Policy, String> {
+/// A run's overlay's policy as its files say (at most [`MAX_OVERLAY_FILES`]), before the
+/// approval policy: what a bounded child evaluates first (`daemon::overlay_eval`), then the
+/// daemon off its loop.
+pub fn parse(files: &[OverlayFile]) -> Result<Policy, String> {
     if files.len() > MAX_OVERLAY_FILES {
         return Err(format!(
             "an overlay has at most {MAX_OVERLAY_FILES} files, and this one has {}: put its \
@@ -85,12 +87,17 @@ pub fn parse(files: &[OverlayFile], approval: ApprovalPolicy) -> Result<Policy, 
             files.len()
         ));
     }
-    parse_files(files, approval)
+    read_files(files)
 }
 
-/// An overlay's policy: its files parsed in order, as one rules folder is. A file that does not
-/// parse is an error naming it and its line; nothing is loaded.
+/// An overlay's policy: its files parsed in order, as one rules folder is, with the approval
+/// policy's kernel view. A file that does not parse is an error naming it and its line.
 pub fn parse_files(files: &[OverlayFile], approval: ApprovalPolicy) -> Result<Policy, String> {
+    read_files(files).map(|policy| approval.kernel_policy(policy))
+}
+
+/// The files parsed in order; nothing is loaded.
+fn read_files(files: &[OverlayFile]) -> Result<Policy, String> {
     if files.is_empty() {
         return Err("an overlay needs at least one rules file".to_string());
     }
@@ -100,7 +107,7 @@ pub fn parse_files(files: &[OverlayFile], approval: ApprovalPolicy) -> Result<Po
             .parse(&file.name, &file.text)
             .map_err(|err| format!("the overlay {}: {err}", file.name))?;
     }
-    Ok(approval.kernel_policy(parser.build().without_say_where_unset()))
+    Ok(parser.build().without_say_where_unset())
 }
 
 impl Overlay {
@@ -295,13 +302,10 @@ mod tests {
 
     #[test]
     fn what_an_overlay_does_not_set_has_no_say_and_what_it_sets_holds() {
-        let silent = parse(
-            &[file(
-                "a.rules",
-                "prefix_rule(pattern=[\"curl\"], decision=\"forbidden\")\n",
-            )],
-            ApprovalPolicy::OnRequest,
-        )
+        let silent = parse(&[file(
+            "a.rules",
+            "prefix_rule(pattern=[\"curl\"], decision=\"forbidden\")\n",
+        )])
         .unwrap();
         let settings = silent.enforcement();
         assert_eq!(settings.unmatched_exec, Decision::Allow);
@@ -311,13 +315,10 @@ mod tests {
             settings.socket_kinds,
             crate::policy::rule::SocketKinds::all()
         );
-        let strict = parse(
-            &[file(
-                "b.rules",
-                "enforcement(unmatched_network=\"forbidden\", anonymous_exec=\"forbidden\")\n",
-            )],
-            ApprovalPolicy::OnRequest,
-        )
+        let strict = parse(&[file(
+            "b.rules",
+            "enforcement(unmatched_network=\"forbidden\", anonymous_exec=\"forbidden\")\n",
+        )])
         .unwrap();
         let settings = strict.enforcement();
         assert_eq!(settings.unmatched_network, Decision::Forbidden);
@@ -327,21 +328,18 @@ mod tests {
 
     #[test]
     fn an_overlay_that_does_not_parse_names_its_file_and_line() {
-        let err = parse(
-            &[
-                file(
-                    "ok.rules",
-                    "prefix_rule(pattern=[\"ls\"], decision=\"allow\")\n",
-                ),
-                file(
-                    "bad.rules",
-                    "\nprefix_rule(pattern=[\"rm\"], decision=\"nope\")\n",
-                ),
-            ],
-            ApprovalPolicy::OnRequest,
-        )
+        let err = parse(&[
+            file(
+                "ok.rules",
+                "prefix_rule(pattern=[\"ls\"], decision=\"allow\")\n",
+            ),
+            file(
+                "bad.rules",
+                "\nprefix_rule(pattern=[\"rm\"], decision=\"nope\")\n",
+            ),
+        ])
         .unwrap_err();
         assert!(err.contains("bad.rules:2"), "{err}");
-        assert!(parse(&[], ApprovalPolicy::OnRequest).is_err());
+        assert!(parse(&[]).is_err());
     }
 }

@@ -108,8 +108,9 @@ pub fn describe(image: &EnforcementImage, event: &KernelEvent, answered: &[Strin
                     )
                 }
                 (false, None, None) => format!(
-                    "unix socket `{socket}` rejected: no rule names it and this policy refuses \
-                     unmatched destinations"
+                    "unix socket `{socket}` rejected: no rule names it and \
+                     enforcement(unmatched_unix) refuses it; add \
+                     unix_rule(socket=\"{socket}\", decision=\"allow\") to let it through"
                 ),
             };
             // No ask: an approval of a unix socket is a unix_rule line (the message says which).
@@ -357,6 +358,12 @@ pub fn describe_event(
              this policy's enforcement(anonymous_exec=...) is `{}`",
             event.decision.as_str()
         ),
+        None if event.kind == EventKind::Unix => format!(
+            "no rule names it, and this policy's enforcement(unmatched_unix=...) is `{}`; to let \
+             it through, add unix_rule(socket=\"{}\", decision=\"allow\")",
+            event.decision.as_str(),
+            event.unix.as_ref().map_or("?", |u| u.address.as_str())
+        ),
         None => format!(
             "no rule matches, and this policy's default for unmatched {} is `{}`",
             if event.kind == EventKind::Exec {
@@ -467,6 +474,41 @@ pub(in crate::asks) mod tests {
             sandbox: None,
             overlay: false,
         }
+    }
+
+    #[test]
+    fn a_unix_refusal_by_the_default_names_the_socket_and_the_rule_that_allows_it() {
+        let image = crate::compile::compile(
+            &crate::policy::Policy::default(),
+            &crate::compile::NoResolver,
+            &crate::compile::CompileEnv::default(),
+        );
+        let event = KernelEvent {
+            unmatched: true,
+            unix: Some(crate::kernel::events::EventUnix {
+                address: "/tmp/t/srv.sock".into(),
+                call: "connect",
+            }),
+            ..event(
+                EventKind::Unix,
+                Decision::Forbidden,
+                crate::kernel::events::Action::Eperm,
+            )
+        };
+        assert_eq!(
+            describe_event(&image, &event, &[]),
+            "guard: refused connect to unix socket /tmp/t/srv.sock: no rule names it, and this \
+             policy's enforcement(unmatched_unix=...) is `forbidden`; to let it through, add \
+             unix_rule(socket=\"/tmp/t/srv.sock\", decision=\"allow\")"
+        );
+        let described = describe(&image, &event, &[]);
+        assert!(
+            described
+                .message
+                .contains("unix_rule(socket=\"/tmp/t/srv.sock\", decision=\"allow\")"),
+            "{}",
+            described.message
+        );
     }
 
     #[test]

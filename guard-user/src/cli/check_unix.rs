@@ -11,7 +11,7 @@ use crate::policy::unix::{UnixVerdict, address_text, decide, parse_address};
 pub fn check(policy: &Policy, socket: &str, as_json: bool) {
     let address = parse_address(socket);
     let rules = policy.unix_rules_with_builtins();
-    let verdict = decide(&rules, policy.enforcement().unmatched_network, &address);
+    let verdict = decide(&rules, policy.enforcement().unmatched_unix, &address);
     let shown = address_text(&address);
     if as_json {
         let mut value = json!({
@@ -65,9 +65,17 @@ pub fn check(policy: &Policy, socket: &str, as_json: bool) {
             "    a relative path: no rule can name it (it depends on the caller's folder), so \
              it is refused; connect by the absolute path"
         ),
-        UnixVerdict::Unmatched(decision) => println!(
-            "    no rule names it; the policy's enforcement(unmatched_network=...) decides: {}",
-            decision.as_str()
-        ),
+        UnixVerdict::Unmatched(decision) => {
+            println!(
+                "    no rule names it; the policy's enforcement(unmatched_unix=...) decides: {}",
+                decision.as_str()
+            );
+            if *decision != crate::policy::Decision::Allow {
+                println!(
+                    "To change it: add unix_rule(socket=\"{shown}\", decision=\"allow\") to a \
+                     rules file."
+                );
+            }
+        }
     }
 }

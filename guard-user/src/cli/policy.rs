@@ -285,6 +285,7 @@ fn show_json(loaded: &LoadedPolicy) -> Value {
         "enforcement": {
             "unmatched_exec": enforcement.unmatched_exec.as_str(),
             "unmatched_network": enforcement.unmatched_network.as_str(),
+            "unmatched_unix": enforcement.unmatched_unix.as_str(),
             "anonymous_exec": enforcement.anonymous_exec.as_str(),
             "audit_only": enforcement.audit_only,
             "socket_kinds": enforcement.socket_kinds,
@@ -495,6 +496,11 @@ fn show_text(loaded: &LoadedPolicy) {
         "  unmatched network: {}{}",
         enforcement.unmatched_network.as_str(),
         default_mark(overrides.unmatched_network.is_some())
+    );
+    println!(
+        "  unmatched unix:    {}{}",
+        enforcement.unmatched_unix.as_str(),
+        default_mark(overrides.unmatched_unix.is_some())
     );
     println!(
         "  anonymous exec:    {}{}",

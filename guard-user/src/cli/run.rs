@@ -677,7 +677,7 @@ fn report_landlock(plan: &WritePlan, confinement: &Confinement, verbose: bool) {
     }
 }
 
-/// `write(...)` rules held only in part or not at all.
+/// `write(...)` rules and allowed unix sockets held only in part or not at all.
 fn report_unheld(plan: &WritePlan, verbose: bool) {
     if verbose {
         for not_held in &plan.not_held {
@@ -698,8 +698,8 @@ fn report_unheld(plan: &WritePlan, verbose: bool) {
         let unheld = plan.unheld_written_rules();
         if unheld > 0 {
             eprintln!(
-                "guard: note: {unheld} write(...) rule{} held only in part or not at all for \
-                this command (-v says which)",
+                "guard: note: {unheld} write(...) or unix_rule(...) rule{} held only in part or \
+                not at all for this command (-v says which)",
                 if unheld == 1 { " is" } else { "s are" }
             );
         }

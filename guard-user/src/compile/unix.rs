@@ -1,7 +1,7 @@
 //! Unix socket rules as the kernel's two tables hold them: every name a rule (or the built-in
 //! lists) names whole in the exact table, every prefix in the trie, one entry per name with the
 //! rule [`crate::policy::unix::decide`] prefers among those naming it; and the trie's defaults, which decide what
-//! nothing names: `/` (pathnames) and the abstract NUL take the policy's unmatched network
+//! nothing names: `/` (pathnames) and the abstract NUL take the policy's `unmatched_unix`
 //! default, the empty prefix (a relative path, which no rule can name) is refused.
 
 use std::collections::BTreeMap;
@@ -41,7 +41,7 @@ pub fn compile_unix(policy: &Policy, base: u32) -> (Vec<KernelRule>, Vec<UnixEnt
         ),
         origin: None,
     });
-    let unmatched = policy.enforcement().unmatched_network;
+    let unmatched = policy.enforcement().unmatched_unix;
     // One entry per name: the rule `decide` prefers among those naming exactly it. The kernel
     // then takes the exact entry, else the longest prefix, as `decide` does.
     let mut entries: BTreeMap<UnixSocket, Verdict> = BTreeMap::new();

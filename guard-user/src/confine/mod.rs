@@ -24,6 +24,7 @@ pub mod capabilities;
 pub mod landlock;
 pub mod namespace;
 pub mod sandbox;
+pub mod sockets;
 pub mod syscalls;
 
 use std::collections::BTreeSet;
@@ -89,6 +90,10 @@ impl fmt::Display for WriteRule {
 pub struct WriteRules {
     pub deny: Vec<WriteRule>,
     pub ask: Vec<WriteRule>,
+    /// The unix sockets allow rules name, held in place ([`sockets`]): their glob is the
+    /// socket's name. Absent from an older daemon's answer.
+    #[serde(default)]
+    pub sockets: Vec<WriteRule>,
 }
 
 impl WriteRules {
@@ -113,11 +118,13 @@ impl WriteRules {
             rules.deny.extend(writes(&set.deny));
             rules.ask.extend(writes(&set.ask));
         }
+        rules.sockets = sockets::allowed_sockets(policy);
         rules
     }
 
-    /// The fixed protected paths alone, plus `extra` files: what a `guard run --socket` client
-    /// holds when the daemon does not say which rules it has (an older daemon).
+    /// The fixed protected paths alone, plus `extra` files, and the built-in allowed unix
+    /// sockets: what a `guard run --socket` client holds when the daemon does not say which
+    /// rules it has (an older daemon).
     pub fn fixed(extra: &[PathBuf]) -> WriteRules {
         let mut policy = Policy::default();
         policy.set_protected_paths(protected_paths(extra));
@@ -241,6 +248,12 @@ impl WritePlan {
                         })
                     }
                 },
+            }
+        }
+        for rule in &rules.sockets {
+            match sockets::hold(rule) {
+                Ok(held) => plan.denied.extend(held),
+                Err(not_held) => plan.not_held.push(not_held),
             }
         }
         plan

@@ -10,6 +10,7 @@ fn rules(deny: &[&str], ask: &[&str]) -> WriteRules {
     WriteRules {
         deny: deny.iter().map(|p| rule(p)).collect(),
         ask: ask.iter().map(|p| rule(p)).collect(),
+        sockets: Vec::new(),
     }
 }
 
@@ -275,6 +276,7 @@ fn a_loaded_policy_gives_its_protected_paths_and_its_write_rules() {
     let without_star = WriteRules {
         deny: rules.deny[..6].to_vec(),
         ask: Vec::new(),
+        sockets: Vec::new(),
     };
     let plan = WritePlan::new(&without_star, &root);
     assert!(denied(&plan).contains(&(file.clone(), Hold::Beneath)));
@@ -313,9 +315,42 @@ fn a_missing_protected_path_is_held_by_guards_own_folder_above_it_only() {
             written,
         ],
         ask: vec![],
+        sockets: vec![],
     };
     let plan = WritePlan::new(&rules, &root);
     // Once for both rules below `guard`; `etc` is not guard's; a written rule is not held.
     assert_eq!(plan.missing_holders, [root.join("guard")]);
     assert_eq!(plan.not_held.len(), 4);
+}
+
+#[test]
+fn an_allowed_unix_socket_is_held_like_a_denied_file_and_its_folder_is_on_the_way() {
+    let (_dir, root) = tempdir();
+    let socket = root.join("srv.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let mut parser = crate::policy::PolicyParser::new();
+    parser
+        .parse(
+            "t.rules",
+            &format!(
+                "unix_rule(socket=\"{}\", decision=\"allow\")\n\
+                 unix_rule(socket=\"{}/later.sock\", decision=\"allow\")\n",
+                socket.display(),
+                root.display()
+            ),
+        )
+        .unwrap();
+    let rules = WriteRules::of_policy(&parser.build());
+    let plan = WritePlan::new(&rules, &root);
+    assert!(denied(&plan).contains(&(socket.clone(), Hold::Beneath)));
+    assert!(plan.ways().contains(&root));
+    // The socket no server made yet has nothing to hold, and is said to.
+    assert!(
+        plan.not_held
+            .iter()
+            .any(|n| n.rule.pattern.contains("later.sock") && n.why.contains("does not exist")),
+        "{:?}",
+        plan.not_held
+    );
+    assert!(plan.unheld_written_rules() >= 1);
 }

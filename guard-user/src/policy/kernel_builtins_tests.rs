@@ -265,6 +265,9 @@ fn enforcement_defaults_never_lock_anyone_out() {
         EnforcementSettings {
             unmatched_exec: Decision::Allow,
             unmatched_network: Decision::Allow,
+            // A server outside the scope acts for whoever connects (tmux runs commands): a
+            // unix socket no rule or built-in entry names is refused, as the peer sandboxes do.
+            unmatched_unix: Decision::Forbidden,
             audit_only: false,
             // No rule can name a file without a path: refused, as an unmatched exec would be
             // under `unmatched_exec="deny"`.
@@ -294,6 +297,7 @@ enforcement()
         EnforcementSettings {
             unmatched_exec: Decision::Forbidden,
             unmatched_network: Decision::Prompt,
+            unmatched_unix: Decision::Forbidden,
             audit_only: true,
             anonymous_exec: Decision::Forbidden,
             socket_kinds: SocketKinds::NONE,
@@ -304,7 +308,7 @@ enforcement()
 enforcement("prompt", "deny", True)
 enforcement(unmatched_exec="allow", audit_only=False)
 enforcement(unmatched_network="forbidden")
-enforcement(anonymous_exec="prompt")
+enforcement(anonymous_exec="prompt", unmatched_unix="prompt")
 "#,
     );
     assert_eq!(
@@ -312,6 +316,7 @@ enforcement(anonymous_exec="prompt")
         EnforcementSettings {
             unmatched_exec: Decision::Allow,
             unmatched_network: Decision::Forbidden,
+            unmatched_unix: Decision::Prompt,
             audit_only: false,
             anonymous_exec: Decision::Prompt,
             socket_kinds: SocketKinds::NONE,
@@ -447,6 +452,7 @@ enforcement(unmatched_exec="allow", unmatched_network="deny")
             // The overlay's allow cannot weaken the base's prompt; its deny tightens.
             unmatched_exec: Decision::Prompt,
             unmatched_network: Decision::Forbidden,
+            unmatched_unix: Decision::Forbidden,
             // Not set by the overlay: the base's.
             audit_only: true,
             anonymous_exec: Decision::Forbidden,

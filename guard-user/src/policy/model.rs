@@ -158,10 +158,14 @@ impl Policy {
         self.unix_rules.push(rule);
     }
 
-    /// The built-in unix socket entries (for the users with a session now) followed by the
+    /// The built-in unix socket entries (for the users with a session now; an allowed one only
+    /// where its socket is now, see [`super::unix::builtin_rules_present`]) followed by the
     /// policy's `unix_rule`s: what [`super::unix::decide`] and the kernel's tables take.
     pub fn unix_rules_with_builtins(&self) -> Vec<super::unix::UnixRule> {
-        let mut rules = super::unix::builtin_rules(&super::unix::session_user_ids());
+        let mut rules = super::unix::builtin_rules_present(
+            &super::unix::session_user_ids(),
+            super::unix::is_socket,
+        );
         rules.extend(self.unix_rules.iter().cloned());
         rules
     }
@@ -332,13 +336,14 @@ impl Policy {
 
     /// This policy as a run's overlay, decided beside the daemon's policy by a program set of
     /// its own (`guard run --overlay`): what it does not set has no say. An exec or
-    /// destination no rule matches is allowed, a file no path names may run and every socket
+    /// destination or unix socket no rule matches is allowed, a file no path names may run and every socket
     /// kind may be made, unless an `enforcement(...)` call of the overlay says otherwise; the
     /// daemon's policy decides those for the run as for any run.
     pub fn without_say_where_unset(mut self) -> Policy {
         let unset = EnforcementOverrides {
             unmatched_exec: Some(Decision::Allow),
             unmatched_network: Some(Decision::Allow),
+            unmatched_unix: Some(Decision::Allow),
             audit_only: None,
             anonymous_exec: Some(Decision::Allow),
             socket_kinds: Some(super::rule::SocketKinds::all()),

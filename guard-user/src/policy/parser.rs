@@ -423,7 +423,7 @@ fn parse_ports(value: Option<Value<'_>>) -> Result<Option<Vec<u16>>> {
     Ok(Some(ports))
 }
 
-/// `unmatched_exec=` / `unmatched_network=` of `enforcement`: `None` or allow/prompt/deny.
+/// `unmatched_exec=` / `unmatched_network=` / `unmatched_unix=` of `enforcement`: `None` or allow/prompt/deny.
 fn parse_enforcement_decision(key: &str, value: Option<Value<'_>>) -> Result<Option<Decision>> {
     let Some(value) = given(value) else {
         return Ok(None);
@@ -779,7 +779,7 @@ fn guard_builtins(globals: &mut GlobalsBuilder) {
     }
 
     /// `enforcement(unmatched_exec=None, unmatched_network=None, audit_only=None,
-    /// anonymous_exec=None, socket_kinds=None)`: what the kernel does where no rule speaks, and
+    /// anonymous_exec=None, socket_kinds=None, unmatched_unix=None)`: what the kernel does where no rule speaks, and
     /// global audit-only mode. Each call sets only the keys it gives (`None` is "not given"); a later call
     /// overrides earlier keys.
     fn enforcement<'v>(
@@ -788,11 +788,13 @@ fn guard_builtins(globals: &mut GlobalsBuilder) {
         audit_only: Option<Value<'v>>,
         #[starlark(require = named)] anonymous_exec: Option<Value<'v>>,
         #[starlark(require = named)] socket_kinds: Option<Value<'v>>,
+        #[starlark(require = named)] unmatched_unix: Option<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<NoneType> {
         let later = EnforcementOverrides {
             unmatched_exec: parse_enforcement_decision("unmatched_exec", unmatched_exec)?,
             unmatched_network: parse_enforcement_decision("unmatched_network", unmatched_network)?,
+            unmatched_unix: parse_enforcement_decision("unmatched_unix", unmatched_unix)?,
             audit_only: parse_enforcement_audit_only(audit_only)?,
             anonymous_exec: parse_enforcement_decision("anonymous_exec", anonymous_exec)?,
             socket_kinds: parse_socket_kinds(socket_kinds)?,

@@ -432,15 +432,19 @@ impl AddressRule {
 /// (`enforcement(...)`).
 ///
 /// The defaults (allow, allow, enforced) never lock anyone out of their own machine: only what
-/// a rule names is asked about or refused. The one refusal by default is an exec of a file no
+/// a rule names is asked about or refused. The refusals by default are an exec of a file no
 /// path names (a memfd, a deleted file): no rule could name it, so allowing it would let any
-/// program run past every rule.
+/// program run past every rule; and a unix socket nothing names: a server outside the scope
+/// (tmux, screen) does what it is asked with its own rights, past every rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct EnforcementSettings {
     /// The decision for an exec no prefix rule matches.
     pub unmatched_exec: Decision,
     /// The decision for a destination no network or address rule matches.
     pub unmatched_network: Decision,
+    /// The decision for a unix socket no `unix_rule` or built-in entry names (guard-only):
+    /// refused by default, since a server outside the scope acts for whoever connects.
+    pub unmatched_unix: Decision,
     /// Global audit-only mode: every decision is recorded, none is enforced.
     pub audit_only: bool,
     /// The decision for an exec of a file no path names (a memfd, a deleted or O_TMPFILE
@@ -510,6 +514,7 @@ impl Default for EnforcementSettings {
         EnforcementSettings {
             unmatched_exec: Decision::Allow,
             unmatched_network: Decision::Allow,
+            unmatched_unix: Decision::Forbidden,
             audit_only: false,
             anonymous_exec: Decision::Forbidden,
             socket_kinds: SocketKinds::NONE,
@@ -522,6 +527,7 @@ impl Default for EnforcementSettings {
 pub struct EnforcementOverrides {
     pub unmatched_exec: Option<Decision>,
     pub unmatched_network: Option<Decision>,
+    pub unmatched_unix: Option<Decision>,
     pub audit_only: Option<bool>,
     pub anonymous_exec: Option<Decision>,
     pub socket_kinds: Option<SocketKinds>,
@@ -533,6 +539,7 @@ impl EnforcementOverrides {
         EnforcementOverrides {
             unmatched_exec: later.unmatched_exec.or(self.unmatched_exec),
             unmatched_network: later.unmatched_network.or(self.unmatched_network),
+            unmatched_unix: later.unmatched_unix.or(self.unmatched_unix),
             audit_only: later.audit_only.or(self.audit_only),
             anonymous_exec: later.anonymous_exec.or(self.anonymous_exec),
             socket_kinds: later.socket_kinds.or(self.socket_kinds),
@@ -549,6 +556,7 @@ impl EnforcementOverrides {
         EnforcementOverrides {
             unmatched_exec: strongest(self.unmatched_exec, overlay.unmatched_exec),
             unmatched_network: strongest(self.unmatched_network, overlay.unmatched_network),
+            unmatched_unix: strongest(self.unmatched_unix, overlay.unmatched_unix),
             audit_only: overlay.audit_only.or(self.audit_only),
             anonymous_exec: strongest(self.anonymous_exec, overlay.anonymous_exec),
             socket_kinds: match (self.socket_kinds, overlay.socket_kinds) {
@@ -564,6 +572,7 @@ impl EnforcementOverrides {
         EnforcementSettings {
             unmatched_exec: self.unmatched_exec.unwrap_or(defaults.unmatched_exec),
             unmatched_network: self.unmatched_network.unwrap_or(defaults.unmatched_network),
+            unmatched_unix: self.unmatched_unix.unwrap_or(defaults.unmatched_unix),
             audit_only: self.audit_only.unwrap_or(defaults.audit_only),
             anonymous_exec: self.anonymous_exec.unwrap_or(defaults.anonymous_exec),
             socket_kinds: self.socket_kinds.unwrap_or(defaults.socket_kinds),

@@ -9,8 +9,15 @@
 //! lists (so a rule lets a built-in refused socket through), and of two such rules the
 //! stronger decision (allow < prompt < forbidden, as for prefix rules: an overlay cannot
 //! loosen a socket the policy names). What nothing names follows the policy's
-//! `unmatched_network` default; a relative path, which no rule can name (it depends on the
-//! caller's folder), is refused.
+//! `enforcement(unmatched_unix=...)` default, `deny` unless the policy says otherwise (a server
+//! outside the scope acts for whoever connects: a tmux started at any path runs what it is
+//! sent); a relative path, which no rule can name (it depends on the caller's folder), is
+//! refused.
+//!
+//! An allowed name reaches the socket it names only while nothing in the scope can put another
+//! file in its place: `guard run` holds every whole name an allow rule or the built-in list
+//! names in the command's mount namespace (`confine::sockets`), and a built-in entry whose
+//! socket is not there when the policy is compiled is left out (see [`builtin_rules_present`]).
 
 use std::fmt;
 
@@ -85,14 +92,47 @@ pub const BUILTIN_REFUSED: &[(&str, &str)] = &[
     ),
 ];
 
-/// Sockets a scope keeps under a policy whose unmatched network default refuses: logging.
+/// Sockets a scope keeps under the refusing unix default: servers that only take logs or only
+/// answer local lookups, with nothing to run and nothing outside the host to reach. Whole names
+/// only: an allowed prefix would also allow `PREFIX/../any/socket` (the hook reads the name
+/// before the kernel resolves it). Deliberately left out (their clients fall back when the
+/// connect fails): nscd (`/run/nscd/socket`) and systemd-resolved's
+/// `/run/systemd/resolve/io.systemd.Resolve` answer host names past guard's resolver (a name
+/// it refuses, or data carried out in query names); glibc then looks names up itself, through
+/// guard's resolver.
 pub const BUILTIN_ALLOWED: &[(&str, &str)] = &[
-    ("/dev/log", "syslog"),
-    ("/run/systemd/journal/socket", "the journal"),
-    ("/run/systemd/journal/stdout", "the journal"),
+    ("/dev/log", "syslog: takes log lines"),
+    (
+        "/run/systemd/journal/socket",
+        "the journal: takes log lines",
+    ),
+    (
+        "/run/systemd/journal/stdout",
+        "the journal: takes a service's output",
+    ),
     (
         "/run/systemd/journal/dev-log",
-        "the journal's syslog socket",
+        "the journal's syslog socket: takes log lines",
+    ),
+    (
+        "/run/systemd/userdb/io.systemd.Multiplexer",
+        "systemd-userdbd: answers user and group lookups (getpwnam through nss-systemd)",
+    ),
+    (
+        "/run/systemd/userdb/io.systemd.NameServiceSwitch",
+        "systemd-userdbd: answers user and group lookups from NSS",
+    ),
+    (
+        "/run/systemd/userdb/io.systemd.DynamicUser",
+        "systemd: answers lookups of services' dynamic users",
+    ),
+    (
+        "/run/systemd/userdb/io.systemd.Home",
+        "systemd-homed: answers user lookups (managing homes is on D-Bus, refused)",
+    ),
+    (
+        "/run/systemd/userdb/io.systemd.Machine",
+        "systemd-machined: answers user lookups for containers' users",
     ),
 ];
 
@@ -247,6 +287,24 @@ pub fn builtin_rules(user_ids: &[String]) -> Vec<UnixRule> {
     rules
 }
 
+/// [`builtin_rules`] with only the allowed entries whose socket is there now (`present`, given
+/// the path: [`is_socket`] on the host): an allowed name with nothing behind it could be made
+/// by a process in the scope, as a symlink to a refused server, before its own server starts.
+pub fn builtin_rules_present(user_ids: &[String], present: impl Fn(&str) -> bool) -> Vec<UnixRule> {
+    builtin_rules(user_ids)
+        .into_iter()
+        .filter(|rule| {
+            rule.decision != Decision::Allow || present(&address_text(&rule.socket.bytes))
+        })
+        .collect()
+}
+
+/// Whether `path` reaches a unix socket (symlinks followed, as a connect follows them).
+pub fn is_socket(path: &str) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
+}
+
 /// The users with a session folder in `/run/user` now (their uids, as the folders are named).
 pub fn session_user_ids() -> Vec<String> {
     let mut ids: Vec<String> = std::fs::read_dir("/run/user")
@@ -269,7 +327,7 @@ pub enum UnixVerdict<'a> {
     Rule(&'a UnixRule),
     /// A relative path: refused, since no rule can name it.
     Relative,
-    /// Nothing names it: the policy's unmatched network default.
+    /// Nothing names it: the policy's `unmatched_unix` default.
     Unmatched(Decision),
 }
 
@@ -375,6 +433,35 @@ mod tests {
         );
         assert_eq!(decide("@anything"), UnixVerdict::Unmatched(Decision::Allow));
         assert_eq!(decide("docker.sock"), UnixVerdict::Relative);
+    }
+
+    #[test]
+    fn an_allowed_builtin_socket_that_is_not_there_is_left_out() {
+        let present = |path: &str| path == "/dev/log";
+        let rules = builtin_rules_present(&[], present);
+        assert_eq!(
+            decide(&rules, Decision::Forbidden, b"/dev/log").decision(),
+            Decision::Allow
+        );
+        assert_eq!(
+            decide(&rules, Decision::Forbidden, b"/run/systemd/journal/socket"),
+            UnixVerdict::Unmatched(Decision::Forbidden)
+        );
+        // The refused entries stay whatever is there.
+        assert_eq!(
+            decide(&rules, Decision::Allow, b"/run/docker.sock").decision(),
+            Decision::Forbidden
+        );
+    }
+
+    #[test]
+    fn allowed_builtins_are_whole_names() {
+        // A prefix allow would also allow `PREFIX/../any/socket`.
+        for rule in builtin_rules(&[]) {
+            if rule.decision == Decision::Allow {
+                assert!(!rule.socket.prefix, "{}", rule.socket);
+            }
+        }
     }
 
     #[test]

@@ -2086,7 +2086,7 @@ fn policy_show_json_lists_address_rules_and_enforcement() {
     );
     assert_eq!(
         value["enforcement"],
-        json!({"unmatched_exec": "prompt", "unmatched_network": "allow", "anonymous_exec": "forbidden", "audit_only": true, "socket_kinds": []})
+        json!({"unmatched_exec": "prompt", "unmatched_network": "allow", "unmatched_unix": "forbidden", "anonymous_exec": "forbidden", "audit_only": true, "socket_kinds": []})
     );
     assert_eq!(value["prefix_rules"][0]["audit_only"], true);
 
@@ -2096,7 +2096,7 @@ fn policy_show_json_lists_address_rules_and_enforcement() {
     assert_eq!(value["address_rules"], json!([]));
     assert_eq!(
         value["enforcement"],
-        json!({"unmatched_exec": "allow", "unmatched_network": "allow", "anonymous_exec": "forbidden", "audit_only": false, "socket_kinds": []})
+        json!({"unmatched_exec": "allow", "unmatched_network": "allow", "unmatched_unix": "forbidden", "anonymous_exec": "forbidden", "audit_only": false, "socket_kinds": []})
     );
     assert!(value["prefix_rules"][0].get("audit_only").is_none());
 }
@@ -2464,4 +2464,66 @@ fn error_of(out: &Run) -> Value {
     let value: Value = serde_json::from_str(&out.stdout)
         .unwrap_or_else(|err| panic!("stdout is not one JSON value ({err}): {out:?}"));
     value["error"].clone()
+}
+
+#[test]
+fn check_unix_refuses_a_socket_nothing_names_by_default_and_gives_the_rule() {
+    let sandbox = Sandbox::new();
+    let empty = display(&sandbox.write("empty.rules", ""));
+    let out = sandbox.run(["check", "--rules", &empty, "--unix", "/srv/app.sock"]);
+    assert!(
+        out.stdout
+            .starts_with("forbidden  unix socket /srv/app.sock\n")
+            && out
+                .stdout
+                .contains("enforcement(unmatched_unix=...) decides: forbidden")
+            && out.stdout.contains(
+                "add unix_rule(socket=\"/srv/app.sock\", decision=\"allow\") to a rules file"
+            ),
+        "{}",
+        out.stdout
+    );
+    // The network default does not decide unix sockets; unmatched_unix does.
+    let network = display(&sandbox.write(
+        "network.rules",
+        "enforcement(unmatched_network=\"allow\")\n",
+    ));
+    let value = sandbox
+        .run([
+            "check",
+            "--json",
+            "--rules",
+            &network,
+            "--unix",
+            "/srv/app.sock",
+        ])
+        .json();
+    assert_eq!(
+        (&value["decision"], &value["unmatched"]),
+        (&json!("forbidden"), &json!(true))
+    );
+    let allowing = display(&sandbox.write("unix.rules", "enforcement(unmatched_unix=\"allow\")\n"));
+    let value = sandbox
+        .run([
+            "check",
+            "--json",
+            "--rules",
+            &allowing,
+            "--unix",
+            "/srv/app.sock",
+        ])
+        .json();
+    assert_eq!(value["decision"], "allow");
+    // A built-in refused server stays refused under an allowing default.
+    let value = sandbox
+        .run([
+            "check",
+            "--json",
+            "--rules",
+            &allowing,
+            "--unix",
+            "/run/docker.sock",
+        ])
+        .json();
+    assert_eq!(value["decision"], "forbidden");
 }

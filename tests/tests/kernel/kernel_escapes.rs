@@ -493,9 +493,12 @@ fn unix_sockets_are_decided_by_path_and_abstract_name() {
         base.join("closed.dgram"),
     );
     let rules = format!(
-        "unix_rule(socket=\"{closed}\", decision=\"forbidden\", justification=\"not for agents\")\n\
+        "unix_rule(socket=\"{open}\", decision=\"allow\")\n\
+         unix_rule(socket=\"@gt-open-{tag}\", decision=\"allow\")\n\
+         unix_rule(socket=\"{closed}\", decision=\"forbidden\", justification=\"not for agents\")\n\
          unix_rule(socket=\"{dgram}\", decision=\"deny\")\n\
          unix_rule(socket=\"@gt-closed-{tag}*\", decision=\"forbidden\")\n",
+        open = open.display(),
         closed = closed.display(),
         dgram = dgram.display(),
     );
@@ -528,7 +531,7 @@ fn unix_sockets_are_decided_by_path_and_abstract_name() {
             &base
         )
         .contains(": ok"),
-        "an abstract name no rule names follows the default (allow)"
+        "an abstract name a rule allows"
     );
     assert!(
         said(&session, &["unix-connect", &path(&closed)], &base).contains(": EPERM"),
@@ -573,12 +576,12 @@ fn unix_sockets_are_decided_by_path_and_abstract_name() {
 }
 
 #[test]
-fn a_refusing_network_default_refuses_unix_sockets_no_rule_names() {
+fn the_unix_default_refuses_sockets_no_rule_names_whatever_the_network_default() {
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path().to_path_buf();
     let (named, other) = (base.join("named.sock"), base.join("other.sock"));
     let rules = format!(
-        "enforcement(unmatched_network=\"deny\")\n\
+        "enforcement(unmatched_network=\"allow\")\n\
          unix_rule(socket=\"{named}\", decision=\"allow\")\n",
         named = named.display(),
     );

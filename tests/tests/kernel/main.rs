@@ -30,6 +30,7 @@ mod kernel_files;
 mod kernel_net;
 mod kernel_patterns;
 mod kernel_pins;
+mod kernel_unix;
 mod landlock;
 mod loading;
 mod parity;

@@ -15,10 +15,11 @@ use guard::resolve::answers::{AnswerBook, GRACE};
 use guard::resolve::cache::AnswerCache;
 use guard::resolve::names::NamePolicy;
 use guard::resolve::serve::{
-    NameQuery, addresses, fit, read_query, refusal_reply, reply_code, stand_in_reply,
+    NameQuery, NotForwarded, addresses, fit, forwarded_query, read_query, refusal_reply,
+    reply_code, reply_for, stand_in_reply,
 };
 use guard::resolve::stand_ins::{StandIns, is_stand_in_ip};
-use guard::resolve::upstream::read_answer;
+use guard::resolve::upstream::answer_to;
 use guard::resolve::{NameDecision, Refusal};
 use hickory_resolver::proto::op::{Message, MessageType, ResponseCode};
 use hickory_resolver::proto::rr::{RData, RecordType};
@@ -72,18 +73,24 @@ fuzz_target!(|data: &[u8]| {
         name,
     } = match read_query(query_bytes) {
         Ok(read) => read,
-        Err(Some(reply)) => {
-            // FORMERR or NOTIMP, to a query that reads.
-            let query = Message::from_vec(query_bytes).expect("a reply only to a query");
-            let reply = Message::from_vec(&reply).expect("guard's reply reads back");
-            assert_eq!(reply.metadata.id, query.metadata.id);
-            assert_eq!(reply.metadata.message_type, MessageType::Response);
+        Err(NotForwarded::Rejected(rejected)) => {
+            // FORMERR or NOTIMP, to a packet whose header reads as a query's.
+            let id = u16::from_be_bytes([query_bytes[0], query_bytes[1]]);
+            if let Some(reply) = rejected.reply {
+                let reply = Message::from_vec(&reply).expect("guard's reply reads back");
+                assert_eq!(reply.metadata.id, id);
+                assert_eq!(reply.metadata.message_type, MessageType::Response);
+            }
             return;
         }
-        Err(None) => return,
+        Err(NotForwarded::Ignored) => return,
     };
     assert!(!name.ends_with('.'), "{name:?}");
     assert_eq!(name, name.to_ascii_lowercase());
+    // What guard accepts to forward is one question and nothing else of the program's.
+    assert_eq!(query.queries.len(), 1);
+    assert!(query.answers.is_empty() && query.authorities.is_empty());
+    assert!(query.additionals.is_empty() && query.signature.is_none());
 
     let decision = names().decide(&name);
     for (refusal, code) in [
@@ -110,19 +117,38 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 
-    // The upstream server's answer.
+    // What guard sends upstream: its own query, built from the one question.
     let id = query.metadata.id;
-    let Ok(answer) = read_answer(answer_bytes, id) else {
+    let forward = forwarded_query(&query, &question, id);
+    let sent_upstream = forward.to_vec().expect("guard's query writes");
+    let forward = Message::from_vec(&sent_upstream).expect("guard's query reads back");
+    assert_eq!(forward.queries.len(), 1);
+    let asked = forward.queries[0].name().to_ascii();
+    assert_eq!(asked, asked.to_ascii_lowercase());
+    assert!(forward.edns.as_ref().is_some_and(|e| e.options().as_ref().is_empty()));
+
+    // The upstream server's answer (taken when it answers guard's query; the fuzzer's answers
+    // carry the id guard chose and its question, as a server's would).
+    let Ok(answer) = answer_to(answer_bytes, &forward) else {
         return;
     };
-    assert_eq!(answer.metadata.id, id);
     let (addrs, ttl) = addresses(&answer);
-    let sent = fit(&query, &answer, answer_bytes.to_vec(), tcp);
-    if sent != answer_bytes {
-        // Cut to fit the program's UDP buffer: a truncated answer, so it asks again over TCP.
-        let cut = Message::from_vec(&sent).expect("a truncated answer reads back");
-        assert!(cut.metadata.truncation);
-        assert_eq!(cut.metadata.id, id);
+    let reply = reply_for(&query, &answer);
+    assert_eq!(reply.metadata.id, id);
+    assert_eq!(
+        reply.queries[0].name().to_ascii(),
+        question.name().to_ascii(),
+        "the program's question as it wrote it"
+    );
+    assert_eq!(reply.edns.is_some(), query.edns.is_some());
+    if let Ok(bytes) = reply.to_vec() {
+        let sent = fit(&query, &reply, bytes.clone(), tcp);
+        if sent != bytes {
+            // Cut to fit the program's UDP buffer: a truncated answer, so it asks again over TCP.
+            let cut = Message::from_vec(&sent).expect("a truncated answer reads back");
+            assert!(cut.metadata.truncation);
+            assert_eq!(cut.metadata.id, id);
+        }
     }
 
     // Kept for a repeated query, and handed back with the repeat's id.

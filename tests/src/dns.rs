@@ -414,3 +414,103 @@ pub fn ask(server: SocketAddr, name: &str) -> Duration {
     socket.recv_from(&mut buffer).expect("an answer");
     started.elapsed()
 }
+
+/// A name server on 127.0.0.1 (UDP) that keeps the raw bytes of every datagram it receives and
+/// answers each query's first question of type A with `answer` (any other type with no
+/// records): for tests that assert on exactly what reached the upstream. Dropping it stops it.
+pub struct RecordingDns {
+    addr: SocketAddr,
+    received: Arc<Mutex<Vec<Vec<u8>>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl RecordingDns {
+    pub fn start(answer: Ipv4Addr) -> Self {
+        let socket = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
+            .expect("binding the recording DNS server on 127.0.0.1");
+        // Bounded waits, so the thread sees the stop flag.
+        socket
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let addr = socket.local_addr().unwrap();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (kept, stopped) = (received.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut buffer = vec![0u8; 65_535];
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                let Ok((n, from)) = socket.recv_from(&mut buffer) else {
+                    continue;
+                };
+                kept.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(buffer[..n].to_vec());
+                if let Some(reply) = recorded_answer(&buffer[..n], answer) {
+                    let _ = socket.send_to(&reply, from);
+                }
+            }
+        });
+        RecordingDns {
+            addr,
+            received,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every datagram received so far, as it arrived.
+    pub fn received(&self) -> Vec<Vec<u8>> {
+        self.received
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Forgets what was received.
+    pub fn clear(&self) {
+        self.received
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+}
+
+impl Drop for RecordingDns {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The recording server's answer to `bytes`: the query's questions echoed, and an A record
+/// for the first question when it asks for A.
+fn recorded_answer(bytes: &[u8], answer: Ipv4Addr) -> Option<Vec<u8>> {
+    use hickory_server::proto::op::{Message, OpCode};
+    let query = Message::from_vec(bytes).ok()?;
+    let mut reply = Message::response(query.metadata.id, OpCode::Query);
+    reply.metadata.recursion_desired = query.metadata.recursion_desired;
+    reply.metadata.recursion_available = true;
+    reply.add_queries(query.queries.iter().cloned());
+    if let Some(question) = query.queries.first()
+        && question.query_type() == RecordType::A
+    {
+        reply.add_answer(Record::from_rdata(
+            question.name().clone(),
+            60,
+            RData::A(A(answer)),
+        ));
+    }
+    if let Some(edns) = &query.edns {
+        let mut ours = Edns::new();
+        ours.set_max_payload(edns.max_payload().max(512));
+        reply.set_edns(ours);
+    }
+    reply.to_vec().ok()
+}

@@ -289,6 +289,9 @@ fn show_json(loaded: &LoadedPolicy) -> Value {
             "anonymous_exec": enforcement.anonymous_exec.as_str(),
             "audit_only": enforcement.audit_only,
             "socket_kinds": enforcement.socket_kinds,
+            "dns_max_labels": enforcement.dns.max_labels,
+            "dns_max_name_length": enforcement.dns.max_name_length,
+            "dns_wildcard_lookups_per_second": enforcement.dns.wildcard_lookups_per_second,
         },
         "sandbox": policy.sandbox(),
         "sandbox_modes_held": crate::confine::sandbox::support(),
@@ -521,6 +524,15 @@ fn show_text(loaded: &LoadedPolicy) {
             kinds.join(", ")
         },
         default_mark(overrides.socket_kinds.is_some())
+    );
+    println!(
+        "  wildcard names:    at most {} labels{}, {} characters{}, {} lookups a second{}",
+        enforcement.dns.max_labels,
+        default_mark(overrides.dns_max_labels.is_some()),
+        enforcement.dns.max_name_length,
+        default_mark(overrides.dns_max_name_length.is_some()),
+        enforcement.dns.wildcard_lookups_per_second,
+        default_mark(overrides.dns_wildcard_lookups_per_second.is_some()),
     );
     let support = crate::confine::sandbox::support();
     match policy.sandbox() {

@@ -273,6 +273,7 @@ fn enforcement_defaults_never_lock_anyone_out() {
             // under `unmatched_exec="deny"`.
             anonymous_exec: Decision::Forbidden,
             socket_kinds: SocketKinds::NONE,
+            dns: crate::policy::DnsCaps::DEFAULT,
         }
     );
     assert_eq!(policy.enforcement(), EnforcementSettings::default());
@@ -301,6 +302,7 @@ enforcement()
             audit_only: true,
             anonymous_exec: Decision::Forbidden,
             socket_kinds: SocketKinds::NONE,
+            dns: crate::policy::DnsCaps::DEFAULT,
         }
     );
     let later = parse(
@@ -320,6 +322,7 @@ enforcement(anonymous_exec="prompt", unmatched_unix="prompt")
             audit_only: false,
             anonymous_exec: Decision::Prompt,
             socket_kinds: SocketKinds::NONE,
+            dns: crate::policy::DnsCaps::DEFAULT,
         }
     );
     // Several files parsed by one parser: later files override earlier keys too.
@@ -457,6 +460,7 @@ enforcement(unmatched_exec="allow", unmatched_network="deny")
             audit_only: true,
             anonymous_exec: Decision::Forbidden,
             socket_kinds: SocketKinds::NONE,
+            dns: crate::policy::DnsCaps::DEFAULT,
         }
     );
     // An overlay that sets audit_only decides it.
@@ -476,4 +480,40 @@ fn reference_files_keep_their_meaning() {
     assert!(policy.address_rules().is_empty());
     assert_eq!(policy.enforcement(), EnforcementSettings::default());
     assert!(policy.prefix_rules().iter().all(|rule| !rule.audit_only));
+}
+
+#[test]
+fn the_dns_caps_are_set_per_key_checked_and_an_overlay_only_lowers_them() {
+    let policy = parse("enforcement(dns_max_labels=4)\nenforcement(dns_max_name_length=60)\n");
+    let caps = policy.enforcement().dns;
+    assert_eq!((caps.max_labels, caps.max_name_length), (4, 60));
+    assert_eq!(
+        caps.wildcard_lookups_per_second,
+        crate::policy::DnsCaps::DEFAULT.wildcard_lookups_per_second
+    );
+    for bad in [
+        "enforcement(dns_max_labels=0)",
+        "enforcement(dns_max_labels=128)",
+        "enforcement(dns_max_name_length=254)",
+        "enforcement(dns_wildcard_lookups_per_second=\"10\")",
+    ] {
+        let err = parse_err(bad);
+        assert!(
+            err.contains("must be a whole number from 1 to"),
+            "{bad}: {err}"
+        );
+        assert!(err.contains("k.rules"), "{bad}: {err}");
+    }
+    let base = EnforcementOverrides {
+        dns_max_labels: Some(8),
+        ..Default::default()
+    };
+    let overlay = EnforcementOverrides {
+        dns_max_labels: Some(20),
+        dns_max_name_length: Some(50),
+        ..Default::default()
+    };
+    let merged = base.overlaid_by(overlay);
+    assert_eq!(merged.dns_max_labels, Some(8), "an overlay cannot loosen");
+    assert_eq!(merged.dns_max_name_length, Some(50));
 }

@@ -32,7 +32,7 @@ pub use examples::render_example;
 pub use model::{LegacyPolicy, NetworkDomains, NetworkHost, Policy};
 pub use parser::PolicyParser;
 pub use rule::{
-    AddressRule, AddressTarget, Decision, EnforcementOverrides, EnforcementSettings,
+    AddressRule, AddressTarget, Decision, DnsCaps, EnforcementOverrides, EnforcementSettings,
     NetworkProtocol, NetworkRule, PatternToken, PrefixPattern, PrefixRule, RuleId, RuleKind,
     RuleMatch, RuleOrigin, SocketKinds, Transport,
 };

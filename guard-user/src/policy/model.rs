@@ -347,6 +347,11 @@ impl Policy {
             audit_only: None,
             anonymous_exec: Some(Decision::Allow),
             socket_kinds: Some(super::rule::SocketKinds::all()),
+            dns_max_labels: Some(super::rule::DnsCaps::NONE.max_labels),
+            dns_max_name_length: Some(super::rule::DnsCaps::NONE.max_name_length),
+            dns_wildcard_lookups_per_second: Some(
+                super::rule::DnsCaps::NONE.wildcard_lookups_per_second,
+            ),
         };
         self.enforcement = unset.then(self.enforcement);
         self

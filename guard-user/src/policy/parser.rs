@@ -474,6 +474,30 @@ fn parse_socket_kinds(value: Option<Value<'_>>) -> Result<Option<SocketKinds>> {
 }
 
 /// `audit_only=` of `enforcement`: `None`, `True` or `False`.
+/// A cap of `enforcement` (`dns_max_labels=` ...): `None` or a whole number from 1 to `most`.
+fn parse_cap<T: TryFrom<i32> + Into<u64> + Copy>(
+    key: &str,
+    value: Option<Value<'_>>,
+    most: T,
+) -> Result<Option<T>> {
+    let Some(value) = given(value) else {
+        return Ok(None);
+    };
+    value
+        .unpack_i32()
+        .filter(|n| *n >= 1)
+        .and_then(|n| T::try_from(n).ok())
+        .filter(|n| (*n).into() <= most.into())
+        .map(Some)
+        .ok_or_else(|| {
+            PolicyError::InvalidRule(format!(
+                "enforcement {key} must be a whole number from 1 to {} (got {})",
+                most.into(),
+                value.to_repr()
+            ))
+        })
+}
+
 fn parse_enforcement_audit_only(value: Option<Value<'_>>) -> Result<Option<bool>> {
     let Some(value) = given(value) else {
         return Ok(None);
@@ -779,9 +803,12 @@ fn guard_builtins(globals: &mut GlobalsBuilder) {
     }
 
     /// `enforcement(unmatched_exec=None, unmatched_network=None, audit_only=None,
-    /// anonymous_exec=None, socket_kinds=None, unmatched_unix=None)`: what the kernel does where no rule speaks, and
-    /// global audit-only mode. Each call sets only the keys it gives (`None` is "not given"); a later call
-    /// overrides earlier keys.
+    /// anonymous_exec=None, socket_kinds=None, unmatched_unix=None, dns_max_labels=None,
+    /// dns_max_name_length=None, dns_wildcard_lookups_per_second=None)`: what the kernel does
+    /// where no rule speaks, global audit-only mode, and what guard's resolver forwards under a
+    /// host pattern. Each call sets only the keys it gives (`None` is "not given"); a later call
+    /// overrides earlier keys. A builtin takes its keyword arguments as parameters, one per key.
+    #[allow(clippy::too_many_arguments)]
     fn enforcement<'v>(
         unmatched_exec: Option<Value<'v>>,
         unmatched_network: Option<Value<'v>>,
@@ -789,8 +816,12 @@ fn guard_builtins(globals: &mut GlobalsBuilder) {
         #[starlark(require = named)] anonymous_exec: Option<Value<'v>>,
         #[starlark(require = named)] socket_kinds: Option<Value<'v>>,
         #[starlark(require = named)] unmatched_unix: Option<Value<'v>>,
+        #[starlark(require = named)] dns_max_labels: Option<Value<'v>>,
+        #[starlark(require = named)] dns_max_name_length: Option<Value<'v>>,
+        #[starlark(require = named)] dns_wildcard_lookups_per_second: Option<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<NoneType> {
+        let none = crate::policy::rule::DnsCaps::NONE;
         let later = EnforcementOverrides {
             unmatched_exec: parse_enforcement_decision("unmatched_exec", unmatched_exec)?,
             unmatched_network: parse_enforcement_decision("unmatched_network", unmatched_network)?,
@@ -798,6 +829,17 @@ fn guard_builtins(globals: &mut GlobalsBuilder) {
             audit_only: parse_enforcement_audit_only(audit_only)?,
             anonymous_exec: parse_enforcement_decision("anonymous_exec", anonymous_exec)?,
             socket_kinds: parse_socket_kinds(socket_kinds)?,
+            dns_max_labels: parse_cap("dns_max_labels", dns_max_labels, none.max_labels)?,
+            dns_max_name_length: parse_cap(
+                "dns_max_name_length",
+                dns_max_name_length,
+                none.max_name_length,
+            )?,
+            dns_wildcard_lookups_per_second: parse_cap(
+                "dns_wildcard_lookups_per_second",
+                dns_wildcard_lookups_per_second,
+                none.wildcard_lookups_per_second,
+            )?,
         };
         let mut builder = policy_builder(eval);
         builder.enforcement = builder.enforcement.then(later);

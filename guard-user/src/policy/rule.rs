@@ -453,6 +453,39 @@ pub struct EnforcementSettings {
     /// The IP socket kinds no connect hook decides that a scoped process may create (raw,
     /// ping, UDP-Lite, SCTP, other); none by default.
     pub socket_kinds: SocketKinds,
+    /// What guard's resolver forwards of a name only a host pattern (`*.example.com`) allows.
+    pub dns: DnsCaps,
+}
+
+/// The caps on names guard's resolver forwards because a host pattern covers them (and no rule
+/// names them exactly): such a name's labels are the asker's to choose, so they can carry data
+/// to whoever answers for the pattern's domain. Past a cap the lookup is refused and recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct DnsCaps {
+    /// Labels of the whole name (`a.b.example.com`: 4).
+    pub max_labels: u8,
+    /// Characters of the name, without the trailing dot.
+    pub max_name_length: u16,
+    /// Lookups sent upstream per second under one pattern (answers from the cache do not
+    /// count: they do not leave the host).
+    pub wildcard_lookups_per_second: u32,
+}
+
+impl DnsCaps {
+    /// The defaults: far above the names and lookup rates programs use (a CDN or cloud name
+    /// has 3 to 6 labels and fewer than 80 characters), and a bound on what one pattern
+    /// carries out.
+    pub const DEFAULT: DnsCaps = DnsCaps {
+        max_labels: 10,
+        max_name_length: 128,
+        wildcard_lookups_per_second: 100,
+    };
+    /// What DNS itself allows (no cap): 127 labels, 253 characters.
+    pub const NONE: DnsCaps = DnsCaps {
+        max_labels: 127,
+        max_name_length: 253,
+        wildcard_lookups_per_second: 1_000_000,
+    };
 }
 
 /// A set of socket kinds (`guard_common::sockets::kind` bits), as `enforcement(socket_kinds=
@@ -518,6 +551,7 @@ impl Default for EnforcementSettings {
             audit_only: false,
             anonymous_exec: Decision::Forbidden,
             socket_kinds: SocketKinds::NONE,
+            dns: DnsCaps::DEFAULT,
         }
     }
 }
@@ -531,6 +565,9 @@ pub struct EnforcementOverrides {
     pub audit_only: Option<bool>,
     pub anonymous_exec: Option<Decision>,
     pub socket_kinds: Option<SocketKinds>,
+    pub dns_max_labels: Option<u8>,
+    pub dns_max_name_length: Option<u16>,
+    pub dns_wildcard_lookups_per_second: Option<u32>,
 }
 
 impl EnforcementOverrides {
@@ -543,11 +580,17 @@ impl EnforcementOverrides {
             audit_only: later.audit_only.or(self.audit_only),
             anonymous_exec: later.anonymous_exec.or(self.anonymous_exec),
             socket_kinds: later.socket_kinds.or(self.socket_kinds),
+            dns_max_labels: later.dns_max_labels.or(self.dns_max_labels),
+            dns_max_name_length: later.dns_max_name_length.or(self.dns_max_name_length),
+            dns_wildcard_lookups_per_second: later
+                .dns_wildcard_lookups_per_second
+                .or(self.dns_wildcard_lookups_per_second),
         }
     }
 
     /// An overlay on top of a base: it can only tighten the unmatched decisions (strongest of
-    /// both); `audit_only` is the base's unless the overlay sets it.
+    /// both) and the DNS caps (the lower of both); `audit_only` is the base's unless the
+    /// overlay sets it.
     pub fn overlaid_by(self, overlay: EnforcementOverrides) -> Self {
         let strongest = |base: Option<Decision>, over: Option<Decision>| match (base, over) {
             (Some(a), Some(b)) => Some(a.strongest(b)),
@@ -563,6 +606,12 @@ impl EnforcementOverrides {
                 (Some(a), Some(b)) => Some(a.within(b)),
                 (a, b) => a.or(b),
             },
+            dns_max_labels: lowest(self.dns_max_labels, overlay.dns_max_labels),
+            dns_max_name_length: lowest(self.dns_max_name_length, overlay.dns_max_name_length),
+            dns_wildcard_lookups_per_second: lowest(
+                self.dns_wildcard_lookups_per_second,
+                overlay.dns_wildcard_lookups_per_second,
+            ),
         }
     }
 
@@ -576,7 +625,24 @@ impl EnforcementOverrides {
             audit_only: self.audit_only.unwrap_or(defaults.audit_only),
             anonymous_exec: self.anonymous_exec.unwrap_or(defaults.anonymous_exec),
             socket_kinds: self.socket_kinds.unwrap_or(defaults.socket_kinds),
+            dns: DnsCaps {
+                max_labels: self.dns_max_labels.unwrap_or(defaults.dns.max_labels),
+                max_name_length: self
+                    .dns_max_name_length
+                    .unwrap_or(defaults.dns.max_name_length),
+                wildcard_lookups_per_second: self
+                    .dns_wildcard_lookups_per_second
+                    .unwrap_or(defaults.dns.wildcard_lookups_per_second),
+            },
         }
+    }
+}
+
+/// The lower of two caps, where either is set.
+fn lowest<T: Ord>(base: Option<T>, over: Option<T>) -> Option<T> {
+    match (base, over) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

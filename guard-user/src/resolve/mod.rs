@@ -29,6 +29,7 @@
 
 pub mod answers;
 pub mod cache;
+pub mod caps;
 pub mod hosts_file;
 pub mod known;
 pub mod lookup;

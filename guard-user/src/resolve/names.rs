@@ -12,9 +12,9 @@
 use crate::policy::Policy;
 use std::collections::HashMap;
 
-use crate::policy::host::{HostPattern, domains_of, host_covers};
+use crate::policy::host::{HostPattern, domains_of, host_covers, is_host_pattern};
 use crate::policy::render::{address_rule_text, network_rule_text};
-use crate::policy::rule::{AddressTarget, Decision, RuleOrigin, Transport};
+use crate::policy::rule::{AddressTarget, Decision, DnsCaps, RuleOrigin, Transport};
 
 /// What the resolver does with a query for a name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +51,8 @@ pub struct NamePolicy {
     rules: std::sync::Arc<NameRules>,
     /// The policy's `unmatched_network`: a name no rule covers is refused unless it is allow.
     unmatched: Decision,
+    /// What a host pattern forwards ([`super::caps`]).
+    caps: DnsCaps,
 }
 
 /// The rules, indexed so that a query looks at the rules that can cover its name only: a
@@ -78,6 +80,16 @@ impl NameRules {
         }
         indexed.rules = rules;
         indexed
+    }
+
+    /// The first pattern rule that covers `name`, when no rule names it exactly.
+    fn pattern_only(&self, name: &str) -> Option<&NameRule> {
+        if self.by_name.contains_key(name) {
+            return None;
+        }
+        self.covering(name)
+            .into_iter()
+            .find(|rule| is_host_pattern(&rule.host))
     }
 
     /// The rules that cover `name`, in policy order.
@@ -127,6 +139,7 @@ impl NamePolicy {
         NamePolicy {
             rules: std::sync::Arc::new(NameRules::new(rules)),
             unmatched: policy.enforcement().unmatched_network,
+            caps: policy.enforcement().dns,
         }
     }
 
@@ -135,7 +148,14 @@ impl NamePolicy {
         NamePolicy {
             rules: std::sync::Arc::default(),
             unmatched: Decision::Allow,
+            caps: DnsCaps::NONE,
         }
+    }
+
+    /// For a name only a host pattern lets out (no rule names it exactly: its labels are the
+    /// asker's to choose), that pattern's rule and the caps on what it forwards.
+    pub fn under_pattern(&self, name: &str) -> Option<(&NameRule, DnsCaps)> {
+        self.rules.pattern_only(name).map(|rule| (rule, self.caps))
     }
 
     /// `name` normalised (lower case, no trailing dot). A forbidding rule that decides the whole
@@ -254,5 +274,22 @@ network_rule(host="x.other.test", protocol="https", decision="deny")
         // Under prompt it is held on the host too: answered with a stand-in, not forwarded.
         let policy = names("enforcement(unmatched_network=\"prompt\")\n");
         assert_eq!(policy.decide("c2VjcmV0.exfil.test"), NameDecision::Held);
+    }
+
+    #[test]
+    fn a_name_only_a_pattern_covers_is_under_the_patterns_caps() {
+        let policy = names(
+            "enforcement(dns_max_labels=5)\n\
+             address_rule(addresses=[\"*.wild.test\"], decision=\"allow\")\n\
+             network_rule(host=\"api.wild.test\", protocol=\"https\", decision=\"allow\")\n",
+        );
+        let (rule, caps) = policy.under_pattern("data.wild.test").unwrap();
+        assert_eq!(&*rule.host, "*.wild.test");
+        assert_eq!(caps.max_labels, 5);
+        assert_eq!(caps.max_name_length, DnsCaps::DEFAULT.max_name_length);
+        // A name a rule names exactly carries nothing of the asker's; one no rule covers is
+        // decided by the unmatched default.
+        assert!(policy.under_pattern("api.wild.test").is_none());
+        assert!(policy.under_pattern("example.org").is_none());
     }
 }

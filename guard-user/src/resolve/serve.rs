@@ -1,21 +1,26 @@
 //! The listeners and one query's way through the resolver (the steps are in the module above).
-//! The steps that only read and write messages ([`read_query`], [`refusal_reply`],
-//! [`stand_in_reply`], [`addresses`], [`fit`]) are functions of their own, without I/O: the
+//! The steps that only read and write messages ([`read_query`], [`forwarded_query`],
+//! [`reply_for`], [`refusal_reply`], [`stand_in_reply`], [`addresses`], [`fit`]) are functions
+//! of their own, without I/O: the
 //! resolver fuzz target (`fuzz/fuzz_targets/resolver.rs`) runs them on arbitrary packets.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use hickory_resolver::proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_resolver::proto::op::{
+    Edns, Header, Message, MessageType, OpCode, Query, ResponseCode,
+};
 use hickory_resolver::proto::rr::rdata::A;
 use hickory_resolver::proto::rr::{RData, Record, RecordType};
+use hickory_resolver::proto::serialize::binary::{BinDecodable, BinDecoder};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::{Semaphore, oneshot};
 use tokio::time::timeout;
 
 use super::cache::AnswerCache;
+use super::caps::{self, PatternRates};
 use super::names::{NameDecision, NamePolicy};
 use super::stand_ins::StandIns;
 use super::stats::{Outcome, ResolverStats};
@@ -35,6 +40,8 @@ pub struct Shared {
     events: super::EventSink,
     cache: Mutex<AnswerCache>,
     stand_ins: Mutex<StandIns>,
+    /// Lookups sent upstream under each host pattern this second ([`caps`]).
+    rates: Mutex<PatternRates>,
     in_flight: Arc<Semaphore>,
     /// Queries by outcome and their latency (the daemon's metrics read them).
     pub stats: Arc<ResolverStats>,
@@ -52,6 +59,7 @@ impl Shared {
             events,
             cache: Mutex::new(AnswerCache::default()),
             stand_ins: Mutex::new(StandIns::default()),
+            rates: Mutex::new(PatternRates::default()),
             in_flight: Arc::new(Semaphore::new(IN_FLIGHT)),
             stats: Arc::default(),
         }
@@ -141,32 +149,186 @@ async fn tcp_connection(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Sha
 /// A packet from a scope, read ([`read_query`]): a query for a name, to decide.
 pub struct NameQuery {
     pub query: Message,
-    /// The first question (the one a resolver answers).
+    /// Its one question.
     pub question: Query,
     /// Its name as the policy reads it: lower case, no trailing dot.
     pub name: String,
 }
 
-/// Reads a packet a program sent to the resolver, without I/O: a query for a name (`Ok`), or
-/// what goes back at once (`Err`): `Some` reply (FORMERR for a query without a question,
-/// NOTIMP for another opcode) or `None`, nothing (not a DNS query).
-pub fn read_query(bytes: &[u8]) -> Result<NameQuery, Option<Vec<u8>>> {
-    let query = Message::from_vec(bytes).map_err(|_| None)?;
+/// A packet guard does not decide ([`read_query`]).
+#[derive(Debug)]
+pub enum NotForwarded {
+    /// Not a DNS query: nothing goes back (a reply to a reply could loop).
+    Ignored,
+    /// A query guard does not forward: FORMERR or NOTIMP goes back, and a record.
+    Rejected(Rejected),
+}
+
+/// A query guard answers with FORMERR or NOTIMP.
+#[derive(Debug)]
+pub struct Rejected {
+    pub reply: Option<Vec<u8>>,
+    /// `FORMERR` or `NOTIMP`.
+    pub answer: &'static str,
+    /// Its first question's name (normalised) and type, empty without one.
+    pub name: String,
+    pub query_type: String,
+    /// Why, for the record.
+    pub why: String,
+}
+
+/// Reads a packet a program sent to the resolver, without I/O: a query of exactly one question
+/// and nothing else (no records but one OPT in the additional section, no bytes after the
+/// message), or why not. guard forwards a query it builds from that question alone
+/// ([`forwarded_query`]), so anything else the packet carries could only be meant for the
+/// upstream server, past the policy: such a query gets FORMERR, never forwarded.
+pub fn read_query(bytes: &[u8]) -> Result<NameQuery, NotForwarded> {
+    let mut decoder = BinDecoder::new(bytes);
+    let query = match Message::read(&mut decoder) {
+        Ok(query) => query,
+        Err(err) => {
+            // A header that reads is a query to answer, FORMERR; less is not a DNS query.
+            let header =
+                Header::read(&mut BinDecoder::new(bytes)).map_err(|_| NotForwarded::Ignored)?;
+            if header.metadata.message_type != MessageType::Query {
+                return Err(NotForwarded::Ignored);
+            }
+            let mut reply = Message::error_msg(
+                header.metadata.id,
+                header.metadata.op_code,
+                ResponseCode::FormErr,
+            );
+            reply.metadata.recursion_desired = header.metadata.recursion_desired;
+            reply.metadata.recursion_available = true;
+            return Err(NotForwarded::Rejected(Rejected {
+                reply: reply.to_vec().ok(),
+                answer: "FORMERR",
+                name: String::new(),
+                query_type: String::new(),
+                why: not_forwarded(&format!("it does not parse ({err})")),
+            }));
+        }
+    };
     if query.metadata.message_type != MessageType::Query {
-        return Err(None);
+        return Err(NotForwarded::Ignored);
     }
-    let Some(question) = query.queries.first().cloned() else {
-        return Err(reply_code(&query, ResponseCode::FormErr));
+    let (name, query_type) = query.queries.first().map_or_else(Default::default, |q| {
+        (normalise(&q.name().to_ascii()), q.query_type().to_string())
+    });
+    let rejected = |code: ResponseCode, answer, why: String| {
+        NotForwarded::Rejected(Rejected {
+            reply: reply_code(&query, code),
+            answer,
+            name: name.clone(),
+            query_type: query_type.clone(),
+            why: not_forwarded(&why),
+        })
     };
     if query.metadata.op_code != OpCode::Query {
-        return Err(reply_code(&query, ResponseCode::NotImp));
+        let why = format!("opcode {:?}", query.metadata.op_code);
+        return Err(rejected(ResponseCode::NotImp, "NOTIMP", why));
     }
-    let name = normalise(&question.name().to_ascii());
+    let extra = [
+        ("answer", query.answers.len()),
+        ("authority", query.authorities.len()),
+        ("additional", query.additionals.len()),
+    ];
+    let why = if query.queries.len() != 1 {
+        Some(format!("{} questions", query.queries.len()))
+    } else if let Some((section, n)) = extra.iter().find(|(_, n)| *n > 0) {
+        Some(format!("{n} records in its {section} section"))
+    } else if query.signature.is_some() {
+        Some("a signature".to_string())
+    } else if !decoder.is_empty() {
+        Some(format!("{} bytes after the message", decoder.len()))
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        return Err(rejected(ResponseCode::FormErr, "FORMERR", why));
+    }
+    let question = query.queries[0].clone();
     Ok(NameQuery {
         query,
         question,
         name,
     })
+}
+
+/// The record's text for a query guard does not forward.
+fn not_forwarded(why: &str) -> String {
+    format!(
+        "a query guard's resolver does not forward (one question, no records but one OPT, \
+         nothing after it): {why}"
+    )
+}
+
+/// The EDNS payload guard offers: its upstream answers fit (4 KiB is taken), and what does not
+/// fit a program's own buffer is truncated for it ([`fit`]).
+const EDNS_PAYLOAD: u16 = 1232;
+
+/// guard's own EDNS: its payload size and the DNSSEC OK bit, no options.
+fn guard_edns(dnssec_ok: bool) -> Edns {
+    let mut edns = Edns::new();
+    edns.set_max_payload(EDNS_PAYLOAD);
+    edns.set_version(0);
+    edns.set_dnssec_ok(dnssec_ok);
+    edns
+}
+
+/// The DNSSEC OK bit of a message's EDNS.
+pub fn dnssec_ok(message: &Message) -> bool {
+    message.edns.as_ref().is_some_and(|e| e.flags().dnssec_ok)
+}
+
+/// The query guard sends upstream for `query`'s `question`, built from the question alone: id
+/// `id` (not the program's), the name in lower case, recursion desired, guard's own EDNS. Of
+/// the program's packet only the DNSSEC OK and checking-disabled bits go on (a validating stub
+/// needs them); its EDNS options, the name's letter case and everything else stay on the host.
+pub fn forwarded_query(query: &Message, question: &Query, id: u16) -> Message {
+    let mut forward = Message::new(id, MessageType::Query, OpCode::Query);
+    forward.metadata.recursion_desired = true;
+    forward.metadata.checking_disabled = query.metadata.checking_disabled;
+    let mut asked = Query::query(question.name().to_lowercase(), question.query_type());
+    asked.set_query_class(question.query_class());
+    forward.add_query(asked);
+    forward.set_edns(guard_edns(dnssec_ok(query)));
+    forward
+}
+
+/// The reply to the program's `query` from `answer` (the upstream server's, or the cache's):
+/// the answer's code and records under the program's id and question as it wrote it (the
+/// name's letter case restored, in the records that carry the name too), with guard's EDNS
+/// when the program sent EDNS and none when it did not (the server's options stay here).
+pub fn reply_for(query: &Message, answer: &Message) -> Message {
+    let mut reply = answer.clone();
+    reply.metadata.id = query.metadata.id;
+    reply.metadata.recursion_desired = query.metadata.recursion_desired;
+    reply.metadata.checking_disabled = query.metadata.checking_disabled;
+    reply.queries = query.queries.clone();
+    if let Some(asked) = query.queries.first().map(Query::name) {
+        for record in reply
+            .answers
+            .iter_mut()
+            .chain(reply.authorities.iter_mut())
+            .chain(reply.additionals.iter_mut())
+            .filter(|record| record.name == *asked)
+        {
+            record.name = asked.clone();
+        }
+    }
+    reply.edns = query.edns.as_ref().map(|_| guard_edns(dnssec_ok(answer)));
+    reply.signature = None;
+    reply
+}
+
+/// A fresh id for a forwarded query, so an upstream (or a listener on the path) sees nothing
+/// the program chose.
+fn new_id() -> u16 {
+    let mut id = [0u8; 2];
+    // SAFETY: a 2-byte write into `id`; a short or failed read leaves zeros (still a valid id).
+    unsafe { libc::getrandom(id.as_mut_ptr().cast(), id.len(), 0) };
+    u16::from_ne_bytes(id)
 }
 
 /// The reply to one query from `asker` (`None`: not a query; nothing is sent back), counted
@@ -196,39 +358,55 @@ async fn reply_to(
         name,
     } = match read_query(bytes) {
         Ok(read) => read,
-        Err(reply) => return reply,
+        Err(NotForwarded::Ignored) => return None,
+        Err(NotForwarded::Rejected(rejected)) => {
+            let process = process_of(asker).await;
+            let _ = shared.events.send(ResolverEvent::Refused(RefusedName {
+                name: rejected.name,
+                query_type: rejected.query_type,
+                answer: rejected.answer,
+                rule: rejected.why,
+                file: None,
+                line: None,
+                process,
+            }));
+            return rejected.reply;
+        }
     };
-    let id = query.metadata.id;
-    let decision = shared
+    let (decision, pattern) = shared
         .names
         .read()
-        .map(|names| names.decide(&name))
-        .unwrap_or(NameDecision::Unknown);
+        .map(|names| {
+            let pattern = names
+                .under_pattern(&name)
+                .map(|(rule, caps)| (rule.clone(), caps));
+            (names.decide(&name), pattern)
+        })
+        .unwrap_or((NameDecision::Unknown, None));
     if let NameDecision::Refuse(rule) = &decision {
         *outcome = Outcome::Refused;
-        let refusal = shared.config.refusal;
-        let process = process_of(asker).await;
-        let _ = shared.events.send(ResolverEvent::Refused(RefusedName {
-            name,
-            query_type: question.query_type().to_string(),
-            answer: refusal.as_str(),
-            rule: rule.text.clone(),
-            file: rule.origin.as_ref().map(|o| o.file.to_string()),
-            line: rule.origin.as_ref().map(|o| o.line),
-            process,
-        }));
-        return refusal_reply(&query, refusal);
+        let why = (rule.text.clone(), rule.origin.clone());
+        return refuse(shared, &query, &question, name, why, asker).await;
     }
     if decision == NameDecision::Held {
         *outcome = Outcome::StandIn;
         return stand_in_answer(shared, &query, name, asker).await;
     }
-    let dnssec_ok = query.edns.as_ref().is_some_and(|e| e.flags().dnssec_ok);
+    // A name only a pattern lets out: its labels are the asker's, so its shape is capped.
+    if let Some((rule, caps)) = &pattern {
+        let labels = usize::from(question.name().num_labels());
+        if let Some(past) = caps::shape(*caps, labels, name.len()) {
+            *outcome = Outcome::Capped;
+            let why = (past.text(rule), rule.origin.clone());
+            return refuse(shared, &query, &question, name, why, asker).await;
+        }
+    }
+    let dnssec_ok = dnssec_ok(&query);
     let cached = shared
         .cache
         .lock()
         .ok()
-        .and_then(|c| c.get(&question, dnssec_ok, id, Instant::now()));
+        .and_then(|c| c.get(&question, dnssec_ok, query.metadata.id, Instant::now()));
     // A kept answer's addresses were put in force before it was first answered, and stay there
     // past its TTL (plus a grace period), for the scope that asked then. An owner with a book
     // per scope gets them again for this asker's scope: found by the socket's cookie (one
@@ -246,16 +424,28 @@ async fn reply_to(
             }
         }
         *outcome = Outcome::Cached;
-        return message
-            .to_vec()
-            .ok()
-            .map(|bytes| fit(&query, &message, bytes, tcp));
+        return encode_reply(&query, &message, tcp);
+    }
+    // Only what leaves the host counts against a pattern's lookups a second.
+    if let Some((rule, caps)) = &pattern {
+        let limit = caps.wildcard_lookups_per_second;
+        let admitted = shared
+            .rates
+            .lock()
+            .is_ok_and(|mut rates| rates.admit(&rule.host, limit, Instant::now()));
+        if !admitted {
+            *outcome = Outcome::Capped;
+            let past = caps::Exceeded::LookupsPerSecond { limit };
+            let why = (past.text(rule), rule.origin.clone());
+            return refuse(shared, &query, &question, name, why, asker).await;
+        }
     }
     // Who asked is looked up while upstream answers: the record of a name that left the host
     // names the process that sent it.
     let looked_up = spawn_process_of(asker);
     *outcome = Outcome::Failed;
-    let (bytes, message) = match upstream::exchange(shared.config.upstream, bytes, id, tcp).await {
+    let forward = forwarded_query(&query, &question, new_id());
+    let message = match upstream::exchange(shared.config.upstream, &forward, tcp).await {
         Ok(answer) => answer,
         Err(err) => {
             let _ = shared.events.send(ResolverEvent::UpstreamFailed {
@@ -275,7 +465,40 @@ async fn reply_to(
     if let Ok(mut cache) = shared.cache.lock() {
         cache.put(&question, dnssec_ok, &message, answered_ttl);
     }
-    Some(fit(&query, &message, bytes, tcp))
+    encode_reply(&query, &message, tcp)
+}
+
+/// `answer` as the reply to the program's `query` ([`reply_for`]), encoded and cut to its
+/// buffer ([`fit`]).
+fn encode_reply(query: &Message, answer: &Message, tcp: bool) -> Option<Vec<u8>> {
+    let reply = reply_for(query, answer);
+    let bytes = reply.to_vec().ok()?;
+    Some(fit(query, &reply, bytes, tcp))
+}
+
+/// Refuses `query` (REFUSED or NXDOMAIN, as configured) and records why: `why` is the rule's
+/// text and where it is written.
+async fn refuse(
+    shared: &Shared,
+    query: &Message,
+    question: &Query,
+    name: String,
+    why: (String, Option<crate::policy::RuleOrigin>),
+    asker: peer::QuerySocket,
+) -> Option<Vec<u8>> {
+    let refusal = shared.config.refusal;
+    let process = process_of(asker).await;
+    let (rule, origin) = why;
+    let _ = shared.events.send(ResolverEvent::Refused(RefusedName {
+        name,
+        query_type: question.query_type().to_string(),
+        answer: refusal.as_str(),
+        rule,
+        file: origin.as_ref().map(|o| o.file.to_string()),
+        line: origin.as_ref().map(|o| o.line),
+        process,
+    }));
+    refusal_reply(query, refusal)
 }
 
 /// What the owner is told of `message`, an answer to `question` (who asked is filled in by the
@@ -435,3 +658,7 @@ pub fn reply_code(query: &Message, code: ResponseCode) -> Option<Vec<u8>> {
 fn normalise(name: &str) -> String {
     name.trim_end_matches('.').to_ascii_lowercase()
 }
+
+#[cfg(test)]
+#[path = "serve_tests.rs"]
+mod tests;

@@ -10,6 +10,9 @@ use std::time::Duration;
 pub enum Outcome {
     /// A name the policy forbids (or none names): REFUSED or NXDOMAIN, never sent on.
     Refused,
+    /// A name only a host pattern lets out, past one of the policy's caps on such names
+    /// (labels, length, lookups a second): refused, never sent on.
+    Capped,
     /// A name held on the host: its stand-in address (or no records).
     StandIn,
     /// From the cache of earlier answers.
@@ -19,15 +22,17 @@ pub enum Outcome {
     /// The upstream server did not answer, or the answer's addresses were not put in force in
     /// time: SERVFAIL.
     Failed,
-    /// Not a query guard answers (not parsed, no question, another opcode).
+    /// Not a query guard forwards: FORMERR (not parsed, not one question, records besides one
+    /// OPT, bytes after the message), NOTIMP (another opcode), or nothing (not a query).
     Malformed,
     /// A UDP query dropped because too many were being answered at once (the program retries).
     Dropped,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 7] = [
+    pub const ALL: [Outcome; 8] = [
         Outcome::Refused,
+        Outcome::Capped,
         Outcome::StandIn,
         Outcome::Cached,
         Outcome::Forwarded,
@@ -39,6 +44,7 @@ impl Outcome {
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Refused => "refused",
+            Outcome::Capped => "capped",
             Outcome::StandIn => "stand_in",
             Outcome::Cached => "cached",
             Outcome::Forwarded => "forwarded",

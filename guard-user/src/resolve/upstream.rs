@@ -35,25 +35,20 @@ pub fn choose(nameserver: Option<SocketAddr>) -> Result<SocketAddr> {
     Ok(SocketAddr::new(server.ip, 53))
 }
 
-/// Sends `query` (a DNS message whose id is `id`) and returns the server's answer as sent and
-/// parsed, checked to carry the query's id. `tcp`: over TCP from the start.
-pub async fn exchange(
-    upstream: SocketAddr,
-    query: &[u8],
-    id: u16,
-    tcp: bool,
-) -> Result<(Vec<u8>, Message)> {
+/// Sends `query` (guard's own, [`super::serve::forwarded_query`]) and returns the server's
+/// answer, checked to answer it (its id and question). `tcp`: over TCP from the start.
+pub async fn exchange(upstream: SocketAddr, query: &Message, tcp: bool) -> Result<Message> {
+    let bytes = query.to_vec().context("writing the query")?;
     if !tcp {
-        let (bytes, answer) = exchange_udp(upstream, query, id).await?;
+        let answer = exchange_udp(upstream, &bytes, query).await?;
         // Truncated: the answer did not fit; ask again over TCP, as a stub resolver would.
         if !answer.metadata.truncation {
-            return Ok((bytes, answer));
+            return Ok(answer);
         }
     }
-    let bytes = exchange_tcp(upstream, query).await?;
-    let answer = read_answer(&bytes, id)
-        .with_context(|| format!("the name server {upstream} sent an unusable answer over TCP"))?;
-    Ok((bytes, answer))
+    let answer = exchange_tcp(upstream, &bytes).await?;
+    answer_to(&answer, query)
+        .with_context(|| format!("the name server {upstream} sent an unusable answer over TCP"))
 }
 
 /// Reads an upstream server's answer to query `id`, without I/O: a DNS response carrying that
@@ -72,7 +67,17 @@ pub fn read_answer(bytes: &[u8], id: u16) -> Result<Message> {
     Ok(answer)
 }
 
-async fn exchange_udp(upstream: SocketAddr, query: &[u8], id: u16) -> Result<(Vec<u8>, Message)> {
+/// [`read_answer`] for `query`, and its question is the query's (a name compared without its
+/// letter case, as DNS does).
+pub fn answer_to(bytes: &[u8], query: &Message) -> Result<Message> {
+    let answer = read_answer(bytes, query.metadata.id)?;
+    if answer.queries != query.queries {
+        bail!("the answer to another question");
+    }
+    Ok(answer)
+}
+
+async fn exchange_udp(upstream: SocketAddr, bytes: &[u8], query: &Message) -> Result<Message> {
     let local: SocketAddr = if upstream.is_ipv4() {
         "0.0.0.0:0".parse()?
     } else {
@@ -85,14 +90,14 @@ async fn exchange_udp(upstream: SocketAddr, query: &[u8], id: u16) -> Result<(Ve
         .with_context(|| format!("reaching the name server {upstream}"))?;
     let mut buffer = vec![0u8; UDP_ANSWER_MAX];
     for _ in 0..UDP_ATTEMPTS {
-        socket.send(query).await?;
-        // Datagrams with another id (a late answer to an earlier attempt is still this query's)
-        // are skipped until the attempt's time is up.
+        socket.send(bytes).await?;
+        // Datagrams with another id or question (a late answer to an earlier attempt is still
+        // this query's) are skipped until the attempt's time is up.
         let attempt = async {
             loop {
                 let n = socket.recv(&mut buffer).await?;
-                if let Ok(answer) = read_answer(&buffer[..n], id) {
-                    return Ok::<_, std::io::Error>((buffer[..n].to_vec(), answer));
+                if let Ok(answer) = answer_to(&buffer[..n], query) {
+                    return Ok::<_, std::io::Error>(answer);
                 }
             }
         };
@@ -141,6 +146,20 @@ mod tests {
             RecordType::A,
         ));
         message.to_vec().unwrap()
+    }
+
+    #[test]
+    fn an_answer_answers_the_question_it_was_asked() {
+        let mut query = Message::query();
+        query.metadata.id = 7;
+        query.add_query(Query::query(
+            Name::from_ascii("example.com.").unwrap(),
+            RecordType::A,
+        ));
+        assert!(answer_to(&message(7, MessageType::Response), &query).is_ok());
+        query.queries[0].set_query_type(RecordType::AAAA);
+        let other = answer_to(&message(7, MessageType::Response), &query).unwrap_err();
+        assert!(format!("{other:#}").contains("another question"));
     }
 
     #[test]

@@ -2086,7 +2086,7 @@ fn policy_show_json_lists_address_rules_and_enforcement() {
     );
     assert_eq!(
         value["enforcement"],
-        json!({"unmatched_exec": "prompt", "unmatched_network": "allow", "unmatched_unix": "forbidden", "anonymous_exec": "forbidden", "audit_only": true, "socket_kinds": []})
+        json!({"unmatched_exec": "prompt", "unmatched_network": "allow", "unmatched_unix": "forbidden", "anonymous_exec": "forbidden", "audit_only": true, "socket_kinds": [], "dns_max_labels": 10, "dns_max_name_length": 128, "dns_wildcard_lookups_per_second": 100})
     );
     assert_eq!(value["prefix_rules"][0]["audit_only"], true);
 
@@ -2096,7 +2096,7 @@ fn policy_show_json_lists_address_rules_and_enforcement() {
     assert_eq!(value["address_rules"], json!([]));
     assert_eq!(
         value["enforcement"],
-        json!({"unmatched_exec": "allow", "unmatched_network": "allow", "unmatched_unix": "forbidden", "anonymous_exec": "forbidden", "audit_only": false, "socket_kinds": []})
+        json!({"unmatched_exec": "allow", "unmatched_network": "allow", "unmatched_unix": "forbidden", "anonymous_exec": "forbidden", "audit_only": false, "socket_kinds": [], "dns_max_labels": 10, "dns_max_name_length": 128, "dns_wildcard_lookups_per_second": 100})
     );
     assert!(value["prefix_rules"][0].get("audit_only").is_none());
 }

@@ -1,13 +1,17 @@
-//! `dns-probe SERVER NAME [udp|udp-connected|tcp] [ROUNDS] [CONNECT_PORT]`: asks SERVER
-//! (IP:PORT) for NAME's A records ROUNDS times (default 1), the way stub resolvers do: over an
-//! unconnected UDP socket that takes only a reply from SERVER's own address (hickory, dig), a
-//! connected one (glibc), or TCP. After each answer it connects over TCP to every address at
-//! CONNECT_PORT, if given. It prints one JSON line:
+//! `dns-probe SERVER NAME [udp|udp-connected|tcp|raw|getaddrinfo] [ROUNDS] [CONNECT_PORT]`:
+//! asks SERVER (IP:PORT) for NAME's A records ROUNDS times (default 1), the way stub resolvers
+//! do: over an unconnected UDP socket that takes only a reply from SERVER's own address
+//! (hickory, dig), a connected one (glibc), or TCP. `raw`: NAME is a whole packet in hex, sent
+//! as it is over UDP (a query an attacker writes by hand). `getaddrinfo`: the C library looks
+//! NAME up its own way (`/etc/resolv.conf`; SERVER is not used). After each answer it connects
+//! over TCP to every address at CONNECT_PORT, if given. A `{}` in NAME is replaced with the
+//! round (0, 1, ...): a name of its own each round. It prints one JSON line:
 //!
 //! `{"rounds":R,"answers":A,"rcode":"NoError","addresses":[...],"connected":C,"refused":F,
-//!   "other_errors":E,"wrong_source":W}`
+//!   "other_errors":E,"wrong_source":W,"id":I,"question":"Q"}`
 //!
-//! with `rcode` and `addresses` of the last answer, `refused` the connects that got EPERM and
+//! with `rcode`, `addresses`, `id` and `question` (the first question's name as the reply
+//! spells it) of the last answer, `refused` the connects that got EPERM and
 //! `wrong_source` the replies that came from another address than SERVER (ignored, as a stub
 //! resolver ignores them). Exits 0 when every round got an answer, 1 otherwise, 2 on bad
 //! arguments.
@@ -18,7 +22,7 @@
 //! `reached` lists the peers the connects reached. The resolver tests spawn it inside a scope, so its DNS is what guard redirects.
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
 use std::process::ExitCode;
 use std::str::FromStr;
 use std::time::Duration;
@@ -42,21 +46,47 @@ fn main() -> ExitCode {
     let mode = args.get(2).map_or("udp", String::as_str);
     let rounds: usize = args.get(3).and_then(|r| r.parse().ok()).unwrap_or(1);
     let connect_port: Option<u16> = args.get(4).and_then(|p| p.parse().ok());
-    let Ok(name) = Name::from_str(&format!("{}.", name.trim_end_matches('.'))) else {
-        eprintln!("dns-probe: {name} is not a name");
-        return ExitCode::from(2);
-    };
     let mut tally = Tally::default();
     for round in 0..rounds {
-        let mut query = Message::query();
-        query.metadata.id = (round as u16).wrapping_add(1);
-        query.metadata.recursion_desired = true;
-        query.add_query(Query::query(name.clone(), RecordType::A));
-        let Ok(bytes) = query.to_vec() else {
-            return ExitCode::from(2);
+        let bytes = match mode {
+            "raw" => match hex(name) {
+                Some(bytes) => bytes,
+                None => {
+                    eprintln!("dns-probe: {name} is not hex");
+                    return ExitCode::from(2);
+                }
+            },
+            "getaddrinfo" => {
+                match (name.as_str(), 0u16).to_socket_addrs() {
+                    Ok(found) => {
+                        tally.answers += 1;
+                        tally.rcode = "NoError".into();
+                        tally.addresses = found.map(|a| a.ip()).collect();
+                    }
+                    Err(e) => tally.rcode = e.to_string().replace('"', "'"),
+                }
+                connect_all(connect_port, &mut tally);
+                continue;
+            }
+            _ => {
+                // `{}` in NAME is the round: a name of its own each round.
+                let name = name.replace("{}", &round.to_string());
+                let Ok(name) = Name::from_str(&format!("{}.", name.trim_end_matches('.'))) else {
+                    eprintln!("dns-probe: {name} is not a name");
+                    return ExitCode::from(2);
+                };
+                let mut query = Message::query();
+                query.metadata.id = (round as u16).wrapping_add(1);
+                query.metadata.recursion_desired = true;
+                query.add_query(Query::query(name, RecordType::A));
+                let Ok(bytes) = query.to_vec() else {
+                    return ExitCode::from(2);
+                };
+                bytes
+            }
         };
         let answer = match mode {
-            "udp" => ask_udp(server, &bytes, false, &mut tally),
+            "udp" | "raw" => ask_udp(server, &bytes, false, &mut tally),
             "udp-connected" => ask_udp(server, &bytes, true, &mut tally),
             "tcp" => ask_tcp(server, &bytes),
             _ => {
@@ -69,6 +99,11 @@ fn main() -> ExitCode {
         };
         tally.answers += 1;
         tally.rcode = format!("{:?}", answer.metadata.response_code);
+        tally.id = answer.metadata.id;
+        tally.question = answer
+            .queries
+            .first()
+            .map_or_else(String::new, |q| q.name().to_ascii());
         tally.addresses = answer
             .answers
             .iter()
@@ -77,15 +112,7 @@ fn main() -> ExitCode {
                 _ => None,
             })
             .collect();
-        if let Some(port) = connect_port {
-            for ip in tally.addresses.clone() {
-                match TcpStream::connect_timeout(&SocketAddr::new(ip, port), WAIT) {
-                    Ok(_) => tally.connected += 1,
-                    Err(e) if e.raw_os_error() == Some(EPERM) => tally.refused += 1,
-                    Err(_) => tally.other_errors += 1,
-                }
-            }
-        }
+        connect_all(connect_port, &mut tally);
     }
     let retried = match (std::env::var_os("DNS_PROBE_RETRY_AFTER"), connect_port) {
         (Some(file), Some(port)) => {
@@ -94,7 +121,7 @@ fn main() -> ExitCode {
         _ => String::new(),
     };
     println!(
-        "{{\"rounds\":{rounds},\"answers\":{},\"rcode\":\"{}\",\"addresses\":[{}],\"connected\":{},\"refused\":{},\"other_errors\":{},\"wrong_source\":{}{retried}}}",
+        "{{\"rounds\":{rounds},\"answers\":{},\"rcode\":\"{}\",\"addresses\":[{}],\"connected\":{},\"refused\":{},\"other_errors\":{},\"wrong_source\":{},\"id\":{},\"question\":\"{}\"{retried}}}",
         tally.answers,
         tally.rcode,
         tally
@@ -106,7 +133,9 @@ fn main() -> ExitCode {
         tally.connected,
         tally.refused,
         tally.other_errors,
-        tally.wrong_source
+        tally.wrong_source,
+        tally.id,
+        tally.question.replace(['"', '\\'], "?")
     );
     if tally.answers == rounds {
         ExitCode::SUCCESS
@@ -142,8 +171,33 @@ fn retry_after(file: &std::path::Path, addresses: &[IpAddr], port: u16) -> Strin
     )
 }
 
+/// Connects over TCP to each address of the last answer at `port`, if given.
+fn connect_all(port: Option<u16>, tally: &mut Tally) {
+    let Some(port) = port else { return };
+    for ip in tally.addresses.clone() {
+        match TcpStream::connect_timeout(&SocketAddr::new(ip, port), WAIT) {
+            Ok(_) => tally.connected += 1,
+            Err(e) if e.raw_os_error() == Some(EPERM) => tally.refused += 1,
+            Err(_) => tally.other_errors += 1,
+        }
+    }
+}
+
+/// `text` as bytes, two hex digits each.
+fn hex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 #[derive(Default)]
 struct Tally {
+    id: u16,
+    question: String,
     answers: usize,
     rcode: String,
     addresses: Vec<IpAddr>,

@@ -5,14 +5,14 @@
 //! all traffic stays on this host. Needs root; without it each test prints `skipped: ...` (and
 //! fails when CI=true).
 
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use crate::common::{dns_probe, net_probe, run_guard};
 use guard_tests::daemon::{DaemonSetup, RetryingRun, TestDaemon, can_run, guard_bin, text};
-use guard_tests::dns::TestDns;
+use guard_tests::dns::{RecordingDns, TestDns};
 use guard_tests::kernel::{Starting, root_or_skip, starting};
 use serde_json::Value;
 
@@ -60,11 +60,16 @@ fn write_rules(dir: &Path) -> PathBuf {
 
 /// `guard run --rules R --nameserver DNS [EXTRA] -- dns-probe ARGS`.
 fn run_probe(dns: &TestDns, rules: &Path, extra: &[&str], probe: &[&str]) -> Output {
+    run_probe_to(dns.addr(), rules, extra, probe)
+}
+
+/// [`run_probe`] with any upstream name server.
+fn run_probe_to(upstream: SocketAddr, rules: &Path, extra: &[&str], probe: &[&str]) -> Output {
     run_guard(
         Command::new(guard_bin())
             .args(["run", "--json-events", "--rules"])
             .arg(rules)
-            .args(["--nameserver", &dns.addr().to_string()])
+            .args(["--nameserver", &upstream.to_string()])
             .args(extra)
             .arg("--")
             .arg(dns_probe())
@@ -1031,4 +1036,330 @@ fn under_the_daemon_start_and_reload_ask_for_no_policy_name_and_a_looked_up_name
     assert_eq!(dns.queries("ondemand.many.test"), 1);
     let status = daemon.json(&["status", "--json"]);
     assert!(status["resolver"]["names"].as_u64() >= Some(1), "{status}");
+}
+
+/// A policy whose one way out by name is a host pattern, with caps on what it forwards.
+const PATTERN_RULES: &str = r#"
+enforcement(unmatched_network="deny", dns_max_labels=5, dns_max_name_length=40,
+            dns_wildcard_lookups_per_second=3)
+address_rule(addresses=["*.wild.test"], transport="tcp", decision="allow")
+"#;
+
+/// Where the recording server's A answers point (a listener in the tests that connect).
+const ANSWERED: &str = "127.0.1.9";
+
+/// The packets a program could write to carry more than its question past guard's decision,
+/// each as (what it tries, hex): two questions, a record in each section, bytes after the
+/// message.
+fn smuggling_queries() -> Vec<(&'static str, String)> {
+    use hickory_server::proto::op::{Message, Query};
+    use hickory_server::proto::rr::rdata::NULL;
+    use hickory_server::proto::rr::{Name, RData, Record, RecordType};
+    use std::str::FromStr;
+    let base = || {
+        let mut m = Message::query();
+        m.metadata.id = 0x4242;
+        m.metadata.recursion_desired = true;
+        m.add_query(Query::query(
+            Name::from_str("ok.wild.test.").unwrap(),
+            RecordType::A,
+        ));
+        m
+    };
+    let payload = || {
+        Record::from_rdata(
+            Name::from_str("c2VjcmV0.attacker.test.").unwrap(),
+            0,
+            RData::NULL(NULL::with(b"smuggled-secret".to_vec())),
+        )
+    };
+    let mut two = base();
+    two.add_query(Query::query(
+        Name::from_str("c2VjcmV0.attacker.test.").unwrap(),
+        RecordType::TXT,
+    ));
+    let mut answer = base();
+    answer.add_answer(payload());
+    let mut authority = base();
+    authority.add_authority(payload());
+    let mut additional = base();
+    additional.add_additional(payload());
+    let mut trailing = base().to_vec().unwrap();
+    trailing.extend_from_slice(b"smuggled-secret");
+    let hex = |bytes: Vec<u8>| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    vec![
+        ("two questions", hex(two.to_vec().unwrap())),
+        (
+            "a record in the answer section",
+            hex(answer.to_vec().unwrap()),
+        ),
+        (
+            "a record in the authority section",
+            hex(authority.to_vec().unwrap()),
+        ),
+        (
+            "a record in the additional section",
+            hex(additional.to_vec().unwrap()),
+        ),
+        ("bytes after the message", hex(trailing)),
+    ]
+}
+
+/// A query for `name` in the letter case written, with EDNS options that carry data (a cookie
+/// and padding, as dig and DoT clients send them): hex.
+fn query_with_options(name: &str) -> String {
+    use hickory_server::proto::op::{Edns, Message, Query};
+    use hickory_server::proto::rr::rdata::opt::{EdnsCode, EdnsOption};
+    use hickory_server::proto::rr::{Name, RecordType};
+    let mut m = Message::query();
+    m.metadata.id = 0x4242;
+    m.metadata.recursion_desired = true;
+    // `from_ascii`: `from_str` would lower the letter case.
+    m.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
+    let mut edns = Edns::new();
+    edns.set_max_payload(1232);
+    edns.options_mut().insert(EdnsOption::Unknown(
+        u16::from(EdnsCode::Cookie),
+        b"c2VjcmV0".to_vec(),
+    ));
+    edns.options_mut().insert(EdnsOption::Unknown(
+        u16::from(EdnsCode::Padding),
+        b"smuggled-secret".to_vec(),
+    ));
+    m.set_edns(edns);
+    m.to_vec()
+        .unwrap()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The DNS records of `output` (guard's JSON events of kind `dns` that refused a lookup).
+fn dns_refusals(output: &Output) -> Vec<Value> {
+    events(output)
+        .into_iter()
+        .filter(|e| e["kind"] == "dns" && e["decision"] == "forbidden")
+        .collect()
+}
+
+/// What reached the upstream, each datagram checked to be a query guard built: exactly one
+/// question in lower case, no record but guard's OPT without options, nothing after it, and
+/// not the program's id (when known). Returns the names asked.
+fn guard_built(received: &[Vec<u8>], program_id: Option<u16>) -> Vec<String> {
+    use hickory_server::proto::op::Message;
+    received
+        .iter()
+        .map(|bytes| {
+            let query = Message::from_vec(bytes).expect("the upstream got a DNS message");
+            assert_eq!(query.queries.len(), 1, "one question: {query:?}");
+            assert!(
+                query.answers.is_empty()
+                    && query.authorities.is_empty()
+                    && query.additionals.is_empty(),
+                "no record of the program's: {query:?}"
+            );
+            if let Some(edns) = &query.edns {
+                assert!(
+                    edns.options().as_ref().is_empty(),
+                    "the program's EDNS options reached the upstream: {query:?}"
+                );
+            }
+            assert_eq!(
+                query.to_vec().unwrap().len(),
+                bytes.len(),
+                "bytes after the message reached the upstream"
+            );
+            if let Some(id) = program_id {
+                assert_ne!(query.metadata.id, id, "the program's id went on");
+            }
+            let name = query.queries[0].name().to_ascii();
+            assert_eq!(name, name.to_ascii_lowercase(), "the program's letter case");
+            assert!(!bytes.windows(8).any(|w| w == b"smuggled"), "{bytes:?}");
+            name
+        })
+        .collect()
+}
+
+#[test]
+fn a_query_that_carries_more_than_its_one_question_never_reaches_the_upstream() {
+    if !root_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("pattern.rules");
+    std::fs::write(&rules, PATTERN_RULES).unwrap();
+    let upstream = RecordingDns::start(v4(ANSWERED));
+
+    for (tries, hex) in smuggling_queries() {
+        let output = run_probe_to(upstream.addr(), &rules, &[], &[ASKED, &hex, "raw"]);
+        let result = tally(&output);
+        assert_eq!(
+            result["rcode"],
+            "FormErr",
+            "{tries}: {result}; guard: {}",
+            text(&output.stderr)
+        );
+        assert_eq!(
+            result["id"], 0x4242,
+            "{tries}: the reply is to the program's query"
+        );
+        let records = dns_refusals(&output);
+        let record = records
+            .iter()
+            .find(|e| e["answer"] == "FORMERR")
+            .unwrap_or_else(|| panic!("{tries}: no record: {}", text(&output.stderr)));
+        assert!(
+            record["rule"]
+                .as_str()
+                .is_some_and(|r| r.contains("does not forward")),
+            "{tries}: {record}"
+        );
+        assert!(
+            upstream.received().is_empty(),
+            "{tries}: it reached the upstream"
+        );
+    }
+
+    // EDNS options and a name in mixed case: answered, in the case asked; the upstream gets
+    // guard's own query (one question, lower case, no options, a new id).
+    let output = run_probe_to(
+        upstream.addr(),
+        &rules,
+        &[],
+        &[ASKED, &query_with_options("MiXeD.Wild.Test."), "raw"],
+    );
+    let result = tally(&output);
+    assert_eq!(
+        result["rcode"],
+        "NoError",
+        "{result}: {}",
+        text(&output.stderr)
+    );
+    assert_eq!(result["question"], "MiXeD.Wild.Test.", "{result}");
+    assert_eq!(result["id"], 0x4242, "{result}");
+    assert_eq!(
+        result["addresses"],
+        serde_json::json!([ANSWERED]),
+        "{result}"
+    );
+    assert_eq!(
+        guard_built(&upstream.received(), Some(0x4242)),
+        ["mixed.wild.test."]
+    );
+
+    // Ordinary lookups beside it: a dig-like probe and the C library's getaddrinfo, whose
+    // connects to the answer go through.
+    let (port, _listeners) = listening_on(&[v4(ANSWERED)]);
+    let port = port.to_string();
+    upstream.clear();
+    for (mode, name) in [("udp", "ok.wild.test"), ("getaddrinfo", "libc.wild.test")] {
+        let output = run_probe_to(
+            upstream.addr(),
+            &rules,
+            &[],
+            &[ASKED, name, mode, "1", &port],
+        );
+        let result = tally(&output);
+        assert_eq!(
+            result["addresses"],
+            serde_json::json!([ANSWERED]),
+            "{mode}: {result}: {}",
+            text(&output.stderr)
+        );
+        assert_eq!(result["connected"], 1, "{mode}: {result}");
+        assert!(output.status.success(), "{mode}: {}", text(&output.stderr));
+    }
+    let asked = guard_built(&upstream.received(), None);
+    assert!(asked.contains(&"ok.wild.test.".to_string()), "{asked:?}");
+    assert!(asked.contains(&"libc.wild.test.".to_string()), "{asked:?}");
+}
+
+#[test]
+fn a_name_under_a_pattern_past_a_cap_is_refused_and_recorded_and_one_within_is_answered() {
+    if !root_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("pattern.rules");
+    std::fs::write(&rules, PATTERN_RULES).unwrap();
+    let upstream = RecordingDns::start(v4(ANSWERED));
+
+    // 6 labels (the cap is 5), 46 characters (the cap is 40).
+    let many_labels = "a.b.c.d.wild.test";
+    let long = "c2vjcmv0lwtles0xmjm0nty3odkwywjjzgvm.wild.test";
+    for (name, cap) in [
+        (many_labels, "dns_max_labels=5"),
+        (long, "dns_max_name_length=40"),
+    ] {
+        let output = run_probe_to(upstream.addr(), &rules, &[], &[ASKED, name, "udp", "1"]);
+        let result = tally(&output);
+        assert_eq!(result["rcode"], "Refused", "{name}: {result}");
+        let records = dns_refusals(&output);
+        assert_eq!(records.len(), 1, "{name}: {records:?}");
+        assert_eq!(records[0]["name"], name);
+        assert!(
+            records[0]["rule"]
+                .as_str()
+                .is_some_and(|r| r.starts_with(&format!("enforcement({cap})"))),
+            "{name}: {}",
+            records[0]
+        );
+        assert!(
+            records[0]["message"].as_str().unwrap().contains(name),
+            "{}",
+            records[0]
+        );
+    }
+    assert!(
+        upstream.received().is_empty(),
+        "a capped name left the host"
+    );
+
+    // Under the caps: answered (4 labels, 14 characters).
+    let output = run_probe_to(
+        upstream.addr(),
+        &rules,
+        &[],
+        &[ASKED, "a.b.wild.test", "udp", "1"],
+    );
+    let result = tally(&output);
+    assert_eq!(
+        result["addresses"],
+        serde_json::json!([ANSWERED]),
+        "{result}: {}",
+        text(&output.stderr)
+    );
+    assert_eq!(
+        guard_built(&upstream.received(), Some(1)),
+        ["a.b.wild.test."]
+    );
+
+    // Lookups a second: 8 names in a row from one process (a fraction of a second); the
+    // first 3 leave, the rest are refused with the cap named.
+    upstream.clear();
+    let output = run_probe_to(
+        upstream.addr(),
+        &rules,
+        &[],
+        &[ASKED, "n{}.wild.test", "udp", "8"],
+    );
+    let result = tally(&output);
+    assert_eq!(result["answers"], 8, "{result}: {}", text(&output.stderr));
+    let left = guard_built(&upstream.received(), None);
+    assert_eq!(
+        &left[..3],
+        ["n0.wild.test.", "n1.wild.test.", "n2.wild.test."],
+        "{left:?}"
+    );
+    let capped: Vec<Value> = dns_refusals(&output)
+        .into_iter()
+        .filter(|e| {
+            e["rule"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("enforcement(dns_wildcard_lookups_per_second=3)"))
+        })
+        .collect();
+    assert!(!capped.is_empty(), "no lookup was capped: {left:?}");
+    assert_eq!(capped.len() + left.len(), 8, "{left:?} {capped:?}");
+    assert_eq!(capped[0]["name"], "n3.wild.test", "{capped:?}");
 }

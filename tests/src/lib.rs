@@ -4,6 +4,7 @@ pub mod dns;
 pub mod kernel;
 pub mod prometheus;
 pub mod rsyslog;
+pub mod sockets;
 pub mod unit;
 
 /// For a test that must change what every thread of the test binary shares (an environment

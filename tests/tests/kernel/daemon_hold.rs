@@ -2,15 +2,21 @@
 //! hands the listener to the daemon, so a prompted connect (or exec) waits in its syscall
 //! while the ask is out, and goes on the moment `guard approve` answers it from another
 //! terminal, or fails with the blocked-request message after `guard deny` or the ask's
-//! timeout. Needs root; without it each test prints `skipped: ...` (a failure when CI=true).
+//! timeout. A held connect to a stand-in waits at guard's splice listener, and only that
+//! connection is spliced once approved (never another socket at its port on another loopback
+//! address). Needs root; without it each test prints `skipped: ...` (a failure when CI=true).
 
+use std::io::ErrorKind;
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::{dns_probe, net_probe};
 use guard_tests::daemon::{DaemonSetup, RetryingRun, TestDaemon, can_run, finish_held, text};
 use guard_tests::dns::TestDns;
 use guard_tests::kernel::{http_server, touch_program};
+use guard_tests::sockets;
 fn daemon_asking_about(ports: &[u16], extra_config: &str) -> TestDaemon {
     let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
     let ports = ports.join(", ");
@@ -241,6 +247,252 @@ fn a_held_connect_to_a_stand_in_waits_at_the_splice_listener_and_its_request_rea
         "{}",
         ended[0]
     );
+}
+
+#[test]
+fn an_attacker_at_a_held_connects_port_on_another_loopback_address_never_takes_its_splice() {
+    if !can_run() {
+        return;
+    }
+    // An attacker on the host (here the test itself, which no scope holds: more than another
+    // scope may do) binds the held connect's port on other loopback addresses and connects to
+    // the splice listener, once before the held connect comes and once while it waits, each
+    // sending bytes of its own. The approval splices the held connect alone: the real server
+    // gets curl's request and nothing else, curl gets the reply, the attackers get nothing.
+    let dns = TestDns::start();
+    let real = Ipv4Addr::new(127, 0, 1, 41);
+    let server = RecordingServer::start(real);
+    dns.set_a("taken.example.test", &[real], 60);
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "enforcement(unmatched_network=\"prompt\")\n".to_string(),
+        nameserver: Some(dns.addr()),
+        ..Default::default()
+    });
+    let splice_port = splice_listener_port(&daemon);
+    // First: the port is the attacker's pick (the kernel's for it), which the held program
+    // then binds on 127.0.0.1, so this connection waits at the listener before the held one.
+    let (early, port) = attacker(Ipv4Addr::new(127, 0, 0, 2), 0, splice_port, b"hijack-early");
+    let url = format!("http://taken.example.test:{}/", server.port);
+    let port_text = port.to_string();
+    let mut run = daemon.held_run(&[
+        "curl",
+        "-sS",
+        "--max-time",
+        "20",
+        "--interface",
+        "127.0.0.1",
+        "--local-port",
+        &port_text,
+        &url,
+    ]);
+    let ask = daemon.pending_ask(&mut run);
+    assert_eq!(ask["record"]["host"], "taken.example.test", "{ask}");
+    let held = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+    wait_for_connection(held, SocketAddrV4::new(Ipv4Addr::LOCALHOST, splice_port));
+    // Then: one that comes while the held connect waits, from the same port on 127.0.0.3.
+    let (late, _) = attacker(
+        Ipv4Addr::new(127, 0, 0, 3),
+        port,
+        splice_port,
+        b"hijack-late",
+    );
+
+    let id = ask["id"].as_u64().unwrap().to_string();
+    let out = daemon.guard(&["approve", &id, "--once"]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    let (code, stdout, stderr) = finish_held(run);
+    // Anything spliced by mistake has reached the server by now (it was sent before).
+    std::thread::sleep(Duration::from_millis(500));
+    let received = server.received();
+    assert_eq!(
+        received.len(),
+        1,
+        "one connection reached the real server: {received:?}"
+    );
+    let request = String::from_utf8_lossy(&received[0]);
+    assert!(
+        request.starts_with("GET / HTTP/1.1\r\nHost: taken.example.test:")
+            && !request.contains("hijack"),
+        "the held program's request, none of the attackers' bytes: {request:?}"
+    );
+    assert_eq!(
+        (code, stdout.as_str()),
+        (0, "spliced-ok"),
+        "the held program got the reply: {stderr}"
+    );
+    for (name, stream) in [("early", early), ("late", late)] {
+        assert_no_reply(name, stream);
+    }
+}
+
+/// The port of the daemon's splice listener, as anyone on the host can find it: the daemon's
+/// TCP listener on 127.0.0.1 whose port is not also its resolver's (which listens on UDP and
+/// TCP at one port).
+fn splice_listener_port(daemon: &TestDaemon) -> u16 {
+    let pid = daemon.pid();
+    let ours = sockets::socket_inodes(pid);
+    let resolver: Vec<u16> = sockets::rows(pid, "udp")
+        .into_iter()
+        .filter(|r| ours.contains(&r.inode))
+        .map(|r| r.local.port())
+        .collect();
+    let listeners: Vec<u16> = sockets::rows(pid, "tcp")
+        .into_iter()
+        .filter(|r| r.state == sockets::LISTEN && ours.contains(&r.inode))
+        .filter(|r| *r.local.ip() == Ipv4Addr::LOCALHOST && !resolver.contains(&r.local.port()))
+        .map(|r| r.local.port())
+        .collect();
+    assert_eq!(
+        listeners.len(),
+        1,
+        "one TCP listener of the daemon besides its resolver: {listeners:?}"
+    );
+    listeners[0]
+}
+
+/// Waits (at most 10 s) until this host has a TCP connection from `local` to `remote`.
+fn wait_for_connection(local: SocketAddrV4, remote: SocketAddrV4) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let tcp = sockets::rows(std::process::id(), "tcp");
+        if tcp
+            .iter()
+            .any(|r| r.local == local && r.remote == remote && r.state == sockets::ESTABLISHED)
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no connection from {local} to {remote} within 10 s: {tcp:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A TCP connection from `ip`:`port` (0: the kernel picks) to the splice listener at
+/// 127.0.0.1:`splice_port` that has sent `bytes`; the port it came from.
+fn attacker(ip: Ipv4Addr, port: u16, splice_port: u16, bytes: &[u8]) -> (TcpStream, u16) {
+    use std::io::Write;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let address = |ip: Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let size = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: a socket made here, owned at once; bind and connect get a sockaddr_in of `size`.
+    let stream = unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let fd = OwnedFd::from_raw_fd(fd);
+        use std::os::fd::AsRawFd;
+        let from = address(ip, port);
+        let to = address(Ipv4Addr::LOCALHOST, splice_port);
+        assert_eq!(
+            libc::bind(fd.as_raw_fd(), (&raw const from).cast(), size),
+            0,
+            "bind {ip}:{port}: {}",
+            std::io::Error::last_os_error()
+        );
+        assert_eq!(
+            libc::connect(fd.as_raw_fd(), (&raw const to).cast(), size),
+            0,
+            "connect from {ip}:{port} to the splice listener: {}",
+            std::io::Error::last_os_error()
+        );
+        TcpStream::from(fd)
+    };
+    (&stream)
+        .write_all(bytes)
+        .expect("sending to the splice listener");
+    let port = stream.local_addr().unwrap().port();
+    (stream, port)
+}
+
+/// Nothing came back on an attacker's connection: no byte within half a second (it waits
+/// unmatched, or was closed).
+fn assert_no_reply(name: &str, mut stream: TcpStream) {
+    use std::io::Read;
+    stream
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut got = [0u8; 256];
+    match stream.read(&mut got) {
+        Ok(0) => {}
+        Ok(n) => panic!(
+            "the {name} attacker got the server's bytes: {:?}",
+            String::from_utf8_lossy(&got[..n])
+        ),
+        Err(e) => assert!(
+            matches!(
+                e.kind(),
+                ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::ConnectionReset
+            ),
+            "the {name} attacker's read: {e}"
+        ),
+    }
+}
+
+/// A server on `ip` that keeps every byte each connection sends it (for 60 s at most) and
+/// answers a request (once it ends, or after 2 s) with `spliced-ok`.
+struct RecordingServer {
+    port: u16,
+    connections: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl RecordingServer {
+    fn start(ip: Ipv4Addr) -> RecordingServer {
+        let listener = TcpListener::bind((ip, 0)).expect("a loopback listener");
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connections: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+        let kept = connections.clone();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < deadline {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        let kept = kept.clone();
+                        std::thread::spawn(move || Self::serve(stream, &kept));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        RecordingServer { port, connections }
+    }
+
+    fn serve(mut stream: TcpStream, kept: &Mutex<Vec<Vec<u8>>>) {
+        use std::io::{Read, Write};
+        let at = {
+            let mut all = kept.lock().unwrap();
+            all.push(Vec::new());
+            all.len() - 1
+        };
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+        let mut buffer = [0u8; 4096];
+        // Bounded: 64 reads of at most 2 s each.
+        for _ in 0..64 {
+            let Ok(n @ 1..) = stream.read(&mut buffer) else {
+                break;
+            };
+            let mut all = kept.lock().unwrap();
+            all[at].extend_from_slice(&buffer[..n]);
+            if all[at].windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+        let _ = stream.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 10\r\n\r\nspliced-ok");
+    }
+
+    /// What each connection sent so far, in the order they came.
+    fn received(&self) -> Vec<Vec<u8>> {
+        self.connections.lock().unwrap().clone()
+    }
 }
 
 /// The daemon's audit records (`guard audit --json`) of `kind`, once `ready` holds for them

@@ -164,7 +164,16 @@ impl HeldSocket {
     ) -> Result<Option<HeldOutcome>> {
         let from = held_local_address(entry);
         let cookie = self.cookie;
-        let connection = |splices: Splices<'_>| splices.and_then(|s| s.take(from, cookie).ok());
+        // A connection at the listener waits only if a held socket made it.
+        let is_held = |c: u64| {
+            enforcer
+                .held_socket(c)
+                .ok()
+                .flatten()
+                .is_some_and(|held_socket| held_socket.state == held::SPLICED)
+        };
+        let connection =
+            |splices: Splices<'_>| splices.and_then(|s| s.take(from, cookie, is_held).ok());
         let outcome = match answer {
             Some(AskState::Pending) => return Ok(None),
             Some(AskState::Approved { .. }) => {

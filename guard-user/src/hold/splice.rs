@@ -14,7 +14,10 @@
 //! socket's. So another scope's socket bound to the same port on another loopback address, or
 //! one that took the address after the held socket closed, is never spliced; where the kernel
 //! cannot say (no `inet_diag` for TCP), the connection is not spliced either (fails closed).
-//! Waiting connections are kept by their address, never by the order they came in.
+//! The identity is asked as a connection is accepted: one whose socket is not a held one is
+//! closed at once, so connections that no held socket made cannot fill the waiting room and
+//! push a held one out. Waiting connections are kept by their address, never by the order they
+//! came in.
 
 use std::collections::HashMap;
 use std::io;
@@ -34,8 +37,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct SpliceListener {
     listener: TcpListener,
     address: SocketAddrV4,
-    /// Accepted connections not yet taken, by the peer's address: the stream and when it came.
-    waiting: HashMap<SocketAddrV4, (TcpStream, Instant)>,
+    /// Accepted connections of held sockets not yet taken, by the peer's address: the stream,
+    /// the peer socket's cookie, and when it came.
+    waiting: HashMap<SocketAddrV4, (TcpStream, u64, Instant)>,
 }
 
 /// Why a held socket's connection was not taken.
@@ -66,37 +70,53 @@ impl SpliceListener {
     }
 
     /// The connection that came from `from` (a held socket's local address and port), if it
-    /// came and is the socket whose cookie is `cookie`.
-    pub fn take(&mut self, from: SocketAddr, cookie: u64) -> Result<TcpStream, NotTaken> {
-        self.accept();
+    /// came and is the socket whose cookie is `cookie`. `is_held` says whether a cookie is a
+    /// held socket's, for the connections accepted meanwhile.
+    pub fn take(
+        &mut self,
+        from: SocketAddr,
+        cookie: u64,
+        is_held: impl Fn(u64) -> bool,
+    ) -> Result<TcpStream, NotTaken> {
+        self.accept(is_held);
         let SocketAddr::V4(from) = canonical(from) else {
             return Err(NotTaken::NotHere);
         };
-        let (stream, _) = self.waiting.remove(&from).ok_or(NotTaken::NotHere)?;
-        let identity = socket_owner(QuerySocket {
-            program: SocketAddr::V4(from),
-            resolver: SocketAddr::V4(self.address),
-            tcp: true,
-        })
-        .and_then(|owner| owner.cookie);
-        if identity == Some(cookie) {
+        let (stream, identity, _) = self.waiting.remove(&from).ok_or(NotTaken::NotHere)?;
+        if identity == cookie {
             Ok(stream)
         } else {
             tracing::warn!(
                 "a connection to the splice listener from {from} is not the held socket \
-                 {cookie:#x} (its cookie: {identity:?}): closed"
+                 {cookie:#x} (its cookie: {identity:#x}): closed"
             );
             Err(NotTaken::NotTheHeldSocket)
         }
     }
 
-    /// Accepts what came (without waiting), and closes what waited too long.
-    fn accept(&mut self) {
+    /// Accepts what came (without waiting): a connection whose socket the kernel names as a
+    /// held one waits to be taken, any other is closed; and closes what waited too long.
+    fn accept(&mut self, is_held: impl Fn(u64) -> bool) {
         // Bounded: at most this many a call, the rest on the next.
         for _ in 0..MAX_WAITING {
             match self.listener.accept() {
                 Ok((stream, SocketAddr::V4(peer))) if peer.ip().is_loopback() => {
-                    self.waiting.insert(peer, (stream, Instant::now()));
+                    let identity = socket_owner(QuerySocket {
+                        program: SocketAddr::V4(peer),
+                        resolver: SocketAddr::V4(self.address),
+                        tcp: true,
+                    })
+                    .and_then(|owner| owner.cookie);
+                    match identity {
+                        Some(cookie) if is_held(cookie) => {
+                            self.waiting.insert(peer, (stream, cookie, Instant::now()));
+                        }
+                        // No held socket made it, or the kernel cannot say whose it is.
+                        _ => tracing::debug!(
+                            "a connection to the splice listener from {peer} is no held \
+                             socket's (cookie {identity:?}): closed"
+                        ),
+                    }
                 }
                 // Not from a held socket on this host: closed.
                 Ok(_) => {}
@@ -104,10 +124,10 @@ impl SpliceListener {
             }
         }
         self.waiting
-            .retain(|_, (_, since)| since.elapsed() < UNMATCHED_FOR);
+            .retain(|_, (_, _, since)| since.elapsed() < UNMATCHED_FOR);
         if self.waiting.len() > MAX_WAITING {
             let mut by_age: Vec<(SocketAddrV4, Instant)> =
-                self.waiting.iter().map(|(a, (_, t))| (*a, *t)).collect();
+                self.waiting.iter().map(|(a, (_, _, t))| (*a, *t)).collect();
             by_age.sort_by_key(|(_, since)| *since);
             for (address, _) in by_age.into_iter().take(self.waiting.len() - MAX_WAITING) {
                 self.waiting.remove(&address);
@@ -179,7 +199,7 @@ mod tests {
     ) -> Result<TcpStream, NotTaken> {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            match listener.take(from, cookie) {
+            match listener.take(from, cookie, |_| true) {
                 Err(NotTaken::NotHere) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(10))
                 }
@@ -197,7 +217,7 @@ mod tests {
         let (from, cookie) = (client.local_addr().unwrap(), cookie_of(&client));
         let accepted = taken(&mut splice_listener, from, cookie).expect("the held socket's");
         assert_eq!(
-            splice_listener.take(from, cookie).err(),
+            splice_listener.take(from, cookie, |_| true).err(),
             Some(NotTaken::NotHere),
             "taken once"
         );
@@ -245,5 +265,32 @@ mod tests {
             taken(&mut splice_listener, hijacker_from, cookie).err(),
             Some(NotTaken::NotTheHeldSocket)
         );
+    }
+
+    #[test]
+    fn a_connection_no_held_socket_made_is_closed_as_it_is_accepted() {
+        let mut splice_listener = SpliceListener::start().unwrap();
+        let held = TcpStream::connect(("127.0.0.1", splice_listener.port())).unwrap();
+        let mut other = TcpStream::connect(("127.0.0.1", splice_listener.port())).unwrap();
+        let (from, cookie) = (held.local_addr().unwrap(), cookie_of(&held));
+        let only_held = |c: u64| c == cookie;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let accepted = loop {
+            match splice_listener.take(from, cookie, only_held) {
+                Ok(stream) => break stream,
+                Err(NotTaken::NotHere) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Err(err) => panic!("{err:?}"),
+            }
+        };
+        assert_eq!(accepted.peer_addr().unwrap(), from);
+        // The other connection was accepted in the same turn and closed: it reads the end.
+        other
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        assert_eq!(other.read(&mut byte).unwrap(), 0, "closed at once");
+        assert!(splice_listener.waiting.is_empty(), "nothing else waits");
     }
 }

@@ -614,16 +614,12 @@ impl Enforcer {
                 self.links.push(HeldLink::Raw(name, cgroup, fd));
                 return Err(err);
             }
-            self.pins
-                .as_mut()
-                .expect("set above")
-                .pinned
-                .push(PinnedEntry {
-                    path,
-                    program: name,
-                    cgroup: Some(cgroup),
-                    link: fd,
-                });
+            self.keep_pinned(PinnedEntry {
+                path,
+                program: name,
+                cgroup: Some(cgroup),
+                link: fd,
+            });
             return Ok(());
         }
         let (fd_link, cgroup): (FdLink, Option<PathBuf>) = match link {
@@ -658,16 +654,12 @@ impl Enforcer {
                 // Our own descriptor of it, by the pin just made (aya's is not handed out).
                 let link = super::raw_link::obj_get(&path);
                 drop(pinned);
-                self.pins
-                    .as_mut()
-                    .expect("set above")
-                    .pinned
-                    .push(PinnedEntry {
-                        path,
-                        program: program_name,
-                        cgroup,
-                        link: link?,
-                    });
+                self.keep_pinned(PinnedEntry {
+                    path,
+                    program: program_name,
+                    cgroup,
+                    link: link?,
+                });
                 Ok(())
             }
             Err(err) => {
@@ -685,6 +677,14 @@ impl Enforcer {
                 }
             }
         }
+    }
+
+    fn keep_pinned(&mut self, entry: PinnedEntry) {
+        self.pins
+            .as_mut()
+            .expect("pinning sets the folder first")
+            .pinned
+            .push(entry);
     }
 
     /// Looks at every pinned cgroup link of this Enforcer: one that was detached is attached

@@ -79,15 +79,15 @@ pub struct CgroupLinkState {
     pub attach_type: u32,
 }
 
-/// The state of the cgroup link `link` (`None`: not a cgroup link).
-pub fn cgroup_link_state(link: &impl AsFd) -> Result<Option<CgroupLinkState>> {
-    let mut info = LinkInfo::default();
+/// Fills `info` (a prefix of the object's `bpf_*_info`, which the kernel fills as far as it
+/// goes) for the BPF object `fd` holds (`BPF_OBJ_GET_INFO_BY_FD`).
+pub fn object_info<T>(fd: BorrowedFd<'_>, info: &mut T) -> std::io::Result<()> {
     let attr = InfoByFd {
-        bpf_fd: link.as_fd().as_raw_fd() as u32,
-        info_len: std::mem::size_of::<LinkInfo>() as u32,
-        info: &raw mut info as u64,
+        bpf_fd: fd.as_raw_fd() as u32,
+        info_len: std::mem::size_of::<T>() as u32,
+        info: (info as *mut T) as u64,
     };
-    // SAFETY: the attribute points at an info struct of the length it gives.
+    // SAFETY: the attribute points at a writable `T` of the length it gives.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_bpf,
@@ -97,8 +97,15 @@ pub fn cgroup_link_state(link: &impl AsFd) -> Result<Option<CgroupLinkState>> {
         )
     };
     if rc != 0 {
-        return Err(std::io::Error::last_os_error()).context("reading a link's info");
+        return Err(std::io::Error::last_os_error());
     }
+    Ok(())
+}
+
+/// The state of the cgroup link `link` (`None`: not a cgroup link).
+pub fn cgroup_link_state(link: &impl AsFd) -> Result<Option<CgroupLinkState>> {
+    let mut info = LinkInfo::default();
+    object_info(link.as_fd(), &mut info).context("reading a link's info")?;
     Ok(
         (info.kind == BPF_LINK_TYPE_CGROUP).then_some(CgroupLinkState {
             cgroup_id: info.cgroup_id,

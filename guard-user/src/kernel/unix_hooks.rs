@@ -42,34 +42,10 @@ impl UnixHooks {
     }
 }
 
-/// The kernel's id of the program `fd` holds (`BPF_OBJ_GET_INFO_BY_FD`; `bpf_prog_info.id` is
-/// its second field).
+/// The kernel's id of the program `fd` holds (`bpf_prog_info.id` is its second field).
 fn program_id(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<u32> {
-    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
-    #[repr(C)]
-    struct InfoByFd {
-        bpf_fd: u32,
-        info_len: u32,
-        info: u64,
-    }
     let mut info = [0u32; 64];
-    let attr = InfoByFd {
-        bpf_fd: fd.as_raw_fd() as u32,
-        info_len: std::mem::size_of_val(&info) as u32,
-        info: info.as_mut_ptr() as u64,
-    };
-    // SAFETY: the attribute points at a buffer of the length it gives.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_OBJ_GET_INFO_BY_FD,
-            &attr as *const InfoByFd,
-            std::mem::size_of::<InfoByFd>(),
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    super::raw_link::object_info(fd, &mut info)?;
     Ok(info[1])
 }
 

@@ -227,8 +227,13 @@ fn a_root_command_cannot_approve_its_own_ask_through_a_peer_that_is_gone() {
     let server = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = server.local_addr().unwrap().port();
     let rules = dir.path().join("test.rules");
-    let rules_text =
-        format!("address_rule(addresses=[\"127.0.0.1\"], ports=[{port}], decision=\"prompt\")\n");
+    // The run's ask socket is let through (unix sockets nothing names are refused): this is
+    // about who answers, not whether the socket can be reached.
+    let rules_text = format!(
+        "address_rule(addresses=[\"127.0.0.1\"], ports=[{port}], decision=\"prompt\")\n\
+         unix_rule(socket=\"{}/*\", decision=\"allow\")\n",
+        guard::cli::RUN_SOCKETS
+    );
     std::fs::write(&rules, &rules_text).unwrap();
     let script_file = dir.path().join("approve.py");
     std::fs::write(&script_file, APPROVE_FROM_A_GONE_CHILD).unwrap();
@@ -410,9 +415,12 @@ fn a_root_command_of_a_stand_alone_run_cannot_leave_its_policy_through_the_daemo
     let rules = work.path().join("strict.rules");
     std::fs::write(
         &rules,
+        // Its command may reach the daemon (unix sockets nothing names are refused).
         format!(
-            "prefix_rule(pattern=[\"touch\", \"{}\"], decision=\"forbidden\")\n",
-            forbidden.display()
+            "prefix_rule(pattern=[\"touch\", \"{}\"], decision=\"forbidden\")\n\
+             unix_rule(socket=\"{}\", decision=\"allow\")\n",
+            forbidden.display(),
+            daemon.socket.display()
         ),
     )
     .unwrap();
@@ -494,5 +502,47 @@ fn the_daemon_attaches_a_detached_link_again_and_records_it() {
     assert!(
         shown.contains("found detached or unpinned and attached again"),
         "{shown}"
+    );
+}
+
+#[test]
+fn under_the_daemon_a_root_run_cannot_name_or_detach_the_daemons_pins() {
+    use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run};
+    if !can_run() {
+        return;
+    }
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "prefix_rule(pattern=[\"gt-never-run\"], decision=\"forbidden\")\n".into(),
+        ..DaemonSetup::default()
+    });
+    let helper = scope_escape();
+    let script = format!(
+        "echo pins=$(ls -A {pins} | wc -l); {helper} bpf-detach-pins {pins}; \
+         {helper} bpf-obj-get /; {helper} unshare-user",
+        pins = daemon.pin_dir.display(),
+        helper = helper.display(),
+    );
+    assert!(
+        std::fs::read_dir(&daemon.pin_dir).is_ok_and(|mut d| d.next().is_some()),
+        "the daemon's pins are there outside its runs"
+    );
+    let out = daemon.guard(&["run", "--", "sh", "-c", &script]);
+    let said = text(&out.stdout);
+    for expected in [
+        "pins=0",
+        "bpf-detach-pins: ENOENT",
+        "bpf-obj-get: EPERM",
+        "unshare-user: EPERM",
+    ] {
+        assert!(
+            said.contains(expected),
+            "{expected}: {said} / {}",
+            text(&out.stderr)
+        );
+    }
+    let status = daemon.json(&["status", "--json"]);
+    assert_eq!(
+        status["links_repaired"], 0,
+        "nothing was detached: {status}"
     );
 }

@@ -238,7 +238,37 @@ fn load(config: &Config) -> Result<LoadedPolicy, crate::policy::LoadError> {
         tracing::warn!("{skipped}");
     }
     loaded.policy = config.asks.approval().kernel_policy(loaded.policy);
+    loaded
+        .policy
+        .add_unix_rule(control_socket_rule(&config.socket));
     Ok(loaded)
+}
+
+/// Where the rule that lets scopes reach the daemon's control socket says it comes from.
+pub const CONTROL_SOCKET_ORIGIN: &str = "<guard's control socket>";
+
+/// The daemon's scopes reach its control socket (a nested `guard run`, `guard prompts`) under
+/// any `unmatched_unix` default: what a process in a scope may ask there is the authorization
+/// policy's to decide (it may not approve, amend or reload), and a run it asks for is nested in
+/// its own scope. A rule of the policy that forbids the socket still wins (the stronger decision).
+fn control_socket_rule(socket: &std::path::Path) -> crate::policy::unix::UnixRule {
+    use std::os::unix::ffi::OsStrExt;
+    crate::policy::unix::UnixRule {
+        id: crate::policy::RuleId(0),
+        socket: crate::policy::unix::UnixSocket {
+            bytes: socket.as_os_str().as_bytes().to_vec(),
+            prefix: false,
+        },
+        decision: crate::policy::Decision::Allow,
+        justification: Some(
+            "guard's own control socket: the authorization policy decides what a scope may ask"
+                .to_string(),
+        ),
+        origin: Some(crate::policy::RuleOrigin {
+            file: CONTROL_SOCKET_ORIGIN.into(),
+            line: 1,
+        }),
+    }
 }
 
 fn load_authz(config: &Config) -> Result<(Arc<AuthzPolicy>, String)> {

@@ -54,7 +54,7 @@ pub use names::{NameDecision, NamePolicy, NameRule};
 
 /// What guard's resolver cannot see, and how each is decided instead (`guard doctor`,
 /// docs/enforcement.md): (what, how it is decided).
-pub const CANNOT_SEE: [(&str, &str); 6] = [
+pub const CANNOT_SEE: [(&str, &str); 7] = [
     (
         "DNS over HTTPS or TLS (port 443 or 853) to a resolver the policy allows",
         "the names inside are never seen: the connect to the resolver is decided by its \
@@ -74,10 +74,18 @@ pub const CANNOT_SEE: [(&str, &str); 6] = [
     (
         "lookups over a local socket instead of port 53 (nscd, nss-resolve's varlink to \
          systemd-resolved)",
-        "never seen: unless the policy's unmatched network default is allow, the unix \
-         socket itself is refused (no rule names it), so the C library asks DNS, which is \
-         redirected; under allow the connects that follow are decided by address. The stub at \
-         127.0.0.53:53 is redirected like any DNS server",
+        "never seen: unless the policy's `unmatched_unix` default is allow (it is deny unless \
+         the policy says otherwise), the unix socket itself is refused (no rule names it), so \
+         the C library asks DNS, which is redirected; under allow the connects that follow are \
+         decided by address. The stub at 127.0.0.53:53 is redirected like any DNS server",
+    ),
+    (
+        "the labels of a name a host pattern allows (`*.example.com`): they leave the host, so \
+         they can carry data",
+        "forwarded as guard builds the query (one question, lower case, no options of the \
+         program's), within the policy's caps: `dns_max_labels`, `dns_max_name_length` and \
+         `dns_wildcard_lookups_per_second` (10, 128 and 100 unless set); a lookup past a cap \
+         is refused and recorded. Name exact hosts instead of a pattern where that matters",
     ),
     (
         "names resolved before the scope began, or answers kept past their TTL plus 60 s",

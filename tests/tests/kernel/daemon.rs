@@ -306,9 +306,14 @@ fn a_process_inside_a_guard_scope_cannot_answer_asks_or_change_the_policy_even_a
 
     // Root, inside a stand-alone `guard run` (a scope that is not this daemon's).
     let standalone_rules = daemon.dir.path().join("standalone.rules");
+    // Its command may reach the daemon's socket (unix sockets nothing names are refused): what
+    // is tested here is what the daemon lets it ask.
     std::fs::write(
         &standalone_rules,
-        "prefix_rule(pattern=[\"git\", \"push\"], decision=\"forbidden\")\n",
+        format!(
+            "prefix_rule(pattern=[\"git\", \"push\"], decision=\"forbidden\")\n\
+             unix_rule(socket=\"{socket}\", decision=\"allow\")\n"
+        ),
     )
     .unwrap();
     let mut standalone = std::process::Command::new(&guard);

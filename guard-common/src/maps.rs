@@ -267,7 +267,7 @@ pub struct ScopedApproval {
     /// The scope's cgroup id (the deepest listed one, as `SCOPES` decides).
     pub scope: u64,
     /// A destination's address, network order (IPv4: the first 4 bytes); an exec's argv trie
-    /// node id in the first 4 bytes (native order).
+    /// node id, or a unix socket's exact-entry rule id, in the first 4 bytes (native order).
     pub key: [u8; 16],
     /// Destination port, host order (0 for an exec).
     pub port: u16,
@@ -281,6 +281,9 @@ pub struct ScopedApproval {
 pub mod approval_kind {
     /// An exec whose argv ends at the key's trie node.
     pub const EXEC: u8 = 1;
+    /// A connect or send to the unix socket the exact table's entry of the key's rule id names
+    /// (a unix rule names one socket, and an approval-only entry carries its own approval's id).
+    pub const UNIX: u8 = 2;
     /// A connection or send to an IPv4 address.
     pub const V4: u8 = 4;
     /// A connection or send to an IPv6 address.
@@ -304,6 +307,14 @@ impl ScopedApproval {
             kind: approval_kind::EXEC,
             _pad: 0,
         }
+    }
+
+    /// The approval of the unix socket whose exact-table entry names rule `entry_rule`, for
+    /// `scope`.
+    pub const fn unix(scope: u64, entry_rule: u32) -> Self {
+        let mut approval = ScopedApproval::exec(scope, entry_rule);
+        approval.kind = approval_kind::UNIX;
+        approval
     }
 
     /// The approval of `addr` (IPv4 when `v4`: its first 4 bytes, the rest zero), `port` and

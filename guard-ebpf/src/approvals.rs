@@ -27,3 +27,11 @@ pub fn destination_approved(
     // SAFETY: lookup of a plain key.
     unsafe { APPROVALS.get(&key) }.is_some()
 }
+
+/// Whether `scope` was given the approval of the unix socket whose exact-table entry names rule
+/// `entry_rule`.
+#[inline(always)]
+pub fn unix_approved(scope: u64, entry_rule: u32) -> bool {
+    // SAFETY: lookup of a plain key.
+    unsafe { APPROVALS.get(&ScopedApproval::unix(scope, entry_rule)) }.is_some()
+}

@@ -7,7 +7,10 @@
 //! hook runs, so another thread cannot change it), as the bytes the caller named: a pathname up
 //! to its first NUL, or an abstract name (a leading NUL) whole. The exact table decides first,
 //! then the longest prefix in the trie, where userspace keeps the defaults (`/`, the abstract
-//! NUL, and the empty prefix for a relative path, which no rule could name).
+//! NUL, and the empty prefix for a relative path, which no rule could name). A person's
+//! approval marks the exact entry of the name approved ([`Verdict::approved`]; an entry that
+//! only carries the mark decides nothing, the prefix does) and is held for its scope in
+//! `APPROVALS`, keyed by the entry's rule id: a `prompt` goes through for that scope alone.
 //!
 //! aya 0.14 knows neither attach type: the sections are named as connect4 programs (aya-obj
 //! parses the object whole or not at all), and userspace loads these two itself with the unix
@@ -17,15 +20,17 @@ use aya_ebpf::bindings::bpf_sock_addr;
 use aya_ebpf::helpers::{
     bpf_probe_read_kernel, bpf_probe_read_kernel_buf, bpf_probe_read_kernel_str_bytes,
 };
+use guard_common::Decision;
 use guard_common::engine::outcome::Counters;
 use guard_common::event::{action, flag, kind};
 use guard_common::limits::{NO_RULE, UNIX_PATH_LEN};
 use guard_common::maps::{Verdict, counter};
 
+use crate::approvals::unix_approved;
 use crate::events::{Subject, conclude, emit};
 use crate::kernel::offsets;
 use crate::maps::{UNIX_EXACT, UNIX_PREFIX, UNIX_SCRATCH, count, settings};
-use crate::scope::current_in_scope;
+use crate::scope::current_scope;
 
 /// `offsetof(struct sockaddr_un, sun_path)`.
 const SUN_PATH_OFFSET: usize = 2;
@@ -52,7 +57,8 @@ fn decide(ctx: *mut bpf_sock_addr, call: u16) -> i32 {
     let Some(settings) = settings() else {
         return 1;
     };
-    if !current_in_scope() {
+    let scope = current_scope();
+    if scope == 0 {
         return 1;
     }
     let Some(scratch) = UNIX_SCRATCH.get_ptr_mut(0) else {
@@ -72,14 +78,33 @@ fn decide(ctx: *mut bpf_sock_addr, call: u16) -> i32 {
     let copied =
         unsafe { bpf_probe_read_kernel_buf(scratch.key.path.as_ptr(), &mut scratch.prefix.data) };
     scratch.prefix.prefix_len = len * 8;
-    let verdict = match unsafe { UNIX_EXACT.get(&scratch.key) } {
-        Some(verdict) => *verdict,
-        None if copied.is_ok() => match UNIX_PREFIX.get(&scratch.prefix) {
-            Some(verdict) => *verdict,
-            None => unmatched(settings.unmatched_network),
-        },
-        None => unmatched(settings.unmatched_network),
-    };
+    // An exact entry that only carries an approval's mark decides nothing: the prefix does.
+    // Plain values, each set on every path: the verifier refuses a spill of an unset register,
+    // which an `Option` of the entry's copy made.
+    let mut verdict = unmatched(settings.unmatched_network);
+    let mut decided = false;
+    let mut marked = false;
+    let mut mark_rule = 0u32;
+    // SAFETY: lookup of a key in the scratch.
+    if let Some(found) = unsafe { UNIX_EXACT.get(&scratch.key) } {
+        marked = found.approved();
+        mark_rule = found.rule;
+        if !found.is_none() {
+            verdict = *found;
+            decided = true;
+        }
+    }
+    if !decided
+        && copied.is_ok()
+        && let Some(found) = UNIX_PREFIX.get(&scratch.prefix)
+    {
+        verdict = *found;
+    }
+    // A person approved this socket for some scope: a `prompt` (never a `forbidden`) goes
+    // through when it was this scope (looked up last, only for a marked prompt).
+    if marked && verdict.decision == Decision::Prompt as u8 && unix_approved(scope, mark_rule) {
+        verdict.decision = Decision::Allow as u8;
+    }
     let flags = if verdict.rule == NO_RULE {
         flag::UNMATCHED
     } else {

@@ -10,6 +10,7 @@ use crate::compile::image::EnforcementImage;
 use crate::policy::Policy;
 use crate::policy::amend::{
     AmendError, address_amendment_line, network_amendment_line, prefix_amendment_line,
+    unix_amendment_line,
 };
 use crate::policy::approval::is_banned_prefix;
 use crate::policy::render_example;
@@ -74,6 +75,9 @@ pub fn plan_approval(
             transport: Transport::parse(transport).unwrap_or(Transport::Tcp),
             host: host.clone(),
         },
+        AskTarget::Unix { socket, .. } => ApprovalTarget::Unix {
+            socket: socket.clone(),
+        },
     }))
 }
 
@@ -131,17 +135,33 @@ pub fn amendment_line(target: &AskTarget, decision: Decision) -> Result<String, 
             })
         }
         AskTarget::Network { .. } => network_line(target, decision),
+        AskTarget::Unix { socket, .. } => unix_amendment_line(socket, decision),
     }
 }
 
-/// Why `ask` has no `--always` approval, if it has none: a `prompt` rule decided the exec, and
-/// an allow rule cannot override it (prefix rules combine by strongest decision).
+/// Why `ask` has no `--always` approval, if it has none: a `prompt` rule decided the exec (or
+/// named the unix socket whole), and an allow rule cannot override it (the strongest decision
+/// wins).
 fn always_refused(ask: &Ask) -> Option<String> {
     match &ask.target {
         AskTarget::Exec { by_rule: true, .. } => Some(format!(
             "ask {} comes from a prompt rule ({}); an allow rule cannot override it (prefix \
              rules combine by strongest decision), so there is no amendment to write. Approve it \
              --once or --session, or change that rule.",
+            ask.id,
+            ask.record
+                .rule
+                .as_ref()
+                .map_or("?".to_string(), ToString::to_string)
+        )),
+        AskTarget::Unix {
+            socket,
+            by_whole_name: true,
+            ..
+        } => Some(format!(
+            "ask {} comes from a unix_rule that names `{socket}` itself ({}); an allow rule for \
+             the same socket would not override it (the stronger decision wins), so there is \
+             no amendment to write. Approve it --once or --session, or change that rule.",
             ask.id,
             ask.record
                 .rule
@@ -261,6 +281,43 @@ mod tests {
             amendment_line(&network(8080, false), Decision::Forbidden).unwrap(),
             "address_rule(addresses=[\"api2.example.test\"], ports=[8080], transport=\"tcp\", \
              decision=\"deny\", justification=\"Deny tcp port 8080 access to api2.example.test\")"
+        );
+    }
+
+    #[test]
+    fn a_unix_ask_always_is_a_unix_rule_for_that_socket_alone() {
+        let unix = |socket: &str| AskTarget::Unix {
+            socket: socket.into(),
+            by_rule: false,
+            by_whole_name: false,
+        };
+        let line = amendment_line(&unix("/tmp/t/srv.sock"), Decision::Allow).unwrap();
+        assert_eq!(
+            line,
+            "unix_rule(socket=\"/tmp/t/srv.sock\", decision=\"allow\")"
+        );
+        let mut parser = crate::policy::PolicyParser::new();
+        parser.parse("amend.rules", &line).unwrap();
+        let policy = parser.build();
+        let rules = policy.unix_rules_with_builtins();
+        let decide = |address: &[u8]| {
+            crate::policy::unix::decide(&rules, Decision::Prompt, address).decision()
+        };
+        assert_eq!(decide(b"/tmp/t/srv.sock"), Decision::Allow);
+        assert_eq!(
+            decide(b"/tmp/t/srv.sock2"),
+            Decision::Prompt,
+            "that name alone"
+        );
+        assert_eq!(
+            amendment_line(&unix("@guard-test"), Decision::Forbidden).unwrap(),
+            "unix_rule(socket=\"@guard-test\", decision=\"deny\")"
+        );
+        // A name the rule language would read as a prefix has no line of its own.
+        let err = amendment_line(&unix("/tmp/t/a*"), Decision::Allow).unwrap_err();
+        assert!(
+            err.to_string().contains("more than this one socket"),
+            "{err}"
         );
     }
 

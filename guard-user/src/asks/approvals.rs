@@ -2,8 +2,9 @@
 //! daemon stops or the ask's scope ends). They are added to the image each time the policy is
 //! compiled, so a reload keeps them and their expiry removes them.
 //!
-//! Both kinds are exact and held in the kernel: the same argv (in the argv trie), or the same
-//! address, port and transport (in the destination trie). The kernel lets an approval turn that
+//! Both kinds are exact and held in the kernel: the same argv (in the argv trie), the same
+//! address, port and transport (in the destination trie), or the same unix socket address (in
+//! the unix exact table). The kernel lets an approval turn that
 //! one request's `prompt` into allow and never touches `forbidden` (an allow rule could not do
 //! this for execs, whose prefix decisions combine by strongest, nor for a `prompt`
 //! `address_rule`).
@@ -37,6 +38,10 @@ pub enum ApprovalTarget {
         transport: Transport,
         /// For people: the host name the address came from, if any.
         host: Option<String>,
+    },
+    /// A unix socket address as a person reads it (`/path`, `@name`).
+    Unix {
+        socket: String,
     },
 }
 
@@ -75,6 +80,11 @@ impl Approval {
             for_scope: ask.scope,
             until: (mode == ApprovalMode::Once).then(|| now + once),
         }
+    }
+
+    /// What events and `guard` output show as its rule.
+    fn rule_text(&self) -> String {
+        format!("approval(ask={}, mode={})", self.ask, self.mode.as_str())
     }
 
     fn justification(&self) -> String {
@@ -149,11 +159,7 @@ impl Approvals {
                     if let Err(err) = image.add_exec_approval(
                         approval.for_scope,
                         tokens,
-                        format!(
-                            "approval(ask={}, mode={})",
-                            approval.ask,
-                            approval.mode.as_str()
-                        ),
+                        approval.rule_text(),
                         format!("`{shown}`, {how}"),
                     ) {
                         errors.push(err.to_string());
@@ -171,12 +177,16 @@ impl Approvals {
                         *address,
                         *port,
                         *transport,
-                        format!(
-                            "approval(ask={}, mode={})",
-                            approval.ask,
-                            approval.mode.as_str()
-                        ),
+                        approval.rule_text(),
                         format!("{address}:{port}/{}{name}, {how}", transport.as_str()),
+                    );
+                }
+                ApprovalTarget::Unix { socket } => {
+                    image.add_unix_approval(
+                        approval.for_scope,
+                        crate::policy::unix::parse_address(socket),
+                        approval.rule_text(),
+                        format!("the unix socket {socket}, {how}"),
                     );
                 }
             }

@@ -33,13 +33,25 @@ pub enum AskTarget {
         /// A rule asked (else no rule matched: the unmatched-network default).
         by_rule: bool,
     },
+    /// A connect or send to a unix socket: its address as a person reads it (`/path`, `@name`),
+    /// which reads back as exactly the address the kernel saw.
+    Unix {
+        socket: String,
+        /// A rule asked (else nothing named it: the `unmatched_unix` default).
+        by_rule: bool,
+        /// The rule that asked names this socket whole: a `unix_rule` allowing it would tie
+        /// with it and lose (the stronger decision wins), so `--always` has no line to write.
+        by_whole_name: bool,
+    },
 }
 
 impl AskTarget {
     /// A prompt rule asked (not the unmatched default).
     pub fn by_rule(&self) -> bool {
         match self {
-            AskTarget::Exec { by_rule, .. } | AskTarget::Network { by_rule, .. } => *by_rule,
+            AskTarget::Exec { by_rule, .. }
+            | AskTarget::Network { by_rule, .. }
+            | AskTarget::Unix { by_rule, .. } => *by_rule,
         }
     }
 
@@ -48,7 +60,11 @@ impl AskTarget {
     /// overlay asked (`by_overlay`: the daemon's policy is not the one that asks).
     pub fn answers(&self, by_overlay: bool) -> &'static str {
         match self {
-            AskTarget::Exec { by_rule: true, .. } => "[--once|--session]",
+            AskTarget::Exec { by_rule: true, .. }
+            | AskTarget::Unix {
+                by_whole_name: true,
+                ..
+            } => "[--once|--session]",
             _ if by_overlay => "[--once|--session]",
             _ => "[--once|--session|--always]",
         }
@@ -183,6 +199,7 @@ fn key(target: &AskTarget) -> String {
             "net\0{}\0{address}\0{port}\0{transport}",
             host.as_deref().unwrap_or("")
         ),
+        AskTarget::Unix { socket, .. } => format!("unix\0{socket}"),
     }
 }
 

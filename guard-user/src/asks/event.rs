@@ -214,6 +214,90 @@ mod tests {
     }
 
     #[test]
+    fn a_prompted_unix_connect_is_asked_and_held_once_or_written_always() {
+        use crate::asks::ApprovalMode;
+        use crate::asks::answer::{ApprovalPlan, plan_approval};
+        use crate::asks::approvals::ApprovalTarget;
+        let mut parser = crate::policy::PolicyParser::new();
+        parser
+            .parse(
+                "t.rules",
+                "enforcement(unmatched_unix=\"prompt\")\n\
+                 unix_rule(socket=\"/run/named.sock\", decision=\"prompt\")\n",
+            )
+            .unwrap();
+        let image = crate::compile::compile(
+            &parser.build(),
+            &crate::compile::NoResolver,
+            &crate::compile::CompileEnv::default(),
+        );
+        let unix_event = |address: &[u8], rule: Option<u32>| {
+            let mut event = crate::asks::messages::tests::event(
+                EventKind::Unix,
+                Decision::Prompt,
+                Action::Eperm,
+            );
+            (event.cgroup_id, event.scope, event.rule) = (42, 42, rule);
+            event.unmatched = rule.is_none();
+            event.unix = Some(crate::kernel::events::EventUnix {
+                address: crate::policy::unix::address_text(address),
+                call: "connect",
+                bytes: address.to_vec(),
+            });
+            event
+        };
+        let mut book = AskBook::new(Duration::from_secs(60), Duration::from_secs(60));
+        let take_unix = |book: &mut AskBook, event: &KernelEvent| {
+            let asking = Asking {
+                book: Some(book),
+                approval: ApprovalPolicy::OnRequest,
+                scope: (42, true),
+            };
+            take(&image, event, &[], None, asking, Instant::now())
+        };
+        // Nothing names it: asked, --once holds that socket, --always writes its unix_rule.
+        let taken = take_unix(&mut book, &unix_event(b"/tmp/t/srv.sock", None));
+        assert!(taken.new_ask, "{}", taken.line);
+        assert!(
+            taken.message.contains("/tmp/t/srv.sock"),
+            "{}",
+            taken.message
+        );
+        assert_eq!(taken.answers, Some("[--once|--session|--always]"));
+        let ask = book.get(taken.ask.unwrap(), Instant::now()).unwrap();
+        assert_eq!(ask.record.host, "/tmp/t/srv.sock");
+        assert_eq!(
+            plan_approval(&ask, ApprovalMode::Once, &image, None),
+            Ok(ApprovalPlan::Hold(ApprovalTarget::Unix {
+                socket: "/tmp/t/srv.sock".into()
+            }))
+        );
+        assert_eq!(
+            plan_approval(&ask, ApprovalMode::Always, &image, None),
+            Ok(ApprovalPlan::Append(
+                "unix_rule(socket=\"/tmp/t/srv.sock\", decision=\"allow\")".into()
+            ))
+        );
+        // A prompt rule naming the socket whole: an allow line would lose to it, so no --always.
+        let named = image
+            .unix
+            .iter()
+            .find(|e| e.socket.bytes == b"/run/named.sock")
+            .unwrap()
+            .verdict
+            .rule;
+        let taken = take_unix(&mut book, &unix_event(b"/run/named.sock", Some(named)));
+        assert_eq!(taken.answers, Some("[--once|--session]"));
+        let ask = book.get(taken.ask.unwrap(), Instant::now()).unwrap();
+        let refused = plan_approval(&ask, ApprovalMode::Always, &image, None).unwrap_err();
+        assert!(refused.contains("--once or --session"), "{refused}");
+        // An abstract name with a NUL inside reads back as another name: not asked.
+        let taken = take_unix(&mut book, &unix_event(b"\0a\0b", None));
+        assert_eq!(taken.ask, None, "{}", taken.line);
+        assert!(taken.message.contains("rejected"), "{}", taken.message);
+    }
+
+    #[test]
     fn under_never_a_prompt_is_refused_at_once_and_the_line_and_message_say_why() {
         let mut book = AskBook::new(Duration::from_secs(60), Duration::from_secs(60));
         let taken = take_with(&mut book, ApprovalPolicy::Never, &prompted_push());

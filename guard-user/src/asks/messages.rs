@@ -94,8 +94,30 @@ pub fn describe(image: &EnforcementImage, event: &KernelEvent, answered: &[Strin
             target: None,
         },
         (EventKind::Unix, _) => {
-            let socket = event.unix.as_ref().map_or("?", |u| u.address.as_str());
+            let unix = event.unix.as_ref();
+            let socket = unix.map_or("?", |u| u.address.as_str());
+            // Asked only where the address reads back as itself: an approval names it by text.
+            let target = unix
+                .filter(|u| prompt && crate::policy::unix::parse_address(&u.address) == u.bytes)
+                .map(|u| AskTarget::Unix {
+                    socket: u.address.clone(),
+                    by_rule: !event.unmatched,
+                    by_whole_name: image.unix.iter().any(|entry| {
+                        !entry.socket.prefix
+                            && entry.socket.bytes == u.bytes
+                            && Some(entry.verdict.rule) == event.rule
+                    }),
+                });
             let message = match (prompt, justification, rule) {
+                (true, Some(j), _) => format!("unix socket `{socket}` requires approval: {j}"),
+                (true, None, _) if target.is_some() => format!(
+                    "unix socket `{socket}` requires approval{}",
+                    if event.unmatched {
+                        ": no rule names it, and enforcement(unmatched_unix) asks about it"
+                    } else {
+                        " by policy"
+                    }
+                ),
                 (_, Some(j), _) => format!("unix socket `{socket}` rejected: {j}"),
                 (true, None, _) => format!(
                     "unix socket `{socket}` rejected: it needs approval; add \
@@ -113,11 +135,7 @@ pub fn describe(image: &EnforcementImage, event: &KernelEvent, answered: &[Strin
                      unix_rule(socket=\"{socket}\", decision=\"allow\") to let it through"
                 ),
             };
-            // No ask: an approval of a unix socket is a unix_rule line (the message says which).
-            Described {
-                message,
-                target: None,
-            }
+            Described { message, target }
         }
         (EventKind::Read | EventKind::Write, _) => {
             let access = if event.kind == EventKind::Read {
@@ -246,6 +264,15 @@ pub fn blocked_request(
                 "write"
             }
             .to_string(),
+            None,
+        ),
+        None if event.kind == EventKind::Unix => (
+            event
+                .unix
+                .as_ref()
+                .map(|u| u.address.clone())
+                .unwrap_or_default(),
+            "unix".to_string(),
             None,
         ),
         None => (String::new(), "exec".to_string(), None),
@@ -488,6 +515,7 @@ pub(in crate::asks) mod tests {
             unix: Some(crate::kernel::events::EventUnix {
                 address: "/tmp/t/srv.sock".into(),
                 call: "connect",
+                bytes: b"/tmp/t/srv.sock".to_vec(),
             }),
             ..event(
                 EventKind::Unix,

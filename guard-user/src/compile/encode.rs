@@ -221,6 +221,7 @@ impl MapEncoder {
         let roots = argv_roots(image, &edges, &self.long_ids);
         let destinations = DestinationMaps::build(image);
         let (unix_exact, unix_prefix) = unix_entries(image);
+        approvals.extend(unix_approvals(image, &unix_exact));
         let exec_approvals = edges.values().any(|n| n.here.approved());
         Ok(MapEntries {
             settings: Some(Settings {
@@ -515,7 +516,9 @@ impl MapEntries {
 }
 
 /// The unix socket tables: whole names keyed as the hooks read an address, prefixes with their
-/// length in bits.
+/// length in bits. An approved address marks its whole name's entry ([`Verdict::approved`]),
+/// or is one with no decision of its own (the prefix still decides it), named by the first
+/// approval of it.
 #[allow(clippy::type_complexity)]
 pub fn unix_entries(
     image: &EnforcementImage,
@@ -532,17 +535,50 @@ pub fn unix_entries(
         let verdict = kernel_verdict(&entry.verdict);
         if entry.socket.prefix {
             prefixes.insert((8 * bytes.len() as u32, path), verdict);
-        } else {
-            exact.insert(
-                UnixKey {
-                    len: bytes.len() as u32,
-                    path,
-                },
-                verdict,
-            );
+        } else if let Some(key) = unix_key(bytes) {
+            exact.insert(key, verdict);
+        }
+    }
+    for approval in &image.unix_approvals {
+        if let Some(key) = unix_key(&approval.address) {
+            exact
+                .entry(key)
+                .and_modify(|v: &mut Verdict| v.flags |= VERDICT_APPROVAL)
+                .or_insert(Verdict::approval(approval.rule));
         }
     }
     (exact, prefixes)
+}
+
+/// The unix approvals' scopes, by the rule id of the exact entry each approved address has in
+/// `exact` (a unix rule names one socket, an approval-only entry its first approval: the id
+/// names the address).
+fn unix_approvals(
+    image: &EnforcementImage,
+    exact: &HashMap<UnixKey, Verdict>,
+) -> HashMap<ScopedApproval, u32> {
+    let mut approvals = HashMap::new();
+    for approval in &image.unix_approvals {
+        if let Some(entry) = unix_key(&approval.address).and_then(|key| exact.get(&key)) {
+            approvals
+                .entry(ScopedApproval::unix(approval.scope, entry.rule))
+                .or_insert(approval.rule);
+        }
+    }
+    approvals
+}
+
+/// The exact table's key of an address (`None`: empty, or longer than an address can be).
+fn unix_key(bytes: &[u8]) -> Option<UnixKey> {
+    if bytes.is_empty() || bytes.len() > UNIX_PATH_LEN {
+        return None;
+    }
+    let mut path = [0u8; UNIX_PATH_LEN];
+    path[..bytes.len()].copy_from_slice(bytes);
+    Some(UnixKey {
+        len: bytes.len() as u32,
+        path,
+    })
 }
 
 #[cfg(test)]
@@ -771,6 +807,54 @@ mod tests {
         // Nothing else carries a mark.
         let marks = v4.values().filter(|v| v.approved()).count();
         assert_eq!(marks, 3, "{v4:?}");
+    }
+
+    #[test]
+    fn a_unix_approval_marks_its_whole_name_and_is_held_for_its_scope_by_that_entrys_rule() {
+        let mut image = image(
+            "unix_rule(socket=\"/run/ask.sock\", decision=\"prompt\")\n\
+             unix_rule(socket=\"/run/no.sock\", decision=\"forbidden\")\n",
+        );
+        let mut approve = |scope, address: &str| {
+            image.add_unix_approval(scope, address.as_bytes().to_vec(), "a".into(), "a".into())
+        };
+        let named = approve(1, "/run/ask.sock");
+        approve(1, "/run/no.sock");
+        let lone = approve(1, "/tmp/t/srv.sock");
+        let again = approve(2, "/tmp/t/srv.sock");
+        let entries = MapEncoder::new().encode(&image).unwrap();
+        let exact = |address: &str| entries.unix_exact[&unix_key(address.as_bytes()).unwrap()];
+        // A rule's entry keeps its decision and rule, marked (the kernel lets only a prompt by).
+        let ask = exact("/run/ask.sock");
+        assert_eq!(
+            (ask.decision, ask.approved()),
+            (Decision::Prompt as u8, true)
+        );
+        assert_ne!(
+            ask.rule, named,
+            "the rule that decides is still the prompt rule"
+        );
+        let no = exact("/run/no.sock");
+        assert_eq!(
+            (no.decision, no.approved()),
+            (Decision::Forbidden as u8, true)
+        );
+        // A name nothing names whole: the mark alone, the first approval's (the prefix decides).
+        assert_eq!(exact("/tmp/t/srv.sock"), Verdict::approval(lone));
+        // Each approval is its scope's, keyed by the rule its entry carries.
+        let unix: HashMap<ScopedApproval, u32> = entries
+            .approvals
+            .iter()
+            .filter(|(k, _)| k.kind == guard_common::maps::approval_kind::UNIX)
+            .map(|(k, v)| (*k, *v))
+            .collect();
+        assert_eq!(unix.len(), 4, "{unix:?}");
+        assert_eq!(unix[&ScopedApproval::unix(1, ask.rule)], named);
+        assert_eq!(unix[&ScopedApproval::unix(1, lone)], lone);
+        assert_eq!(unix[&ScopedApproval::unix(2, lone)], again);
+        assert!(!unix.contains_key(&ScopedApproval::unix(2, ask.rule)));
+        let marks = entries.unix_exact.values().filter(|v| v.approved()).count();
+        assert_eq!(marks, 3);
     }
 
     #[test]

@@ -47,6 +47,8 @@ pub struct EnforcementImage {
     pub exec_approvals: Vec<ExecApproval>,
     /// Exact destinations a person approved ([`EnforcementImage::add_destination_approval`]).
     pub destination_approvals: Vec<DestinationApproval>,
+    /// Unix socket names a person approved ([`EnforcementImage::add_unix_approval`]).
+    pub unix_approvals: Vec<UnixApproval>,
     /// The pattern tables (legacy forbidden regexes and substrings, rule-set `exec(...)`
     /// patterns); their verdicts name rules after the address rules.
     pub patterns: PatternTables,
@@ -87,6 +89,17 @@ pub struct DestinationApproval {
     pub address: std::net::IpAddr,
     pub port: u16,
     pub transport: Transport,
+    /// The scope (cgroup id) whose connects and sends it lets through.
+    pub scope: u64,
+    pub rule: u32,
+}
+
+/// One approved unix socket: exactly this address (no prefix), for one scope.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnixApproval {
+    /// The address as the kernel reads it (a pathname without its NUL, an abstract name with
+    /// its leading NUL).
+    pub address: Vec<u8>,
     /// The scope (cgroup id) whose connects and sends it lets through.
     pub scope: u64,
     pub rule: u32,
@@ -376,6 +389,34 @@ impl EnforcementImage {
             address: crate::policy::rule::canonical_ip(address),
             port,
             transport,
+            scope,
+            rule,
+        });
+        rule
+    }
+
+    /// Approves one unix socket address (as the kernel reads it): once the maps hold this
+    /// image, a connect or send to exactly it goes through where it would be decided `prompt`,
+    /// for the processes of `scope` alone. Other addresses are decided as before, and
+    /// `forbidden` is never overridden. Adds an allow [`KernelRule`] and returns its id.
+    pub fn add_unix_approval(
+        &mut self,
+        scope: u64,
+        address: Vec<u8>,
+        text: String,
+        summary: String,
+    ) -> u32 {
+        let rule = u32::try_from(self.rules.len()).expect("fewer than 2^32 rules");
+        self.rules.push(KernelRule {
+            kind: KernelRuleKind::Unix,
+            text,
+            summary,
+            decision: Decision::Allow,
+            justification: None,
+            origin: None,
+        });
+        self.unix_approvals.push(UnixApproval {
+            address,
             scope,
             rule,
         });

@@ -115,6 +115,7 @@ pub fn compile(policy: &Policy, resolver: &dyn HostResolver, env: &CompileEnv) -
         warnings,
         exec_approvals: Vec::new(),
         destination_approvals: Vec::new(),
+        unix_approvals: Vec::new(),
         patterns: patterns.tables,
         unix,
         allow_by_name: policy.enforcement().unmatched_exec == crate::policy::Decision::Allow

@@ -105,6 +105,9 @@ pub struct EventUnix {
     pub address: String,
     /// `"connect"` or `"send"`.
     pub call: &'static str,
+    /// The address as the kernel read it (what an approval of it names).
+    #[serde(skip)]
+    pub bytes: Vec<u8>,
 }
 
 /// One decision the kernel recorded: a refusal or an audit-only match.
@@ -286,6 +289,7 @@ impl KernelEvent {
         let unix = (kind == EventKind::Unix).then(|| EventUnix {
             address: crate::policy::unix::address_text(&e.argv[..argv_len]),
             call: if e.port == 0 { "connect" } else { "send" },
+            bytes: e.argv[..argv_len].to_vec(),
         });
         if unix.is_some() {
             argv.clear();

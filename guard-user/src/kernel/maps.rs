@@ -185,12 +185,13 @@ impl MapSync {
         image: &EnforcementImage,
     ) -> Result<SyncStats> {
         let new = DestinationMaps::build(image);
-        // The exec approvals stay as they are; the destination approvals are the image's.
+        // The exec and unix approvals stay as they are; the destination approvals are the
+        // image's.
         let mut approvals: HashMap<ScopedApproval, u32> = self
             .last
             .approvals
             .iter()
-            .filter(|(k, _)| k.kind == approval_kind::EXEC)
+            .filter(|(k, _)| !matches!(k.kind, approval_kind::V4 | approval_kind::V6))
             .map(|(k, v)| (*k, *v))
             .collect();
         approvals.extend(destination_approvals(image));

@@ -18,6 +18,8 @@ pub enum AmendError {
     EmptyPrefix,
     #[error("invalid network rule: {0}")]
     InvalidNetworkRule(String),
+    #[error("invalid unix rule: {0}")]
+    InvalidUnixRule(String),
     #[error("cannot create the folder {dir} for the amendments file: {source}")]
     CreateDir {
         dir: PathBuf,
@@ -178,6 +180,22 @@ pub fn address_amendment_line(
     Ok(format!(
         "address_rule(addresses=[{}], ports=[{port}], transport=\"{transport}\", decision=\"{decision}\"{justification})",
         json_string(&target.to_string()),
+    ))
+}
+
+/// `unix_rule(socket="/path", decision="allow|deny")`: exactly the address asked. An address
+/// the rule language would read as another one (a prefix, a relative path) is refused.
+pub fn unix_amendment_line(socket: &str, decision: Decision) -> Result<String, AmendError> {
+    let parsed = super::unix::UnixSocket::parse(socket).map_err(AmendError::InvalidUnixRule)?;
+    if parsed.prefix || parsed.bytes != super::unix::parse_address(socket) {
+        return Err(AmendError::InvalidUnixRule(format!(
+            "{socket:?} would name more than this one socket in a unix_rule"
+        )));
+    }
+    let (decision, _) = decision_and_justification(decision, None)?;
+    Ok(format!(
+        "unix_rule(socket={}, decision=\"{decision}\")",
+        json_string(socket)
     ))
 }
 

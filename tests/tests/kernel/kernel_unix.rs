@@ -144,33 +144,145 @@ fn a_server_no_rule_names_is_refused_by_default_and_the_line_names_the_rule_that
     assert!(!reached(&listener));
 }
 
+/// `guard run` under `rules` of a command that connects to `socket`, says so in `ready`, waits
+/// for `go`, and connects again; `answer` (one line of the run's ask protocol, for ask 1) is
+/// sent from this test, outside the scope, once the first connect was asked about. The run's
+/// output, and the answer's reply.
+fn asked_then_answered(dir: &Path, rules: &str, socket: &Path, answer: &str) -> (Output, String) {
+    use std::io::{BufRead, Write};
+    let file = dir.join("t.rules");
+    std::fs::write(&file, rules).unwrap();
+    let (ready, go) = (dir.join("ready"), dir.join("go"));
+    // Left by an earlier run in the same folder.
+    let _ = std::fs::remove_file(&ready);
+    let _ = std::fs::remove_file(&go);
+    let script = format!(
+        "\"$ESCAPE\" unix-connect {s}; : > {ready}; i=0; \
+         while [ ! -e {go} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; \
+         \"$ESCAPE\" unix-connect {s}",
+        s = socket.display(),
+        ready = ready.display(),
+        go = go.display(),
+    );
+    let _starting = guard_tests::kernel::starting();
+    let child = Command::new(guard_bin())
+        .args(["run", "--rules"])
+        .arg(&file)
+        .args(["--", "sh", "-c", &script])
+        .env("ESCAPE", scope_escape())
+        .env_remove("GUARD_SOCKET")
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting guard run");
+    let asks = Path::new(guard::cli::RUN_SOCKETS).join(format!("{}.sock", child.id()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !ready.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The ask is made when the run reads the refusal's event: answered as soon as it is there.
+    let mut reply = String::new();
+    while std::time::Instant::now() < deadline {
+        reply.clear();
+        if let Ok(mut stream) = std::os::unix::net::UnixStream::connect(&asks) {
+            stream.write_all(answer.as_bytes()).unwrap();
+            std::io::BufReader::new(&stream)
+                .read_line(&mut reply)
+                .unwrap();
+            if reply.contains("\"ok\":true") {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::write(&go, "").unwrap();
+    (guard_tests::kernel::wait_output(child, RUN_TIMEOUT), reply)
+}
+
+/// Each `unix-connect` line's outcome (`unix-connect: EPERM`), without the error's text.
+fn outcomes(stdout: &str) -> Vec<&str> {
+    stdout
+        .lines()
+        .map(|line| line.split(" (").next().unwrap_or(line))
+        .collect()
+}
+
 #[test]
-fn under_prompt_an_unnamed_socket_is_refused_at_once_with_its_name() {
+fn under_prompt_a_connect_is_refused_and_asked_and_only_an_approval_lets_the_retry_through() {
     if !unix_hooks_or_skip() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("asked.sock");
     let listener = server(&socket);
-    let out = connect(
-        dir.path(),
-        "enforcement(unmatched_unix=\"prompt\")\n",
-        &socket,
-    );
+    let rules = "enforcement(unmatched_unix=\"prompt\")\n";
+
+    // Approved once from outside the scope: the retry reaches the server.
+    let approve = "{\"v\":1,\"op\":\"approve\",\"id\":1,\"mode\":\"once\"}\n";
+    let (out, reply) = asked_then_answered(dir.path(), rules, &socket, approve);
     assert!(
-        text(&out.stdout).contains("unix-connect: EPERM"),
+        reply.contains("\"ok\":true"),
+        "approved: {reply}\n{}",
+        describe(&out)
+    );
+    assert_eq!(
+        outcomes(&text(&out.stdout)),
+        ["unix-connect: EPERM", "unix-connect: ok"],
         "{}",
         describe(&out)
     );
     let stderr = text(&out.stderr);
     assert!(
         stderr.contains(&format!("connect to unix socket {}", socket.display()))
-            && stderr.contains("`prompt`")
-            && stderr.contains(&format!("unix_rule(socket=\"{}\"", socket.display())),
+            && stderr.contains("guard: ask 1: answer from another terminal")
+            && stderr.contains("--once|--session|--always"),
+        "{}",
+        describe(&out)
+    );
+    assert!(reached(&listener), "the approved retry arrives");
+    assert!(!reached(&listener), "and only it");
+
+    // Denied: the retry is refused too, and the server gets nothing.
+    let deny = "{\"v\":1,\"op\":\"deny\",\"id\":1}\n";
+    let (out, reply) = asked_then_answered(dir.path(), rules, &socket, deny);
+    assert!(
+        reply.contains("\"ok\":true"),
+        "denied: {reply}\n{}",
+        describe(&out)
+    );
+    assert_eq!(
+        outcomes(&text(&out.stdout)),
+        ["unix-connect: EPERM", "unix-connect: EPERM"],
         "{}",
         describe(&out)
     );
     assert!(!reached(&listener));
+
+    // --always writes the rule that allows exactly this socket into the run's rules.
+    let always = "{\"v\":1,\"op\":\"approve\",\"id\":1,\"mode\":\"always\"}\n";
+    let (out, reply) = asked_then_answered(dir.path(), rules, &socket, always);
+    assert!(
+        reply.contains("\"ok\":true"),
+        "approved: {reply}\n{}",
+        describe(&out)
+    );
+    assert_eq!(
+        outcomes(&text(&out.stdout)),
+        ["unix-connect: EPERM", "unix-connect: ok"],
+        "{reply}\n{}",
+        describe(&out)
+    );
+    let written = std::fs::read_to_string(dir.path().join("t.rules")).unwrap();
+    assert!(
+        written.contains(&format!(
+            "unix_rule(socket=\"{}\", decision=\"allow\")",
+            socket.display()
+        )),
+        "{written}"
+    );
+    assert!(reached(&listener));
 }
 
 /// The steps a root command in the scope takes against the allowed socket `$A` (a server's,
@@ -334,4 +446,50 @@ fn under_the_daemon_the_client_holds_the_allowed_socket_the_same_way() {
     );
     assert_eq!(steps(&out), REPLACEMENT_STEPS, "{}", describe(&out));
     assert_untouched(&allowed, &allowed_server, &refused_server);
+}
+
+#[test]
+fn under_the_daemon_a_unix_approval_is_the_asking_runs_and_not_another_runs() {
+    if !unix_hooks_or_skip() {
+        return;
+    }
+    use guard_tests::daemon::RetryingRun;
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: "enforcement(unmatched_unix=\"prompt\")\n".into(),
+        ..Default::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("asked.sock");
+    let listener = server(&socket);
+    let args = ["unix-connect", socket.to_str().unwrap()];
+    let mut asker = RetryingRun::start(&daemon, &scope_escape(), &args);
+    let mut other = RetryingRun::start(&daemon, &scope_escape(), &args);
+    assert_eq!(outcomes(&asker.attempt().1), ["unix-connect: EPERM"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let ask = loop {
+        if let Some(ask) = daemon.prompts().into_iter().next() {
+            break ask;
+        }
+        assert!(std::time::Instant::now() < deadline, "no ask from the run");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(ask["target"]["kind"], "unix", "{ask}");
+    assert_eq!(ask["target"]["socket"], socket.to_str().unwrap(), "{ask}");
+    let id = ask["id"].as_u64().unwrap().to_string();
+    let out = daemon.guard(&["approve", &id, "--session"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    assert_eq!(
+        outcomes(&other.attempt().1),
+        ["unix-connect: EPERM"],
+        "another run's connect is not the one approved"
+    );
+    assert!(!reached(&listener), "the other run got nothing through");
+    assert_eq!(
+        outcomes(&asker.attempt().1),
+        ["unix-connect: ok"],
+        "the asking run's retry goes through"
+    );
+    assert!(reached(&listener));
+    assert!(!reached(&listener), "one connect arrived, the asking run's");
 }

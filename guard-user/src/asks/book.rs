@@ -76,7 +76,7 @@ impl AskTarget {
 pub struct BlockedRequest {
     /// The host name, or the address when no name is known.
     pub host: String,
-    /// `http`, `https`, `socks5_tcp`, `socks5_udp`, or `exec`.
+    /// `http`, `https`, `socks5_tcp`, `socks5_udp`, `exec`, or `unix` (`host` is then the socket).
     pub protocol: String,
     pub port: Option<u16>,
     /// §7 reason code: `not_allowed` (needs approval), `denied` (explicitly denied).

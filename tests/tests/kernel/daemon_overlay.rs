@@ -643,21 +643,28 @@ fn a_users_overlay_cannot_spend_the_daemons_memory_or_hold_its_loop() {
         "def spin():\n    n = 0\n    for i in range(50000):\n        n += i\n    return n\n\
          x = spin()\nprefix_rule(pattern=[\"touch\"], decision=\"nope\")\n",
     );
+    let started = Instant::now();
     let run = start_run_as(&daemon, MALLORY, &slow, &marker);
     let (round_trips, code, stderr) = status_while(&daemon, run, Duration::from_secs(60));
-    eprintln!("guard status while a slow overlay was evaluated: {round_trips:?}");
+    let evaluation = started.elapsed();
+    eprintln!("guard status while a slow overlay was evaluated ({evaluation:?}): {round_trips:?}");
     assert!(
-        !round_trips.is_empty(),
-        "status was asked during the evaluation"
+        round_trips.len() >= 2,
+        "status was asked again and again during the evaluation: {round_trips:?}"
     );
+    // A loop that waited on the evaluation would hold one round trip for most of it; the bound
+    // is relative, so it holds on a slow machine (the VM tier emulates its CPU) as on a fast one.
+    let longest = round_trips.iter().max().copied().unwrap_or_default();
     assert!(
-        round_trips.iter().all(|t| *t < Duration::from_secs(1)),
-        "every status answered within 1 s: {round_trips:?}"
+        longest < evaluation / 2,
+        "no status waited for the evaluation ({evaluation:?}): {round_trips:?}"
     );
     assert_eq!(code, 125, "refused: {stderr}");
+    // Its parse error, or, where the machine is too slow for its loop, the CPU bound.
     assert!(
-        stderr.contains("slow.rules:7"),
-        "names its file and line: {stderr}"
+        stderr.contains("slow.rules:7")
+            || (stderr.contains("slow.rules") && stderr.contains("s of CPU")),
+        "names its file, and its line or the bound: {stderr}"
     );
     assert!(!marker.exists(), "the command did not run");
     // An ordinary overlay still works.

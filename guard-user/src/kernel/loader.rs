@@ -697,6 +697,19 @@ impl Enforcer {
         };
         let mut found = Vec::new();
         let mut entries = std::mem::take(&mut pins.pinned);
+        // A link whose cgroup was removed is detached by the kernel: nothing is left to hold
+        // there, so its pin goes and it is not reported.
+        entries.retain(|entry| {
+            let gone = entry.cgroup.as_ref().is_some_and(|cgroup| !cgroup.exists());
+            if gone {
+                tracing::info!(
+                    "the cgroup of {} is gone: its link is released",
+                    entry.path.display()
+                );
+                let _ = std::fs::remove_file(&entry.path);
+            }
+            !gone
+        });
         for entry in &mut entries {
             let state = super::raw_link::cgroup_link_state(&entry.link)
                 .ok()

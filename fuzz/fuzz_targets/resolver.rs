@@ -125,7 +125,12 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(forward.queries.len(), 1);
     let asked = forward.queries[0].name().to_ascii();
     assert_eq!(asked, asked.to_ascii_lowercase());
-    assert!(forward.edns.as_ref().is_some_and(|e| e.options().as_ref().is_empty()));
+    assert!(
+        forward
+            .edns
+            .as_ref()
+            .is_some_and(|e| e.options().as_ref().is_empty())
+    );
 
     // The upstream server's answer (taken when it answers guard's query; the fuzzer's answers
     // carry the id guard chose and its question, as a server's would).

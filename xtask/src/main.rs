@@ -68,7 +68,7 @@ enum Task {
     ///
     /// In the VM, vm-init (PID 1) mounts proc, sysfs, devtmpfs, securityfs, cgroup2, bpffs and
     /// tmpfs, brings lo up, fails unless `bpf` is an active LSM, and runs the test binary once
-    /// per module (`kernel_net::`) with --test-threads=1 and GUARD_TEST_BACKEND=lsm (900 s
+    /// per module (`kernel_net::`) with --test-threads=1 and GUARD_TEST_BACKEND=lsm (1800 s
     /// each), printing a VM-RESULT line per module and a VM-RESULT-TOTAL line; it powers off
     /// through isa-debug-exit.
     ///
@@ -88,7 +88,7 @@ enum Task {
         #[arg(long, short)]
         verbose: bool,
         /// Add a word to the kernel command line (repeatable): `guard.test_timeout=SECS` sets
-        /// vm-init's limit per module (default 900); a later `lsm=...` replaces guard's.
+        /// vm-init's limit per module (default 1800); a later `lsm=...` replaces guard's.
         #[arg(long = "kernel-arg", value_name = "WORD")]
         kernel_args: Vec<String>,
     },

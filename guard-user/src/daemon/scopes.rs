@@ -119,6 +119,15 @@ impl Scopes {
         }
     }
 
+    /// Whether the daemon's cgroup hooks hold `cgroup`: one of the cgroups it attached them to
+    /// (the host's root, a configured cgroup, a pattern's folder, the runs' parent) is at or
+    /// above it.
+    pub fn hooks_hold(&self, cgroup: &Path) -> bool {
+        self.by_id.values().any(|scope| {
+            !matches!(scope.kind, ScopeKind::Run { .. }) && cgroup.starts_with(&scope.path)
+        })
+    }
+
     /// [`Scopes::membership`] of a process in `cgroup`.
     pub fn membership_of(&self, cgroup: &Path) -> Membership {
         let standalone = cgroup2_root()

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 const TESTS_DIR: &str = "/tests";
 /// How long one module's run may take (guest time) before it is killed and counted as failed;
 /// `guard.test_timeout=SECS` on the kernel command line overrides it.
-const DEFAULT_TEST_TIMEOUT: Duration = Duration::from_secs(900);
+const DEFAULT_TEST_TIMEOUT: Duration = Duration::from_secs(1800);
 /// The I/O port of qemu's `-device isa-debug-exit,iobase=0xf4,iosize=0x04`: writing `v` makes
 /// qemu exit with status `(v << 1) | 1`.
 const DEBUG_EXIT_PORT: u16 = 0xf4;

@@ -406,8 +406,13 @@ fn a_root_command_of_a_stand_alone_run_cannot_leave_its_policy_through_the_daemo
     if !can_run() {
         return;
     }
+    // The daemon refuses a connect the stand-alone run's policy does not name.
+    let refused = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = refused.local_addr().unwrap().port();
     let daemon = TestDaemon::start(&DaemonSetup {
-        rules: "prefix_rule(pattern=[\"gt-never-run\"], decision=\"forbidden\")\n".into(),
+        rules: format!(
+            "address_rule(addresses=[\"127.0.0.1\"], ports=[{port}], decision=\"deny\")\n"
+        ),
         ..DaemonSetup::default()
     });
     let work = tempfile::tempdir().unwrap();
@@ -424,7 +429,15 @@ fn a_root_command_of_a_stand_alone_run_cannot_leave_its_policy_through_the_daemo
         ),
     )
     .unwrap();
-    let script = nested_runs(&guard_bin(), Some(&daemon.socket), &forbidden, &allowed);
+    // Both policies hold the nested run: the stand-alone run's (its exec) and the daemon's (its
+    // connect, although the daemon's hooks are not attached above a stand-alone run).
+    let script = format!(
+        "{}; echo nested_connect=$(GUARD_SOCKET={} {} run -- {} tcp 127.0.0.1 {port})",
+        nested_runs(&guard_bin(), Some(&daemon.socket), &forbidden, &allowed),
+        daemon.socket.display(),
+        guard_bin().display(),
+        net_probe().display()
+    );
     // A stand-alone run (root, its own policy) whose command knows the daemon's socket.
     let out = Command::new(guard_bin())
         .args(["run", "--rules"])
@@ -443,6 +456,10 @@ fn a_root_command_of_a_stand_alone_run_cannot_leave_its_policy_through_the_daemo
     assert!(
         allowed.exists() && stdout.contains("nested_allowed=0"),
         "{stdout} / {stderr}"
+    );
+    assert!(
+        stdout.contains("nested_connect=errno 1"),
+        "the daemon's policy holds the nested run's connects: {stdout} / {stderr}"
     );
 }
 

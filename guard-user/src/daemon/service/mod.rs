@@ -1230,6 +1230,21 @@ impl Daemon {
             .scopes
             .create_run(peer.uid, argv.clone(), pid, within.as_deref())
             .map_err(|e| (ErrorCode::Failed, format!("{e:#}")))?;
+        // Nested in a scope the daemon's cgroup hooks do not reach (a stand-alone run's): they
+        // are attached to the new run's own cgroup, so the daemon's policy holds its connects
+        // too. Fails closed: no run without them.
+        if let Some(path) = self.scopes.by_id.get(&id).map(|s| s.path.clone())
+            && !self.scopes.hooks_hold(&path)
+            && let Err(err) = self.core.enforcer_mut().attach_cgroup(&path)
+        {
+            return Err((
+                ErrorCode::Failed,
+                format!(
+                    "the daemon's hooks could not be attached to the nested run's cgroup \
+                     ({err:#}); the command was not started"
+                ),
+            ));
+        }
         self.list_run_scope(id);
         if let Some(policy) = overlay_policy
             && let Err(err) = self.start_overlay(overlay, policy, id)

@@ -49,6 +49,9 @@ pub struct SessionOptions {
     /// With `hold_network`: where a held connect to a stand-in address waits
     /// ([`crate::hold::splice::SpliceListener::port`]; `None`: such a connect is refused).
     pub splice_port: Option<u16>,
+    /// Load into a kept program set ([`Enforcer::load_kept`]), so the next run reuses the
+    /// verified programs (`guard run`'s default); else load afresh and keep nothing.
+    pub keep_programs: bool,
 }
 
 /// A DNS matter of the scope, for the person running it.
@@ -82,8 +85,10 @@ pub struct Session {
     /// The sandbox mode the command runs under, and where it was chosen, once
     /// [`Session::report_sandbox`] asked for its refusals.
     sandbox: Option<(SandboxPlan, String)>,
-    /// Last: released once the scope's processes are gone and the Enforcer dropped.
+    /// Released once the scope's processes are gone and the Enforcer dropped.
     _pins: RunPins,
+    /// Last: the lease of the kept program set ends once no link of this run is left on it.
+    _kept: Option<crate::kernel::program_cache::CachedSet>,
 }
 
 /// A session's pinned links (`pins::RUNS_ROOT/run-PID-N`): its programs outlive this process
@@ -178,7 +183,13 @@ impl Session {
             resolved = lookups.resolve(&names);
             dns = Some(lookups);
         }
-        let mut enforcer = Enforcer::load(backend)?;
+        // First, so a set an abandoned scope ran on is free again before one is leased.
+        let abandoned = remove_abandoned_scopes();
+        let (mut enforcer, kept) = if options.keep_programs {
+            Enforcer::load_kept(backend)?
+        } else {
+            (Enforcer::load(backend)?, None)
+        };
         if let Some(timeout) = options.hold_network {
             enforcer.hold_network(timeout, options.splice_port)?;
         }
@@ -199,7 +210,6 @@ impl Session {
             }
             None => None,
         };
-        let abandoned = remove_abandoned_scopes();
         let n = SESSION_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!("run-{}-{n}", std::process::id());
         let scope = ScopeCgroup::create(&name)?;
@@ -210,6 +220,10 @@ impl Session {
         enforcer.add_scope(scope.id())?;
         if options.hold_network.is_some() {
             enforcer.hold_scope(scope.id())?;
+        }
+        // Best effort: a program not kept is loaded again by the next run.
+        if let Err(err) = enforcer.keep_programs() {
+            tracing::warn!("keeping the loaded programs for the next run: {err:#}");
         }
         Ok(Session {
             scope,
@@ -223,6 +237,7 @@ impl Session {
             abandoned,
             sandbox: None,
             _pins: pins,
+            _kept: kept,
         })
     }
 

@@ -131,6 +131,12 @@ pub struct RunArgs {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub no_hold: bool,
+    /// Load and verify guard's programs afresh, as the first run after a boot does, instead of
+    /// reusing the set an earlier stand-alone run kept loaded on the bpffs
+    /// (/sys/fs/bpf/guard-cache, emptied before each reuse; `guard release` removes it). A
+    /// fresh load costs the kernel's verifier about a second; a kept set, milliseconds.
+    #[arg(long)]
+    pub fresh_programs: bool,
     /// Pass N descriptors beyond stdin, stdout and stderr to the command (3..3+N); every other
     /// inherited descriptor is closed at its exec.
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -255,6 +261,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
         hold_network: hold_network
             .map(|asks| asks.timeout() + crate::hold::sockets::KERNEL_BOUND_GRACE),
         splice_port: splices.as_ref().map(SpliceListener::port),
+        keep_programs: !args.fresh_programs,
     };
     let mut session = match Session::start(policy, &options) {
         Ok(session) => session,

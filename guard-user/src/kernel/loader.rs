@@ -26,6 +26,7 @@ use guard_common::maps::{DnsRedirect, HeldSocket, NetHold};
 use super::btf::{aya_kernel_btf, kernel_offsets};
 use super::maps::MapSync;
 use super::pins::is_bpffs;
+use super::program_cache::{CachedSet, KeptPaths};
 use crate::compile::encode::ExecMapSizes;
 
 /// The BPF object built by `build.rs` from `guard-ebpf`.
@@ -64,13 +65,21 @@ impl Backend {
 /// and attaches programs that never run).
 pub fn try_load_lsm() -> Result<()> {
     let active = std::fs::read_to_string("/sys/kernel/security/lsm").unwrap_or_default();
+    let bpf_active = active.split(',').any(|lsm| lsm.trim() == "bpf");
+    if !bpf_active && !active.is_empty() {
+        // Known without a load (which costs every map of the object): no program would run.
+        bail!(
+            "`bpf` is not among the active LSMs ({}); boot with lsm=...,bpf",
+            active.trim()
+        );
+    }
     let btf = aya_kernel_btf()?;
-    let mut ebpf = load_object(btf, ExecMapSizes::FULL)?;
+    let mut ebpf = load_object(btf, ExecMapSizes::FULL, None)?;
     let program: &mut Lsm = program(&mut ebpf, "bprm_check_security")?;
     program
         .load("bprm_check_security", btf)
         .context("the kernel refused to load lsm/bprm_check_security")?;
-    if !active.split(',').any(|lsm| lsm.trim() == "bpf") {
+    if !bpf_active {
         bail!(
             "the programs load, but `bpf` is not among the active LSMs ({}); boot with lsm=...,bpf",
             active.trim()
@@ -79,21 +88,180 @@ pub fn try_load_lsm() -> Result<()> {
     Ok(())
 }
 
-fn load_object(btf: &Btf, sizes: ExecMapSizes) -> Result<Ebpf> {
+fn load_object(btf: &Btf, sizes: ExecMapSizes, kept: Option<&KeptPaths>) -> Result<Ebpf> {
     if OBJECT.is_empty() {
         bail!("this guard was built with AYA_BUILD_SKIP=1 and carries no BPF programs");
     }
     let offsets = kernel_offsets()?;
-    EbpfLoader::new()
+    let mut loader = EbpfLoader::new();
+    loader
         .btf(Some(btf))
         .override_global("OFFSETS", &offsets, true)
         .map_max_entries("ARGV_TRIE", sizes.argv_edges)
         .map_max_entries("EXEC_IDENTITIES", sizes.exec_entries)
         .map_max_entries("EXEC_NAMES", sizes.exec_entries)
         .map_max_entries("ARGV_ROOTS", sizes.exec_entries)
-        .map_max_entries("TASKS", sizes.tasks)
-        .load(OBJECT)
-        .context("loading guard's BPF object")
+        .map_max_entries("TASKS", sizes.tasks);
+    let pins: Vec<(&str, PathBuf)> = kept
+        .map(|set| {
+            KEPT_MAPS
+                .iter()
+                .map(|name| (*name, set.map_path(name)))
+                .collect()
+        })
+        .unwrap_or_default();
+    for (name, path) in &pins {
+        // Opened where pinned, else made and pinned there.
+        loader.map_pin_path(name, path.as_path());
+    }
+    loader.load(OBJECT).context("loading guard's BPF object")
+}
+
+/// What a kept program set's key is made of besides the object: whatever else changes the
+/// loaded programs or the sizes of their maps.
+fn kept_set_key(backend: Backend, sizes: ExecMapSizes) -> Result<String> {
+    let offsets = kernel_offsets()?;
+    let sizes = format!("{sizes:?}");
+    Ok(super::program_cache::key(
+        OBJECT,
+        &[
+            backend.as_str().as_bytes(),
+            format!("{offsets:?}").as_bytes(),
+            sizes.as_bytes(),
+        ],
+    ))
+}
+
+/// Every map of guard's object that userspace or the programs change: a kept set pins them
+/// all, so a program loaded later and the programs kept from before share them. A map missing
+/// here is not pinned, and a set whose programs use it is found inconsistent and loaded afresh
+/// (`program_cache`); a test compares this list with the object's.
+pub const KEPT_MAPS: [&str; 29] = [
+    "SETTINGS",
+    "DNS_REDIRECT",
+    "DNS_ORIGINALS",
+    "STAND_INS",
+    "NET_HOLD",
+    "HOLD_SCOPES",
+    "HELD_SOCKETS",
+    "APPROVALS",
+    "SCOPES",
+    "EXEC_IDENTITIES",
+    "EXEC_NAMES",
+    "ARGV_TRIE",
+    "LONG_TOKEN_IDS",
+    "ARGV_ROOTS",
+    "DEST_V4",
+    "DEST_V6",
+    "DFA_SLOTS",
+    "DFA_HEADERS",
+    "DFA_ROWS",
+    "TASKS",
+    "EVENTS",
+    "SCOPE_EVENTS",
+    "COUNTERS",
+    "EXEC_SCRATCH",
+    "LSM_SCRATCH",
+    "UNIX_EXACT",
+    "UNIX_PREFIX",
+    "UNIX_SCRATCH",
+    "FILE_SCRATCH",
+];
+
+/// Puts the programs pinned in `set` in place of their unloaded copies in `ebpf`: they are
+/// loaded and verified already. A program whose kind this does not know is left to load.
+fn restore_kept_programs(ebpf: &mut Ebpf, set: &KeptPaths) -> Result<()> {
+    use aya::programs::Program as P;
+    use aya::programs::{CgroupSkbAttachType, CgroupSockAddrAttachType, CgroupSockAttachType};
+    for name in set.programs() {
+        let path = set.program_path(&name);
+        let Some(slot) = ebpf.program_mut(&name) else {
+            continue;
+        };
+        let sock_addr = |kind| CgroupSockAddr::from_pin(&path, kind).map(P::CgroupSockAddr);
+        let restored = match (&*slot, name.as_str()) {
+            (P::BtfTracePoint(_), _) => BtfTracePoint::from_pin(&path).map(P::BtfTracePoint),
+            (P::Lsm(_), _) => Lsm::from_pin(&path).map(P::Lsm),
+            (P::CgroupSock(_), _) => {
+                CgroupSock::from_pin(&path, CgroupSockAttachType::SockCreate).map(P::CgroupSock)
+            }
+            (P::CgroupDevice(_), _) => CgroupDevice::from_pin(&path).map(P::CgroupDevice),
+            (P::CgroupSkb(_), _) => {
+                CgroupSkb::from_pin(&path, CgroupSkbAttachType::Egress).map(P::CgroupSkb)
+            }
+            (P::SockOps(_), _) => SockOps::from_pin(&path).map(P::SockOps),
+            (P::CgroupSockAddr(_), "connect4") => sock_addr(CgroupSockAddrAttachType::Connect4),
+            (P::CgroupSockAddr(_), "connect6") => sock_addr(CgroupSockAddrAttachType::Connect6),
+            (P::CgroupSockAddr(_), "sendmsg4") => sock_addr(CgroupSockAddrAttachType::UDPSendMsg4),
+            (P::CgroupSockAddr(_), "sendmsg6") => sock_addr(CgroupSockAddrAttachType::UDPSendMsg6),
+            (P::CgroupSockAddr(_), "recvmsg4") => sock_addr(CgroupSockAddrAttachType::UDPRecvMsg4),
+            (P::CgroupSockAddr(_), "recvmsg6") => sock_addr(CgroupSockAddrAttachType::UDPRecvMsg6),
+            _ => continue,
+        };
+        *slot = restored.with_context(|| format!("opening the kept program {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Loads the exec program on a thread of its own beside the other programs a scope needs at
+/// once (the LSM hooks, or the cgroup backend's connect, send, socket and device hooks): the
+/// kernel verifies a load on the caller's CPU, and root's loads run side by side (only
+/// unprivileged ones share the verifier's lock), so a cold start costs about the exec
+/// program's verification, two thirds of the whole, instead of the sum. Programs loaded already
+/// (kept from an earlier run) are left as they are.
+fn preload(ebpf: &mut Ebpf, backend: Backend, btf: &Btf) -> Result<()> {
+    let beside: &[&str] = match backend {
+        Backend::Lsm => &LSM_HOOKS,
+        Backend::Cgroup => &[
+            "connect4",
+            "connect6",
+            "sendmsg4",
+            "sendmsg6",
+            SOCK_CREATE,
+            DEVICES,
+        ],
+    };
+    let mut exec = None;
+    let mut rest = Vec::new();
+    for (name, program) in ebpf.programs_mut() {
+        if program.fd().is_ok() {
+            continue;
+        }
+        if name == EXEC {
+            exec = Some(program);
+        } else if beside.contains(&name) {
+            rest.push((name, program));
+        }
+    }
+    std::thread::scope(|scope| {
+        let exec = exec.map(|program| scope.spawn(move || load_one(EXEC, program, btf)));
+        let rest: Result<()> = rest
+            .into_iter()
+            .try_for_each(|(name, program)| load_one(name, program, btf));
+        let exec = match exec {
+            Some(thread) => thread
+                .join()
+                .unwrap_or_else(|_| Err(anyhow!("the thread loading {EXEC} panicked"))),
+            None => Ok(()),
+        };
+        rest.and(exec)
+    })
+}
+
+/// Loads one program (the verifier's walk), by its kind.
+fn load_one(name: &str, program: &mut aya::programs::Program, btf: &Btf) -> Result<()> {
+    use aya::programs::Program as P;
+    match program {
+        P::BtfTracePoint(p) => p.load(name, btf),
+        P::Lsm(p) => p.load(name, btf),
+        P::CgroupSockAddr(p) => p.load(),
+        P::CgroupSock(p) => p.load(),
+        P::CgroupDevice(p) => p.load(),
+        _ => return Ok(()),
+    }
+    .with_context(|| format!("loading {name}"))?;
+    log_verified(name, program.info());
+    Ok(())
 }
 
 /// How many instructions the verifier walked for a program (`GUARD_LOG=debug`): the measure
@@ -156,6 +324,8 @@ pub struct Enforcer {
     /// `cgroup/connect_unix` and `cgroup/sendmsg_unix`, loaded (`None`: this kernel has no
     /// unix hooks, and unix sockets are not decided).
     unix: Option<super::unix_hooks::UnixHooks>,
+    /// The kept program set this Enforcer's programs are pinned in ([`Enforcer::load_kept`]).
+    kept: Option<KeptPaths>,
 }
 
 /// A link attached by this Enforcer and still owned by its program (not pinned).
@@ -296,14 +466,87 @@ impl Enforcer {
 
     /// [`Enforcer::load`] with exec maps of `sizes` (a run's overlay's set is smaller).
     pub fn load_sized(backend: Backend, sizes: ExecMapSizes) -> Result<Self> {
+        Enforcer::load_with(backend, sizes, None)
+    }
+
+    /// [`Enforcer::load`] for a stand-alone run, into a kept program set
+    /// ([`super::program_cache`]): the programs the set holds are not loaded and verified
+    /// again, and the ones it lacks are pinned in it by [`Enforcer::keep_programs`]. The lease
+    /// comes back with it (`None`: every set was busy, or none could be made, and the programs
+    /// were loaded afresh); hold it until the run's scope and links are gone.
+    pub fn load_kept(backend: Backend) -> Result<(Self, Option<CachedSet>)> {
+        let sizes = ExecMapSizes::FULL;
+        let set = match kept_set_key(backend, sizes).and_then(|key| CachedSet::lease(&key)) {
+            Ok(set) => set,
+            Err(err) => {
+                tracing::warn!("no kept program set, loading afresh: {err:#}");
+                None
+            }
+        };
+        let Some(set) = set else {
+            return Ok((Enforcer::load_with(backend, sizes, None)?, None));
+        };
+        match Enforcer::load_with(backend, sizes, Some(set.paths())) {
+            Ok(enforcer) => Ok((enforcer, Some(set))),
+            Err(err) if set.reused() => {
+                // A set that cannot be used as it is goes, and this run loads afresh.
+                tracing::warn!(
+                    "the kept program set {} could not be used, loading afresh: {err:#}",
+                    set.paths().dir().display()
+                );
+                super::pins::release(set.paths().dir())?;
+                Ok((Enforcer::load_with(backend, sizes, None)?, None))
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Pins every program loaded so far that its kept set lacks (those loaded on first use
+    /// too: call it again after attaching), and the object's read-only data, which the set's
+    /// consistency check reads. Without a kept set it does nothing.
+    pub fn keep_programs(&mut self) -> Result<()> {
+        let Some(kept) = &self.kept else {
+            return Ok(());
+        };
+        for (name, program) in self.ebpf.programs_mut() {
+            let path = kept.program_path(name);
+            if program.fd().is_ok() && !path.exists() {
+                program
+                    .pin(&path)
+                    .with_context(|| format!("pinning {name} at {}", path.display()))?;
+            }
+        }
+        for (name, _, fd) in self.unix.iter().flat_map(|hooks| hooks.programs.iter()) {
+            let path = kept.program_path(name);
+            if !path.exists() {
+                super::raw_link::pin(fd, &path)?;
+            }
+        }
+        for (name, map) in self.ebpf.maps() {
+            let path = kept.map_path(name);
+            if name.starts_with('.') && !path.exists() {
+                map.pin(&path)
+                    .with_context(|| format!("pinning {name} at {}", path.display()))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn load_with(backend: Backend, sizes: ExecMapSizes, kept: Option<&KeptPaths>) -> Result<Self> {
         let btf = aya_kernel_btf()?;
-        let mut ebpf = load_object(btf, sizes)?;
+        let mut ebpf = load_object(btf, sizes, kept)?;
+        if let Some(kept) = kept {
+            restore_kept_programs(&mut ebpf, kept)?;
+        }
+        preload(&mut ebpf, backend, btf)?;
         let mut links = Vec::new();
         {
             let exec: &mut BtfTracePoint = program(&mut ebpf, EXEC)?;
-            exec.load(EXEC, btf)
-                .context("loading tp_btf/sched_process_exec")?;
-            log_verified(EXEC, exec.info());
+            if exec.fd().is_err() {
+                exec.load(EXEC, btf)
+                    .context("loading tp_btf/sched_process_exec")?;
+                log_verified(EXEC, exec.info());
+            }
             let id = exec
                 .attach()
                 .context("attaching tp_btf/sched_process_exec")?;
@@ -313,9 +556,11 @@ impl Enforcer {
             // The program names are the hook names.
             for hook in LSM_HOOKS {
                 let lsm: &mut Lsm = program(&mut ebpf, hook)?;
-                lsm.load(hook, btf)
-                    .with_context(|| format!("loading lsm/{hook}"))?;
-                log_verified(hook, lsm.info());
+                if lsm.fd().is_err() {
+                    lsm.load(hook, btf)
+                        .with_context(|| format!("loading lsm/{hook}"))?;
+                    log_verified(hook, lsm.info());
+                }
                 let id = lsm
                     .attach()
                     .with_context(|| format!("attaching lsm/{hook}"))?;
@@ -323,7 +568,10 @@ impl Enforcer {
             }
         }
         let has_unix_offsets = kernel_offsets()?.sock_addr_uaddrlen != 0;
-        let unix = super::unix_hooks::load(OBJECT, &ebpf, has_unix_offsets)?;
+        let unix = match kept.and_then(super::unix_hooks::UnixHooks::from_pins) {
+            Some(hooks) => Some(hooks),
+            None => super::unix_hooks::load(OBJECT, &ebpf, has_unix_offsets)?,
+        };
         let maps = MapSync::with_sizes(sizes);
         Ok(Enforcer {
             ebpf,
@@ -336,6 +584,7 @@ impl Enforcer {
             net_hold: false,
             follower: false,
             unix,
+            kept: kept.cloned(),
         })
     }
 

@@ -105,6 +105,21 @@ fn map_fd(map: &Map) -> RawFd {
     }
 }
 
+impl UnixHooks {
+    /// The two programs as a kept program set pinned them; `None` unless both are there.
+    pub fn from_pins(kept: &super::program_cache::KeptPaths) -> Option<UnixHooks> {
+        let programs = PROGRAMS
+            .iter()
+            .map(|(name, attach_type)| {
+                super::raw_link::obj_get(&kept.program_path(name))
+                    .ok()
+                    .map(|fd| (*name, *attach_type, fd))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(UnixHooks { programs })
+    }
+}
+
 /// Loads the two programs of `object` (the bytes aya loaded as `ebpf`, whose maps they use).
 /// `Ok(None)` on a kernel without the unix hooks (no `bpf_sock_addr_kern.uaddrlen` in its BTF,
 /// or a load refused with `EINVAL`): unix sockets are then not decided. Call before any map is

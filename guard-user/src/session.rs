@@ -49,9 +49,9 @@ pub struct SessionOptions {
     /// With `hold_network`: where a held connect to a stand-in address waits
     /// ([`crate::hold::splice::SpliceListener::port`]; `None`: such a connect is refused).
     pub splice_port: Option<u16>,
-    /// Load into a kept program set ([`Enforcer::load_kept`]), so the next run reuses the
-    /// verified programs (`guard run`'s default); else load afresh and keep nothing.
-    pub keep_programs: bool,
+    /// Load into a kept program set of this store ([`Enforcer::load_kept`]), so the next run
+    /// reuses the verified programs (`guard run`'s default); `None`: load afresh, keep nothing.
+    pub keep_programs: Option<crate::kernel::program_cache::Store>,
 }
 
 /// A DNS matter of the scope, for the person running it.
@@ -88,7 +88,7 @@ pub struct Session {
     /// Released once the scope's processes are gone and the Enforcer dropped.
     _pins: RunPins,
     /// Last: the lease of the kept program set ends once no link of this run is left on it.
-    _kept: Option<crate::kernel::program_cache::CachedSet>,
+    kept: Option<crate::kernel::program_cache::CachedSet>,
 }
 
 /// A session's pinned links (`pins::RUNS_ROOT/run-PID-N`): its programs outlive this process
@@ -185,10 +185,9 @@ impl Session {
         }
         // First, so a set an abandoned scope ran on is free again before one is leased.
         let abandoned = remove_abandoned_scopes();
-        let (mut enforcer, kept) = if options.keep_programs {
-            Enforcer::load_kept(backend)?
-        } else {
-            (Enforcer::load(backend)?, None)
+        let (mut enforcer, kept) = match &options.keep_programs {
+            Some(store) => Enforcer::load_kept(backend, store)?,
+            None => (Enforcer::load(backend)?, None),
         };
         if let Some(timeout) = options.hold_network {
             enforcer.hold_network(timeout, options.splice_port)?;
@@ -237,7 +236,7 @@ impl Session {
             abandoned,
             sandbox: None,
             _pins: pins,
-            _kept: kept,
+            kept,
         })
     }
 
@@ -268,6 +267,11 @@ impl Session {
     /// The rules of this session's policy the running backend does not enforce.
     pub fn not_enforced(&self) -> Vec<crate::kernel::coverage::NotEnforced> {
         crate::kernel::coverage::not_enforced(self.image(), self.backend())
+    }
+
+    /// The kept program set this session's programs are in, if any.
+    pub fn kept_set(&self) -> Option<&crate::kernel::program_cache::CachedSet> {
+        self.kept.as_ref()
     }
 
     pub fn scope(&self) -> &ScopeCgroup {

@@ -261,7 +261,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
         hold_network: hold_network
             .map(|asks| asks.timeout() + crate::hold::sockets::KERNEL_BOUND_GRACE),
         splice_port: splices.as_ref().map(SpliceListener::port),
-        keep_programs: !args.fresh_programs,
+        keep_programs: (!args.fresh_programs).then(Default::default),
     };
     let mut session = match Session::start(policy, &options) {
         Ok(session) => session,

@@ -26,7 +26,7 @@ use guard_common::maps::{DnsRedirect, HeldSocket, NetHold};
 use super::btf::{aya_kernel_btf, kernel_offsets};
 use super::maps::MapSync;
 use super::pins::is_bpffs;
-use super::program_cache::{CachedSet, KeptPaths};
+use super::program_cache::{CachedSet, KeptPaths, Store};
 use crate::compile::encode::ExecMapSizes;
 
 /// The BPF object built by `build.rs` from `guard-ebpf`.
@@ -474,9 +474,9 @@ impl Enforcer {
     /// again, and the ones it lacks are pinned in it by [`Enforcer::keep_programs`]. The lease
     /// comes back with it (`None`: every set was busy, or none could be made, and the programs
     /// were loaded afresh); hold it until the run's scope and links are gone.
-    pub fn load_kept(backend: Backend) -> Result<(Self, Option<CachedSet>)> {
+    pub fn load_kept(backend: Backend, store: &Store) -> Result<(Self, Option<CachedSet>)> {
         let sizes = ExecMapSizes::FULL;
-        let set = match kept_set_key(backend, sizes).and_then(|key| CachedSet::lease(&key)) {
+        let set = match kept_set_key(backend, sizes).and_then(|key| CachedSet::lease(store, &key)) {
             Ok(set) => set,
             Err(err) => {
                 tracing::warn!("no kept program set, loading afresh: {err:#}");
@@ -1320,5 +1320,31 @@ impl Enforcer {
             .take_map("EVENTS")
             .ok_or_else(|| anyhow!("the event ring buffer was already taken"))?;
         super::events::EventReader::new(map)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{KEPT_MAPS, OBJECT};
+
+    /// A map the object has and [`KEPT_MAPS`] lacks would not be pinned in a kept set: every
+    /// reuse would find the set inconsistent and load afresh.
+    #[test]
+    fn the_kept_maps_are_the_objects_maps() {
+        if OBJECT.is_empty() {
+            eprintln!("skipped: built with AYA_BUILD_SKIP=1, no BPF object to compare with");
+            return;
+        }
+        let object = aya_obj::Object::parse(OBJECT).expect("parsing guard's BPF object");
+        let mut ours: Vec<&str> = object
+            .maps
+            .keys()
+            .map(String::as_str)
+            .filter(|name| !name.starts_with('.'))
+            .collect();
+        ours.sort_unstable();
+        let mut kept = KEPT_MAPS.to_vec();
+        kept.sort_unstable();
+        assert_eq!(ours, kept);
     }
 }

@@ -33,6 +33,24 @@ use super::pins::{DEFAULT_ROOT, ensure_bpffs, release};
 pub const CACHE_ROOT: &str = "/sys/fs/bpf/guard-cache";
 /// Where their lock files are (a bpffs holds no regular files).
 pub const LOCK_DIR: &str = "/run/guard/program-cache";
+
+/// Where sets are kept: [`Store::default`] for guard's runs; a test keeps its own.
+#[derive(Clone, Debug)]
+pub struct Store {
+    /// The folder of the sets, on a bpffs.
+    pub root: PathBuf,
+    /// The folder of their lock files.
+    pub locks: PathBuf,
+}
+
+impl Default for Store {
+    fn default() -> Store {
+        Store {
+            root: PathBuf::from(CACHE_ROOT),
+            locks: PathBuf::from(LOCK_DIR),
+        }
+    }
+}
 /// The most sets of one key: more runs at once than this load their programs afresh.
 const MAX_SLOTS: usize = 4;
 /// Pin file prefixes (a bpffs refuses names with a dot: they are its own).
@@ -71,23 +89,23 @@ impl CachedSet {
     /// Leases a set of `key`: a filled one nobody uses if there is one, else an empty slot.
     /// `Ok(None)` when every slot is busy (the run loads afresh, without a set). Sets of other
     /// keys that nobody uses are removed first.
-    pub fn lease(key: &str) -> Result<Option<CachedSet>> {
+    pub fn lease(store: &Store, key: &str) -> Result<Option<CachedSet>> {
         ensure_bpffs(Path::new(DEFAULT_ROOT)).context("a bpffs to keep loaded programs in")?;
-        for dir in [CACHE_ROOT, LOCK_DIR] {
+        for dir in [&store.root, &store.locks] {
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
                 .create(dir)
-                .with_context(|| format!("creating {dir}"))?;
+                .with_context(|| format!("creating {}", dir.display()))?;
         }
-        remove_other_keys(key);
+        remove_other_keys(store, key);
         let in_use = programs_in_use();
         let mut empty = None;
         for slot in 0..MAX_SLOTS {
-            let Some(lock) = try_lock(&lock_path(key, slot))? else {
+            let Some(lock) = try_lock(&lock_path(store, key, slot))? else {
                 continue;
             };
-            let dir = Path::new(CACHE_ROOT).join(key).join(slot.to_string());
+            let dir = store.root.join(key).join(slot.to_string());
             let programs = pinned(&dir, PROGRAM_PREFIX);
             if programs.is_empty() {
                 empty.get_or_insert((dir, lock));
@@ -172,8 +190,8 @@ impl KeptPaths {
 
 /// Removes every set nobody uses (`guard release`): the number removed. A set in use (leased,
 /// or its programs attached) stays.
-pub fn release_unused() -> Result<usize> {
-    let root = Path::new(CACHE_ROOT);
+pub fn release_unused(store: &Store) -> Result<usize> {
+    let root = store.root.as_path();
     if !root.exists() {
         return Ok(0);
     }
@@ -195,7 +213,7 @@ pub fn release_unused() -> Result<usize> {
             else {
                 continue;
             };
-            let Some(_lock) = try_lock(&lock_path(&key, slot))? else {
+            let Some(_lock) = try_lock(&lock_path(store, &key, slot))? else {
                 continue;
             };
             let ids = program_ids(&pinned(&slot_dir, PROGRAM_PREFIX));
@@ -204,7 +222,7 @@ pub fn release_unused() -> Result<usize> {
             }
             release(&slot_dir)?;
             let _ = std::fs::remove_dir(&slot_dir);
-            let _ = std::fs::remove_file(lock_path(&key, slot));
+            let _ = std::fs::remove_file(lock_path(store, &key, slot));
             removed += 1;
         }
         let _ = std::fs::remove_dir(&key_dir);
@@ -213,8 +231,8 @@ pub fn release_unused() -> Result<usize> {
     Ok(removed)
 }
 
-fn remove_other_keys(key: &str) {
-    let root = Path::new(CACHE_ROOT);
+fn remove_other_keys(store: &Store, key: &str) {
+    let root = store.root.as_path();
     let in_use = programs_in_use();
     for key_dir in subfolders(root) {
         let Some(other) = key_dir
@@ -232,14 +250,15 @@ fn remove_other_keys(key: &str) {
                 .file_name()
                 .and_then(|n| n.to_str())
                 .and_then(|n| n.parse::<usize>().ok());
-            let lock = slot.and_then(|slot| try_lock(&lock_path(&other, slot)).ok().flatten());
+            let lock =
+                slot.and_then(|slot| try_lock(&lock_path(store, &other, slot)).ok().flatten());
             let idle = !program_ids(&pinned(&slot_dir, PROGRAM_PREFIX))
                 .iter()
                 .any(|id| in_use.contains(id));
             if lock.is_some() && idle && release(&slot_dir).is_ok() {
                 let _ = std::fs::remove_dir(&slot_dir);
                 if let Some(slot) = slot {
-                    let _ = std::fs::remove_file(lock_path(&other, slot));
+                    let _ = std::fs::remove_file(lock_path(store, &other, slot));
                 }
             }
         }
@@ -247,8 +266,8 @@ fn remove_other_keys(key: &str) {
     }
 }
 
-fn lock_path(key: &str, slot: usize) -> PathBuf {
-    Path::new(LOCK_DIR).join(format!("{key}-{slot}.lock"))
+fn lock_path(store: &Store, key: &str, slot: usize) -> PathBuf {
+    store.locks.join(format!("{key}-{slot}.lock"))
 }
 
 /// The lock file, locked: `None` when another process holds it.

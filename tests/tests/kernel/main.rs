@@ -23,6 +23,7 @@ mod daemon_patterns;
 mod daemon_unit;
 mod dns;
 mod guard_itself;
+mod kept_programs;
 mod kernel_approvals;
 mod kernel_escapes;
 mod kernel_exec;

@@ -17,7 +17,8 @@ mod setup;
 mod test_counts;
 mod vm;
 
-use std::process::ExitCode;
+use std::path::Path;
+use std::process::{Command, ExitCode};
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -342,25 +343,38 @@ fn bench(args: &[String]) -> Result<i32> {
     Ok(code)
 }
 
-/// `cargo run --release --quiet -p guard-user --bin guard -- ARGS...`
-fn guard<S: AsRef<str>>(args: &[S]) -> Result<std::process::ExitStatus> {
-    let mut command = cmd::cargo([
-        "run",
+/// Builds the release `guard`, with cargo's progress on the terminal: the first build compiles
+/// some 300 crates and the BPF programs (minutes on 2 cores; README, "On a fresh machine"),
+/// later ones take seconds. The binary's path.
+fn build_guard() -> Result<std::path::PathBuf> {
+    let release = vm::target_directory()?.join("release").join("guard");
+    if !release.exists() {
+        eprintln!(
+            "building guard (release) for the first time: about 5 minutes on 2 cores (its \
+             dependencies, then the BPF programs with nightly Rust and bpf-linker); later builds \
+             reuse it"
+        );
+    }
+    cmd::run(&mut cmd::cargo([
+        "build",
         "--release",
-        "--quiet",
         "-p",
         "guard-user",
         "--bin",
         "guard",
-        "--",
-    ]);
-    command.args(args.iter().map(AsRef::as_ref));
-    cmd::status(&mut command)
+    ]))?;
+    Ok(release)
+}
+
+/// `guard ARGS...`, the binary [`build_guard`] built.
+fn guard<S: AsRef<str>>(binary: &Path, args: &[S]) -> Result<std::process::ExitStatus> {
+    cmd::status(Command::new(binary).args(args.iter().map(AsRef::as_ref)))
 }
 
 fn run(args: &[String]) -> Result<i32> {
     setup::setup(&[Need::Build], Report::Stderr)?;
-    Ok(cmd::exit_code(guard(args)?))
+    let binary = build_guard()?;
+    Ok(cmd::exit_code(guard(&binary, args)?))
 }
 
 /// What `cargo xtask run` shows with no arguments: the embedded default policy, then how it
@@ -403,6 +417,7 @@ const DEMO: &[&[&str]] = &[
 
 fn demo() -> Result<i32> {
     setup::setup(&[Need::Build], Report::Stderr)?;
+    let release = build_guard()?;
     let mut code = 0;
     for (i, args) in DEMO.iter().enumerate() {
         if i > 0 {
@@ -414,13 +429,12 @@ fn demo() -> Result<i32> {
             .collect::<Vec<_>>()
             .join(" ");
         println!("=== {line}");
-        let status = guard(args)?;
+        let status = guard(&release, args)?;
         if !status.success() && code == 0 {
             code = cmd::exit_code(status);
         }
     }
     // The same policy under the daemon: the push held while it asks, approved, going on.
-    let release = vm::target_directory()?.join("release").join("guard");
     let daemon = daemon_demo::run(&release)?;
     Ok(if code == 0 { daemon } else { code })
 }

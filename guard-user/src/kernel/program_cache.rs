@@ -101,6 +101,7 @@ impl CachedSet {
         remove_other_keys(store, key);
         let in_use = programs_in_use();
         let mut empty = None;
+        let mut reuse = None;
         for slot in 0..MAX_SLOTS {
             let Some(lock) = try_lock(&lock_path(store, key, slot))? else {
                 continue;
@@ -122,8 +123,15 @@ impl CachedSet {
                 );
                 release(&dir)?;
                 empty.get_or_insert((dir, lock));
-                continue;
+            } else if reuse.is_none() {
+                reuse = Some((dir, lock));
+            } else {
+                // One idle set is enough for the next run: each holds its maps' kernel memory
+                // (about 170 MiB, preallocated), so the others left by runs at once go.
+                release(&dir)?;
             }
+        }
+        if let Some((dir, lock)) = reuse {
             super::map_reset::empty_pinned_maps(&pinned(&dir, MAP_PREFIX))
                 .with_context(|| format!("emptying the maps of {}", dir.display()))?;
             return Ok(Some(CachedSet {

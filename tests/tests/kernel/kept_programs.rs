@@ -60,6 +60,32 @@ impl TestStore {
     }
 }
 
+impl TestStore {
+    /// How many sets hold pinned programs.
+    fn filled_sets(&self) -> usize {
+        let mut filled = 0;
+        for key in std::fs::read_dir(&self.0.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for slot in std::fs::read_dir(key.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let has_program = std::fs::read_dir(slot.path())
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .any(|pin| pin.file_name().to_string_lossy().starts_with("prog-"));
+                filled += usize::from(has_program);
+            }
+        }
+        filled
+    }
+}
+
 impl Drop for TestStore {
     fn drop(&mut self) {
         let _ = release_unused(&self.0);
@@ -194,7 +220,15 @@ fn two_runs_at_once_get_a_set_each_and_each_enforces_its_own_policy() {
     assert_ne!(one_set.paths().dir(), two_set.paths().dir());
     assert_enforces(&one, &programs_1b, 'a', "one");
     assert_enforces(&two, &programs_2, 'b', "two");
-    drop(programs_1);
+    drop((one, two, programs_1));
+    // Each idle set holds its maps' kernel memory: the next run keeps one, the other goes.
+    let (three, _) = session_forbidding(&store, "gt-kept-a").expect("root already");
+    assert!(three.kept_set().unwrap().reused());
+    assert_eq!(
+        store.filled_sets(),
+        1,
+        "only the set in use is left once a run took one of two idle sets"
+    );
 }
 
 #[test]

@@ -74,7 +74,7 @@ pub fn try_load_lsm() -> Result<()> {
         );
     }
     let btf = aya_kernel_btf()?;
-    let mut ebpf = load_object(btf, ExecMapSizes::FULL, None)?;
+    let mut ebpf = load_object(Some(btf), ExecMapSizes::FULL, None)?;
     let program: &mut Lsm = program(&mut ebpf, "bprm_check_security")?;
     program
         .load("bprm_check_security", btf)
@@ -88,15 +88,24 @@ pub fn try_load_lsm() -> Result<()> {
     Ok(())
 }
 
-fn load_object(btf: &Btf, sizes: ExecMapSizes, kept: Option<&KeptPaths>) -> Result<Ebpf> {
+/// Parses guard's object and makes (or, kept, opens) its maps. With the kernel's `btf` the
+/// programs are relocated for this kernel and its offsets patched in, so any of them can be
+/// loaded; without it (a complete kept set, whose programs are all loaded already) none may be.
+fn load_object(btf: Option<&Btf>, sizes: ExecMapSizes, kept: Option<&KeptPaths>) -> Result<Ebpf> {
     if OBJECT.is_empty() {
         bail!("this guard was built with AYA_BUILD_SKIP=1 and carries no BPF programs");
     }
-    let offsets = kernel_offsets()?;
     let mut loader = EbpfLoader::new();
+    let offsets;
+    if let Some(btf) = btf {
+        offsets = kernel_offsets()?;
+        loader
+            .btf(Some(btf))
+            .override_global("OFFSETS", &offsets, true);
+    } else {
+        loader.btf(None);
+    }
     loader
-        .btf(Some(btf))
-        .override_global("OFFSETS", &offsets, true)
         .map_max_entries("ARGV_TRIE", sizes.argv_edges)
         .map_max_entries("EXEC_IDENTITIES", sizes.exec_entries)
         .map_max_entries("EXEC_NAMES", sizes.exec_entries)
@@ -118,19 +127,53 @@ fn load_object(btf: &Btf, sizes: ExecMapSizes, kept: Option<&KeptPaths>) -> Resu
 }
 
 /// What a kept program set's key is made of besides the object: whatever else changes the
-/// loaded programs or the sizes of their maps.
+/// loaded programs or the sizes of their maps. The boot stands for the kernel (its offsets are
+/// patched into the programs), and is known without parsing the kernel's BTF.
 fn kept_set_key(backend: Backend, sizes: ExecMapSizes) -> Result<String> {
-    let offsets = kernel_offsets()?;
+    let boot = std::fs::read("/proc/sys/kernel/random/boot_id")
+        .context("reading /proc/sys/kernel/random/boot_id")?;
     let sizes = format!("{sizes:?}");
+    // The build too: how the loader loads and pins a set may change while the object does not.
+    let build = concat!(env!("CARGO_PKG_VERSION"), " ", env!("GUARD_COMMIT"));
     Ok(super::program_cache::key(
         OBJECT,
         &[
             backend.as_str().as_bytes(),
-            format!("{offsets:?}").as_bytes(),
+            &boot,
             sizes.as_bytes(),
+            build.as_bytes(),
         ],
     ))
 }
+
+/// Whether aya loads `name` on `backend`: the LSM programs only on `lsm`, and never the unix
+/// socket hooks, which `unix_hooks` loads itself (aya 0.14 would give them the wrong attach
+/// type).
+fn loads_on(backend: Backend, name: &str) -> bool {
+    (backend == Backend::Lsm || !LSM_HOOKS.contains(&name))
+        && !super::unix_hooks::PROGRAMS
+            .iter()
+            .any(|(unix, _)| *unix == name)
+}
+
+/// Whether the kept set holds every program `ebpf` could load on `backend`, and the unix hooks
+/// or the mark that this kernel has none: then nothing is ever loaded from `ebpf`, which needs
+/// no relocation for this kernel.
+fn kept_set_complete(ebpf: &Ebpf, backend: Backend, kept: &KeptPaths) -> bool {
+    let pinned = kept.programs();
+    let unix = super::unix_hooks::PROGRAMS
+        .iter()
+        .all(|(name, _)| pinned.iter().any(|p| p == name))
+        || kept.has_mark(NO_UNIX_HOOKS);
+    unix && ebpf
+        .programs()
+        .map(|(name, _)| name)
+        .filter(|name| loads_on(backend, name))
+        .all(|name| pinned.iter().any(|p| p == name))
+}
+
+/// The mark a kept set carries when this kernel has no unix socket hooks.
+const NO_UNIX_HOOKS: &str = "no-unix-hooks";
 
 /// Every map of guard's object that userspace or the programs change: a kept set pins them
 /// all, so a program loaded later and the programs kept from before share them. A map missing
@@ -208,8 +251,9 @@ fn restore_kept_programs(ebpf: &mut Ebpf, set: &KeptPaths) -> Result<()> {
 /// kernel verifies a load on the caller's CPU, and root's loads run side by side (only
 /// unprivileged ones share the verifier's lock), so a cold start costs about the exec
 /// program's verification, two thirds of the whole, instead of the sum. Programs loaded already
-/// (kept from an earlier run) are left as they are.
-fn preload(ebpf: &mut Ebpf, backend: Backend, btf: &Btf) -> Result<()> {
+/// (kept from an earlier run) are left as they are; `all` (filling a kept set) loads every
+/// program the backend can run, those loaded on first use too.
+fn preload(ebpf: &mut Ebpf, backend: Backend, btf: &Btf, all: bool) -> Result<()> {
     let beside: &[&str] = match backend {
         Backend::Lsm => &LSM_HOOKS,
         Backend::Cgroup => &[
@@ -229,7 +273,7 @@ fn preload(ebpf: &mut Ebpf, backend: Backend, btf: &Btf) -> Result<()> {
         }
         if name == EXEC {
             exec = Some(program);
-        } else if beside.contains(&name) {
+        } else if beside.contains(&name) || (all && loads_on(backend, name)) {
             rest.push((name, program));
         }
     }
@@ -248,15 +292,37 @@ fn preload(ebpf: &mut Ebpf, backend: Backend, btf: &Btf) -> Result<()> {
     })
 }
 
+/// A program may be loaded only from an object relocated for this kernel: one from a complete
+/// kept set is not (its programs are all loaded already), and loading it anyway would run
+/// unrelocated field offsets. Fails closed: the program is not attached.
+fn may_load(relocated: bool, name: &str) -> Result<()> {
+    if relocated {
+        Ok(())
+    } else {
+        bail!(
+            "{name} is not in the kept program set this run reuses; run `guard release` (or \
+             `guard run --fresh-programs`) to load afresh"
+        )
+    }
+}
+
 /// Loads one program (the verifier's walk), by its kind.
 fn load_one(name: &str, program: &mut aya::programs::Program, btf: &Btf) -> Result<()> {
     use aya::programs::Program as P;
+    // The tracepoint a tp_btf program attaches to is its name, but for the sandbox's.
+    let target = if name == SANDBOX_REFUSALS {
+        "sys_exit"
+    } else {
+        name
+    };
     match program {
-        P::BtfTracePoint(p) => p.load(name, btf),
+        P::BtfTracePoint(p) => p.load(target, btf),
         P::Lsm(p) => p.load(name, btf),
         P::CgroupSockAddr(p) => p.load(),
         P::CgroupSock(p) => p.load(),
         P::CgroupDevice(p) => p.load(),
+        P::CgroupSkb(p) => p.load(),
+        P::SockOps(p) => p.load(),
         _ => return Ok(()),
     }
     .with_context(|| format!("loading {name}"))?;
@@ -326,6 +392,9 @@ pub struct Enforcer {
     unix: Option<super::unix_hooks::UnixHooks>,
     /// The kept program set this Enforcer's programs are pinned in ([`Enforcer::load_kept`]).
     kept: Option<KeptPaths>,
+    /// Whether `ebpf`'s programs were relocated for this kernel: else (a complete kept set)
+    /// every program is loaded already and none may be loaded from it.
+    relocated: bool,
 }
 
 /// A link attached by this Enforcer and still owned by its program (not pinned).
@@ -510,7 +579,7 @@ impl Enforcer {
         };
         for (name, program) in self.ebpf.programs_mut() {
             let path = kept.program_path(name);
-            if program.fd().is_ok() && !path.exists() {
+            if program.fd().is_ok() && !path.exists() && loads_on(self.backend, name) {
                 program
                     .pin(&path)
                     .with_context(|| format!("pinning {name} at {}", path.display()))?;
@@ -533,17 +602,32 @@ impl Enforcer {
     }
 
     fn load_with(backend: Backend, sizes: ExecMapSizes, kept: Option<&KeptPaths>) -> Result<Self> {
-        let btf = aya_kernel_btf()?;
-        let mut ebpf = load_object(btf, sizes, kept)?;
+        // A complete kept set: every program is loaded already, so neither the kernel's BTF
+        // (parsed twice, most of a warm start's time) nor relocations are needed.
+        let complete = match kept {
+            Some(set) => {
+                let ebpf = load_object(None, sizes, Some(set))?;
+                kept_set_complete(&ebpf, backend, set).then_some(ebpf)
+            }
+            None => None,
+        };
+        let relocated = complete.is_none();
+        let mut ebpf = match complete {
+            Some(ebpf) => ebpf,
+            None => load_object(Some(aya_kernel_btf()?), sizes, kept)?,
+        };
         if let Some(kept) = kept {
             restore_kept_programs(&mut ebpf, kept)?;
         }
-        preload(&mut ebpf, backend, btf)?;
+        if relocated {
+            // Filling a kept set: every program, so the next run finds it complete.
+            preload(&mut ebpf, backend, aya_kernel_btf()?, kept.is_some())?;
+        }
         let mut links = Vec::new();
         {
             let exec: &mut BtfTracePoint = program(&mut ebpf, EXEC)?;
             if exec.fd().is_err() {
-                exec.load(EXEC, btf)
+                exec.load(EXEC, aya_kernel_btf()?)
                     .context("loading tp_btf/sched_process_exec")?;
                 log_verified(EXEC, exec.info());
             }
@@ -557,7 +641,7 @@ impl Enforcer {
             for hook in LSM_HOOKS {
                 let lsm: &mut Lsm = program(&mut ebpf, hook)?;
                 if lsm.fd().is_err() {
-                    lsm.load(hook, btf)
+                    lsm.load(hook, aya_kernel_btf()?)
                         .with_context(|| format!("loading lsm/{hook}"))?;
                     log_verified(hook, lsm.info());
                 }
@@ -567,10 +651,17 @@ impl Enforcer {
                 links.push(HeldLink::Lsm(hook, id));
             }
         }
-        let has_unix_offsets = kernel_offsets()?.sock_addr_uaddrlen != 0;
         let unix = match kept.and_then(super::unix_hooks::UnixHooks::from_pins) {
             Some(hooks) => Some(hooks),
-            None => super::unix_hooks::load(OBJECT, &ebpf, has_unix_offsets)?,
+            None if !relocated => None,
+            None => {
+                let has_unix_offsets = kernel_offsets()?.sock_addr_uaddrlen != 0;
+                let hooks = super::unix_hooks::load(OBJECT, &ebpf, has_unix_offsets)?;
+                if let (None, Some(kept)) = (&hooks, kept) {
+                    kept.mark(NO_UNIX_HOOKS)?;
+                }
+                hooks
+            }
         };
         let maps = MapSync::with_sizes(sizes);
         Ok(Enforcer {
@@ -585,6 +676,7 @@ impl Enforcer {
             follower: false,
             unix,
             kept: kept.cloned(),
+            relocated,
         })
     }
 
@@ -711,12 +803,15 @@ impl Enforcer {
         if self.sandbox_refusals {
             return Ok(());
         }
-        let btf = aya_kernel_btf()?;
+        let relocated = self.relocated;
         let trace: &mut BtfTracePoint = program(&mut self.ebpf, SANDBOX_REFUSALS)?;
-        trace
-            .load("sys_exit", btf)
-            .context("loading tp_btf/sys_exit")?;
-        log_verified(SANDBOX_REFUSALS, trace.info());
+        if trace.fd().is_err() {
+            may_load(relocated, SANDBOX_REFUSALS)?;
+            trace
+                .load("sys_exit", aya_kernel_btf()?)
+                .context("loading tp_btf/sys_exit")?;
+            log_verified(SANDBOX_REFUSALS, trace.info());
+        }
         let id = trace.attach().context("attaching tp_btf/sys_exit")?;
         // Loaded once only: a link whose pin failed is kept (or detached) by `hold`, not retried.
         self.sandbox_refusals = true;
@@ -736,8 +831,10 @@ impl Enforcer {
     fn attach_sock_create(&mut self, cgroup: &Path) -> Result<CgroupSockLinkId> {
         let dir =
             File::open(cgroup).with_context(|| format!("opening cgroup {}", cgroup.display()))?;
+        let relocated = self.relocated;
         let hook: &mut CgroupSock = program(&mut self.ebpf, SOCK_CREATE)?;
         if hook.fd().is_err() {
+            may_load(relocated, SOCK_CREATE)?;
             hook.load().context("loading cgroup/sock_create")?;
         }
         // Single: see attach_cgroup_hook.
@@ -747,15 +844,18 @@ impl Enforcer {
 
     /// `held_egress` or `held_sockops`, loaded on first use.
     fn held_hook(&mut self, name: &str) -> Result<std::os::fd::BorrowedFd<'_>> {
+        let relocated = self.relocated;
         if name == HELD_EGRESS {
             let hook: &mut CgroupSkb = program(&mut self.ebpf, name)?;
             if hook.fd().is_err() {
+                may_load(relocated, name)?;
                 hook.load().context("loading cgroup_skb/egress")?;
             }
             Ok(hook.fd()?.as_fd())
         } else {
             let hook: &mut SockOps = program(&mut self.ebpf, name)?;
             if hook.fd().is_err() {
+                may_load(relocated, name)?;
                 hook.load().context("loading sockops")?;
             }
             Ok(hook.fd()?.as_fd())
@@ -763,8 +863,10 @@ impl Enforcer {
     }
 
     fn attach_devices(&mut self, cgroup: &Path) -> Result<std::os::fd::OwnedFd> {
+        let relocated = self.relocated;
         let hook: &mut CgroupDevice = program(&mut self.ebpf, DEVICES)?;
         if hook.fd().is_err() {
+            may_load(relocated, DEVICES)?;
             hook.load().context("loading cgroup/dev")?;
         }
         let program = hook.fd()?.as_fd();
@@ -775,8 +877,10 @@ impl Enforcer {
     fn attach_cgroup_hook(&mut self, name: &str, cgroup: &Path) -> Result<CgroupSockAddrLinkId> {
         let dir =
             File::open(cgroup).with_context(|| format!("opening cgroup {}", cgroup.display()))?;
+        let relocated = self.relocated;
         let hook: &mut CgroupSockAddr = program(&mut self.ebpf, name)?;
         if hook.fd().is_err() {
+            may_load(relocated, name)?;
             hook.load()
                 .with_context(|| format!("loading cgroup/{name}"))?;
         }

@@ -184,6 +184,20 @@ impl KeptPaths {
         self.dir.join(format!("{PROGRAM_PREFIX}{name}"))
     }
 
+    /// Marks the set with `name` (an empty folder: a bpffs holds no regular files).
+    pub fn mark(&self, name: &str) -> Result<()> {
+        let path = self.dir.join(name);
+        match std::fs::create_dir(&path) {
+            Ok(()) => Ok(()),
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(err) => Err(err).with_context(|| format!("creating {}", path.display())),
+        }
+    }
+
+    pub fn has_mark(&self, name: &str) -> bool {
+        self.dir.join(name).is_dir()
+    }
+
     /// The programs pinned in the set, by name.
     pub fn programs(&self) -> Vec<String> {
         pinned(&self.dir, PROGRAM_PREFIX)

@@ -150,7 +150,7 @@ impl Session {
     pub fn start(policy: Policy, options: &SessionOptions) -> Result<Session> {
         let backend = match options.backend {
             Some(backend) => backend,
-            None => Backend::detect().0,
+            None => Backend::detect_for_boot(),
         };
         let mut env = CompileEnv::from_process();
         env.path_dirs

@@ -59,6 +59,55 @@ impl Backend {
             Err(err) => (Backend::Cgroup, Some(format!("{err:#}"))),
         }
     }
+
+    /// [`Backend::detect`], remembered for the boot in [`BACKEND_OF_BOOT`] (root's alone): the
+    /// BPF LSM is not turned on or off without a reboot, and the probe makes every map of the
+    /// object (a tenth of a stand-alone run's start). `guard doctor` probes afresh.
+    pub fn detect_for_boot() -> Backend {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        let remembered = std::fs::read_to_string(BACKEND_OF_BOOT).unwrap_or_default();
+        if let Some((of_boot, backend)) = remembered.split_once('\n')
+            && !boot.is_empty()
+            && of_boot == boot.trim()
+        {
+            match backend.trim() {
+                "lsm" => return Backend::Lsm,
+                "cgroup" => return Backend::Cgroup,
+                _ => {}
+            }
+        }
+        let backend = Backend::detect().0;
+        if !boot.is_empty() {
+            // Best effort: without it the next run probes again.
+            let _ = remember_backend(boot.trim(), backend);
+        }
+        backend
+    }
+}
+
+/// Where [`Backend::detect_for_boot`] remembers the backend: the boot's id, then its name.
+pub const BACKEND_OF_BOOT: &str = "/run/guard/backend";
+
+fn remember_backend(boot: &str, backend: Backend) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let path = Path::new(BACKEND_OF_BOOT);
+    let dir = path.parent().expect("a file in a folder");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    // Written whole, then renamed over: a reader sees the old or the new, never half.
+    let partial = dir.join(format!(".backend.{}", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&partial)?;
+    writeln!(file, "{boot}\n{}", backend.as_str())?;
+    drop(file);
+    std::fs::rename(&partial, path)
 }
 
 /// The `lsm` backend's programs load and the `bpf` LSM is active (an inactive BPF LSM loads

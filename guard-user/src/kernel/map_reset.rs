@@ -80,20 +80,29 @@ fn empty_pinned(path: &Path) -> Result<()> {
 }
 
 fn delete_every_key(fd: BorrowedFd<'_>, key_size: u32, max_entries: u32) -> Result<()> {
-    let mut key = vec![0u8; key_size as usize];
-    // Each pass asks for the first key left and deletes it: bounded by what the map can hold.
+    // Every key first, each found from the one before (a walk of the buckets once; asking for
+    // the first key again after each deletion walks them again every time), then deleted.
+    let key_size = key_size as usize;
+    let mut keys: Vec<u8> = Vec::new();
+    let mut next = vec![0u8; key_size];
     for _ in 0..=max_entries {
+        let previous = keys
+            .len()
+            .checked_sub(key_size)
+            .map(|at| keys[at..].as_ptr());
         let attr = ElemAttr {
             map_fd: fd.as_raw_fd() as u32,
-            key: 0,
-            value: key.as_mut_ptr() as u64,
+            key: previous.map_or(0, |p| p as u64),
+            value: next.as_mut_ptr() as u64,
             ..ElemAttr::default()
         };
         match bpf(BPF_MAP_GET_NEXT_KEY, &attr) {
-            Ok(()) => {}
-            Err(err) if err.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+            Ok(()) => keys.extend_from_slice(&next),
+            Err(err) if err.raw_os_error() == Some(libc::ENOENT) => break,
             Err(err) => return Err(err).context("finding a key"),
         }
+    }
+    for key in keys.chunks_exact(key_size.max(1)) {
         let attr = ElemAttr {
             map_fd: fd.as_raw_fd() as u32,
             key: key.as_ptr() as u64,
@@ -106,7 +115,17 @@ fn delete_every_key(fd: BorrowedFd<'_>, key_size: u32, max_entries: u32) -> Resu
             Err(err) => return Err(err).context("deleting a key"),
         }
     }
-    bail!("the map still had keys after {max_entries} deletions (the programs keep adding them)")
+    // Nothing runs on a set while it is leased and unattached: it must be empty now.
+    let attr = ElemAttr {
+        map_fd: fd.as_raw_fd() as u32,
+        value: next.as_mut_ptr() as u64,
+        ..ElemAttr::default()
+    };
+    match bpf(BPF_MAP_GET_NEXT_KEY, &attr) {
+        Err(err) if err.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        Ok(()) => bail!("the map still has keys after every key found was deleted"),
+        Err(err) => Err(err).context("checking the map is empty"),
+    }
 }
 
 fn zero_every_slot(fd: BorrowedFd<'_>, width: usize, max_entries: u32) -> Result<()> {

@@ -55,6 +55,8 @@ pub const VM_TESTS: &[&str] = &[
     "kernel_pins",
     "kernel_files",
     "kernel_escapes",
+    // Kept program sets on the `lsm` backend: its LSM programs reopened from their pins.
+    "kept_programs",
     "resolver",
     "parity",
     // The follower program sets of overlays on the `lsm` backend (their LSM hooks decide

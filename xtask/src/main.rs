@@ -107,11 +107,14 @@ enum Task {
     /// that are not prompted: exec, getppid and connect ratios; target/bench/hold.json), then
     /// `cargo bench -p guard-tests --bench daemon` (the
     /// daemon's status, reload, amend and approve round trips, and a reload under a flood of
-    /// refusals; needs root). Every benchmark runs; fails if any failed.
+    /// refusals; needs root), then `cargo bench -p guard-tests --bench start` (how long `true`
+    /// takes to start under `guard run` warm, cold and under a daemon, against `true` alone,
+    /// the Codex CLI's sandbox and Anthropic's sandbox-runtime, both installed with npm under
+    /// target/; needs root). Every benchmark runs; fails if any failed.
     ///
     /// Arguments after `--` go to each `cargo bench` (`cargo xtask bench -- check/`). A first
-    /// argument `policy`, `enforcement`, `escapes`, `hold`, `resolver`, `daemon` or `audit` runs only that one, the rest going to its
-    /// `cargo bench`
+    /// argument `policy`, `enforcement`, `escapes`, `hold`, `resolver`, `names`, `daemon`,
+    /// `audit` or `start` runs only that one, the rest going to its `cargo bench`
     /// (`cargo xtask bench -- enforcement -- --quick`).
     Bench {
         /// Passed to `cargo bench` (a benchmark filter, or `-- --quick`...).
@@ -139,9 +142,11 @@ fn main() -> ExitCode {
     cmd::no_incremental_under_ci();
     let cli = Cli::parse();
     let result = match cli.task {
-        Task::Setup => {
-            setup::setup(&[Need::Build, Need::Test, Need::VmTest], Report::Stdout).map(|()| 0)
-        }
+        Task::Setup => setup::setup(
+            &[Need::Build, Need::Test, Need::VmTest, Need::Bench],
+            Report::Stdout,
+        )
+        .map(|()| 0),
         Task::Test { args } => test(&args),
         Task::VmTest {
             tests,
@@ -302,7 +307,7 @@ fn vm_test(options: vm::Options) -> Result<i32> {
 }
 
 /// `cargo xtask bench`'s benchmarks, in the order they run: (name, package).
-const BENCHES: [(&str, &str); 8] = [
+const BENCHES: [(&str, &str); 9] = [
     ("policy", "guard-user"),
     ("enforcement", "guard-tests"),
     ("escapes", "guard-tests"),
@@ -311,10 +316,11 @@ const BENCHES: [(&str, &str); 8] = [
     ("names", "guard-tests"),
     ("daemon", "guard-tests"),
     ("audit", "guard-tests"),
+    ("start", "guard-tests"),
 ];
 
 fn bench(args: &[String]) -> Result<i32> {
-    setup::setup(&[Need::Build], Report::Stderr)?;
+    setup::setup(&[Need::Build, Need::Bench], Report::Stderr)?;
     // A first argument naming one of them selects it; the rest go to its `cargo bench`.
     let (selected, args) = match args.split_first() {
         Some((first, rest)) if BENCHES.iter().any(|(name, _)| name == first) => {
@@ -324,7 +330,7 @@ fn bench(args: &[String]) -> Result<i32> {
     };
     let mut code = 0;
     for (name, package) in BENCHES.iter().filter(|(name, _)| selected.contains(name)) {
-        if matches!(*name, "daemon" | "audit" | "names") {
+        if matches!(*name, "daemon" | "audit" | "names" | "start") {
             // It drives the release `guard` binary, which `cargo bench` does not build.
             cmd::status(&mut cmd::cargo([
                 "build",

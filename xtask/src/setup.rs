@@ -27,6 +27,8 @@ pub enum Need {
     /// `cargo xtask vm-test` (and the VM step of `cargo xtask test`): qemu, cpio and Debian's
     /// package tools, to boot a kernel that allows BPF LSM.
     VmTest,
+    /// `cargo xtask bench` (and `setup`): what the tools the benches compare guard with need.
+    Bench,
 }
 
 /// One thing the project needs on the machine.
@@ -202,6 +204,19 @@ pub const ITEMS: &[Item] = &[
         need: Need::Test,
         present: || user_exists(SYSTEM_USER),
         fix: Fix::Run(SYSTEM_USER_ADD),
+    },
+    Item {
+        // tests/benches/start.rs times Anthropic's sandbox-runtime (`srt`, from npm), which
+        // refuses to start without bubblewrap, socat and ripgrep. (The Codex CLI's sandbox uses
+        // bubblewrap when there is one and its own copy otherwise.)
+        name: "bubblewrap, socat and ripgrep (sandbox-runtime, for the start bench)",
+        need: Need::Bench,
+        present: || {
+            ["bwrap", "socat", "rg"]
+                .iter()
+                .all(|tool| find_on_path(tool).is_some())
+        },
+        fix: Fix::AptNoRecommends(&["bubblewrap", "socat", "ripgrep"]),
     },
     Item {
         // The VM's kernel is a Debian package, downloaded (never installed) and unpacked.

@@ -184,7 +184,9 @@ pub struct DnsOriginal {
     pub port: u16,
     /// AF_INET or AF_INET6.
     pub family: u16,
-    pub _pad: u32,
+    /// The process (thread group id) that sent it: guard's resolver names it in its records
+    /// without looking through `/proc` for the socket's holder.
+    pub pid: u32,
     /// The scope that sent it (`scope::current_scope`): guard's resolver puts the addresses it
     /// answers in force for this scope alone.
     pub scope: u64,

@@ -5,6 +5,7 @@
 //! seem to come from the address the program asked (`recvmsg4|6`), because resolvers (glibc,
 //! hickory) drop a reply from any other source.
 
+use aya_ebpf::helpers::bpf_get_current_pid_tgid;
 use aya_ebpf::helpers::generated::bpf_get_socket_cookie;
 use aya_ebpf::macros::cgroup_sock_addr;
 use aya_ebpf::programs::SockAddrContext;
@@ -62,7 +63,7 @@ pub fn redirect(ctx: &SockAddrContext, v6: bool, redirect: DnsRedirect) -> bool 
         addr: [0; 16],
         port: sa.user_port as u16,
         family: if v6 { AF_INET6 } else { AF_INET },
-        _pad: 0,
+        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
         scope,
     };
     if v6 {

@@ -162,6 +162,7 @@ impl Session {
                     upstream,
                     refusal,
                     per_scope: false,
+                    origins: None,
                 }),
                 // No upstream to ask: the scope's DNS is decided by address, as without one.
                 Err(err) => {
@@ -202,7 +203,9 @@ impl Session {
         let mut core = Core::start(enforcer, policy, known, env, modes)?;
         let enforcer = core.enforcer_mut();
         let resolver = match upstream {
-            Some(config) => {
+            Some(mut config) => {
+                // Without it the resolver names who asked by a look through `/proc`.
+                config.origins = enforcer.dns_origins().ok().map(std::sync::Arc::new);
                 let thread = ResolverThread::start(config, names.clone())?;
                 enforcer.redirect_dns(thread.port())?;
                 Some(thread)

@@ -283,6 +283,7 @@ fn cache_hits(
             upstream,
             refusal: Refusal::Refused,
             per_scope,
+            origins: None,
         };
         let resolver = Resolver::start(config, names, EventSink::Tokio(events))
             .await

@@ -50,6 +50,8 @@ struct State {
     names: HashMap<String, Records>,
     /// Queries received per normalised name, any record type.
     queries: HashMap<String, usize>,
+    /// Queries received per normalised name and record type.
+    typed_queries: HashMap<(String, RecordType), usize>,
 }
 
 #[derive(Default)]
@@ -58,6 +60,9 @@ struct Records {
     aaaa: Option<(Vec<Ipv6Addr>, u32)>,
     /// A records that change with every query, as a load balancer's do.
     rotating: Option<Rotation>,
+    /// Its negative answers (NODATA) carry no SOA, as some forwarders and stubs answer: they
+    /// say nothing of how long the answer holds.
+    no_soa: bool,
 }
 
 struct Rotation {
@@ -147,6 +152,11 @@ impl TestDns {
         self.lock().names.entry(normalise(name)).or_default().aaaa = Some((addrs.to_vec(), ttl));
     }
 
+    /// Makes `name`'s negative answers (a type it has no records of) carry no SOA.
+    pub fn set_negative_without_soa(&self, name: &str) {
+        self.lock().names.entry(normalise(name)).or_default().no_soa = true;
+    }
+
     /// Removes `name` entirely: it gets NXDOMAIN from now on.
     pub fn remove(&self, name: &str) {
         self.lock().names.remove(&normalise(name));
@@ -157,6 +167,15 @@ impl TestDns {
         self.lock()
             .queries
             .get(&normalise(name))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// How many queries of `record_type` the server has received for `name`.
+    pub fn queries_of(&self, name: &str, record_type: RecordType) -> usize {
+        self.lock()
+            .typed_queries
+            .get(&(normalise(name), record_type))
             .copied()
             .unwrap_or(0)
     }
@@ -280,6 +299,10 @@ impl RequestHandler for Handler {
         let (answers, authorities) = {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             *state.queries.entry(key.clone()).or_default() += 1;
+            *state
+                .typed_queries
+                .entry((key.clone(), query.query_type()))
+                .or_default() += 1;
             match state.names.get_mut(&key) {
                 None => {
                     metadata.response_code = ResponseCode::NXDomain;
@@ -287,7 +310,7 @@ impl RequestHandler for Handler {
                 }
                 Some(records) => {
                     let answers = records.answer(&query_name, query.query_type());
-                    let authorities = if answers.is_empty() {
+                    let authorities = if answers.is_empty() && !records.no_soa {
                         vec![soa(&query_name)]
                     } else {
                         Vec::new()
@@ -390,12 +413,17 @@ fn normalise(name: &str) -> String {
 
 /// An A query for `name` with id `id`, as a stub resolver sends it.
 pub fn query(name: &str, id: u16) -> Vec<u8> {
+    query_of(name, id, RecordType::A)
+}
+
+/// A query of `record_type` for `name` with id `id`.
+pub fn query_of(name: &str, id: u16, record_type: RecordType) -> Vec<u8> {
     let mut message = hickory_server::proto::op::Message::query();
     message.metadata.id = id;
     message.metadata.recursion_desired = true;
     message.add_query(hickory_server::proto::op::Query::query(
         Name::from_str(&format!("{name}.")).unwrap(),
-        RecordType::A,
+        record_type,
     ));
     message.to_vec().unwrap()
 }
@@ -403,11 +431,16 @@ pub fn query(name: &str, id: u16) -> Vec<u8> {
 /// One A query's round trip to `server` (a fresh socket, as a stub resolver's); panics
 /// without an answer within 5 s.
 pub fn ask(server: SocketAddr, name: &str) -> Duration {
+    ask_of(server, name, RecordType::A)
+}
+
+/// [`ask`] for records of `record_type`.
+pub fn ask_of(server: SocketAddr, name: &str, record_type: RecordType) -> Duration {
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     socket
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
-    let bytes = query(name, 7);
+    let bytes = query_of(name, 7, record_type);
     let mut buffer = [0u8; 1500];
     let started = std::time::Instant::now();
     socket.send_to(&bytes, server).unwrap();

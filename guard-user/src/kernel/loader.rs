@@ -1346,6 +1346,16 @@ impl Enforcer {
         }
     }
 
+    /// A reader of what the DNS redirect records of each query socket (scope and process),
+    /// for guard's resolver's own thread.
+    pub fn dns_origins(&self) -> Result<super::dns_origins::DnsOrigins> {
+        super::dns_origins::DnsOrigins::open(
+            self.ebpf
+                .map("DNS_ORIGINALS")
+                .ok_or_else(|| anyhow!("no DNS_ORIGINALS map"))?,
+        )
+    }
+
     /// What the kernel says of held socket `cookie` (`None`: not listed).
     pub fn held_socket(&self, cookie: u64) -> Result<Option<HeldSocket>> {
         let map = self.held_sockets_map()?;

@@ -2,6 +2,7 @@
 //! [`EnforcementImage`](crate::compile::image::EnforcementImage), read the events back.
 pub mod btf;
 pub mod coverage;
+pub mod dns_origins;
 pub mod events;
 pub mod held;
 pub mod loader;

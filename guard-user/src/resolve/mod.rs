@@ -226,6 +226,9 @@ pub struct ResolverConfig {
     /// handed over again, for the scope of the program that asked. `guard run` has one scope,
     /// whose first answer holds for it.
     pub per_scope: bool,
+    /// What the kernel's DNS redirect records of each query socket, to name the process that
+    /// asked without a look through `/proc` ([`peer::Peers`]; `None`: that look names it).
+    pub origins: Option<Arc<crate::kernel::dns_origins::DnsOrigins>>,
 }
 
 /// A running resolver: listening on 127.0.0.1 and (when the host has it) ::1, UDP and TCP, one

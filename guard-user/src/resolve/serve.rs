@@ -38,6 +38,9 @@ pub struct Shared {
     config: ResolverConfig,
     names: Arc<RwLock<NamePolicy>>,
     events: super::EventSink,
+    upstream: upstream::Upstream,
+    /// Who asked.
+    peers: peer::Peers,
     cache: Mutex<AnswerCache>,
     stand_ins: Mutex<StandIns>,
     /// Lookups sent upstream under each host pattern this second ([`caps`]).
@@ -54,6 +57,8 @@ impl Shared {
         events: super::EventSink,
     ) -> Self {
         Shared {
+            upstream: upstream::Upstream::new(config.upstream),
+            peers: peer::Peers::new(config.origins.clone()),
             config,
             names,
             events,
@@ -360,7 +365,7 @@ async fn reply_to(
         Ok(read) => read,
         Err(NotForwarded::Ignored) => return None,
         Err(NotForwarded::Rejected(rejected)) => {
-            let process = process_of(asker).await;
+            let process = process_of(shared, asker).await;
             let _ = shared.events.send(ResolverEvent::Refused(RefusedName {
                 name: rejected.name,
                 query_type: rejected.query_type,
@@ -410,14 +415,16 @@ async fn reply_to(
     // A kept answer's addresses were put in force before it was first answered, and stay there
     // past its TTL (plus a grace period), for the scope that asked then. An owner with a book
     // per scope gets them again for this asker's scope: found by the socket's cookie (one
-    // sock_diag round trip, made on this thread: shorter than a hand-off), or where sock_diag
-    // cannot name it by the process that holds it (its cgroup says the scope).
+    // sock_diag round trip on a kept socket, made on this thread: shorter than a hand-off), or
+    // where sock_diag cannot name it by the process that holds it (its cgroup says the scope).
+    // A kept answer without addresses (NXDOMAIN, NODATA) puts nothing in force anywhere, so it
+    // is answered as it is, after the policy decided the name above.
     if let Some(message) = cached {
         let mut answered = answered_from(&message, name, &question, decision, AnswerSource::Cached);
         if shared.config.per_scope && !answered.addrs.is_empty() {
-            answered.process = match peer::socket_owner(asker) {
+            answered.process = match shared.peers.owner(asker) {
                 Some(socket) => Some(socket),
-                None => process_of(asker).await,
+                None => process_of(shared, asker).await,
             };
             if !hand_over(shared, answered).await {
                 return reply_code(&query, ResponseCode::ServFail);
@@ -442,10 +449,13 @@ async fn reply_to(
     }
     // Who asked is looked up while upstream answers: the record of a name that left the host
     // names the process that sent it.
-    let looked_up = spawn_process_of(asker);
     *outcome = Outcome::Failed;
     let forward = forwarded_query(&query, &question, new_id());
-    let message = match upstream::exchange(shared.config.upstream, &forward, tcp).await {
+    let (exchanged, looked_up) = shared
+        .upstream
+        .exchange(&forward, tcp, || start_process_of(shared, asker))
+        .await;
+    let message = match exchanged {
         Ok(answer) => answer,
         Err(err) => {
             let _ = shared.events.send(ResolverEvent::UpstreamFailed {
@@ -456,14 +466,13 @@ async fn reply_to(
         }
     };
     let mut answered = answered_from(&message, name, &question, decision, AnswerSource::Forwarded);
-    answered.process = looked_up.await.ok().flatten();
-    let answered_ttl = answered.ttl;
+    answered.process = looked_up.get().await;
     if !hand_over(shared, answered).await {
         return reply_code(&query, ResponseCode::ServFail);
     }
     *outcome = Outcome::Forwarded;
     if let Ok(mut cache) = shared.cache.lock() {
-        cache.put(&question, dnssec_ok, &message, answered_ttl);
+        cache.put(&question, dnssec_ok, &message, Instant::now());
     }
     encode_reply(&query, &message, tcp)
 }
@@ -487,7 +496,7 @@ async fn refuse(
     asker: peer::QuerySocket,
 ) -> Option<Vec<u8>> {
     let refusal = shared.config.refusal;
-    let process = process_of(asker).await;
+    let process = process_of(shared, asker).await;
     let (rule, origin) = why;
     let _ = shared.events.send(ResolverEvent::Refused(RefusedName {
         name,
@@ -564,7 +573,7 @@ async fn stand_in_answer(
         ttl: STAND_IN_KEPT,
         decision: NameDecision::Held,
         source: AnswerSource::StandIn,
-        process: process_of(asker).await,
+        process: process_of(shared, asker).await,
     };
     if !hand_over(shared, answered).await {
         return reply_code(query, ResponseCode::ServFail);
@@ -604,15 +613,38 @@ const STAND_IN_TTL: Duration = Duration::from_secs(60);
 /// How long the owner's answer book keeps a stand-in after it was last answered.
 const STAND_IN_KEPT: Duration = Duration::from_secs(3600);
 
-/// The process that sent a query, looked up off the runtime's threads.
-fn spawn_process_of(
-    asker: peer::QuerySocket,
-) -> tokio::task::JoinHandle<Option<peer::QueryProcess>> {
-    tokio::task::spawn_blocking(move || peer::process_of(asker))
+/// Who sent a query, being found ([`start_process_of`]).
+enum Asking {
+    Named(Option<peer::QueryProcess>),
+    /// The look through `/proc`, off the runtime's threads.
+    Looking(tokio::task::JoinHandle<Option<peer::QueryProcess>>),
 }
 
-async fn process_of(asker: peer::QuerySocket) -> Option<peer::QueryProcess> {
-    spawn_process_of(asker).await.ok().flatten()
+impl Asking {
+    async fn get(self) -> Option<peer::QueryProcess> {
+        match self {
+            Asking::Named(process) => process,
+            Asking::Looking(looking) => looking.await.ok().flatten(),
+        }
+    }
+}
+
+/// Starts finding the process that sent a query: at once from what the kernel's redirect
+/// recorded of its socket, else by the look through `/proc` on a blocking thread (within its
+/// rate).
+fn start_process_of(shared: &Shared, asker: peer::QuerySocket) -> Asking {
+    let look = match shared.peers.asker(asker) {
+        peer::Asker::Named(process) => return Asking::Named(Some(process)),
+        peer::Asker::Look(found, inode) => {
+            tokio::task::spawn_blocking(move || Some(peer::look_for_holder(found, inode)))
+        }
+        peer::Asker::Unknown => tokio::task::spawn_blocking(move || peer::process_of(asker)),
+    };
+    Asking::Looking(look)
+}
+
+async fn process_of(shared: &Shared, asker: peer::QuerySocket) -> Option<peer::QueryProcess> {
+    start_process_of(shared, asker).get().await
 }
 
 /// `bytes` (the encoded `message`), or the message truncated when it is too big for the

@@ -209,6 +209,7 @@ async fn names_under_a_pattern_past_a_cap_are_refused_recorded_and_counted() {
         upstream,
         refusal: Refusal::Refused,
         per_scope: false,
+        origins: None,
     };
     let resolver = Resolver::start(config, names, EventSink::Tokio(events_tx))
         .await

@@ -8,10 +8,11 @@
 //! round (0, 1, ...): a name of its own each round. It prints one JSON line:
 //!
 //! `{"rounds":R,"answers":A,"rcode":"NoError","addresses":[...],"connected":C,"refused":F,
-//!   "other_errors":E,"wrong_source":W,"id":I,"question":"Q"}`
+//!   "other_errors":E,"wrong_source":W,"id":I,"question":"Q","round_ns":N}`
 //!
 //! with `rcode`, `addresses`, `id` and `question` (the first question's name as the reply
-//! spells it) of the last answer, `refused` the connects that got EPERM and
+//! spells it) of the last answer, `round_ns` the median time of a round (the lookup and its
+//! connects, for the benchmarks), `refused` the connects that got EPERM and
 //! `wrong_source` the replies that came from another address than SERVER (ignored, as a stub
 //! resolver ignores them). Exits 0 when every round got an answer, 1 otherwise, 2 on bad
 //! arguments.
@@ -47,7 +48,9 @@ fn main() -> ExitCode {
     let rounds: usize = args.get(3).and_then(|r| r.parse().ok()).unwrap_or(1);
     let connect_port: Option<u16> = args.get(4).and_then(|p| p.parse().ok());
     let mut tally = Tally::default();
+    let mut round_ns = Vec::with_capacity(rounds);
     for round in 0..rounds {
+        let started = std::time::Instant::now();
         let bytes = match mode {
             "raw" => match hex(name) {
                 Some(bytes) => bytes,
@@ -66,6 +69,7 @@ fn main() -> ExitCode {
                     Err(e) => tally.rcode = e.to_string().replace('"', "'"),
                 }
                 connect_all(connect_port, &mut tally);
+                round_ns.push(started.elapsed().as_nanos() as u64);
                 continue;
             }
             _ => {
@@ -113,7 +117,10 @@ fn main() -> ExitCode {
             })
             .collect();
         connect_all(connect_port, &mut tally);
+        round_ns.push(started.elapsed().as_nanos() as u64);
     }
+    round_ns.sort_unstable();
+    let median_ns = round_ns.get(round_ns.len() / 2).copied().unwrap_or(0);
     let retried = match (std::env::var_os("DNS_PROBE_RETRY_AFTER"), connect_port) {
         (Some(file), Some(port)) => {
             retry_after(std::path::Path::new(&file), &tally.addresses, port)
@@ -121,7 +128,7 @@ fn main() -> ExitCode {
         _ => String::new(),
     };
     println!(
-        "{{\"rounds\":{rounds},\"answers\":{},\"rcode\":\"{}\",\"addresses\":[{}],\"connected\":{},\"refused\":{},\"other_errors\":{},\"wrong_source\":{},\"id\":{},\"question\":\"{}\"{retried}}}",
+        "{{\"rounds\":{rounds},\"answers\":{},\"rcode\":\"{}\",\"addresses\":[{}],\"connected\":{},\"refused\":{},\"other_errors\":{},\"wrong_source\":{},\"id\":{},\"question\":\"{}\",\"round_ns\":{median_ns}{retried}}}",
         tally.answers,
         tally.rcode,
         tally

@@ -171,6 +171,73 @@ fn an_allowed_names_rotating_answers_connect_every_time_through_guards_resolver(
 }
 
 #[test]
+fn a_repeated_aaaa_query_for_a_name_without_aaaa_is_answered_from_guards_cache() {
+    if !root_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rules = write_rules(dir.path());
+    let (port, _listeners) = listeners(1);
+    let dns = TestDns::start();
+    // A name with an A record and no AAAA, whose NODATA answer carries no SOA (nothing says
+    // how long it holds): before, every AAAA question was forwarded again.
+    let name = "v4only.wild.test";
+    dns.set_a(name, &[v4("127.0.1.1")], 300);
+    dns.set_negative_without_soa(name);
+    let rounds = 5;
+    // The C library asks A and AAAA for each lookup, then the probe connects to the answer.
+    let output = run_probe(
+        &dns,
+        &rules,
+        &[],
+        &[
+            ASKED,
+            name,
+            "getaddrinfo",
+            &rounds.to_string(),
+            &port.to_string(),
+        ],
+    );
+    let result = tally(&output);
+    assert_eq!(
+        result["answers"],
+        rounds,
+        "{result}; guard said: {}",
+        text(&output.stderr)
+    );
+    assert_eq!(
+        result["addresses"],
+        serde_json::json!(["127.0.1.1"]),
+        "{result}"
+    );
+    assert_eq!(result["connected"], rounds, "{result}");
+    assert_eq!(result["refused"], 0, "{result}");
+    use hickory_server::proto::rr::RecordType;
+    assert_eq!(
+        dns.queries_of(name, RecordType::AAAA),
+        1,
+        "the NODATA answer was kept for the bound, not asked for again"
+    );
+    assert_eq!(dns.queries_of(name, RecordType::A), 1);
+    // The forwarded answers name the process that asked, from the kernel's record of its query.
+    let forwarded: Vec<Value> = events(&output)
+        .into_iter()
+        .filter(|e| e["kind"] == "dns" && e["answered"] == "forwarded")
+        .collect();
+    assert_eq!(forwarded.len(), 2, "A and AAAA, once each: {forwarded:#?}");
+    for event in &forwarded {
+        assert!(
+            event["process"]["comm"]
+                .as_str()
+                .is_some_and(|comm| comm.starts_with("dns-probe")),
+            "{event}"
+        );
+        assert!(event["process"]["pid"].as_u64().is_some(), "{event}");
+    }
+    assert!(output.status.success(), "{}", text(&output.stderr));
+}
+
+#[test]
 fn a_forbidden_name_is_refused_by_guards_resolver_and_never_asked_upstream() {
     if !root_or_skip() {
         return;

@@ -357,6 +357,8 @@ impl Daemon {
                         upstream,
                         refusal,
                         per_scope: true,
+                        // Without it the resolver names who asked by a look through `/proc`.
+                        origins: enforcer.dns_origins().ok().map(Arc::new),
                     },
                     names.clone(),
                     crate::resolve::EventSink::Tokio(tx),
@@ -642,9 +644,11 @@ impl Daemon {
         let scopes = &self.scopes;
         let scope_of = |enforcer: &Enforcer, answer: &crate::resolve::Answered| {
             let process = answer.process.as_ref();
-            let recorded = process
-                .and_then(|p| p.cookie)
-                .and_then(|cookie| enforcer.dns_query_scope(cookie).ok().flatten());
+            let recorded = process.and_then(|p| p.scope).or_else(|| {
+                process
+                    .and_then(|p| p.cookie)
+                    .and_then(|cookie| enforcer.dns_query_scope(cookie).ok().flatten())
+            });
             recorded.or_else(|| scopes.scope_of_pid(process?.pid?))
         };
         let (notes, applied) = self.core.take_resolver_events(

@@ -212,6 +212,10 @@ impl Session {
             }
             None => None,
         };
+        if let Some(thread) = &resolver {
+            core.names_mut().refresh_through(thread.refresher());
+        }
+        let enforcer = core.enforcer_mut();
         let n = SESSION_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!("run-{}-{n}", std::process::id());
         let scope = ScopeCgroup::create(&name)?;
@@ -405,6 +409,11 @@ impl Session {
         self.resolver.as_ref().map(ResolverThread::port)
     }
 
+    /// The names the scope looked up that guard asks for again, by outcome so far.
+    pub fn refresh_counts(&self) -> crate::resolve::refresh::RefreshCounts {
+        self.core.names().refresh_counts()
+    }
+
     /// The names guard's resolver answered `ip` for in this scope.
     pub fn hosts_of(&self, ip: std::net::IpAddr) -> Vec<String> {
         self.core.names_for(ip, 0)
@@ -412,7 +421,8 @@ impl Session {
 
     /// Records the resolver's answers, puts the new addresses of names the policy rules on in
     /// force (one map update for every answer waiting, only their entries), then lets their
-    /// queries be answered; drops the addresses whose time is up.
+    /// queries be answered; takes the refreshes' answers, asks for the names that are due again
+    /// and drops the addresses whose time is up.
     fn serve_resolver(&mut self) -> Result<()> {
         let Some(resolver) = &self.resolver else {
             return Ok(());

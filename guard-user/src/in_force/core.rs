@@ -175,6 +175,13 @@ impl Core {
             *self.names.resolved_mut() = resolved;
             return Err(err);
         }
+        // A name no rule speaks of any more is not asked for again: its addresses go when
+        // their own answers' time is up.
+        if self.names.refreshed_names() > 0 {
+            let rules = crate::resolve::NamePolicy::from_policy(self.in_force.policy());
+            self.names
+                .keep_refreshing(|name| rules.decide(name) == crate::resolve::NameDecision::Ruled);
+        }
         self.rebuild_stacked(stacked);
         Ok(())
     }
@@ -204,6 +211,7 @@ impl Core {
     ) -> (Vec<ResolverNote>, Result<()>) {
         let mut notes = Vec::new();
         let mut answers = Vec::new();
+        let mut refreshed = Vec::new();
         let mut confirmations = Vec::new();
         for event in events {
             match event {
@@ -216,14 +224,19 @@ impl Core {
                 ResolverEvent::UpstreamFailed { name, error } => {
                     notes.push(ResolverNote::UpstreamFailed { name, error })
                 }
+                // Counted by the schedule, not reported: no program waits for it.
+                ResolverEvent::Refreshed(answer) => refreshed.push(answer),
             }
         }
+        let changed = self.names.take_refreshed(refreshed, now);
         let enforcer = self.in_force.enforcer();
         let scoped: Vec<(Option<u64>, &Answered)> = answers
             .iter()
             .map(|answer| (scope_of(enforcer, answer), answer))
             .collect();
-        let applied = self.take_answers(&scoped, now, stacked);
+        let mut changed_names = self.names.record_answers(&scoped, now);
+        changed_names.extend(changed);
+        let applied = self.settle_names(changed_names, now, stacked);
         if applied.is_ok() {
             for done in confirmations {
                 let _ = done.send(());
@@ -243,6 +256,27 @@ impl Core {
         stacked: impl Stacked<'a>,
     ) -> Result<()> {
         let changed = self.names.record_answers(answers, now);
+        self.settle_names(changed, now, stacked)
+    }
+
+    /// Asks for the scopes' names whose answers ran out ([`crate::resolve::refresh`]), and
+    /// puts in force what is now known of `changed` and of what that changed.
+    fn settle_names<'a>(
+        &mut self,
+        mut changed: Vec<String>,
+        now: Instant,
+        stacked: impl Stacked<'a>,
+    ) -> Result<()> {
+        changed.extend(self.names.ask_due(now));
+        changed.sort();
+        changed.dedup();
+        self.names_changed(&changed, stacked)
+    }
+
+    /// `scope` ended: what guard's resolver answered it goes from the maps, and its names are
+    /// asked for no more.
+    pub fn end_scope<'a>(&mut self, scope: u64, stacked: impl Stacked<'a>) -> Result<()> {
+        let changed = self.names.end_scope(scope);
         self.names_changed(&changed, stacked)
     }
 

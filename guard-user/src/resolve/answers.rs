@@ -1,11 +1,13 @@
 //! What guard's resolver answered in a scope: each name's addresses, kept for the answer's TTL
 //! plus [`GRACE`] (programs keep answers past their TTL, and a connection pool reconnects to an
 //! address it resolved minutes ago), and for each address the names it was answered for, so a
-//! connect can be attributed to the host the program asked for.
+//! connect can be attributed to the host the program asked for. An address of a name guard
+//! refreshes for the scope ([`super::refresh`]) is kept past that for as long as the name still
+//! answers with it ([`AnswerBook::hold`]).
 //!
 //! A new answer adds its addresses at once and never removes an older one: an address goes only
-//! when its own time is up ([`AnswerBook::prune`]), so a rotating answer never leaves a program
-//! holding an address the maps no longer allow.
+//! when its own time is up and no refresh holds it ([`AnswerBook::prune`]), so a rotating answer
+//! never leaves a program holding an address the maps no longer allow.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -16,6 +18,7 @@ use crate::policy::destination::StandIn;
 use crate::policy::host::{HostPattern, is_host_pattern};
 use crate::policy::rule::canonical_ip;
 use crate::resolve::lookup::DnsCache;
+use crate::resolve::refresh::Family;
 
 /// How long an address is kept after its answer's TTL ran out.
 pub const GRACE: Duration = Duration::from_secs(60);
@@ -28,10 +31,31 @@ pub const MAX_ADDRESSES: usize = 65_536;
 /// scope, the hosts file).
 type ScopedAddress = (IpAddr, u64);
 
+/// How long one answered address is kept.
+#[derive(Clone, Copy, Debug)]
+struct Kept {
+    /// When its own answer's time is up (its TTL plus [`GRACE`]).
+    until: Instant,
+    /// A refresh holds it: the name still answers with it ([`AnswerBook::hold`]), so it stays
+    /// past `until` until a refresh says otherwise.
+    refreshed: bool,
+}
+
+impl Kept {
+    fn kept_at(&self, now: Instant) -> bool {
+        self.refreshed || self.until > now
+    }
+
+    /// The order the bound evicts in: the oldest first, what a refresh holds last.
+    fn eviction_order(&self) -> (bool, Instant) {
+        (self.refreshed, self.until)
+    }
+}
+
 #[derive(Default)]
 pub struct AnswerBook {
-    /// Name (normalised) → address and the scope it was answered to → when it goes.
-    names: HashMap<String, HashMap<ScopedAddress, Instant>>,
+    /// Name (normalised) → address and the scope it was answered to → how long it is kept.
+    names: HashMap<String, HashMap<ScopedAddress, Kept>>,
     /// Address → the names it was answered for, and to which scope.
     by_address: HashMap<IpAddr, BTreeSet<(String, u64)>>,
     /// The stand-in addresses among them (few; looked at after every answer).
@@ -70,32 +94,44 @@ impl AnswerBook {
             return false;
         }
         let until = now + ttl + GRACE;
-        let known = self.names.entry(name.to_string()).or_default();
         let mut added = false;
         for ip in addrs.iter().map(|ip| canonical_ip(*ip)) {
-            match known.get_mut(&(ip, scope)) {
-                Some(kept) => *kept = (*kept).max(until),
-                None => {
-                    known.insert((ip, scope), until);
-                    self.by_address
-                        .entry(ip)
-                        .or_default()
-                        .insert((name.to_string(), scope));
-                    if let IpAddr::V4(v4) = ip
-                        && super::stand_ins::is_stand_in_ip(ip)
-                    {
-                        self.stand_in_addresses.insert(v4);
-                    }
-                    self.size += 1;
-                    *self.per_scope.entry(scope).or_default() += 1;
-                    added = true;
-                }
-            }
+            let kept = Kept {
+                until,
+                refreshed: false,
+            };
+            added |= self.add(name, (ip, scope), kept);
         }
         if self.size > MAX_ADDRESSES {
             self.evict_oldest(self.size - MAX_ADDRESSES);
         }
         added
+    }
+
+    /// Keeps `answer` for `name` as `kept` says, or the later of both times when it is kept
+    /// already (and held by a refresh if it was). Returns whether it is new; the caller bounds
+    /// the book.
+    fn add(&mut self, name: &str, answer: ScopedAddress, kept: Kept) -> bool {
+        let known = self.names.entry(name.to_string()).or_default();
+        if let Some(old) = known.get_mut(&answer) {
+            old.until = old.until.max(kept.until);
+            old.refreshed |= kept.refreshed;
+            return false;
+        }
+        known.insert(answer, kept);
+        let (ip, scope) = answer;
+        self.by_address
+            .entry(ip)
+            .or_default()
+            .insert((name.to_string(), scope));
+        if let IpAddr::V4(v4) = ip
+            && super::stand_ins::is_stand_in_ip(ip)
+        {
+            self.stand_in_addresses.insert(v4);
+        }
+        self.size += 1;
+        *self.per_scope.entry(scope).or_default() += 1;
+        true
     }
 
     /// Every stand-in address kept, with the name it stands for.
@@ -115,8 +151,8 @@ impl AnswerBook {
         for (name, addrs) in &mut self.names {
             let before = addrs.len();
             let mut gone = Vec::new();
-            addrs.retain(|answer, until| {
-                let keep = *until > now;
+            addrs.retain(|answer, kept| {
+                let keep = kept.kept_at(now);
                 if !keep {
                     gone.push(*answer);
                 }
@@ -140,9 +176,118 @@ impl AnswerBook {
         changed
     }
 
-    /// When the next address goes, if any is kept.
+    /// When the next address goes, if any is kept that no refresh holds.
     pub fn next_expiry(&self) -> Option<Instant> {
-        self.names.values().flat_map(|a| a.values()).min().copied()
+        self.names
+            .values()
+            .flat_map(|a| a.values())
+            .filter(|kept| !kept.refreshed)
+            .map(|kept| kept.until)
+            .min()
+    }
+
+    /// Marks `addrs` (of `name`, answered to `scope`) as held by a refresh from now on.
+    pub fn mark_refreshed(&mut self, scope: u64, name: &str, addrs: &[IpAddr]) {
+        let Some(known) = self.names.get_mut(name) else {
+            return;
+        };
+        for ip in addrs.iter().map(|ip| canonical_ip(*ip)) {
+            if let Some(kept) = known.get_mut(&(ip, scope)) {
+                kept.refreshed = true;
+            }
+        }
+    }
+
+    /// A refresh found `name` answering with `addrs` of `family` at `now`: for `scope` those
+    /// are held from now on (the new ones added), and the family's others are held no more
+    /// (each goes when its own answer's time is up, [`AnswerBook::prune`]). `None`: the scope
+    /// holds none of the name's family any more (the bound let them go), so nothing is added;
+    /// else whether an address was added.
+    pub fn hold(
+        &mut self,
+        scope: u64,
+        name: &str,
+        family: Family,
+        addrs: &[IpAddr],
+        now: Instant,
+    ) -> Option<bool> {
+        let known = self.names.get_mut(name)?;
+        let addrs: Vec<IpAddr> = addrs
+            .iter()
+            .map(|ip| canonical_ip(*ip))
+            .filter(|ip| family.holds(*ip))
+            .collect();
+        let mut held = false;
+        for ((ip, to), kept) in known.iter_mut() {
+            if *to == scope && family.holds(*ip) {
+                held = true;
+                kept.refreshed = addrs.contains(ip);
+            }
+        }
+        if !held {
+            return None;
+        }
+        // Added as answered now, so each goes at once when a refresh stops holding it.
+        let new: Vec<IpAddr> = addrs
+            .into_iter()
+            .filter(|ip| !known.contains_key(&(*ip, scope)))
+            .collect();
+        if new.is_empty() {
+            return Some(false);
+        }
+        for ip in new {
+            let kept = Kept {
+                until: now,
+                refreshed: true,
+            };
+            self.add(name, (ip, scope), kept);
+        }
+        if self.size > MAX_ADDRESSES {
+            self.evict_oldest(self.size - MAX_ADDRESSES);
+        }
+        Some(true)
+    }
+
+    /// No refresh holds `name`'s addresses of `family` for `scope` any more: each goes when its
+    /// own answer's time is up.
+    pub fn release(&mut self, scope: u64, name: &str, family: Family) {
+        let Some(known) = self.names.get_mut(name) else {
+            return;
+        };
+        for ((ip, to), kept) in known.iter_mut() {
+            if *to == scope && family.holds(*ip) {
+                kept.refreshed = false;
+            }
+        }
+    }
+
+    /// Drops every answer given to `scope` (it ended); returns the names that lost addresses.
+    pub fn drop_scope(&mut self, scope: u64) -> Vec<String> {
+        let mut changed = Vec::new();
+        for (name, addrs) in &mut self.names {
+            let gone: Vec<ScopedAddress> = addrs
+                .keys()
+                .filter(|(_, to)| *to == scope)
+                .copied()
+                .collect();
+            for answer in &gone {
+                addrs.remove(answer);
+                self.size -= 1;
+                uncount(&mut self.per_scope, scope);
+                forget(
+                    &mut self.by_address,
+                    &mut self.stand_in_addresses,
+                    name,
+                    *answer,
+                );
+            }
+            if !gone.is_empty() {
+                changed.push(name.clone());
+            }
+        }
+        self.names.retain(|_, addrs| !addrs.is_empty());
+        changed.sort();
+        changed
     }
 
     /// Drops the `count` oldest answers of the scope that holds the most.
@@ -155,14 +300,14 @@ impl AnswerBook {
         else {
             return;
         };
-        let mut all: Vec<(Instant, String, ScopedAddress)> = self
+        let mut all: Vec<((bool, Instant), String, ScopedAddress)> = self
             .names
             .iter()
             .flat_map(|(name, addrs)| {
                 addrs
                     .iter()
                     .filter(|(answer, _)| answer.1 == fullest)
-                    .map(|(answer, t)| (*t, name.clone(), *answer))
+                    .map(|(answer, kept)| (kept.eviction_order(), name.clone(), *answer))
             })
             .collect();
         all.sort();

@@ -263,8 +263,9 @@ impl HostResolver for DnsCache {
     }
 }
 
-/// The retry delay after `failures` consecutive failed lookups (`failures >= 1`).
-fn backoff(failures: u32) -> Duration {
+/// The retry delay after `failures` consecutive failed lookups (`failures >= 1`); a scope's
+/// refreshes ([`super::refresh`]) retry after the same.
+pub(super) fn backoff(failures: u32) -> Duration {
     let doublings = failures.saturating_sub(1).min(16);
     RETRY_BACKOFF
         .saturating_mul(1 << doublings)

@@ -35,6 +35,8 @@ pub mod known;
 pub mod lookup;
 pub mod names;
 pub mod peer;
+pub mod refresh;
+pub mod refresher;
 pub mod serve;
 pub mod stand_ins;
 pub mod stats;
@@ -201,6 +203,8 @@ pub enum ResolverEvent {
         name: String,
         error: String,
     },
+    /// What the upstream said when guard asked for a scope's name again ([`refresh`]).
+    Refreshed(refresher::Refreshed),
 }
 
 /// What the resolver said, once its answers were taken in (see
@@ -236,6 +240,7 @@ pub struct ResolverConfig {
 pub struct Resolver {
     port: u16,
     stats: Arc<stats::ResolverStats>,
+    refresher: refresher::Refresher,
     /// Aborted when dropped.
     _tasks: JoinSet<()>,
 }
@@ -298,9 +303,12 @@ impl Resolver {
         for listener in tcp {
             tasks.spawn(serve::tcp(listener, shared.clone()));
         }
+        let (refresher, refreshes) = refresher::Refresher::channel();
+        tasks.spawn(refresher::serve(refreshes, shared.clone()));
         Ok(Resolver {
             port,
             stats,
+            refresher,
             _tasks: tasks,
         })
     }
@@ -308,6 +316,12 @@ impl Resolver {
     /// The port it listens on (127.0.0.1 and ::1, UDP and TCP).
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Where to send the names guard asks for again ([`refresh`]); their answers come as
+    /// [`ResolverEvent::Refreshed`].
+    pub fn refresher(&self) -> refresher::Refresher {
+        self.refresher.clone()
     }
 
     /// Its queries by outcome and their latency so far.

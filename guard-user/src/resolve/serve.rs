@@ -69,6 +69,16 @@ impl Shared {
             stats: Arc::default(),
         }
     }
+
+    /// Where queries go.
+    pub(super) fn upstream(&self) -> SocketAddr {
+        self.config.upstream
+    }
+
+    /// Where the owner of the maps hears from the resolver.
+    pub(super) fn events(&self) -> &super::EventSink {
+        &self.events
+    }
 }
 
 pub async fn udp(socket: Arc<UdpSocket>, shared: Arc<Shared>) {
@@ -273,7 +283,7 @@ fn not_forwarded(why: &str) -> String {
 const EDNS_PAYLOAD: u16 = 1232;
 
 /// guard's own EDNS: its payload size and the DNSSEC OK bit, no options.
-fn guard_edns(dnssec_ok: bool) -> Edns {
+pub(super) fn guard_edns(dnssec_ok: bool) -> Edns {
     let mut edns = Edns::new();
     edns.set_max_payload(EDNS_PAYLOAD);
     edns.set_version(0);
@@ -329,7 +339,7 @@ pub fn reply_for(query: &Message, answer: &Message) -> Message {
 
 /// A fresh id for a forwarded query, so an upstream (or a listener on the path) sees nothing
 /// the program chose.
-fn new_id() -> u16 {
+pub(super) fn new_id() -> u16 {
     let mut id = [0u8; 2];
     // SAFETY: a 2-byte write into `id`; a short or failed read leaves zeros (still a valid id).
     unsafe { libc::getrandom(id.as_mut_ptr().cast(), id.len(), 0) };

@@ -224,7 +224,7 @@ async fn names_under_a_pattern_past_a_cap_are_refused_recorded_and_counted() {
                     let _ = done.send(());
                 }
                 ResolverEvent::Refused(name) => seen.lock().unwrap().push(name),
-                ResolverEvent::UpstreamFailed { .. } => {}
+                ResolverEvent::UpstreamFailed { .. } | ResolverEvent::Refreshed(_) => {}
             }
         }
     });

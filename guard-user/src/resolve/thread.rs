@@ -10,10 +10,12 @@ use std::thread::JoinHandle;
 use anyhow::{Context, Result, anyhow};
 use tokio::sync::oneshot;
 
+use super::refresher::Refresher;
 use super::{EventSink, NamePolicy, Resolver, ResolverConfig, ResolverEvent};
 
 pub struct ResolverThread {
     port: u16,
+    refresher: Refresher,
     /// What the resolver decides names by; replaced when the owner's policy changes.
     names: Arc<RwLock<NamePolicy>>,
     events: std::sync::mpsc::Receiver<ResolverEvent>,
@@ -33,7 +35,7 @@ impl ResolverThread {
         let wake = Arc::new(unsafe { OwnedFd::from_raw_fd(raw) });
         let (out_tx, out_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<u16>>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(u16, Refresher)>>();
         let thread_wake = wake.clone();
         let names = Arc::new(RwLock::new(names));
         let thread_names = names.clone();
@@ -63,17 +65,18 @@ impl ResolverThread {
                             return;
                         }
                     };
-                    let _ = ready_tx.send(Ok(resolver.port()));
+                    let _ = ready_tx.send(Ok((resolver.port(), resolver.refresher())));
                     let _ = stop_rx.await;
                     drop(resolver);
                 });
             })
             .context("starting the resolver thread")?;
-        let port = ready_rx
+        let (port, refresher) = ready_rx
             .recv()
             .map_err(|_| anyhow!("the resolver thread ended before it listened"))??;
         Ok(ResolverThread {
             port,
+            refresher,
             names,
             events: out_rx,
             wake,
@@ -84,6 +87,11 @@ impl ResolverThread {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Where to send the names guard asks for again ([`Resolver::refresher`]).
+    pub fn refresher(&self) -> Refresher {
+        self.refresher.clone()
     }
 
     /// Decides the names of the next queries by `names` (a new policy's).

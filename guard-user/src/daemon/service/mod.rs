@@ -369,6 +369,10 @@ impl Daemon {
             }
             None => (None, None),
         };
+        if let Some(server) = &name_server {
+            core.names_mut().refresh_through(server.refresher());
+        }
+        let enforcer = core.enforcer_mut();
         // Prompted connects wait in the kernel, as on a slow network, when someone may answer;
         // one to a stand-in address waits at guard's splice listener.
         let mut splices = None;
@@ -698,6 +702,14 @@ impl Daemon {
             .unwrap_or_default()
     }
 
+    /// What guard's resolver answered scope `id` goes, and its names are asked for no more
+    /// (the scope ended).
+    pub(super) fn end_scope_names(&mut self, id: u64) {
+        if let Err(err) = self.core.end_scope(id, Self::stacked(&mut self.overlays)) {
+            tracing::error!("dropping the DNS answers of ended scope {id} failed: {err:#}");
+        }
+    }
+
     /// Re-resolves names whose TTL ran out; recompiles when an answer changed.
     async fn refresh_dns(&mut self) -> Result<()> {
         let cache = self.core.names_mut().resolved_mut();
@@ -737,6 +749,7 @@ impl Daemon {
         for id in &ended {
             let _ = self.core.enforcer_mut().remove_scope(*id);
             self.overlays.remove(id);
+            self.end_scope_names(*id);
         }
         let left_out = self.core.image().patterns.left_out.clone();
         let expire = |approvals: &mut crate::asks::Approvals| {

@@ -175,6 +175,10 @@ impl Daemon {
                 return;
             };
             let main = self.core.enforcer_mut();
+            let gone = match &change {
+                Change::Gone { id, .. } => Some(*id),
+                Change::Found { .. } => None,
+            };
             let done = match change {
                 Change::Found {
                     id,
@@ -206,6 +210,9 @@ impl Daemon {
             };
             if let Err(err) = done {
                 tracing::warn!("{:?}: {err:#}", scope.pattern.text);
+            }
+            if let Some(id) = gone {
+                self.end_scope_names(id);
             }
         }
     }

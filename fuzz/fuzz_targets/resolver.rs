@@ -1,6 +1,6 @@
 //! A DNS packet from a scope and an upstream server's answer to it, taken through the steps of
 //! guard's resolver that read and write messages (`resolve::serve`, `resolve::upstream`,
-//! `resolve::cache`, `resolve::answers`), without I/O: each step returns a value or refuses,
+//! `resolve::cache`, `resolve::answers`, `resolve::refresher`), without I/O: each step returns a value or refuses,
 //! never panics, and what guard writes back reads as a reply to the program's query.
 //!
 //! Input: one flags byte (bit 0: the query came over TCP; bit 1: DNSSEC OK for the cache key),
@@ -14,6 +14,8 @@ use guard::policy::PolicyParser;
 use guard::resolve::answers::{AnswerBook, GRACE};
 use guard::resolve::cache::AnswerCache;
 use guard::resolve::names::NamePolicy;
+use guard::resolve::refresh::{Family, RefreshOutcome};
+use guard::resolve::refresher::{outcome_of, refresh_query};
 use guard::resolve::serve::{
     NameQuery, NotForwarded, addresses, fit, forwarded_query, read_query, refusal_reply,
     reply_code, reply_for, stand_in_reply,
@@ -173,6 +175,19 @@ fuzz_target!(|data: &[u8]| {
     for ip in &addrs {
         assert!(book.names_for(*ip, 7).contains(&name), "{ip} for {name:?}");
         assert!(book.names_for(*ip, 8).is_empty(), "{ip} in another scope");
+    }
+
+    // The same answer to guard's refresh of the name: only the family asked for is held, and
+    // once no refresh holds them every address goes at its own time.
+    book.mark_refreshed(7, &name, &addrs);
+    for family in [Family::V4, Family::V6] {
+        let refresh = refresh_query(&name, family, id);
+        assert!(refresh.is_none_or(|q| q.to_vec().is_ok()));
+        if let RefreshOutcome::Addresses { addrs: held, .. } = outcome_of(&answer, family) {
+            assert!(held.iter().all(|ip| family.holds(*ip)), "{held:?}");
+            assert_eq!(book.hold(7, &name, family, &held, now), Some(false));
+        }
+        book.release(7, &name, family);
     }
     book.prune(now + ttl + GRACE + Duration::from_secs(1));
     assert_eq!(book.address_count(), 0);

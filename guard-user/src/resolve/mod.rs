@@ -90,11 +90,12 @@ pub const CANNOT_SEE: [(&str, &str); 7] = [
          is refused and recorded. Name exact hosts instead of a pattern where that matters",
     ),
     (
-        "names resolved before the scope began, or answers kept past their TTL plus 60 s",
+        "names resolved before the scope began; an address the name no longer answers with",
         "decided by address: a rule's name holds for the addresses the scope was answered for \
-         it (until their TTL plus 60 s); any other address, a rule's name's included, gets the \
-         unmatched-network default. Without guard's resolver in the path guard resolves the \
-         policy's names itself and keeps them fresh",
+         it (their TTL plus 60 s, and while guard's refreshes find the name still answering \
+         with them: 256 names per scope, past which TTL plus 60 s); any other address, a rule's \
+         name's included, gets the unmatched-network default. Without guard's resolver in the \
+         path guard resolves the policy's names itself and keeps them fresh",
     ),
     (
         "names asked through the daemon's resolver by several scopes",

@@ -127,6 +127,20 @@ pub struct RefreshCounts {
     pub not_refreshed: u64,
 }
 
+impl RefreshCounts {
+    /// Each count with its name, as the daemon's metrics label it.
+    pub fn by_outcome(&self) -> [(&'static str, u64); 6] {
+        [
+            ("asked", self.asked),
+            ("answered", self.answered),
+            ("gone", self.gone),
+            ("failed", self.failed),
+            ("given_up", self.given_up),
+            ("not_refreshed", self.not_refreshed),
+        ]
+    }
+}
+
 /// A name and the family asked for.
 pub type Key = (String, Family);
 

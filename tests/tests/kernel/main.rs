@@ -36,6 +36,7 @@ mod landlock;
 mod loading;
 mod parity;
 mod resolver;
+mod resolver_refresh;
 mod run_approval;
 mod run_fds;
 mod run_hold;

@@ -16,11 +16,11 @@ use guard_tests::dns::{RecordingDns, TestDns};
 use guard_tests::kernel::{Starting, root_or_skip, starting};
 use serde_json::Value;
 
-const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 /// Where the command sends its queries: a loopback address nothing listens on.
-const ASKED: &str = "127.0.0.153:53";
+pub(crate) const ASKED: &str = "127.0.0.153:53";
 
-fn v4(text: &str) -> Ipv4Addr {
+pub(crate) fn v4(text: &str) -> Ipv4Addr {
     text.parse().unwrap()
 }
 
@@ -79,7 +79,7 @@ fn run_probe_to(upstream: SocketAddr, rules: &Path, extra: &[&str], probe: &[&st
 }
 
 /// The probe's JSON line.
-fn tally(output: &Output) -> Value {
+pub(crate) fn tally(output: &Output) -> Value {
     let stdout = text(&output.stdout);
     let line = stdout.lines().last().unwrap_or_else(|| {
         panic!(
@@ -653,7 +653,7 @@ fn standalone_an_unknown_name_stays_on_the_host_until_approved_and_a_kept_stand_
 }
 
 /// `guard run -- dns-probe ARGS` under the daemon: the probe's JSON line and guard's stderr.
-fn probe_in_daemon(daemon: &TestDaemon, args: &[&str]) -> (Value, String) {
+pub(crate) fn probe_in_daemon(daemon: &TestDaemon, args: &[&str]) -> (Value, String) {
     let (_, stdout, stderr) = daemon.run_in_scope(&dns_probe(), args);
     let line = stdout.lines().last().unwrap_or_default().to_string();
     let value = serde_json::from_str(&line)
@@ -877,7 +877,11 @@ fn filler_queries(dns: &TestDns) -> usize {
 }
 
 /// `net-probe tcp ADDR PORT` in the session's scope: `ok` or `errno N`.
-fn connect_in_scope(session: &guard::session::Session, addr: Ipv4Addr, port: u16) -> String {
+pub(crate) fn connect_in_scope(
+    session: &guard::session::Session,
+    addr: Ipv4Addr,
+    port: u16,
+) -> String {
     let mut command = Command::new(net_probe());
     command
         .args(["tcp", &addr.to_string(), &port.to_string()])
@@ -891,7 +895,11 @@ fn connect_in_scope(session: &guard::session::Session, addr: Ipv4Addr, port: u16
 
 /// `dns-probe ASKED NAME udp 1 PORT` in the session's scope (its query redirected to guard's
 /// resolver), the session polled meanwhile as `guard run` does: the probe's JSON line.
-fn lookup_in_scope(session: &mut guard::session::Session, name: &str, port: u16) -> Value {
+pub(crate) fn lookup_in_scope(
+    session: &mut guard::session::Session,
+    name: &str,
+    port: u16,
+) -> Value {
     let mut command = Command::new(dns_probe());
     command
         .args([ASKED, name, "udp", "1", &port.to_string()])
@@ -908,7 +916,7 @@ fn lookup_in_scope(session: &mut guard::session::Session, name: &str, port: u16)
 }
 
 /// One port on each of `ips`, all listening.
-fn listening_on(ips: &[Ipv4Addr]) -> (u16, Vec<TcpListener>) {
+pub(crate) fn listening_on(ips: &[Ipv4Addr]) -> (u16, Vec<TcpListener>) {
     for _ in 0..20 {
         let first = TcpListener::bind((ips[0], 0)).unwrap();
         let port = first.local_addr().unwrap().port();

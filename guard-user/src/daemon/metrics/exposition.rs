@@ -345,6 +345,21 @@ impl Collector for Reading {
                 None,
             )?;
         }
+        if let Some(refreshes) = &s.refreshes {
+            let outcomes: Vec<_> = refreshes
+                .by_outcome()
+                .into_iter()
+                .map(|(outcome, n)| (vec![("outcome", outcome)], ConstCounter::new(n)))
+                .collect();
+            family(
+                &mut e,
+                "guard_resolver_refreshes",
+                "Names the scopes looked up that guard asked for again, by outcome (asked: \
+                 questions sent; answered, gone: NXDOMAIN or NODATA, failed: no answer, \
+                 given_up: failing past the hold, not_refreshed: past a bound).",
+                &outcomes,
+            )?;
+        }
 
         if let Some(enabled) = s.bpf_stats_enabled {
             gauge(
@@ -458,6 +473,11 @@ pub(crate) mod tests {
             },
             tally,
             resolver: Some(stats.snapshot()),
+            refreshes: Some(crate::resolve::refresh::RefreshCounts {
+                asked: 4,
+                failed: 1,
+                ..Default::default()
+            }),
             bpf_stats_enabled: Some(true),
             programs: vec![ProgramRunStats {
                 name: "exec_check".into(),
@@ -484,6 +504,8 @@ pub(crate) mod tests {
             "guard_asks_answered_total{answer=\"expired\"} 0",
             "guard_audit_records_lost_total{stage=\"writer\"} 5",
             "guard_resolver_queries_total{outcome=\"refused\"} 1",
+            "guard_resolver_refreshes_total{outcome=\"asked\"} 4",
+            "guard_resolver_refreshes_total{outcome=\"failed\"} 1",
             "guard_resolver_query_duration_seconds_bucket{le=\"0.0005\"} 1",
             "guard_resolver_query_duration_seconds_bucket{le=\"0.00025\"} 0",
             "guard_resolver_query_duration_seconds_count 1",

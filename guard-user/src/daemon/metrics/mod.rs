@@ -14,6 +14,7 @@ pub mod tally;
 
 use crate::daemon::wire::responses::StatusResponse;
 use crate::kernel::loader::ProgramRunStats;
+use crate::resolve::refresh::RefreshCounts;
 use crate::resolve::stats::ResolverSnapshot;
 
 /// Everything one scrape reports.
@@ -23,6 +24,8 @@ pub struct MetricsSnapshot {
     pub tally: tally::Tally,
     /// guard's resolver; `None` when the scopes' DNS is not redirected.
     pub resolver: Option<ResolverSnapshot>,
+    /// What guard asked again of the names the scopes looked up (with `resolver`).
+    pub refreshes: Option<RefreshCounts>,
     /// `kernel.bpf_stats_enabled`; `None` when it cannot be read.
     pub bpf_stats_enabled: Option<bool>,
     /// Each loaded program's run time and count (exported only while the kernel keeps them).

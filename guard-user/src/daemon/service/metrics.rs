@@ -10,6 +10,10 @@ impl Daemon {
             status: self.status(),
             tally: self.tally.clone(),
             resolver: self.name_server.as_ref().map(|server| server.stats()),
+            refreshes: self
+                .name_server
+                .as_ref()
+                .map(|_| self.core.names().refresh_counts()),
             bpf_stats_enabled: crate::kernel::loader::bpf_stats_enabled(),
             programs: self.core.enforcer().program_run_stats(),
             rss_bytes: resident_bytes(),

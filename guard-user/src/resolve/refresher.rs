@@ -11,7 +11,7 @@ use tokio::sync::{Semaphore, mpsc};
 
 use super::refresh::{Family, RefreshOutcome};
 use super::serve::{Shared, addresses, new_id};
-use super::{ResolverEvent, upstream};
+use super::ResolverEvent;
 
 /// Questions out at once; the schedule sends at most
 /// [`super::refresh::REFRESHES_PER_SECOND`] a second, so this is only reached when the
@@ -79,7 +79,7 @@ async fn ask(shared: &Shared, query: &RefreshQuery) -> RefreshOutcome {
     let Some(question) = refresh_query(&query.name, query.family, new_id()) else {
         return RefreshOutcome::Failed(format!("`{}` is not a DNS name", query.name));
     };
-    match upstream::exchange(shared.upstream(), &question, false).await {
+    match shared.upstream().exchange(&question, false, || ()).await.0 {
         Ok(answer) => outcome_of(&answer, query.family),
         Err(err) => RefreshOutcome::Failed(format!("{err:#}")),
     }

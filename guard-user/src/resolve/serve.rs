@@ -71,8 +71,9 @@ impl Shared {
     }
 
     /// Where queries go.
-    pub(super) fn upstream(&self) -> SocketAddr {
-        self.config.upstream
+    /// The upstream server, with the sockets kept for it.
+    pub(super) fn upstream(&self) -> &upstream::Upstream {
+        &self.upstream
     }
 
     /// Where the owner of the maps hears from the resolver.

@@ -1,7 +1,9 @@
 //! How long a command takes to start under guard, against the sandboxes it is compared with.
 //! Each figure is one process started and waited for (`true`, whose own work is nil), the
 //! median of `ROUNDS` rounds; a round runs every column once, in an order rotated each round, so
-//! every ratio shares the machine's noise. The columns:
+//! every ratio shares the machine's noise. Beside the wall-clock time (what the goals are set
+//! in) it prints the CPU time a start took (the command's and the children it waited for; the
+//! daemon's too for the daemon's column), which a loaded machine moves less. The columns:
 //!
 //! 1. **outside**: `true` itself (fork, exec, wait): the floor.
 //! 2. **guard run, warm**: `guard run --rules DEFAULT -- true`, stand-alone, reusing the program
@@ -51,6 +53,17 @@ struct Column {
     command: Box<dyn Fn() -> Command>,
     /// Run, untimed, before each timed start.
     prepare: Option<Box<dyn Fn()>>,
+    /// The CPU time (ns, cumulative) of a process outside the command that works for it: the
+    /// daemon.
+    helper_cpu: Option<Box<dyn Fn() -> u64>>,
+}
+
+/// One start: its wall-clock time, and the CPU time it took (the command's, its waited-for
+/// children's and the bench's thread's, plus the helper's).
+#[derive(Clone, Copy)]
+struct Sample {
+    wall: Duration,
+    cpu: Duration,
 }
 
 impl Column {
@@ -60,23 +73,28 @@ impl Column {
             shown: shown.to_string(),
             command: Box::new(command),
             prepare: None,
+            helper_cpu: None,
         }
     }
 
-    /// Starts it and waits for it; how long that took. Panics when it fails.
-    fn time(&self) -> Duration {
+    /// Starts it and waits for it; what that took. Panics when it fails.
+    fn time(&self) -> Sample {
         if let Some(prepare) = &self.prepare {
             prepare();
         }
         self.start()
     }
 
-    fn start(&self) -> Duration {
+    fn start(&self) -> Sample {
         let mut command = (self.command)();
         command.stdin(Stdio::null());
-        let started = Instant::now();
+        let helper = || self.helper_cpu.as_ref().map_or(0, |cpu| cpu());
+        let (started, cpu) = (Instant::now(), cpu_ns() + helper());
         let out = command.output().expect("starting the command");
-        let took = started.elapsed();
+        let took = Sample {
+            wall: started.elapsed(),
+            cpu: Duration::from_nanos((cpu_ns() + helper()).saturating_sub(cpu)),
+        };
         assert!(
             out.status.success(),
             "{} ({}) failed: {}\n{}",
@@ -92,6 +110,35 @@ impl Column {
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
     samples[samples.len() / 2]
+}
+
+/// CPU time of the calling thread plus that of its waited-for children, in ns.
+fn cpu_ns() -> u64 {
+    // SAFETY: plain getters into zeroed out-parameters.
+    unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        let tv_ns =
+            |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1_000;
+        ts.tv_sec as u64 * 1_000_000_000
+            + ts.tv_nsec as u64
+            + tv_ns(usage.ru_utime)
+            + tv_ns(usage.ru_stime)
+    }
+}
+
+/// The CPU time (ns) process `pid`'s live threads have run (`/proc/PID/task/*/schedstat`).
+fn process_cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
 fn shown(d: Duration) -> String {
@@ -110,7 +157,7 @@ fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-/// Runs `sandboxed` (a command ending in `sh -c 'echo > PROBE'`) and fails unless the write
+/// Runs `sandboxed` (a shell writing to `probe` inside the sandbox) and fails unless the write
 /// was refused: the column times a sandbox that holds.
 fn refuses_write(label: &str, mut sandboxed: Command, probe: &Path) -> Result<(), String> {
     let out = sandboxed
@@ -130,7 +177,7 @@ fn refuses_write(label: &str, mut sandboxed: Command, probe: &Path) -> Result<()
     Ok(())
 }
 
-/// `true`'s path: the sandboxes are asked for the same program.
+/// The program every column starts, each finding it on PATH.
 const TRUE: &str = "true";
 
 fn main() {
@@ -191,7 +238,7 @@ fn main() {
         ..Default::default()
     });
     let socket = daemon.socket.clone();
-    columns.push(Column::new(
+    let mut under_daemon = Column::new(
         "guard run under the daemon",
         "guard run --socket S -- true",
         move || {
@@ -200,7 +247,10 @@ fn main() {
             command.args(["--", TRUE]);
             command
         },
-    ));
+    );
+    let daemon_pid = daemon.pid();
+    under_daemon.helper_cpu = Some(Box::new(move || process_cpu_ns(daemon_pid)));
+    columns.push(under_daemon);
     match codex_column(&work, &write_probe, &probe) {
         Ok(column) => columns.push(column),
         Err(why) => skip(&format!("the Codex CLI's sandbox is not measured: {why}")),
@@ -222,7 +272,7 @@ fn main() {
     );
     refills.set(0);
 
-    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); columns.len()];
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); columns.len()];
     for round in 0..ROUNDS {
         for i in 0..columns.len() {
             let at = (round + i) % columns.len();
@@ -230,7 +280,13 @@ fn main() {
         }
     }
     drop(daemon);
-    let medians: Vec<Duration> = samples.into_iter().map(median).collect();
+    let medians: Vec<Sample> = samples
+        .iter()
+        .map(|column| Sample {
+            wall: median(column.iter().map(|s| s.wall).collect()),
+            cpu: median(column.iter().map(|s| s.cpu).collect()),
+        })
+        .collect();
     let of = |label: &str| {
         columns
             .iter()
@@ -238,32 +294,41 @@ fn main() {
             .map(|i| medians[i])
     };
     let outside = medians[0];
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
 
     println!(
         "\n## Starting a run (`true`, median of {ROUNDS} rounds, load average at the end {})\n",
         load_average()
     );
-    println!("| | command | median | ÷ outside |");
-    println!("| --- | --- | --- | --- |");
+    println!("| | command | median | ÷ outside | CPU time, median | ÷ outside |");
+    println!("| --- | --- | --- | --- | --- | --- |");
     for (column, median) in columns.iter().zip(&medians) {
         println!(
-            "| {} | `{}` | {} | ×{:.0} |",
+            "| {} | `{}` | {} | ×{:.0} | {} | ×{:.0} |",
             column.label,
             column.shown,
-            shown(*median),
-            median.as_secs_f64() / outside.as_secs_f64()
+            shown(median.wall),
+            ratio(median.wall, outside.wall),
+            shown(median.cpu),
+            ratio(median.cpu, outside.cpu),
         );
     }
+    println!(
+        "\n(CPU time: the command's and the children it waited for, and for the daemon's \
+         column the daemon's too; a machine's load moves it less than the wall-clock time.)"
+    );
     let verdict = |met: bool| if met { "met" } else { "NOT met" };
     let warm = of("guard run, warm").unwrap();
-    let cold = of("guard run, cold").unwrap();
-    let under_daemon = of("guard run under").unwrap();
-    println!("\ngoals:");
+    let cold = of("guard run, cold").unwrap().wall;
+    let under_daemon = of("guard run under").unwrap().wall;
+    println!("\ngoals (wall-clock time):");
     if let Some(codex) = of("Codex") {
-        let ratio = warm.as_secs_f64() / codex.as_secs_f64();
+        let wall = ratio(warm.wall, codex.wall);
         println!(
-            "- warm guard run ÷ Codex sandbox: ×{ratio:.2} (goal ≤ ×{WARM_OVER_CODEX_GOAL}): {}",
-            verdict(ratio <= WARM_OVER_CODEX_GOAL)
+            "- warm guard run ÷ Codex sandbox: ×{wall:.2} (goal ≤ ×{WARM_OVER_CODEX_GOAL}): {}; \
+             in CPU time ×{:.2}",
+            verdict(wall <= WARM_OVER_CODEX_GOAL),
+            ratio(warm.cpu, codex.cpu)
         );
     }
     println!(
@@ -278,10 +343,7 @@ fn main() {
         shown(DAEMON_GOAL),
         verdict(under_daemon <= DAEMON_GOAL)
     );
-    println!(
-        "- cold ÷ warm: ×{:.1}",
-        cold.as_secs_f64() / warm.as_secs_f64()
-    );
+    println!("- cold ÷ warm: ×{:.1}", ratio(cold, warm.wall));
     if refills.get() > 0 {
         println!(
             "\nthe kept program set was gone before {} of {ROUNDS} warm rounds (a `guard \
@@ -291,7 +353,8 @@ fn main() {
     }
 }
 
-/// Whether a stand-alone run left a program set under [`CACHE_ROOT`] (`KEY/SLOT`).
+/// Whether a stand-alone run left a program set under [`CACHE_ROOT`] (`KEY/SLOT`; of any key:
+/// a set another guard build left would hide a missing one of this build's).
 fn any_kept_set() -> bool {
     std::fs::read_dir(CACHE_ROOT).is_ok_and(|keys| {
         keys.flatten()

@@ -77,6 +77,10 @@ pub const MAX_STAND_INS: u32 = 16_384;
 /// the ones answered that userspace has not yet cleared. Past it a prompt is refused as if no
 /// hold were on.
 pub const MAX_HELD_SOCKETS: u32 = 4096;
+/// Sockets sent to guard's splice listener whose `getpeername` names their stand-in
+/// (`SPLICED_PEERS`, LRU; an entry goes when its socket closes). Past it the oldest socket's
+/// `getpeername` names the listener again (what it reports, never what it reaches).
+pub const MAX_SPLICED_PEERS: u32 = 16_384;
 /// Approvals held at once, each for its scope (`APPROVALS`): `--once` and `--session` answers.
 /// Past it an approval is refused when it is made.
 pub const MAX_APPROVALS: u32 = 8192;

@@ -228,9 +228,31 @@ pub mod held {
     /// sock_ops program ends the connect (ETIMEDOUT) where userspace could not end it at once.
     pub const DENIED: u8 = 4;
     /// A held connect to a stand-in address with no real address yet, sent to guard's splice
-    /// listener instead (it connects at once there): guard splices it to the real address once
-    /// approved, and ends it when denied.
+    /// listener on loopback instead: its SYNs are dropped as [`HELD`]'s are until the stand-in
+    /// is approved for its scope and mapped to a real address; denied, it is ended.
     pub const SPLICED: u8 = 5;
+    /// A [`SPLICED`] connect that was approved: its SYN goes out to the splice listener (set by
+    /// the egress program), which takes it (only in this state) and splices it to the real
+    /// address. Stays so once connected (userspace splices, then forgets it).
+    pub const SPLICE_RELEASED: u8 = 6;
+
+    /// Whether a held socket in `state` went to guard's splice listener.
+    pub const fn is_spliced(state: u8) -> bool {
+        state == SPLICED || state == SPLICE_RELEASED
+    }
+}
+
+/// What `getpeername` names for a socket guard sent to its splice listener (`SPLICED_PEERS`,
+/// by socket cookie): the stand-in address and port its program connected to, not the
+/// listener.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SplicedPeer {
+    /// The stand-in, as the kernel stores an IPv4 address (network-order bytes in a native
+    /// word).
+    pub stand_in: u32,
+    /// Its port as `bpf_sock_addr.user_port` holds it (network order in the low 16 bits).
+    pub port: u32,
 }
 
 /// A socket whose prompted connect (or UDP send) was let through and whose packets are held,
@@ -672,6 +694,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<ScopeEvents>(), 32);
         assert_eq!(core::mem::size_of::<NetHold>(), 8);
         assert_eq!(core::mem::size_of::<HeldSocket>(), 64);
+        assert_eq!(core::mem::size_of::<SplicedPeer>(), 8);
         assert_eq!(core::mem::size_of::<ScopedApproval>(), 32);
         assert_eq!(core::mem::size_of::<DnsOriginal>(), 32);
         // No padding: the kernel hashes every byte of the key.

@@ -13,7 +13,10 @@
 //!
 //! A connect to a stand-in address with no real address yet has nowhere to be held on the way
 //! to: it goes to guard's splice listener on loopback instead (`held::SPLICED`,
-//! [`to_splice_listener`]), which sends it on once approved. Only scopes listed in
+//! [`to_splice_listener`]), and is held on the way there as any other: its SYNs are dropped
+//! until its stand-in is approved for its scope and mapped to a real address
+//! (`held::SPLICE_RELEASED`), so its program's connect timeout applies and a denial fails the
+//! connect; the listener then splices it to the real address. Only scopes listed in
 //! `HOLD_SCOPES` (someone answers for them) are held; elsewhere a prompt is refused.
 
 use aya_ebpf::EbpfContext;
@@ -156,14 +159,16 @@ pub fn held_egress(ctx: SkBuffContext) -> i32 {
     if entry.state == held::DENIED {
         return dropped();
     }
-    // HELD is decided below; RELEASED, CONNECTED and CLOSED were, and SPLICED goes to guard's
-    // splice listener on loopback.
-    if entry.state != held::HELD {
+    // HELD and SPLICED are decided below; RELEASED, CONNECTED, CLOSED and SPLICE_RELEASED were.
+    let spliced = entry.state == held::SPLICED;
+    if entry.state != held::HELD && !spliced {
         return SEND;
     }
     let Some(settings) = settings() else {
-        // Not configured: nothing is enforced yet (fails open, as every program).
-        return SEND;
+        // Not configured: nothing is enforced yet (fails open, as every program). A spliced
+        // connect stays dropped (fails closed): the listener takes only a released one, so
+        // letting it out would only fail it later.
+        return if spliced { dropped() } else { SEND };
     };
     let (family, addr, port, transport) = if entry.transport == TRANSPORT_TCP {
         (entry.family, entry.addr, entry.port, TRANSPORT_TCP)
@@ -183,6 +188,19 @@ pub fn held_egress(ctx: SkBuffContext) -> i32 {
     });
     if verdict.decision != Decision::Allow as u8 {
         return dropped();
+    }
+    if spliced {
+        // The same decision as the program's retry to the stand-in gets (the destination held
+        // is the stand-in it connected to, in the scope it connected from), and somewhere to
+        // send it: a stand-in not mapped to a real address yet stays dropped (fails closed),
+        // its next SYN is decided again.
+        if !crate::stand_in::is_mapped(&addr) {
+            return dropped();
+        }
+        entry.state = held::SPLICE_RELEASED;
+        // SAFETY: helper call without arguments.
+        entry.changed_ns = unsafe { bpf_ktime_get_boot_ns() };
+        return SEND;
     }
     if transport == TRANSPORT_TCP {
         // Approved: this SYN and what follows go out.
@@ -242,6 +260,11 @@ pub fn held_sockops(ctx: SockOpsContext) -> u32 {
         return 1;
     }
     let cookie = socket_cookie(&ctx);
+    if op == SOCK_OPS_STATE_CB && ctx.arg(1) == TCP_CLOSE {
+        // Only sockets that were held get state callbacks: one sent to the splice listener
+        // may outlive its held entry, and what its getpeername named goes as it closes.
+        crate::splice_peer::forget(cookie);
+    }
     // A pointer to the map value, which is updated in place.
     let Some(entry) = HELD_SOCKETS.get_ptr_mut(&cookie) else {
         // Not held: none of guard's business.
@@ -283,8 +306,10 @@ pub fn held_sockops(ctx: SockOpsContext) -> u32 {
     // SAFETY: helper call without arguments.
     let now = unsafe { bpf_ktime_get_boot_ns() };
     if op == SOCK_OPS_ACTIVE_ESTABLISHED_CB {
-        if entry.state == held::SPLICED {
-            // Connected to guard's splice listener, which holds it.
+        if held::is_spliced(entry.state) {
+            // Connected to guard's splice listener (released: approved), which takes it by
+            // this state and splices it; the program's own timeouts again from here on.
+            set_user_timeout(&ctx, 0);
             return 1;
         }
         entry.state = held::CONNECTED;

@@ -11,6 +11,9 @@
 //!   through `sched_process_exec`, because only there is argv the new image's own. The file
 //!   hooks (`lsm/file_open`, `lsm/path_*`) refuse reads and writes with EACCES.
 //! - both: `cgroup/dev` refuses device nodes and block-device writes in scope.
+//! - both, while prompted connects are held: `cgroup_skb/egress` and `sock_ops` hold them
+//!   (`held`), `cgroup/getpeername4|6` name the stand-in a connect sent to guard's splice
+//!   listener went to (`splice_peer`).
 //! - both: `tp_btf/sys_exit`, attached only while a sandbox mode is held, reports the writes it
 //!   refused (Landlock decides them; it tells nobody).
 #![no_std]
@@ -31,6 +34,7 @@ mod patterns;
 mod sandbox;
 mod scope;
 mod sockets;
+mod splice_peer;
 mod stand_in;
 mod unix;
 

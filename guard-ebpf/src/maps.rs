@@ -9,13 +9,13 @@ use crate::argv::ArgvWalk;
 use crate::patterns::{PatternInput, PatternReadings};
 use guard_common::limits::{
     EVENTS_BYTES, FILE_PATH_BUF, MAX_APPROVALS, MAX_ARGV_EDGES, MAX_EXEC_ENTRIES, MAX_HELD_SOCKETS,
-    MAX_LONG_TOKENS, MAX_NET_ENTRIES, MAX_SCOPES, MAX_STAND_INS, MAX_TASKS, MAX_UNIX_ENTRIES,
-    PATTERN_ARGV_LEN, TOKEN_SCAN_LEN, UNIX_PATH_LEN,
+    MAX_LONG_TOKENS, MAX_NET_ENTRIES, MAX_SCOPES, MAX_SPLICED_PEERS, MAX_STAND_INS, MAX_TASKS,
+    MAX_UNIX_ENTRIES, PATTERN_ARGV_LEN, TOKEN_SCAN_LEN, UNIX_PATH_LEN,
 };
 use guard_common::maps::{
     ArgvEdge, ArgvNode, DestV4, DestV6, DnsOriginal, DnsRedirect, ExecIdentity, ExecName,
-    HeldSocket, LongToken, NetHold, ScopeEvents, ScopedApproval, Settings, UnixKey, Verdict,
-    counter,
+    HeldSocket, LongToken, NetHold, ScopeEvents, ScopedApproval, Settings, SplicedPeer, UnixKey,
+    Verdict, counter,
 };
 
 #[map]
@@ -49,6 +49,13 @@ pub static HOLD_SCOPES: HashMap<u64, u8> = HashMap::with_max_entries(MAX_SCOPES,
 /// egress and sock_ops programs, read and cleared by userspace.
 #[map]
 pub static HELD_SOCKETS: HashMap<u64, HeldSocket> = HashMap::with_max_entries(MAX_HELD_SOCKETS, 0);
+
+/// The stand-in each socket sent to guard's splice listener connected to (by cookie), for its
+/// `getpeername` (`splice_peer`): written by the connect programs, removed by the sock_ops
+/// program when the socket closes. LRU: an entry a missed close left goes first.
+#[map]
+pub static SPLICED_PEERS: LruHashMap<u64, SplicedPeer> =
+    LruHashMap::with_max_entries(MAX_SPLICED_PEERS, 0);
 
 /// cgroup v2 ids listed for scope: 1 = under enforcement, 0 = exempt. The deepest listed
 /// cgroup among a process's cgroup and its ancestors decides (`scope::current_in_scope`).

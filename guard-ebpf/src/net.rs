@@ -92,7 +92,9 @@ fn from_sock_addr(ctx: &SockAddrContext, v6: bool, call: u8) -> i32 {
         return 0;
     }
     if splice && crate::held::spliced(cookie) {
-        // Held at guard's splice listener, which sends it on once approved.
+        // Held on its way to guard's splice listener (its SYNs dropped until the approval),
+        // which sends it on; its getpeername names the stand-in.
+        crate::splice_peer::remember(ctx, v6, cookie);
         crate::held::to_splice_listener(ctx, v6, splice_port);
         return 1;
     }

@@ -57,6 +57,15 @@ pub fn unmapped(ctx: &SockAddrContext, v6: bool) -> bool {
     named_stand_in(sa, v6).is_some_and(|word| unsafe { STAND_INS.get(&word) }.is_none())
 }
 
+/// Whether the stand-in `addr` (IPv4, its first 4 bytes) is mapped to a real address: where a
+/// connect held at guard's splice listener can be sent once approved.
+#[inline(always)]
+pub fn is_mapped(addr: &[u8; 16]) -> bool {
+    let word = u32::from_ne_bytes([addr[0], addr[1], addr[2], addr[3]]);
+    // SAFETY: a read of a hash map value the verifier bounds.
+    unsafe { STAND_INS.get(&word) }.is_some()
+}
+
 /// The stand-in address (as the kernel stores it) the call names, if it names one.
 #[inline(always)]
 fn named_stand_in(sa: &aya_ebpf::bindings::bpf_sock_addr, v6: bool) -> Option<u32> {

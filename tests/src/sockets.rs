@@ -7,6 +7,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 
 /// `st` of a TCP socket in `/proc/net/tcp`.
 pub const ESTABLISHED: u8 = 0x01;
+pub const SYN_SENT: u8 = 0x02;
 pub const LISTEN: u8 = 0x0A;
 
 /// One row of `/proc/PID/net/tcp` (or `udp`).

@@ -13,7 +13,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use anyhow::Result;
 use guard_common::maps::{HeldSocket as KernelHeldSocket, TRANSPORT_TCP, held};
 
-use super::splice::{SpliceListener, splice};
+use super::splice::{NotTaken, SpliceListener, splice};
 use crate::asks::AskState;
 use crate::kernel::Enforcer;
 
@@ -21,6 +21,13 @@ use crate::kernel::Enforcer;
 /// ([`Enforcer::hold_network`]'s bound): guard ends the socket at the expiry, with its message
 /// on the program's stderr; the kernel's bound is for when guard cannot.
 pub const KERNEL_BOUND_GRACE: Duration = Duration::from_secs(5);
+
+/// How long after its approval a connect held at guard's splice listener may take to reach it:
+/// the kernel retries a held SYN every 500 ms.
+const SPLICE_RELEASE_WAIT: Duration = Duration::from_secs(5);
+/// How long after its approval the stand-in of such a connect may stay unmapped (its name is
+/// resolved before the approval is put in force, so this covers only the maps being written).
+const SPLICE_UNMAPPED_WAIT: Duration = Duration::from_secs(2);
 
 /// How a held call ended: `details.outcome` of its `held_ended` record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +94,9 @@ pub struct HeldSocket {
     pub refusal: String,
     /// Denied or expired, and the kernel ends it at its next SYN retry (no `sock_diag` here).
     ending: Option<HeldOutcome>,
+    /// When its approval was first seen (a connect held at guard's splice listener waits for
+    /// its SYN to reach the listener after it).
+    approved_at: Option<Instant>,
 }
 
 /// Where held connects to stand-in addresses wait ([`super::splice`]).
@@ -102,6 +112,7 @@ impl HeldSocket {
             since: Instant::now(),
             refusal,
             ending: None,
+            approved_at: None,
         }
     }
 
@@ -119,8 +130,13 @@ impl HeldSocket {
         splices: Splices<'_>,
     ) -> Result<Option<HeldOutcome>> {
         let entry = enforcer.held_socket(self.cookie)?;
-        if let Some(entry) = entry.filter(|e| e.state == held::SPLICED) {
-            return self.step_spliced(enforcer, &entry, answer, splices);
+        // An approved connect held at guard's splice listener is spliced; denied, expired or
+        // given up it ends as any other (its connect fails).
+        if let Some(entry) = entry.filter(|e| held::is_spliced(e.state))
+            && self.ending.is_none()
+            && matches!(answer, Some(AskState::Approved { .. }))
+        {
+            return self.step_spliced(enforcer, &entry, splices);
         }
         let state = entry.map(|entry| entry.state);
         let closed = matches!(state, None | Some(held::CLOSED));
@@ -152,62 +168,89 @@ impl HeldSocket {
         Ok(outcome)
     }
 
-    /// [`HeldSocket::step`] of a connect held at guard's splice listener: approved, its
-    /// connection there is spliced to the real address its stand-in now maps to; denied or
-    /// expired, it is closed.
+    /// [`HeldSocket::step`] of an approved connect held on its way to guard's splice listener:
+    /// the kernel lets its next SYN out once its stand-in is mapped to a real address
+    /// (`SPLICE_RELEASED`), and its connection at the listener is then spliced to that address.
+    /// One that is not released or does not come in time is ended (fails closed: nowhere to
+    /// send it).
     fn step_spliced(
         &mut self,
         enforcer: &mut Enforcer,
         entry: &KernelHeldSocket,
-        answer: Option<&AskState>,
         splices: Splices<'_>,
     ) -> Result<Option<HeldOutcome>> {
+        let waited = self.approved_at.get_or_insert_with(Instant::now).elapsed();
+        let stand_in = Ipv4Addr::new(entry.addr[0], entry.addr[1], entry.addr[2], entry.addr[3]);
+        let real = enforcer.stand_in_target(stand_in)?;
+        if entry.state == held::SPLICED {
+            // Its name resolved before the approval was put in force, so a stand-in still not
+            // mapped after a moment never will be; a mapped one goes out at its next SYN retry.
+            let wait = if real.is_some() {
+                SPLICE_RELEASE_WAIT
+            } else {
+                SPLICE_UNMAPPED_WAIT
+            };
+            if waited < wait {
+                return Ok(None);
+            }
+            tracing::warn!(
+                "a held connect to {stand_in}:{} was approved but {}: ended",
+                entry.port,
+                if real.is_some() {
+                    "its SYN did not reach guard's splice listener"
+                } else {
+                    "its name did not resolve"
+                }
+            );
+            return self.end_approved(enforcer);
+        }
+        // Released: its connection comes from its own address, with its cookie.
         let from = held_local_address(entry);
         let cookie = self.cookie;
-        // A connection at the listener waits only if a held socket made it.
-        let is_held = |c: u64| {
+        let is_released = |c: u64| {
             enforcer
                 .held_socket(c)
                 .ok()
                 .flatten()
-                .is_some_and(|held_socket| held_socket.state == held::SPLICED)
+                .is_some_and(|held_socket| held_socket.state == held::SPLICE_RELEASED)
         };
-        let connection =
-            |splices: Splices<'_>| splices.and_then(|s| s.take(from, cookie, is_held).ok());
-        let outcome = match answer {
-            Some(AskState::Pending) => return Ok(None),
-            Some(AskState::Approved { .. }) => {
-                let stand_in =
-                    Ipv4Addr::new(entry.addr[0], entry.addr[1], entry.addr[2], entry.addr[3]);
-                match (enforcer.stand_in_target(stand_in)?, connection(splices)) {
-                    (Some(real), Some(client)) => {
-                        if let Err(err) = splice(client, SocketAddr::from((real, entry.port))) {
-                            tracing::warn!(
-                                "a held connect to {stand_in} was approved but {real}:{} could \
-                                 not be reached: {err}",
-                                entry.port
-                            );
-                        }
-                    }
-                    // Its name did not resolve, or the program is gone: nowhere to send it.
-                    _ => {
-                        enforcer.end_held_socket(self.cookie)?;
-                    }
-                }
-                HeldOutcome::Approved
-            }
-            other => {
-                drop(connection(splices));
-                enforcer.end_held_socket(self.cookie)?;
-                if matches!(other, Some(AskState::Denied { .. })) {
-                    HeldOutcome::Denied
-                } else {
-                    HeldOutcome::Expired
-                }
-            }
+        let taken = match splices {
+            Some(splices) => splices.take(from, cookie, is_released),
+            None => Err(NotTaken::NotTheHeldSocket),
         };
-        enforcer.forget_held_socket(self.cookie)?;
-        Ok(Some(outcome))
+        match (taken, real) {
+            (Ok(client), Some(real)) => {
+                if let Err(err) = splice(client, SocketAddr::from((real, entry.port))) {
+                    tracing::warn!("splicing a held connect to {stand_in}: {err}");
+                }
+                enforcer.forget_held_socket(self.cookie)?;
+                Ok(Some(HeldOutcome::Approved))
+            }
+            (Err(NotTaken::NotHere), _) if waited < SPLICE_RELEASE_WAIT => Ok(None),
+            (taken, _) => {
+                tracing::warn!(
+                    "a held connect to {stand_in}:{} was approved but {}: ended",
+                    entry.port,
+                    match taken {
+                        Ok(_) => "its stand-in is no longer mapped",
+                        Err(NotTaken::NotHere) => "it did not reach guard's splice listener",
+                        Err(NotTaken::NotTheHeldSocket) => "guard's splice listener cannot take it",
+                    }
+                );
+                self.end_approved(enforcer)
+            }
+        }
+    }
+
+    /// Ends an approved socket that has nowhere to go: its connect fails (at once with
+    /// `sock_diag`, else at its next SYN retry, and the next turns wait for that).
+    fn end_approved(&mut self, enforcer: &mut Enforcer) -> Result<Option<HeldOutcome>> {
+        if enforcer.end_held_socket(self.cookie)? {
+            enforcer.forget_held_socket(self.cookie)?;
+            return Ok(Some(HeldOutcome::Approved));
+        }
+        self.ending = Some(HeldOutcome::Approved);
+        Ok(None)
     }
 }
 

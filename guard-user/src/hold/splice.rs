@@ -1,11 +1,13 @@
 //! guard's splice listener: where a held connect to a stand-in address goes. A stand-in stands
 //! for a name no rule names (`unmatched_network="prompt"` with guard's resolver), which does not
 //! leave the host before an approval, so its connect has no real address to be held on the way
-//! to. The connect programs send it here instead (the kernel's `held::SPLICED`); it connects at
-//! once, and waits, as its program's data does, until the ask is answered. Approved (the name
-//! resolved and its stand-in mapped), guard connects to the real address itself (from outside
-//! the scope) and copies bytes both ways, the way a transparent proxy does; denied or expired,
-//! the connection is closed.
+//! to. The connect programs send it here instead (the kernel's `held::SPLICED`), and the kernel
+//! holds its SYNs on the way as it holds any prompted connect's, so its program's connect
+//! timeout applies and a denial fails the connect. Approved (the name resolved and its stand-in
+//! mapped), the kernel lets its next SYN out (`held::SPLICE_RELEASED`): it connects here, and
+//! guard connects to the real address itself (from outside the scope) and copies bytes both
+//! ways, the way a transparent proxy does. The program's connect has completed by then: a real
+//! address that cannot be reached resets the connection.
 //!
 //! The listener is on 127.0.0.1 at a port of its own. A connection is matched to its held
 //! socket by its full address (the local address and port the kernel wrote in the socket's
@@ -14,8 +16,8 @@
 //! socket's. So another scope's socket bound to the same port on another loopback address, or
 //! one that took the address after the held socket closed, is never spliced; where the kernel
 //! cannot say (no `inet_diag` for TCP), the connection is not spliced either (fails closed).
-//! The identity is asked as a connection is accepted: one whose socket is not a held one is
-//! closed at once, so connections that no held socket made cannot fill the waiting room and
+//! The identity is asked as a connection is accepted: one whose socket is not a released held
+//! one (only an approved connect's SYN reaches the listener) is closed at once, so connections that no held socket made cannot fill the waiting room and
 //! push a held one out. Waiting connections are kept by their address, never by the order they
 //! came in.
 
@@ -71,7 +73,7 @@ impl SpliceListener {
 
     /// The connection that came from `from` (a held socket's local address and port), if it
     /// came and is the socket whose cookie is `cookie`. `is_held` says whether a cookie is a
-    /// held socket's, for the connections accepted meanwhile.
+    /// held socket's that may come here (released), for the connections accepted meanwhile.
     pub fn take(
         &mut self,
         from: SocketAddr,
@@ -148,18 +150,60 @@ fn canonical(address: SocketAddr) -> SocketAddr {
 }
 
 /// Connects to `real` and copies bytes between it and `client` until both sides are done, on
-/// threads of their own. `Err`: the real address could not be reached (`client` is closed).
+/// threads of their own (the connect too: the caller's loop does not wait for a slow host). A
+/// real address that cannot be reached resets `client` (its program reads ECONNRESET, as from
+/// a host that refused it). `Err`: no thread could be started (`client` is closed).
 pub fn splice(client: TcpStream, real: SocketAddr) -> io::Result<()> {
-    let upstream = TcpStream::connect_timeout(&real, CONNECT_TIMEOUT)?;
     client.set_nonblocking(false)?;
-    let (client_read, upstream_write) = (client.try_clone()?, upstream.try_clone()?);
     std::thread::Builder::new()
         .name("guard-splice".into())
-        .spawn(move || copy_then_close(client_read, upstream_write))?;
-    std::thread::Builder::new()
-        .name("guard-splice".into())
-        .spawn(move || copy_then_close(upstream, client))?;
+        .spawn(
+            move || match TcpStream::connect_timeout(&real, CONNECT_TIMEOUT) {
+                Ok(upstream) => copy_both_ways(client, upstream),
+                Err(err) => {
+                    tracing::warn!(
+                        "an approved connect spliced to {real} could not reach it: {err}"
+                    );
+                    reset(&client);
+                }
+            },
+        )?;
     Ok(())
+}
+
+/// Copies each way on a thread of its own until both are done.
+fn copy_both_ways(client: TcpStream, upstream: TcpStream) {
+    let (Ok(client_read), Ok(upstream_write)) = (client.try_clone(), upstream.try_clone()) else {
+        reset(&client);
+        return;
+    };
+    let other = std::thread::Builder::new()
+        .name("guard-splice".into())
+        .spawn(move || copy_then_close(client_read, upstream_write));
+    if other.is_err() {
+        reset(&client);
+        return;
+    }
+    copy_then_close(upstream, client);
+}
+
+/// Closes `stream` with a reset (`SO_LINGER` 0) once its last descriptor goes.
+fn reset(stream: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a linger value of the size passed, on a socket this process owns.
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&raw const linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
 }
 
 /// Copies `from` to `to` until `from` ends, then ends `to`'s writing half.
@@ -232,6 +276,26 @@ mod tests {
         let mut back = Vec::new();
         client.read_to_end(&mut back).unwrap();
         assert_eq!(back, b"pong", "the reply, then the end of the stream");
+    }
+
+    #[test]
+    fn a_real_address_that_cannot_be_reached_resets_the_spliced_connection() {
+        let gone = TcpListener::bind("127.0.0.1:0").unwrap();
+        let real_addr = gone.local_addr().unwrap();
+        drop(gone);
+        let mut splice_listener = SpliceListener::start().unwrap();
+        let mut client = TcpStream::connect(("127.0.0.1", splice_listener.port())).unwrap();
+        let (from, cookie) = (client.local_addr().unwrap(), cookie_of(&client));
+        let accepted = taken(&mut splice_listener, from, cookie).expect("the held socket's");
+        splice(accepted, real_addr).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        let err = client
+            .read(&mut byte)
+            .expect_err("no bytes, no orderly end");
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionReset, "{err}");
     }
 
     #[test]

@@ -3,13 +3,16 @@
 //! sock_ops program wrote in its `HELD_SOCKETS` entry) and its cookie, so only that socket can
 //! match. Its program sees the connect fail at once with ECONNABORTED.
 //!
+//! A connect held on its way to guard's splice listener is connecting to the listener, not to
+//! the stand-in its entry names: [`connection`] says which.
+//!
 //! Needs `CONFIG_INET_DIAG_DESTROY`; without it the call fails with EOPNOTSUPP and the socket
 //! stays held until its program gives up or its user timeout (the ask's expiry) ends it.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use guard_common::maps::HeldSocket;
+use guard_common::maps::{HeldSocket, held};
 
 const NETLINK_SOCK_DIAG: i32 = 4;
 const SOCK_DESTROY: u16 = 21;
@@ -47,6 +50,22 @@ struct Request {
 struct Message {
     header: Header,
     request: Request,
+}
+
+/// The connection held socket `entry` makes, as `sock_diag` names it: to its destination, or
+/// for one sent to guard's splice listener (at `splice_port` on 127.0.0.1; the connect programs
+/// write `::ffff:127.0.0.1` for an IPv6 socket, which is held as IPv4) to the listener.
+pub fn connection(entry: &HeldSocket, splice_port: u16) -> HeldSocket {
+    if !held::is_spliced(entry.state) {
+        return *entry;
+    }
+    let mut addr = [0u8; 16];
+    addr[..4].copy_from_slice(&[127, 0, 0, 1]);
+    HeldSocket {
+        addr,
+        port: splice_port,
+        ..*entry
+    }
 }
 
 /// Ends the held TCP socket `cookie` (its connect fails with ECONNABORTED). `NotFound`: no such
@@ -124,5 +143,28 @@ pub fn end_socket(cookie: u64, held: &HeldSocket) -> io::Result<()> {
     match code {
         0 => Ok(()),
         code => Err(io::Error::from_raw_os_error(-code)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spliced_socket_is_ended_at_the_listener_and_any_other_at_its_destination() {
+        let mut entry = HeldSocket {
+            addr: [198, 18, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            port: 443,
+            family: libc::AF_INET as u16,
+            state: held::HELD,
+            ..HeldSocket::default()
+        };
+        assert_eq!(connection(&entry, 4000), entry);
+        for state in [held::SPLICED, held::SPLICE_RELEASED] {
+            entry.state = state;
+            let at = connection(&entry, 4000);
+            assert_eq!((&at.addr[..4], at.port), (&[127, 0, 0, 1][..], 4000));
+            assert_eq!(at.addr[4..], [0; 12]);
+        }
     }
 }

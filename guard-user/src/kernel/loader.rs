@@ -434,6 +434,10 @@ pub struct Enforcer {
     sandbox_refusals: bool,
     /// [`Enforcer::hold_network`] turned the hold of prompted connects and sends on.
     net_hold: bool,
+    /// The port of guard's splice listener on 127.0.0.1 ([`Enforcer::hold_network`]; 0: none).
+    splice_port: u16,
+    /// [`GETPEERNAME_HOOKS`] loaded (kernel 5.8+), so they are attached with the hold's hooks.
+    names_spliced_peers: bool,
     /// [`Enforcer::follow`] made this set an overlay's: it only decides.
     follower: bool,
     /// `cgroup/connect_unix` and `cgroup/sendmsg_unix`, loaded (`None`: this kernel has no
@@ -571,6 +575,9 @@ const HELD_HOOKS: [(&str, u32); 2] = [
     (HELD_EGRESS, super::raw_link::BPF_CGROUP_INET_EGRESS),
     ("held_sockops", super::raw_link::BPF_CGROUP_SOCK_OPS),
 ];
+/// Attached with [`HELD_HOOKS`] where the kernel has them (5.8+): `getpeername` of a socket
+/// sent to guard's splice listener names the stand-in its program connected to.
+const GETPEERNAME_HOOKS: [&str; 2] = ["getpeername4", "getpeername6"];
 /// `tp_btf/sys_exit`: reports the writes a sandbox mode refused (Landlock tells nobody).
 const SANDBOX_REFUSALS: &str = "sandbox_refusal";
 
@@ -722,6 +729,8 @@ impl Enforcer {
             dns_port: None,
             sandbox_refusals: false,
             net_hold: false,
+            splice_port: 0,
+            names_spliced_peers: false,
             follower: false,
             unix,
             kept: kept.cloned(),
@@ -819,6 +828,12 @@ impl Enforcer {
                 let link = super::raw_link::attach_cgroup(program, cgroup, attach_type)
                     .with_context(|| format!("attaching {name}"))?;
                 self.hold(HeldLink::Raw(name, cgroup.to_path_buf(), link))?;
+            }
+            if self.names_spliced_peers {
+                for name in GETPEERNAME_HOOKS {
+                    let id = self.attach_cgroup_hook(name, cgroup)?;
+                    self.hold(HeldLink::Cgroup(name, cgroup.to_path_buf(), id))?;
+                }
             }
         }
         // On the lsm backend the connect hooks only redirect and hold, which a follower leaves
@@ -1270,7 +1285,32 @@ impl Enforcer {
             user_timeout_ms: u32::try_from(user_timeout.as_millis()).unwrap_or(u32::MAX),
         })?;
         self.net_hold = true;
+        self.splice_port = splice_port.unwrap_or(0);
+        self.names_spliced_peers = splice_port.is_some() && self.load_getpeername_hooks();
         Ok(())
+    }
+
+    /// Loads [`GETPEERNAME_HOOKS`]; `false` where the kernel has no such hook (before 5.8):
+    /// there `getpeername` of a spliced connect names the splice listener, which it only
+    /// reports (nothing is let through or refused by it).
+    fn load_getpeername_hooks(&mut self) -> bool {
+        for name in GETPEERNAME_HOOKS {
+            let loaded = program::<CgroupSockAddr>(&mut self.ebpf, name).and_then(|hook| {
+                if hook.fd().is_err() {
+                    hook.load()
+                        .with_context(|| format!("loading cgroup/{name}"))?;
+                }
+                Ok(())
+            });
+            if let Err(err) = loaded {
+                tracing::warn!(
+                    "getpeername of a connect held at guard's splice listener names the \
+                     listener, not the stand-in its program connected to: {err:#}"
+                );
+                return false;
+            }
+        }
+        true
     }
 
     /// Holds the prompted connects of scope `id` (a cgroup id listed in scope) from now on,
@@ -1371,19 +1411,22 @@ impl Enforcer {
     /// ended at once with `SOCK_DESTROY` where the kernel has `sock_diag` for TCP (ECONNABORTED).
     /// `Ok(false)`: only marked (no such socket for `sock_diag`, or no `sock_diag`).
     pub fn end_held_socket(&mut self, cookie: u64) -> Result<bool> {
+        let splice_port = self.splice_port;
         let mut map = self.held_sockets_map_mut()?;
         let mut entry = match map.get(&cookie, 0) {
             Ok(entry) => entry,
             Err(aya::maps::MapError::KeyNotFound) => return Ok(false),
             Err(err) => return Err(err).context("reading a HELD_SOCKETS entry"),
         };
+        // Where the socket is connecting: a spliced one to the listener, not its stand-in.
+        let connection = super::held::connection(&entry, splice_port);
         entry.state = guard_common::maps::held::DENIED;
         map.insert(cookie, entry, 2 /* BPF_EXIST */)
             .context("marking a held socket denied")?;
         if entry.transport != guard_common::maps::TRANSPORT_TCP {
             return Ok(false);
         }
-        match super::held::end_socket(cookie, &entry) {
+        match super::held::end_socket(cookie, &connection) {
             Ok(()) => Ok(true),
             // No sock_diag handler for TCP (a kernel without the module), or none built in:
             // the mark ends it at its next retry.

@@ -39,6 +39,12 @@
 //!   poll, as `curl --connect-timeout` and python's `settimeout` make it), or a blocking connect
 //!   with SECS 0; prints `ok MS`, `timeout MS` or `errno N MS` (how long the connect took).
 //!
+//! - `name SECS NAME PORT [v6]`: the same timed connect to NAME's first IPv4 address (looked up
+//!   with the C library, so in a scope guard's resolver answers it), from an IPv6 socket to its
+//!   IPv4-mapped address with `v6`; connected, it sends an HTTP request and reads the reply to
+//!   its end, and prints `ok MS peer ADDR:PORT reply BODY` (`getpeername`'s answer, the reply's
+//!   body), else `timeout MS` or `errno N MS`.
+//!
 //! Anything else it cannot do (bad arguments, a socket it cannot make) exits 2 with a message.
 
 use std::io;
@@ -112,6 +118,12 @@ fn main() -> ExitCode {
     {
         return timed_connect(secs, addr, port);
     }
+    if let [name, secs, host, port, rest @ ..] = args.as_slice()
+        && name == "name"
+        && rest.len() <= 1
+    {
+        return named_connect(secs, host, port, rest.first().is_some_and(|v| v == "v6"));
+    }
     if let [from, source, call, addr, port] = args.as_slice()
         && from == "from"
     {
@@ -160,6 +172,67 @@ fn timed_connect(secs: &str, addr: &str, port: &str) -> ExitCode {
         }
         Err(err) => {
             println!("errno {} {ms}", err.raw_os_error().unwrap_or(0));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `name SECS NAME PORT [v6]`.
+fn named_connect(secs: &str, host: &str, port: &str, v6: bool) -> ExitCode {
+    use std::io::{Read, Write};
+    use std::net::ToSocketAddrs;
+    let (Ok(secs), Ok(port)) = (secs.parse::<u64>(), port.parse::<u16>()) else {
+        eprintln!("net-probe: {secs:?} is not a number of seconds or {port:?} not a port");
+        return ExitCode::from(2);
+    };
+    let found = match (host, port).to_socket_addrs() {
+        Ok(found) => found.into_iter().find(SocketAddr::is_ipv4),
+        Err(err) => {
+            println!("lookup failed: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    let Some(SocketAddr::V4(found)) = found else {
+        println!("lookup failed: no IPv4 address");
+        return ExitCode::from(1);
+    };
+    let target = if v6 {
+        SocketAddr::new(IpAddr::V6(found.ip().to_ipv6_mapped()), port)
+    } else {
+        SocketAddr::V4(found)
+    };
+    let start = Instant::now();
+    let result = TcpStream::connect_timeout(&target, Duration::from_secs(secs.max(1)));
+    let ms = start.elapsed().as_millis();
+    let mut stream = match result {
+        Ok(stream) => stream,
+        Err(err) if err.kind() == io::ErrorKind::TimedOut && err.raw_os_error().is_none() => {
+            println!("timeout {ms}");
+            return ExitCode::from(1);
+        }
+        Err(err) => {
+            println!("errno {} {ms}", err.raw_os_error().unwrap_or(0));
+            return ExitCode::from(1);
+        }
+    };
+    let peer = stream
+        .peer_addr()
+        .map_or_else(|e| format!("error:{e}"), |p| p.to_string());
+    let request = format!("GET / HTTP/1.0\r\nHost: {host}\r\n\r\n");
+    let mut reply = Vec::new();
+    let talked = stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .and_then(|()| stream.write_all(request.as_bytes()))
+        .and_then(|()| stream.read_to_end(&mut reply));
+    let reply = String::from_utf8_lossy(&reply);
+    let body = reply.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    match talked {
+        Ok(_) => {
+            println!("ok {ms} peer {peer} reply {body}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            println!("ok {ms} peer {peer} reply-error {err}");
             ExitCode::from(1)
         }
     }

@@ -2,9 +2,11 @@
 //! hands the listener to the daemon, so a prompted connect (or exec) waits in its syscall
 //! while the ask is out, and goes on the moment `guard approve` answers it from another
 //! terminal, or fails with the blocked-request message after `guard deny` or the ask's
-//! timeout. A held connect to a stand-in waits at guard's splice listener, and only that
-//! connection is spliced once approved (never another socket at its port on another loopback
-//! address). Needs root; without it each test prints `skipped: ...` (a failure when CI=true).
+//! timeout. A held connect to a stand-in is held on its way to guard's splice listener (its
+//! SYNs dropped until the approval, so its program's own connect timeout applies and a denial
+//! fails it), only that connection is spliced once approved (never another socket at its port
+//! on another loopback address), and its `getpeername` names the stand-in. Needs root; without
+//! it each test prints `skipped: ...` (a failure when CI=true).
 
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
@@ -288,7 +290,12 @@ fn an_attacker_at_a_held_connects_port_on_another_loopback_address_never_takes_i
     let ask = daemon.pending_ask(&mut run);
     assert_eq!(ask["record"]["host"], "taken.example.test", "{ask}");
     let held = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
-    wait_for_connection(held, SocketAddrV4::new(Ipv4Addr::LOCALHOST, splice_port));
+    // Held on its way: its SYNs to the listener are dropped until the approval.
+    wait_for_connection(
+        held,
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, splice_port),
+        sockets::SYN_SENT,
+    );
     // Then: one that comes while the held connect waits, from the same port on 127.0.0.3.
     let (late, _) = attacker(
         Ipv4Addr::new(127, 0, 0, 3),
@@ -325,6 +332,223 @@ fn an_attacker_at_a_held_connects_port_on_another_loopback_address_never_takes_i
     }
 }
 
+/// A daemon that answers names no rule names with stand-ins and asks about their connects,
+/// its upstream `dns`, with `extra_config`.
+fn daemon_with_stand_ins(dns: &TestDns, extra_config: &str) -> TestDaemon {
+    TestDaemon::start(&DaemonSetup {
+        rules: "enforcement(unmatched_network=\"prompt\")\n".to_string(),
+        nameserver: Some(dns.addr()),
+        extra_config: extra_config.to_string(),
+        ..Default::default()
+    })
+}
+
+#[test]
+fn a_held_connect_to_an_unknown_name_gives_up_on_its_own_timeout_and_its_retry_reaches_the_host_once_approved()
+ {
+    if !can_run() {
+        return;
+    }
+    // The program looks the name up (guard's resolver answers a stand-in) and connects with
+    // its own 2 s timeout, as `curl --connect-timeout 2` does: the connect is held on its way
+    // to guard's splice listener, so it gives up on its own schedule, not at once and not
+    // after a successful connect.
+    let dns = TestDns::start();
+    let real = Ipv4Addr::new(127, 0, 1, 52);
+    let server = RecordingServer::start(real);
+    let name = "timed.example.test";
+    dns.set_a(name, &[real], 60);
+    let daemon = daemon_with_stand_ins(&dns, "[asks]\ntimeout_secs = 60\n");
+    let probe = net_probe().to_string_lossy().into_owned();
+    let port = server.port.to_string();
+    // Its retry comes from the same run: an approval answers the scope that asked.
+    let mut run =
+        RetryingRun::start_holding(&daemon, Path::new(&probe), &["name", "2", name, &port]);
+    let (code, stdout) = run.attempt();
+    let ms: u64 = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("timeout "))
+        .and_then(|ms| ms.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the connect gave up on its own timeout: {code} {stdout}"));
+    assert!(
+        (1700..=3000).contains(&ms),
+        "it gave up after about its own 2 s: {ms} ms"
+    );
+    assert!(
+        server.received().is_empty(),
+        "the given-up connect never reached the host: {:?}",
+        server.received()
+    );
+    assert_eq!(dns.queries(name), 0, "the name stayed on the host");
+    let ask = daemon
+        .prompts()
+        .into_iter()
+        .find(|a| a["record"]["host"] == name)
+        .unwrap_or_else(|| panic!("its ask stays open: {:?}", daemon.prompts()));
+    let id = ask["id"].as_u64().unwrap().to_string();
+    let out = daemon.guard(&["approve", &id, "--once"]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+
+    let (code, stdout) = run.attempt();
+    assert!(
+        code == 0
+            && stdout
+                .lines()
+                .any(|line| line.ends_with("reply spliced-ok")),
+        "the retry reached the host and got its reply: {code} {stdout}"
+    );
+    let received = server.received();
+    assert_eq!(
+        received.len(),
+        1,
+        "one connection reached the host: {received:?}"
+    );
+    let request = String::from_utf8_lossy(&received[0]);
+    assert!(
+        request.starts_with(&format!("GET / HTTP/1.0\r\nHost: {name}\r\n")),
+        "the program's request reached the host: {request:?}"
+    );
+}
+
+#[test]
+fn an_approved_held_connect_to_an_unknown_name_goes_through_the_splice_and_its_peer_is_the_stand_in()
+ {
+    if !can_run() {
+        return;
+    }
+    // A connect that still waits when the approval comes: its next SYN reaches guard's splice
+    // listener, which splices it to the real host; its getpeername names the stand-in it
+    // connected to (IPv4, and IPv4-mapped from an IPv6 socket), not the listener. A name of
+    // its own each time: once approved, a name's stand-in goes to its real address directly.
+    let dns = TestDns::start();
+    let real = Ipv4Addr::new(127, 0, 1, 53);
+    let server = RecordingServer::start(real);
+    for name in ["peer4.example.test", "peer6.example.test"] {
+        dns.set_a(name, &[real], 60);
+    }
+    let daemon = daemon_with_stand_ins(&dns, "");
+    let splice_port = splice_listener_port(&daemon);
+    let probe = net_probe().to_string_lossy().into_owned();
+    let port = server.port.to_string();
+    for (family, name) in [("v4", "peer4.example.test"), ("v6", "peer6.example.test")] {
+        let before = server.received().len();
+        let mut run = daemon.held_run(&[&probe, "name", "30", name, &port, family]);
+        let ask = daemon.pending_ask(&mut run);
+        assert_eq!(ask["record"]["host"], name, "{ask}");
+        if family == "v4" {
+            // Held on its way: a SYN to the listener that is dropped, no connection there.
+            let listener = SocketAddrV4::new(Ipv4Addr::LOCALHOST, splice_port);
+            wait_for_peer(listener, sockets::SYN_SENT);
+        }
+        std::thread::sleep(Duration::from_millis(1000));
+        assert!(
+            run.try_wait().unwrap().is_none(),
+            "{family}: the connect waits for the answer"
+        );
+        assert_eq!(
+            server.received().len(),
+            before,
+            "{family}: nothing reached the host yet"
+        );
+        let id = ask["id"].as_u64().unwrap().to_string();
+        let out = daemon.guard(&["approve", &id, "--once"]);
+        assert!(out.status.success(), "approve: {}", text(&out.stderr));
+        let (code, stdout, stderr) = finish_held(run);
+        let fields: Vec<&str> = stdout.split_whitespace().collect();
+        let [ok, ms, peer_word, peer, reply_word, body] = fields[..] else {
+            panic!("{family}: one connect and its reply: {code} {stdout} {stderr}");
+        };
+        assert_eq!(
+            (code, ok, peer_word, reply_word, body),
+            (0, "ok", "peer", "reply", "spliced-ok"),
+            "{family}: {stdout} {stderr}"
+        );
+        assert!(
+            ms.parse::<u64>().is_ok_and(|ms| ms >= 1000),
+            "{family}: the connect completed only after the approval: {stdout}"
+        );
+        let stand_in_prefix = if family == "v4" {
+            "198.18."
+        } else {
+            "[::ffff:198.18."
+        };
+        assert!(
+            peer.starts_with(stand_in_prefix) && peer.ends_with(&format!(":{port}")),
+            "{family}: getpeername names the stand-in the program connected to, not guard's \
+             listener at 127.0.0.1:{splice_port}: {peer}"
+        );
+        let received = server.received();
+        assert_eq!(received.len(), before + 1, "{family}: {received:?}");
+        let request = String::from_utf8_lossy(&received[before]);
+        assert!(
+            request.starts_with(&format!("GET / HTTP/1.0\r\nHost: {name}\r\n")),
+            "{family}: the program's request went through the splice: {request:?}"
+        );
+    }
+}
+
+#[test]
+fn a_denied_held_connect_to_an_unknown_name_fails_its_connect() {
+    if !can_run() {
+        return;
+    }
+    // Denied: the connect fails (ECONNABORTED), as any held connect's does, never a connect
+    // that succeeds and is then closed.
+    let dns = TestDns::start();
+    let real = Ipv4Addr::new(127, 0, 1, 54);
+    let server = RecordingServer::start(real);
+    let name = "denied.example.test";
+    dns.set_a(name, &[real], 60);
+    let daemon = daemon_with_stand_ins(&dns, "");
+    let probe = net_probe().to_string_lossy().into_owned();
+    let port = server.port.to_string();
+    let mut run = daemon.held_run(&[&probe, "name", "30", name, &port]);
+    let id = daemon.pending_ask(&mut run)["id"].as_u64().unwrap();
+    let out = daemon.guard(&["deny", &id.to_string()]);
+    assert!(out.status.success(), "deny: {}", text(&out.stderr));
+    let (code, stdout, stderr) = finish_held(run);
+    assert!(
+        code == 1
+            && stdout
+                .trim()
+                .starts_with(&format!("errno {} ", libc::ECONNABORTED)),
+        "the connect itself failed: {code} {stdout} {stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("ask {id} was denied")),
+        "the blocked-request message with the ask: {stderr}"
+    );
+    assert!(server.received().is_empty(), "{:?}", server.received());
+    assert_eq!(dns.queries(name), 0, "the name never left the host");
+    let ended = records_until(&daemon, "held_ended", |r| !r.is_empty());
+    let outcomes: Vec<(&str, &str)> = ended
+        .iter()
+        .map(|r| {
+            (
+                r["outcome"].as_str().unwrap_or_default(),
+                r["action"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(outcomes, [("denied", "ended")], "{ended:?}");
+}
+
+/// Waits (at most 10 s) until this host has a TCP connection to `remote` in `state`.
+fn wait_for_peer(remote: SocketAddrV4, state: u8) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let tcp = sockets::rows(std::process::id(), "tcp");
+        if tcp.iter().any(|r| r.remote == remote && r.state == state) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no connection to {remote} in state {state:#x} within 10 s: {tcp:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The port of the daemon's splice listener, as anyone on the host can find it: the daemon's
 /// TCP listener on 127.0.0.1 whose port is not also its resolver's (which listens on UDP and
 /// TCP at one port).
@@ -350,20 +574,21 @@ fn splice_listener_port(daemon: &TestDaemon) -> u16 {
     listeners[0]
 }
 
-/// Waits (at most 10 s) until this host has a TCP connection from `local` to `remote`.
-fn wait_for_connection(local: SocketAddrV4, remote: SocketAddrV4) {
+/// Waits (at most 10 s) until this host has a TCP connection from `local` to `remote` in
+/// `state` (`/proc/net/tcp`'s).
+fn wait_for_connection(local: SocketAddrV4, remote: SocketAddrV4, state: u8) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let tcp = sockets::rows(std::process::id(), "tcp");
         if tcp
             .iter()
-            .any(|r| r.local == local && r.remote == remote && r.state == sockets::ESTABLISHED)
+            .any(|r| r.local == local && r.remote == remote && r.state == state)
         {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "no connection from {local} to {remote} within 10 s: {tcp:?}"
+            "no connection from {local} to {remote} in state {state:#x} within 10 s: {tcp:?}"
         );
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -232,13 +232,23 @@ pub mod held {
     /// is approved for its scope and mapped to a real address; denied, it is ended.
     pub const SPLICED: u8 = 5;
     /// A [`SPLICED`] connect that was approved: its SYN goes out to the splice listener (set by
-    /// the egress program), which takes it (only in this state) and splices it to the real
-    /// address. Stays so once connected (userspace splices, then forgets it).
+    /// the egress program).
     pub const SPLICE_RELEASED: u8 = 6;
+    /// A [`SPLICE_RELEASED`] connect that connected to the splice listener (set by the sock_ops
+    /// program): the listener takes it and splices it to the real address, even once its
+    /// program closed it (what it sent waits at the listener). Stays so until userspace forgets
+    /// it.
+    pub const SPLICE_CONNECTED: u8 = 7;
 
     /// Whether a held socket in `state` went to guard's splice listener.
     pub const fn is_spliced(state: u8) -> bool {
-        state == SPLICED || state == SPLICE_RELEASED
+        state == SPLICED || state == SPLICE_RELEASED || state == SPLICE_CONNECTED
+    }
+
+    /// Whether a held socket in `state` was approved on its way to guard's splice listener, so
+    /// the listener may take its connection.
+    pub const fn splice_released(state: u8) -> bool {
+        state == SPLICE_RELEASED || state == SPLICE_CONNECTED
     }
 }
 

@@ -15,8 +15,8 @@
 //! to: it goes to guard's splice listener on loopback instead (`held::SPLICED`,
 //! [`to_splice_listener`]), and is held on the way there as any other: its SYNs are dropped
 //! until its stand-in is approved for its scope and mapped to a real address
-//! (`held::SPLICE_RELEASED`), so its program's connect timeout applies and a denial fails the
-//! connect; the listener then splices it to the real address. Only scopes listed in
+//! (`held::SPLICE_RELEASED`, then `SPLICE_CONNECTED`), so its program's connect timeout applies
+//! and a denial fails the connect; the listener then splices it to the real address. Only scopes listed in
 //! `HOLD_SCOPES` (someone answers for them) are held; elsewhere a prompt is refused.
 
 use aya_ebpf::EbpfContext;
@@ -159,7 +159,7 @@ pub fn held_egress(ctx: SkBuffContext) -> i32 {
     if entry.state == held::DENIED {
         return dropped();
     }
-    // HELD and SPLICED are decided below; RELEASED, CONNECTED, CLOSED and SPLICE_RELEASED were.
+    // HELD and SPLICED are decided below; the other states were.
     let spliced = entry.state == held::SPLICED;
     if entry.state != held::HELD && !spliced {
         return SEND;
@@ -307,8 +307,12 @@ pub fn held_sockops(ctx: SockOpsContext) -> u32 {
     let now = unsafe { bpf_ktime_get_boot_ns() };
     if op == SOCK_OPS_ACTIVE_ESTABLISHED_CB {
         if held::is_spliced(entry.state) {
-            // Connected to guard's splice listener (released: approved), which takes it by
-            // this state and splices it; the program's own timeouts again from here on.
+            // Connected to guard's splice listener (only a released SYN gets there), which
+            // takes it by this state and splices it; the program's own timeouts from here on.
+            if entry.state == held::SPLICE_RELEASED {
+                entry.state = held::SPLICE_CONNECTED;
+                entry.changed_ns = now;
+            }
             set_user_timeout(&ctx, 0);
             return 1;
         }
@@ -319,7 +323,11 @@ pub fn held_sockops(ctx: SockOpsContext) -> u32 {
         return 1;
     }
     // A state change: the new state is the second argument.
-    if ctx.arg(1) == TCP_CLOSE && entry.state != held::CONNECTED {
+    // A socket connected to the splice listener stays to be spliced: what it sent waits there.
+    if ctx.arg(1) == TCP_CLOSE
+        && entry.state != held::CONNECTED
+        && entry.state != held::SPLICE_CONNECTED
+    {
         entry.state = held::CLOSED;
         entry.changed_ns = now;
     }

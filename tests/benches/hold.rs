@@ -14,8 +14,10 @@
 //! calls that are not prompted pay for being holdable, BPF decisions included.
 //!
 //! And what a held connect itself does, `HELD_ROUNDS` times each: a connect with its own 2 s
-//! timeout to a prompted destination (it must return in 2 s, on the program's schedule), and
-//! the time from an approval to a waiting blocking connect's completion.
+//! timeout to a prompted destination (it must return in 2 s, on the program's schedule), the
+//! time from an approval to a waiting blocking connect's completion, and the same for a connect
+//! to a stand-in address held on its way to guard's splice listener (approved, its stand-in
+//! mapped: its next SYN reaches the listener, which splices it to the real listener).
 //!
 //! `cargo bench -p guard-tests --bench hold [-- --rounds N --execs N --calls N]`.
 
@@ -111,8 +113,9 @@ fn main() -> Result<()> {
 fn kernel_hold(options: &Options, port: u16) -> Result<Vec<String>> {
     let dir = tempfile::tempdir()?;
     let rules = dir.path().join("bench.rules");
-    // Listeners on 127.0.0.9 whose connects are prompted: one per held connect measured.
-    let listeners: Vec<TcpListener> = (0..2 * HELD_ROUNDS)
+    // Listeners on 127.0.0.9 whose connects are prompted: one per held connect measured (the
+    // last `HELD_ROUNDS` are the real addresses of spliced connects' stand-ins).
+    let listeners: Vec<TcpListener> = (0..3 * HELD_ROUNDS)
         .map(|_| TcpListener::bind("127.0.0.9:0"))
         .collect::<std::io::Result<_>>()?;
     let ports: Vec<u16> = listeners
@@ -124,7 +127,8 @@ fn kernel_hold(options: &Options, port: u16) -> Result<Vec<String>> {
         &rules,
         format!(
             "{POLICY}address_rule(addresses=[\"127.0.0.9\"], ports=[{}], transport=\"tcp\", \
-             decision=\"prompt\")\n",
+             decision=\"prompt\")\n\
+             address_rule(addresses=[\"{STAND_INS}\"], transport=\"tcp\", decision=\"prompt\")\n",
             listed.join(", ")
         ),
     )?;
@@ -134,10 +138,12 @@ fn kernel_hold(options: &Options, port: u16) -> Result<Vec<String>> {
     // The same policy enforced without the hold: what guard's decisions cost alone.
     let unheld =
         guard::session::Session::start(policy.clone(), &guard::session::SessionOptions::default())?;
+    let mut splices = guard::hold::splice::SpliceListener::start()?;
     let session = guard::session::Session::start(
         policy,
         &guard::session::SessionOptions {
             hold_network: Some(std::time::Duration::from_secs(60)),
+            splice_port: Some(splices.port()),
             ..Default::default()
         },
     )?;
@@ -156,7 +162,12 @@ fn kernel_hold(options: &Options, port: u16) -> Result<Vec<String>> {
         bail!("a call that is not prompted was held in the kernel");
     }
     let mut session = session;
-    let held_json = held_connects(&mut session, &ports)?;
+    let mut held_json = held_connects(&mut session, &ports[..2 * HELD_ROUNDS])?;
+    held_json.extend(spliced_connects(
+        &mut session,
+        &mut splices,
+        &listeners[2 * HELD_ROUNDS..],
+    )?);
     println!(
         "kernel hold ({} rounds; the worker in a guard scope ÷ without guard, first without the \
          hold, then holding prompted connects):",
@@ -260,15 +271,119 @@ fn held_connects(session: &mut guard::session::Session, ports: &[u16]) -> Result
     )])
 }
 
-/// `--held-connect SECS ADDR PORT` in `session`'s scope.
+/// The stand-ins the spliced connects go to (one per round: `198.18.0.1` and on), prompted by
+/// the bench's policy.
+const STAND_INS: &str = "198.18.0.0/24";
+
+/// From an approval to a waiting blocking connect to a stand-in's completion (ms),
+/// `HELD_ROUNDS` times: the connect is held on its way to guard's splice listener; approved and
+/// its stand-in mapped to a listener of `real` (one per round), its next SYN reaches the splice
+/// listener and the hold's turn (every 10 ms here) splices it to the real listener, which must
+/// accept it.
+fn spliced_connects(
+    session: &mut guard::session::Session,
+    splices: &mut guard::hold::splice::SpliceListener,
+    real: &[TcpListener],
+) -> Result<Vec<String>> {
+    use guard_common::maps::held;
+    let mut latencies = Vec::new();
+    for (round, listener) in real.iter().enumerate().take(HELD_ROUNDS) {
+        let port = listener.local_addr()?.port();
+        let stand_in = std::net::Ipv4Addr::new(198, 18, 0, round as u8 + 1);
+        let waiting = held_worker_to(session, "0", &stand_in.to_string(), port)?;
+        std::thread::sleep(std::time::Duration::from_millis(1_200));
+        let cookie = session
+            .enforcer()
+            .held_sockets()?
+            .into_iter()
+            .find(|(_, e)| e.state == held::SPLICED && e.port == port)
+            .map(|(cookie, _)| cookie)
+            .context("the connect to the stand-in is held on its way to the splice listener")?;
+        let approved = Instant::now();
+        session.hold_approval(guard::asks::Approval {
+            ask: round as u64,
+            mode: guard::asks::ApprovalMode::Session,
+            by: "bench".into(),
+            target: guard::asks::ApprovalTarget::Network {
+                address: stand_in.into(),
+                port,
+                transport: guard::policy::Transport::Tcp,
+                host: None,
+            },
+            scope: None,
+            for_scope: session.scope().id(),
+            until: None,
+        })?;
+        // As if the approved name had resolved to the real listener's address.
+        let mut image = session.image().clone();
+        image.stand_ins = vec![guard::policy::destination::StandIn {
+            stand_in,
+            real: std::net::Ipv4Addr::new(127, 0, 0, 9),
+            name: format!("spliced{round}.example.test"),
+        }];
+        session.apply_image(image)?;
+        let answer = guard::asks::AskState::Approved {
+            mode: guard::asks::ApprovalMode::Session,
+            by: "bench".into(),
+        };
+        let mut socket = guard::hold::sockets::HeldSocket::new(
+            cookie,
+            round as u64,
+            0,
+            guard_common::maps::TRANSPORT_TCP,
+            String::new(),
+        );
+        let mut outcome = None;
+        for _ in 0..1_000 {
+            outcome = socket.step(session.enforcer_mut(), Some(&answer), Some(&mut *splices))?;
+            if outcome.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let out = waiting.wait_with_output().context("the waiting worker")?;
+        latencies.push(approved.elapsed().as_secs_f64() * 1000.0);
+        let line = String::from_utf8_lossy(&out.stdout);
+        if !line.starts_with("ok") || outcome != Some(guard::hold::sockets::HeldOutcome::Approved) {
+            bail!("an approved spliced connect printed {line:?} ({outcome:?})");
+        }
+        listener.set_nonblocking(true)?;
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        while listener.accept().is_err() {
+            if Instant::now() > deadline {
+                bail!("the spliced connect never reached its real listener");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+    let latency = median(latencies.clone());
+    println!(
+        "  approval to connected, spliced (a stand-in): {latency:.0} ms (median; {latencies:.0?})"
+    );
+    Ok(vec![format!(
+        "{{\"spliced_approval_to_connected_ms\":{latency:.0}}}"
+    )])
+}
+
+/// `--held-connect SECS 127.0.0.9 PORT` in `session`'s scope.
 fn held_worker(
     session: &guard::session::Session,
     secs: &str,
     port: u16,
 ) -> Result<std::process::Child> {
+    held_worker_to(session, secs, "127.0.0.9", port)
+}
+
+/// `--held-connect SECS ADDR PORT` in `session`'s scope.
+fn held_worker_to(
+    session: &guard::session::Session,
+    secs: &str,
+    addr: &str,
+    port: u16,
+) -> Result<std::process::Child> {
     let mut command = Command::new(std::env::current_exe()?);
     command
-        .args(["--held-connect", secs, "127.0.0.9", &port.to_string()])
+        .args(["--held-connect", secs, addr, &port.to_string()])
         .stdout(Stdio::piped());
     session.spawn(&mut command)
 }

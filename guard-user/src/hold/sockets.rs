@@ -170,9 +170,9 @@ impl HeldSocket {
 
     /// [`HeldSocket::step`] of an approved connect held on its way to guard's splice listener:
     /// the kernel lets its next SYN out once its stand-in is mapped to a real address
-    /// (`SPLICE_RELEASED`), and its connection at the listener is then spliced to that address.
-    /// One that is not released or does not come in time is ended (fails closed: nowhere to
-    /// send it).
+    /// (`SPLICE_RELEASED`), it connects to the listener (`SPLICE_CONNECTED`), and its
+    /// connection there is spliced to that address. One that is not released, or does not
+    /// come, in time is ended (fails closed: nowhere to send it).
     fn step_spliced(
         &mut self,
         enforcer: &mut Enforcer,
@@ -182,29 +182,42 @@ impl HeldSocket {
         let waited = self.approved_at.get_or_insert_with(Instant::now).elapsed();
         let stand_in = Ipv4Addr::new(entry.addr[0], entry.addr[1], entry.addr[2], entry.addr[3]);
         let real = enforcer.stand_in_target(stand_in)?;
-        if entry.state == held::SPLICED {
-            // Its name resolved before the approval was put in force, so a stand-in still not
-            // mapped after a moment never will be; a mapped one goes out at its next SYN retry.
-            let wait = if real.is_some() {
-                SPLICE_RELEASE_WAIT
-            } else {
-                SPLICE_UNMAPPED_WAIT
-            };
-            if waited < wait {
-                return Ok(None);
-            }
+        let ended = |why: &str| {
             tracing::warn!(
-                "a held connect to {stand_in}:{} was approved but {}: ended",
-                entry.port,
-                if real.is_some() {
-                    "its SYN did not reach guard's splice listener"
+                "a held connect to {stand_in}:{} was approved but {why}: ended",
+                entry.port
+            );
+        };
+        match entry.state {
+            held::SPLICED => {
+                // Its name resolved before the approval was put in force, so a stand-in still
+                // not mapped after a moment never will be; a mapped one goes out at its next
+                // SYN retry.
+                let wait = if real.is_some() {
+                    SPLICE_RELEASE_WAIT
+                } else {
+                    SPLICE_UNMAPPED_WAIT
+                };
+                if waited < wait {
+                    return Ok(None);
+                }
+                ended(if real.is_some() {
+                    "its SYN did not go out"
                 } else {
                     "its name did not resolve"
-                }
-            );
-            return self.end_approved(enforcer);
+                });
+                return self.end_approved(enforcer, true);
+            }
+            // Its SYN is out: it connects in a moment (or its program closes it, and the next
+            // turn sees it closed).
+            held::SPLICE_RELEASED if waited < SPLICE_RELEASE_WAIT => return Ok(None),
+            held::SPLICE_RELEASED => {
+                ended("it did not connect to guard's splice listener");
+                return self.end_approved(enforcer, false);
+            }
+            _ => {}
         }
-        // Released: its connection comes from its own address, with its cookie.
+        // Connected: its connection comes from its own address, with its cookie.
         let from = held_local_address(entry);
         let cookie = self.cookie;
         let is_released = |c: u64| {
@@ -212,7 +225,7 @@ impl HeldSocket {
                 .held_socket(c)
                 .ok()
                 .flatten()
-                .is_some_and(|held_socket| held_socket.state == held::SPLICE_RELEASED)
+                .is_some_and(|held_socket| held::splice_released(held_socket.state))
         };
         let taken = match splices {
             Some(splices) => splices.take(from, cookie, is_released),
@@ -228,24 +241,27 @@ impl HeldSocket {
             }
             (Err(NotTaken::NotHere), _) if waited < SPLICE_RELEASE_WAIT => Ok(None),
             (taken, _) => {
-                tracing::warn!(
-                    "a held connect to {stand_in}:{} was approved but {}: ended",
-                    entry.port,
-                    match taken {
-                        Ok(_) => "its stand-in is no longer mapped",
-                        Err(NotTaken::NotHere) => "it did not reach guard's splice listener",
-                        Err(NotTaken::NotTheHeldSocket) => "guard's splice listener cannot take it",
+                ended(match taken {
+                    Ok(_) => "its stand-in is no longer mapped",
+                    Err(NotTaken::NotHere) => {
+                        "its connection did not reach guard's splice listener"
                     }
-                );
-                self.end_approved(enforcer)
+                    Err(NotTaken::NotTheHeldSocket) => "guard's splice listener cannot take it",
+                });
+                self.end_approved(enforcer, false)
             }
         }
     }
 
-    /// Ends an approved socket that has nowhere to go: its connect fails (at once with
-    /// `sock_diag`, else at its next SYN retry, and the next turns wait for that).
-    fn end_approved(&mut self, enforcer: &mut Enforcer) -> Result<Option<HeldOutcome>> {
-        if enforcer.end_held_socket(self.cookie)? {
+    /// Ends an approved socket that has nowhere to go: its connect fails at once with
+    /// `sock_diag`; without it one still connecting (`connecting`) fails at its next SYN retry
+    /// (the next turns wait for that), and one past that is let go of.
+    fn end_approved(
+        &mut self,
+        enforcer: &mut Enforcer,
+        connecting: bool,
+    ) -> Result<Option<HeldOutcome>> {
+        if enforcer.end_held_socket(self.cookie)? || !connecting {
             enforcer.forget_held_socket(self.cookie)?;
             return Ok(Some(HeldOutcome::Approved));
         }

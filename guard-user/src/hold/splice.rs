@@ -4,9 +4,9 @@
 //! to. The connect programs send it here instead (the kernel's `held::SPLICED`), and the kernel
 //! holds its SYNs on the way as it holds any prompted connect's, so its program's connect
 //! timeout applies and a denial fails the connect. Approved (the name resolved and its stand-in
-//! mapped), the kernel lets its next SYN out (`held::SPLICE_RELEASED`): it connects here, and
-//! guard connects to the real address itself (from outside the scope) and copies bytes both
-//! ways, the way a transparent proxy does. The program's connect has completed by then: a real
+//! mapped), the kernel lets its next SYN out (`held::SPLICE_RELEASED`, then `SPLICE_CONNECTED`):
+//! it connects here, and guard connects to the real address itself (from outside the scope) and
+//! copies bytes both ways, the way a transparent proxy does. The program's connect has completed by then: a real
 //! address that cannot be reached resets the connection.
 //!
 //! The listener is on 127.0.0.1 at a port of its own. A connection is matched to its held
@@ -26,7 +26,7 @@ use std::io;
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use crate::resolve::peer::{QuerySocket, socket_owner};
+use crate::resolve::peer::{QuerySocket, socket_cookie};
 
 /// How long an accepted connection waits to be matched to its held socket (its event arrives
 /// within milliseconds): past it, it is closed.
@@ -103,12 +103,13 @@ impl SpliceListener {
         for _ in 0..MAX_WAITING {
             match self.listener.accept() {
                 Ok((stream, SocketAddr::V4(peer))) if peer.ip().is_loopback() => {
-                    let identity = socket_owner(QuerySocket {
+                    // Its program may have closed it already (sent, then closed): the
+                    // socket keeps its cookie, and what it sent waits here.
+                    let identity = socket_cookie(QuerySocket {
                         program: SocketAddr::V4(peer),
                         resolver: SocketAddr::V4(self.address),
                         tcp: true,
-                    })
-                    .and_then(|owner| owner.cookie);
+                    });
                     match identity {
                         Some(cookie) if is_held(cookie) => {
                             self.waiting.insert(peer, (stream, cookie, Instant::now()));

@@ -196,6 +196,13 @@ pub fn socket_owner(query: QuerySocket) -> Option<QueryProcess> {
     })
 }
 
+/// The cookie of the program's end of `query`, also once its program closed it (an orphaned
+/// or TIME-WAIT socket keeps its cookie, though no descriptor names it any more); `None`:
+/// sock_diag cannot name the socket.
+pub fn socket_cookie(query: QuerySocket) -> Option<u64> {
+    diagnosed_any(query).map(|(_, _, cookie)| cookie)
+}
+
 fn within_rate() -> bool {
     static WINDOW: Mutex<Option<(Instant, u32)>> = Mutex::new(None);
     let Ok(mut window) = WINDOW.lock() else {
@@ -230,6 +237,11 @@ fn diagnosed(query: QuerySocket) -> Option<(u64, u32, u64)> {
     SockDiag::open()?.lookup(query).ok().flatten()
 }
 
+/// The socket the kernel's sock_diag finds for `query`, open or closed (inode 0).
+fn diagnosed_any(query: QuerySocket) -> Option<(u64, u32, u64)> {
+    SockDiag::open()?.lookup_any(query).ok().flatten()
+}
+
 /// A netlink sock_diag socket, kept for many lookups.
 struct SockDiag {
     socket: netlink_sys::Socket,
@@ -254,9 +266,18 @@ impl SockDiag {
         })
     }
 
-    /// The inode, owner and cookie of the program's end of `query`: `Ok(None)` when the
-    /// kernel has no such socket, `Err` when the netlink socket failed (open another).
+    /// The inode, owner and cookie of the program's end of `query` while a descriptor names
+    /// it (inode not 0): `Ok(None)` when the kernel has no such socket, `Err` when the netlink
+    /// socket failed (open another).
     fn lookup(&mut self, query: QuerySocket) -> Result<Option<(u64, u32, u64)>, ()> {
+        Ok(self
+            .lookup_any(query)?
+            .filter(|(inode, _, _)| *inode != 0))
+    }
+
+    /// [`SockDiag::lookup`], also of a socket its program closed (an orphaned or TIME-WAIT
+    /// socket keeps its cookie; its inode is 0).
+    fn lookup_any(&mut self, query: QuerySocket) -> Result<Option<(u64, u32, u64)>, ()> {
         use netlink_packet_core::{NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload};
         use netlink_packet_sock_diag::SockDiagMessage;
         use netlink_packet_sock_diag::constants::{AF_INET, AF_INET6, IPPROTO_TCP, IPPROTO_UDP};
@@ -332,7 +353,6 @@ impl SockDiag {
                         response.header.uid,
                         cookie,
                     ))
-                    .filter(|(inode, _, _)| *inode != 0)
                 }
                 // Not found (the program closed it already), or an error.
                 _ => None,

@@ -39,11 +39,12 @@
 //!   poll, as `curl --connect-timeout` and python's `settimeout` make it), or a blocking connect
 //!   with SECS 0; prints `ok MS`, `timeout MS` or `errno N MS` (how long the connect took).
 //!
-//! - `name SECS NAME PORT [v6]`: the same timed connect to NAME's first IPv4 address (looked up
-//!   with the C library, so in a scope guard's resolver answers it), from an IPv6 socket to its
-//!   IPv4-mapped address with `v6`; connected, it sends an HTTP request and reads the reply to
-//!   its end, and prints `ok MS peer ADDR:PORT reply BODY` (`getpeername`'s answer, the reply's
-//!   body), else `timeout MS` or `errno N MS`.
+//! - `name SECS NAME PORT [v6] [send-close]`: the same timed connect to NAME's first IPv4
+//!   address (looked up with the C library, so in a scope guard's resolver answers it), from an
+//!   IPv6 socket to its IPv4-mapped address with `v6`; connected, it sends an HTTP request and
+//!   reads the reply to its end, and prints `ok MS peer ADDR:PORT reply BODY` (`getpeername`'s
+//!   answer, the reply's body), else `timeout MS` or `errno N MS`. With `send-close` it closes
+//!   the socket as soon as the request is sent and prints `ok MS sent`.
 //!
 //! Anything else it cannot do (bad arguments, a socket it cannot make) exits 2 with a message.
 
@@ -120,9 +121,10 @@ fn main() -> ExitCode {
     }
     if let [name, secs, host, port, rest @ ..] = args.as_slice()
         && name == "name"
-        && rest.len() <= 1
+        && rest.iter().all(|word| word == "v6" || word == "send-close")
     {
-        return named_connect(secs, host, port, rest.first().is_some_and(|v| v == "v6"));
+        let has = |word: &str| rest.iter().any(|w| w == word);
+        return named_connect(secs, host, port, has("v6"), has("send-close"));
     }
     if let [from, source, call, addr, port] = args.as_slice()
         && from == "from"
@@ -177,8 +179,8 @@ fn timed_connect(secs: &str, addr: &str, port: &str) -> ExitCode {
     }
 }
 
-/// `name SECS NAME PORT [v6]`.
-fn named_connect(secs: &str, host: &str, port: &str, v6: bool) -> ExitCode {
+/// `name SECS NAME PORT [v6] [send-close]`.
+fn named_connect(secs: &str, host: &str, port: &str, v6: bool, send_close: bool) -> ExitCode {
     use std::io::{Read, Write};
     use std::net::ToSocketAddrs;
     let (Ok(secs), Ok(port)) = (secs.parse::<u64>(), port.parse::<u16>()) else {
@@ -219,6 +221,18 @@ fn named_connect(secs: &str, host: &str, port: &str, v6: bool) -> ExitCode {
         .peer_addr()
         .map_or_else(|e| format!("error:{e}"), |p| p.to_string());
     let request = format!("GET / HTTP/1.0\r\nHost: {host}\r\n\r\n");
+    if send_close {
+        return match stream.write_all(request.as_bytes()) {
+            Ok(()) => {
+                println!("ok {ms} sent");
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                println!("ok {ms} send-error {err}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let mut reply = Vec::new();
     let talked = stream
         .set_read_timeout(Some(Duration::from_secs(10)))

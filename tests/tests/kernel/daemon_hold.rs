@@ -488,6 +488,49 @@ fn an_approved_held_connect_to_an_unknown_name_goes_through_the_splice_and_its_p
 }
 
 #[test]
+fn an_approved_held_connect_to_an_unknown_name_that_sends_and_closes_at_once_still_delivers() {
+    if !can_run() {
+        return;
+    }
+    // The program sends its request and closes its socket the moment its connect completes,
+    // before guard takes the connection at its splice listener: what it sent still reaches the
+    // host (`echo data | nc host port` does this).
+    let dns = TestDns::start();
+    let real = Ipv4Addr::new(127, 0, 1, 55);
+    let server = RecordingServer::start(real);
+    let name = "hasty.example.test";
+    dns.set_a(name, &[real], 60);
+    let daemon = daemon_with_stand_ins(&dns, "");
+    let probe = net_probe().to_string_lossy().into_owned();
+    let port = server.port.to_string();
+    let mut run = daemon.held_run(&[&probe, "name", "30", name, &port, "send-close"]);
+    let id = daemon.pending_ask(&mut run)["id"].as_u64().unwrap();
+    let out = daemon.guard(&["approve", &id.to_string(), "--once"]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    let (code, stdout, stderr) = finish_held(run);
+    assert!(
+        code == 0 && stdout.trim().ends_with(" sent"),
+        "{code} {stdout} {stderr}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server
+        .received()
+        .first()
+        .is_none_or(|r| !r.ends_with(b"\r\n\r\n"))
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let received = server.received();
+    assert_eq!(received.len(), 1, "{received:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&received[0]),
+        format!("GET / HTTP/1.0\r\nHost: {name}\r\n\r\n"),
+        "the request the program sent before it closed reached the host"
+    );
+}
+
+#[test]
 fn a_denied_held_connect_to_an_unknown_name_fails_its_connect() {
     if !can_run() {
         return;

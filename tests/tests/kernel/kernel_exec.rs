@@ -721,6 +721,8 @@ const PROGRAM_NAMES: &[&str] = &[
     "sendmsg_unix",
     "held_egress",
     "held_sockops",
+    "getpeername4",
+    "getpeername6",
 ];
 
 fn is_guard_program_name(kernel_name: &str) -> bool {

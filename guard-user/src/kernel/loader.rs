@@ -228,7 +228,7 @@ const NO_UNIX_HOOKS: &str = "no-unix-hooks";
 /// all, so a program loaded later and the programs kept from before share them. A map missing
 /// here is not pinned, and a set whose programs use it is found inconsistent and loaded afresh
 /// (`program_cache`); a test compares this list with the object's.
-pub const KEPT_MAPS: [&str; 29] = [
+pub const KEPT_MAPS: [&str; 30] = [
     "SETTINGS",
     "DNS_REDIRECT",
     "DNS_ORIGINALS",
@@ -236,6 +236,7 @@ pub const KEPT_MAPS: [&str; 29] = [
     "NET_HOLD",
     "HOLD_SCOPES",
     "HELD_SOCKETS",
+    "SPLICED_PEERS",
     "APPROVALS",
     "SCOPES",
     "EXEC_IDENTITIES",
@@ -288,6 +289,12 @@ fn restore_kept_programs(ebpf: &mut Ebpf, set: &KeptPaths) -> Result<()> {
             (P::CgroupSockAddr(_), "sendmsg6") => sock_addr(CgroupSockAddrAttachType::UDPSendMsg6),
             (P::CgroupSockAddr(_), "recvmsg4") => sock_addr(CgroupSockAddrAttachType::UDPRecvMsg4),
             (P::CgroupSockAddr(_), "recvmsg6") => sock_addr(CgroupSockAddrAttachType::UDPRecvMsg6),
+            (P::CgroupSockAddr(_), "getpeername4") => {
+                sock_addr(CgroupSockAddrAttachType::GetPeerName4)
+            }
+            (P::CgroupSockAddr(_), "getpeername6") => {
+                sock_addr(CgroupSockAddrAttachType::GetPeerName6)
+            }
             _ => continue,
         };
         *slot = restored.with_context(|| format!("opening the kept program {}", path.display()))?;
@@ -316,14 +323,17 @@ fn preload(ebpf: &mut Ebpf, backend: Backend, btf: &Btf, all: bool) -> Result<()
     };
     let mut exec = None;
     let mut rest = Vec::new();
+    let mut extra = Vec::new();
     for (name, program) in ebpf.programs_mut() {
         if program.fd().is_ok() {
             continue;
         }
         if name == EXEC {
             exec = Some(program);
-        } else if beside.contains(&name) || (all && loads_on(backend, name)) {
+        } else if beside.contains(&name) {
             rest.push((name, program));
+        } else if all && loads_on(backend, name) {
+            extra.push((name, program));
         }
     }
     std::thread::scope(|scope| {
@@ -331,6 +341,13 @@ fn preload(ebpf: &mut Ebpf, backend: Backend, btf: &Btf, all: bool) -> Result<()
         let rest: Result<()> = rest
             .into_iter()
             .try_for_each(|(name, program)| load_one(name, program, btf));
+        for (name, program) in extra {
+            // One this kernel refuses (getpeername before 5.8) is not kept: the set is never
+            // complete, and each run loads it as before, where it says what it lacks.
+            if let Err(err) = load_one(name, program, btf) {
+                tracing::debug!("not kept: {err:#}");
+            }
+        }
         let exec = match exec {
             Some(thread) => thread
                 .join()
@@ -1294,9 +1311,11 @@ impl Enforcer {
     /// there `getpeername` of a spliced connect names the splice listener, which it only
     /// reports (nothing is let through or refused by it).
     fn load_getpeername_hooks(&mut self) -> bool {
+        let relocated = self.relocated;
         for name in GETPEERNAME_HOOKS {
             let loaded = program::<CgroupSockAddr>(&mut self.ebpf, name).and_then(|hook| {
                 if hook.fd().is_err() {
+                    may_load(relocated, name)?;
                     hook.load()
                         .with_context(|| format!("loading cgroup/{name}"))?;
                 }

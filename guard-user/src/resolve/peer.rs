@@ -270,9 +270,7 @@ impl SockDiag {
     /// it (inode not 0): `Ok(None)` when the kernel has no such socket, `Err` when the netlink
     /// socket failed (open another).
     fn lookup(&mut self, query: QuerySocket) -> Result<Option<(u64, u32, u64)>, ()> {
-        Ok(self
-            .lookup_any(query)?
-            .filter(|(inode, _, _)| *inode != 0))
+        Ok(self.lookup_any(query)?.filter(|(inode, _, _)| *inode != 0))
     }
 
     /// [`SockDiag::lookup`], also of a socket its program closed (an orphaned or TIME-WAIT

@@ -9,9 +9,9 @@ use hickory_resolver::proto::op::{Message, MessageType, OpCode, Query, ResponseC
 use hickory_resolver::proto::rr::Name;
 use tokio::sync::{Semaphore, mpsc};
 
+use super::ResolverEvent;
 use super::refresh::{Family, RefreshOutcome};
 use super::serve::{Shared, addresses, new_id};
-use super::ResolverEvent;
 
 /// Questions out at once; the schedule sends at most
 /// [`super::refresh::REFRESHES_PER_SECOND`] a second, so this is only reached when the

@@ -39,7 +39,7 @@
 //!   poll, as `curl --connect-timeout` and python's `settimeout` make it), or a blocking connect
 //!   with SECS 0; prints `ok MS`, `timeout MS` or `errno N MS` (how long the connect took).
 //!
-//! - `name SECS NAME PORT [v6] [send-close]`: the same timed connect to NAME's first IPv4
+//! - `name SECS NAME PORT [v4|v6] [send-close]`: the same timed connect to NAME's first IPv4
 //!   address (looked up with the C library, so in a scope guard's resolver answers it), from an
 //!   IPv6 socket to its IPv4-mapped address with `v6`; connected, it sends an HTTP request and
 //!   reads the reply to its end, and prints `ok MS peer ADDR:PORT reply BODY` (`getpeername`'s
@@ -121,7 +121,9 @@ fn main() -> ExitCode {
     }
     if let [name, secs, host, port, rest @ ..] = args.as_slice()
         && name == "name"
-        && rest.iter().all(|word| word == "v6" || word == "send-close")
+        && rest
+            .iter()
+            .all(|word| ["v4", "v6", "send-close"].contains(&word.as_str()))
     {
         let has = |word: &str| rest.iter().any(|w| w == word);
         return named_connect(secs, host, port, has("v6"), has("send-close"));
@@ -179,7 +181,7 @@ fn timed_connect(secs: &str, addr: &str, port: &str) -> ExitCode {
     }
 }
 
-/// `name SECS NAME PORT [v6] [send-close]`.
+/// `name SECS NAME PORT [v4|v6] [send-close]`.
 fn named_connect(secs: &str, host: &str, port: &str, v6: bool, send_close: bool) -> ExitCode {
     use std::io::{Read, Write};
     use std::net::ToSocketAddrs;

@@ -85,6 +85,8 @@ pub struct Session {
     /// The sandbox mode the command runs under, and where it was chosen, once
     /// [`Session::report_sandbox`] asked for its refusals.
     sandbox: Option<(SandboxPlan, String)>,
+    /// The command's pidfd ([`Session::wake_on_exit_of`]).
+    command_exit: Option<crate::kernel::peer::PeerProcess>,
     /// Released once the scope's processes are gone and the Enforcer dropped.
     _pins: RunPins,
     /// Last: the lease of the kept program set ends once no link of this run is left on it.
@@ -242,6 +244,7 @@ impl Session {
             dns_notes,
             abandoned,
             sandbox: None,
+            command_exit: None,
             _pins: pins,
             kept,
         })
@@ -274,6 +277,12 @@ impl Session {
     /// The rules of this session's policy the running backend does not enforce.
     pub fn not_enforced(&self) -> Vec<crate::kernel::coverage::NotEnforced> {
         crate::kernel::coverage::not_enforced(self.image(), self.backend())
+    }
+
+    /// Makes [`Session::poll_events`] return as soon as process `pid` (the command) exits: its
+    /// pidfd is readable then. Without one (a kernel before 5.3) polls wait their timeout.
+    pub fn wake_on_exit_of(&mut self, pid: u32) {
+        self.command_exit = crate::kernel::peer::PeerProcess::open(pid as libc::pid_t).ok();
     }
 
     /// The kept program set this session's programs are in, if any.
@@ -380,7 +389,11 @@ impl Session {
     /// it refused is kept for [`Session::take_dns_notes`].
     pub fn poll_events(&mut self, timeout: Duration) -> Vec<KernelEvent> {
         let wake = self.resolver.as_ref().map(ResolverThread::wake_fd);
-        let mut events = self.events.poll_or_wake(timeout, wake);
+        let exit = self
+            .command_exit
+            .as_ref()
+            .map(|process| std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(process)));
+        let mut events = self.events.poll_or_wake(timeout, [wake, exit]);
         // An EACCES the sandbox did not cause (a file's own permissions) is not a refusal.
         events.retain_mut(|event| {
             if event.sandbox.is_none() {

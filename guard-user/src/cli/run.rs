@@ -381,6 +381,8 @@ pub fn run(args: &RunArgs) -> ExitCode {
             return ExitCode::from(127);
         }
     };
+    // The loop's waits end when the command does, not 50 ms later.
+    session.wake_on_exit_of(child.id());
     let mut signals = super::signals::PassOn::default();
     let mut scope_ended = false;
     let mut links_looked_at = Instant::now();

@@ -214,6 +214,8 @@ pub fn run(socket: &Path, args: &super::run::RunArgs) -> ExitCode {
 fn wait_passing_signals_on(mut child: std::process::Child) -> std::io::Result<ExitStatus> {
     let mut signals = super::signals::PassOn::default();
     let mut killed = false;
+    // Readable once the command exits, so a wait ends then, not at the end of its 50 ms.
+    let exit = crate::kernel::peer::PeerProcess::open(child.id() as libc::pid_t).ok();
     loop {
         if let Some(status) = child.try_wait()? {
             return Ok(status);
@@ -225,7 +227,19 @@ fn wait_passing_signals_on(mut child: std::process::Child) -> std::io::Result<Ex
             child.kill()?;
             killed = true;
         }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        match &exit {
+            Some(process) => {
+                use std::os::fd::{AsFd, AsRawFd};
+                let mut poll = libc::pollfd {
+                    fd: process.as_fd().as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd. A signal cuts it short (EINTR): looked at above.
+                unsafe { libc::poll(&mut poll, 1, 50) };
+            }
+            None => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
     }
 }
 

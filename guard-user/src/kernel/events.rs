@@ -387,12 +387,17 @@ impl EventReader {
 
     /// Waits up to `timeout` for records, then returns all that are there.
     pub fn poll(&mut self, timeout: Duration) -> Vec<KernelEvent> {
-        self.poll_or_wake(timeout, None)
+        self.poll_or_wake(timeout, [None, None])
     }
 
     /// [`EventReader::poll`], also returning (with what arrived, maybe nothing) as soon as
-    /// `wake` is readable: an owner that waits for more than kernel events waits in one place.
-    pub fn poll_or_wake(&mut self, timeout: Duration, wake: Option<RawFd>) -> Vec<KernelEvent> {
+    /// one of `wake` is readable: an owner that waits for more than kernel events (its
+    /// resolver, its command's exit) waits in one place.
+    pub fn poll_or_wake(
+        &mut self,
+        timeout: Duration,
+        wake: [Option<RawFd>; 2],
+    ) -> Vec<KernelEvent> {
         let mut out = self.drain();
         if !out.is_empty() {
             return out;
@@ -404,7 +409,12 @@ impl EventReader {
                 revents: 0,
             },
             libc::pollfd {
-                fd: wake.unwrap_or(-1),
+                fd: wake[0].unwrap_or(-1),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: wake[1].unwrap_or(-1),
                 events: libc::POLLIN,
                 revents: 0,
             },

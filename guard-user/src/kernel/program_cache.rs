@@ -4,9 +4,9 @@
 //!
 //! A set is a folder on guard's bpffs, `CACHE_ROOT/<key>/<slot>`, holding the pinned programs
 //! (`prog-NAME`) and maps (`map-NAME`) of one load of guard's object. The key is a hash of what
-//! the programs were built from: the object's bytes, the exec map sizes, the backend and the
-//! kernel offsets patched into the object; a set of another key (another guard build, another
-//! kernel's offsets) is never reused, and is removed once nobody uses it.
+//! the programs were built from: the object's bytes, the backend, the boot (the running
+//! kernel, whose offsets are patched into the programs), guard's build and the exec map sizes;
+//! a set of another key is never reused, and is removed once nobody uses it.
 //!
 //! A set serves one run at a time. A run leases a slot by an exclusive `flock` on its lock file
 //! (under `LOCK_DIR`, released by the kernel when the run dies), and takes it only when no link

@@ -27,6 +27,19 @@
 //!    resolver's share. Against the same resolver with one book (`guard run`'s: a hit goes
 //!    back at once), on the same runtime: medians of `LATENCY_QUERIES`.
 //!
+//! 5. **From a program in the scope**, as programs meet guard's resolver: `dns-probe` makes
+//!    `PROGRAM_ROUNDS` rounds in one process and reports the median round, `PROGRAM_RUNS` runs
+//!    of each kind, the kinds taking turns (each ratio is the median of its runs'). Its queries to
+//!    127.0.0.153:53 are redirected to guard's resolver: a forwarded miss of a name no rule
+//!    speaks of and of one a rule covers (each round a new name), and a cache hit, each ÷ the
+//!    same probe outside the scope asking the name server directly; and `getaddrinfo` as glibc
+//!    does it (A and AAAA, the name without AAAA) then a TCP connect, ÷ the same probe outside
+//!    the scope connecting to the address (a numeric `getaddrinfo`, no DNS).
+//! 6. **A NODATA answer asked again**: an AAAA query for a name with only an A record, whose
+//!    negative answer carries no SOA, from outside the scope: the first (forwarded) and the
+//!    median of the `LATENCY_QUERIES` after it (from guard's cache), and how many reached the
+//!    name server.
+//!
 //! Run with `cargo xtask bench -- resolver` or `cargo bench -p guard-tests --bench resolver`.
 //! Needs root; otherwise it prints why and exits 0 (1 when `CI=true`). Results on stdout and in
 //! `target/bench/resolver.json`.
@@ -40,8 +53,9 @@ use std::time::{Duration, Instant};
 use guard::policy::load::load_policy;
 use guard::resolve::Refusal;
 use guard::session::{Session, SessionOptions};
-use guard_tests::dns::{TestDns, ask, query};
+use guard_tests::dns::{TestDns, ask, ask_of, query};
 use guard_tests::kernel::{helper, in_ci};
+use hickory_server::proto::rr::RecordType;
 
 const CYCLES: usize = 1_000;
 const LATENCY_QUERIES: usize = 300;
@@ -91,7 +105,9 @@ fn main() {
     let latency_rules = dir.path().join("latency.rules");
     std::fs::write(
         &latency_rules,
-        "enforcement(unmatched_network=\"allow\")\n\
+        // The pattern's lookups a second are not capped here (the default, 100, would refuse
+        // most of the misses measured below).
+        "enforcement(unmatched_network=\"allow\", dns_wildcard_lookups_per_second=1000000)\n\
          address_rule(addresses=[\"*.ruled.bench.test\"], transport=\"tcp\", decision=\"allow\")\n\
          network_rule(host=\"refused.bench.test\", protocol=\"https\", decision=\"deny\")\n",
     )
@@ -130,6 +146,8 @@ fn main() {
         );
     }
     dns.set_a("hit.bench.test", &[Ipv4Addr::new(127, 0, 4, 2)], 300);
+    dns.set_a(NODATA, &[Ipv4Addr::new(127, 0, 4, 4)], 300);
+    dns.set_negative_without_soa(NODATA);
     let stop = Arc::new(AtomicBool::new(false));
     let measured = {
         let stop = stop.clone();
@@ -151,6 +169,10 @@ fn main() {
             let refused: Vec<Duration> = (0..LATENCY_QUERIES)
                 .map(|_| ask(resolver, "refused.bench.test"))
                 .collect();
+            let nodata_first = ask_of(resolver, NODATA, RecordType::AAAA);
+            let nodata_later: Vec<Duration> = (0..LATENCY_QUERIES)
+                .map(|_| ask_of(resolver, NODATA, RecordType::AAAA))
+                .collect();
             let direct_qps = qps(upstream, "hit.bench.test");
             let resolver_qps = qps(resolver, "hit.bench.test");
             stop.store(true, Ordering::SeqCst);
@@ -162,14 +184,30 @@ fn main() {
                 median(refused),
                 direct_qps,
                 resolver_qps,
+                (nodata_first, median(nodata_later)),
             )
         })
     };
     while !stop.load(Ordering::SeqCst) {
         session.poll_events(Duration::from_millis(10));
     }
-    let (direct_latency, miss, ruled_miss, hit, refused, direct_qps, resolver_qps) =
+    let (direct_latency, miss, ruled_miss, hit, refused, direct_qps, resolver_qps, nodata) =
         measured.join().unwrap();
+    let nodata_upstream = dns.queries_of(NODATA, RecordType::AAAA);
+    // Every miss measured left the host (none was refused, say by a cap).
+    let forwarded = |name: &dyn Fn(usize) -> String| -> usize {
+        (0..LATENCY_QUERIES).map(|i| dns.queries(&name(i))).sum()
+    };
+    let misses = (
+        forwarded(&|i| format!("n{}.bench.test", LATENCY_QUERIES + i)),
+        forwarded(&|i| format!("r{i}.ruled.bench.test")),
+    );
+    assert_eq!(
+        misses,
+        (LATENCY_QUERIES, LATENCY_QUERIES),
+        "misses that reached the name server (no rule, ruled)"
+    );
+    let program = program_rounds(&dns, &mut session);
     drop(session);
     let (one_book_hit, one_book_ruled_hit) = cache_hits(dns.addr(), &latency_rules, false);
     let (scoped_hit, scoped_ruled_hit) = cache_hits(dns.addr(), &latency_rules, true);
@@ -230,6 +268,48 @@ fn main() {
         "| a name a rule covers (handed over and confirmed) | {one_book_ruled_hit:?} | {scoped_ruled_hit:?} | x{:.2} |",
         ratio(scoped_ruled_hit, one_book_ruled_hit)
     );
+    println!(
+        "\n| from a program ({PROGRAM_RUNS} runs of {PROGRAM_ROUNDS} rounds, the kinds in turn; medians) | outside the scope | in the scope | ratio (median of the runs') | goal |"
+    );
+    println!("| --- | --- | --- | --- | --- |");
+    for (label, outside, (inside, run_ratio), goal) in [
+        (
+            "forwarded miss, a name no rule speaks of ÷ the name server directly",
+            program.direct,
+            program.miss,
+            "≤ x2",
+        ),
+        (
+            "forwarded miss, a name a rule covers ÷ the name server directly",
+            program.direct,
+            program.ruled_miss,
+            "≤ x2",
+        ),
+        (
+            "cache hit ÷ the name server directly",
+            program.direct,
+            program.hit,
+            "≤ x1",
+        ),
+        (
+            "getaddrinfo (A + AAAA, no AAAA) + connect by name ÷ connect to the address",
+            program.connect,
+            program.by_name,
+            "≤ x4",
+        ),
+    ] {
+        println!("| {label} | {outside:?} | {inside:?} | x{run_ratio:.2} | {goal} |");
+    }
+    println!(
+        "\n| AAAA of a name without AAAA (NODATA, no SOA), from outside the scope | latency | ratio to the first | queries upstream |"
+    );
+    println!("| --- | --- | --- | --- |");
+    println!("| the first (forwarded) | {:?} | x1.00 | |", nodata.0);
+    println!(
+        "| the next {LATENCY_QUERIES}, median (guard's cache) | {:?} | x{:.2} | {nodata_upstream} in all |",
+        nodata.1,
+        ratio(nodata.1, nodata.0)
+    );
     println!("\n| queries per second ({QPS_CLIENTS} clients, {QPS_SECS} s) | answered/s | ratio |");
     println!("| --- | --- | --- |");
     println!("| the test name server (hickory-server) | {direct_qps:.0} | x1.00 |");
@@ -249,6 +329,14 @@ fn main() {
         "scoped_ruled_hit_ratio": ratio(scoped_ruled_hit, one_book_ruled_hit),
         "refused_ratio": ratio(refused, direct_latency),
         "qps": {"direct": direct_qps, "resolver": resolver_qps},
+        "program_ns": {"direct": program.direct.as_nanos() as u64, "miss": program.miss.0.as_nanos() as u64, "ruled_miss": program.ruled_miss.0.as_nanos() as u64, "hit": program.hit.0.as_nanos() as u64, "connect": program.connect.as_nanos() as u64, "by_name": program.by_name.0.as_nanos() as u64},
+        "program_miss_ratio": program.miss.1,
+        "program_ruled_miss_ratio": program.ruled_miss.1,
+        "program_hit_ratio": program.hit.1,
+        "by_name_connect_ratio": program.by_name.1,
+        "nodata_ns": {"first": nodata.0.as_nanos() as u64, "later": nodata.1.as_nanos() as u64},
+        "nodata_later_ratio": ratio(nodata.1, nodata.0),
+        "nodata_upstream_queries": nodata_upstream,
     });
     let out = bench_dir().join("resolver.json");
     std::fs::create_dir_all(out.parent().unwrap()).ok();
@@ -308,6 +396,123 @@ fn cache_hits(
         drop(resolver);
         medians
     })
+}
+
+/// Part 5: the median round of each kind of `dns-probe` run, and each in-scope kind's ratio to
+/// its baseline (the median of the ratios of runs made one after the other, so each pair
+/// shares the machine's noise of the moment).
+struct ProgramRounds {
+    /// Outside the scope, asking the name server directly (a new name each round).
+    direct: Duration,
+    /// In the scope: forwarded misses, of a name no rule speaks of and of one a rule covers,
+    /// and a cache hit; each ÷ `direct`.
+    miss: (Duration, f64),
+    ruled_miss: (Duration, f64),
+    hit: (Duration, f64),
+    /// Outside the scope: a connect to the address (numeric `getaddrinfo`).
+    connect: Duration,
+    /// In the scope: `getaddrinfo` of the name, then the connect; ÷ `connect`.
+    by_name: (Duration, f64),
+}
+
+/// Part 5's runs of each kind, and the rounds of each run.
+const PROGRAM_RUNS: usize = 9;
+const PROGRAM_ROUNDS: usize = 40;
+
+/// The name part 6 asks AAAA of: an A record only, negative answers without an SOA.
+const NODATA: &str = "v4only.bench.test";
+
+/// Part 5: `dns-probe` runs outside `session`'s scope and in it (polled meanwhile), the kinds
+/// taking turns.
+fn program_rounds(dns: &TestDns, session: &mut Session) -> ProgramRounds {
+    let listening = Ipv4Addr::new(127, 0, 4, 3);
+    for run in 0..PROGRAM_RUNS {
+        for i in 0..PROGRAM_ROUNDS {
+            let address = Ipv4Addr::new(127, 0, 4, 1);
+            dns.set_a(&format!("d{run}x{i}.bench.test"), &[address], 300);
+            dns.set_a(&format!("m{run}x{i}.bench.test"), &[address], 300);
+            // A new address each: every answer changes the maps.
+            let n = run * PROGRAM_ROUNDS + i;
+            let ruled = Ipv4Addr::new(127, 0, 8 + (n / 250) as u8, (n % 250) as u8 + 1);
+            dns.set_a(&format!("q{run}x{i}.ruled.bench.test"), &[ruled], 300);
+        }
+    }
+    dns.set_a("gai.ruled.bench.test", &[listening], 300);
+    let listener = TcpListener::bind((listening, 0)).expect("a listener on 127.0.4.3");
+    let port = listener.local_addr().unwrap().port().to_string();
+    std::thread::spawn(move || {
+        for connection in listener.incoming() {
+            drop(connection);
+        }
+    });
+    let n = PROGRAM_ROUNDS.to_string();
+    let server = dns.addr().to_string();
+    let outside = |args: &[&str]| {
+        let out = Command::new(helper("dns-probe", env!("CARGO_BIN_EXE_dns-probe")))
+            .args(args)
+            .output()
+            .expect("running dns-probe");
+        round_of(&String::from_utf8_lossy(&out.stdout), PROGRAM_ROUNDS)
+    };
+    // [direct, miss, ruled miss, hit, connect, by name] of each run.
+    let mut runs: Vec<[Duration; 6]> = Vec::new();
+    for run in 0..PROGRAM_RUNS {
+        let direct = outside(&[&server, &format!("d{run}x{{}}.bench.test"), "udp", &n]);
+        let mut inside = |args: &[&str]| probe_in_scope(session, args, PROGRAM_ROUNDS);
+        let miss = inside(&[ASKED, &format!("m{run}x{{}}.bench.test"), "udp", &n]);
+        let ruled = inside(&[ASKED, &format!("q{run}x{{}}.ruled.bench.test"), "udp", &n]);
+        let hit = inside(&[ASKED, "hit.bench.test", "udp", &n]);
+        let connect = outside(&[ASKED, "127.0.4.3", "getaddrinfo", &n, &port]);
+        let by_name = probe_in_scope(
+            session,
+            &[ASKED, "gai.ruled.bench.test", "getaddrinfo", &n, &port],
+            PROGRAM_ROUNDS,
+        );
+        runs.push([direct, miss, ruled, hit, connect, by_name]);
+    }
+    let kind = |k: usize| median(runs.iter().map(|r| r[k]).collect());
+    let over = |k: usize, base: usize| {
+        let mut ratios: Vec<f64> = runs
+            .iter()
+            .map(|r| r[k].as_secs_f64() / r[base].as_secs_f64())
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        (kind(k), ratios[ratios.len() / 2])
+    };
+    ProgramRounds {
+        direct: kind(0),
+        miss: over(1, 0),
+        ruled_miss: over(2, 0),
+        hit: over(3, 0),
+        connect: kind(4),
+        by_name: over(5, 4),
+    }
+}
+
+/// `dns-probe ARGS` in `session`'s scope, the session polled meanwhile as `guard run` does:
+/// its median round.
+fn probe_in_scope(session: &mut Session, args: &[&str], rounds: usize) -> Duration {
+    let mut command = Command::new(helper("dns-probe", env!("CARGO_BIN_EXE_dns-probe")));
+    command.args(args).stdout(Stdio::piped());
+    let mut child = session.spawn(&mut command).expect("starting dns-probe");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "dns-probe did not finish");
+        session.poll_events(Duration::from_millis(5));
+    }
+    let out = child.wait_with_output().unwrap();
+    round_of(&String::from_utf8_lossy(&out.stdout), rounds)
+}
+
+/// The median round of `dns-probe`'s JSON line, which must have answered every round and
+/// made every connect.
+fn round_of(stdout: &str, rounds: usize) -> Duration {
+    let line = stdout.lines().last().unwrap_or_default();
+    let value: serde_json::Value = serde_json::from_str(line).expect(line);
+    assert_eq!(value["answers"].as_u64(), Some(rounds as u64), "{line}");
+    assert_eq!(value["refused"].as_u64(), Some(0), "{line}");
+    assert_eq!(value["other_errors"].as_u64(), Some(0), "{line}");
+    Duration::from_nanos(value["round_ns"].as_u64().expect(line))
 }
 
 struct Cycles {

@@ -181,18 +181,63 @@ impl DestinationSet {
     pub fn update_name(&mut self, name: &str, resolver: &dyn HostResolver) -> Vec<DestinationKey> {
         let mut touched = Vec::new();
         for id in self.sources_covering(name) {
-            let new = self.networks_of(id, resolver);
-            let old = std::mem::take(&mut self.sources[id as usize].networks);
-            for network in new.iter().filter(|n| old.binary_search(n).is_err()) {
-                self.add_network(id, *network, &mut touched);
-            }
-            for network in old.iter().filter(|n| new.binary_search(n).is_err()) {
-                self.remove_network(id, *network, &mut touched);
-            }
-            self.sources[id as usize].networks = new;
+            touched.extend(self.update_source(id, resolver));
         }
         touched.sort();
         touched.dedup();
+        touched
+    }
+
+    /// [`DestinationSet::update_name`] for a name that only gained addresses: the sources that
+    /// name it are compiled again, and each pattern over it gains the name's addresses it
+    /// lacks, without the other names it covers (a pattern over thousands of answered names
+    /// was compiled whole for every answer). A resolver that cannot say what one name gives
+    /// its patterns has them compiled whole.
+    pub fn grow_name(&mut self, name: &str, resolver: &dyn HostResolver) -> Vec<DestinationKey> {
+        let Some(given) = resolver.covered_in_scopes(name) else {
+            return self.update_name(name, resolver);
+        };
+        let mut given: Vec<Reach> = given
+            .into_iter()
+            .map(|(ip, scope)| (IpNetwork::from(canonical_ip(ip)), scope))
+            .collect();
+        given.sort_unstable();
+        given.dedup();
+        let mut touched = Vec::new();
+        for id in self.sources_covering(name) {
+            let pattern = match &self.sources[id as usize].addresses {
+                SourceAddresses::Name(host) => is_host_pattern(host),
+                SourceAddresses::Fixed(_) => false,
+            };
+            if !pattern {
+                touched.extend(self.update_source(id, resolver));
+                continue;
+            }
+            for network in &given {
+                let networks = &self.sources[id as usize].networks;
+                if let Err(at) = networks.binary_search(network) {
+                    self.sources[id as usize].networks.insert(at, *network);
+                    self.add_network(id, *network, &mut touched);
+                }
+            }
+        }
+        touched.sort();
+        touched.dedup();
+        touched
+    }
+
+    /// Compiles source `id` again; returns the keys it touched.
+    fn update_source(&mut self, id: u32, resolver: &dyn HostResolver) -> Vec<DestinationKey> {
+        let mut touched = Vec::new();
+        let new = self.networks_of(id, resolver);
+        let old = std::mem::take(&mut self.sources[id as usize].networks);
+        for network in new.iter().filter(|n| old.binary_search(n).is_err()) {
+            self.add_network(id, *network, &mut touched);
+        }
+        for network in old.iter().filter(|n| new.binary_search(n).is_err()) {
+            self.remove_network(id, *network, &mut touched);
+        }
+        self.sources[id as usize].networks = new;
         touched
     }
 

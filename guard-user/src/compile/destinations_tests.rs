@@ -13,7 +13,9 @@ use proptest::prelude::*;
 
 use crate::compile::destination_maps::DestinationMaps;
 use crate::compile::image::EnforcementImage;
-use crate::compile::{CompileEnv, HostResolver, compile, update_destinations};
+use crate::compile::{
+    CompileEnv, HostResolver, NameChanges, compile, update_destinations, update_destinations_by,
+};
 use crate::policy::host::{host_covers, is_host_pattern};
 use crate::policy::{PolicyParser, Transport};
 
@@ -53,6 +55,10 @@ impl HostResolver for World {
         out.sort();
         out.dedup();
         out
+    }
+
+    fn covered_in_scopes(&self, name: &str) -> Option<Vec<(IpAddr, u64)>> {
+        Some(self.lookup(name).into_iter().map(|ip| (ip, 0)).collect())
     }
 
     fn looked_up(&self, host: &str) -> bool {
@@ -267,6 +273,45 @@ proptest! {
             prop_assert_eq!(&maps.v6, &v6);
             // Every change is one the tries need: none writes what they hold already.
             prop_assert!(changes.v4.iter().all(|c| c.old != c.new));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Answers from guard's resolver only add addresses: a name marked grown gives its
+    /// patterns its addresses without their other names being looked at, and the image and
+    /// the tries are still what a full compile gives.
+    #[test]
+    fn names_that_only_gain_addresses_give_what_a_full_compile_gives(
+        rules in prop::collection::vec(rule(), 1..8),
+        answers in prop::collection::vec(answer(), 1..12),
+    ) {
+        let mut parser = PolicyParser::new();
+        parser.parse("t.rules", &rules.join("\n")).unwrap();
+        let policy = parser.build();
+        let mut world = World::default();
+        let mut image = full(&policy, &world);
+        let mut maps = DestinationMaps::build(&image);
+        for (name, addresses) in answers {
+            let name = NAMES[name];
+            let known = world.0.entry(name.to_string()).or_default();
+            for a in addresses {
+                let ip: IpAddr = ADDRESSES[a].parse().unwrap();
+                if !known.contains(&ip) {
+                    known.push(ip);
+                }
+            }
+            let grown = NameChanges { changed: Vec::new(), grown: vec![name.to_string()] };
+            let touched = update_destinations_by(&mut image, &grown, &world);
+            let changes = maps.update(&image, &touched);
+            let expected = full(&policy, &world);
+            prop_assert_eq!(&image.destinations, &expected.destinations);
+            prop_assert_eq!(image.unresolved_hosts(), expected.unresolved_hosts());
+            let (v4, v6) = reference_tries(&expected);
+            prop_assert_eq!(&maps.v4, &v4, "after {}: {:?}", name, changes);
+            prop_assert_eq!(&maps.v6, &v6);
         }
     }
 }

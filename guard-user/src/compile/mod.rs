@@ -124,6 +124,44 @@ pub fn compile(policy: &Policy, resolver: &dyn HostResolver, env: &CompileEnv) -
     }
 }
 
+/// Names whose addresses changed since the image was compiled, and how.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NameChanges {
+    /// Changed in any way (a refresh, an expiry, an eviction): every source that covers one is
+    /// compiled again.
+    pub changed: Vec<String>,
+    /// Only gained addresses (guard's resolver answered them: an answer adds, it never
+    /// removes): a pattern over one only gains its addresses, without a look at every other
+    /// name the pattern covers.
+    pub grown: Vec<String>,
+}
+
+impl NameChanges {
+    /// `names` changed in any way.
+    pub fn any(names: &[String]) -> NameChanges {
+        NameChanges {
+            changed: names.to_vec(),
+            grown: Vec::new(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.changed.is_empty() && self.grown.is_empty()
+    }
+
+    /// `names` changed in any way too (a name that also grew is compiled again all the same).
+    pub fn add_changed(&mut self, names: Vec<String>) {
+        if names.is_empty() {
+            return;
+        }
+        self.changed.extend(names);
+        self.changed.sort();
+        self.changed.dedup();
+        let changed = &self.changed;
+        self.grown.retain(|name| changed.binary_search(name).is_err());
+    }
+}
+
 /// Compiles again the destination entries of the sources `names` cover (their addresses
 /// changed: guard's resolver answered them, a refresh or an expiry), with what `resolver` knows
 /// now, and the stand-ins; the rest of the image, the approvals included, is kept. Returns the
@@ -133,9 +171,25 @@ pub fn update_destinations(
     names: &[String],
     resolver: &dyn HostResolver,
 ) -> Vec<DestinationKey> {
+    update_destinations_by(image, &NameChanges::any(names), resolver)
+}
+
+/// [`update_destinations`] for `changes`, where a grown name costs its own sources' work.
+pub fn update_destinations_by(
+    image: &mut EnforcementImage,
+    changes: &NameChanges,
+    resolver: &dyn HostResolver,
+) -> Vec<DestinationKey> {
     let mut touched = Vec::new();
-    for name in names {
+    for name in &changes.changed {
         touched.extend(image.destinations.update_name(name, resolver));
+    }
+    for name in changes
+        .grown
+        .iter()
+        .filter(|n| !changes.changed.contains(n))
+    {
+        touched.extend(image.destinations.grow_name(name, resolver));
     }
     touched.sort();
     touched.dedup();

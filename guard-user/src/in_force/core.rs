@@ -15,8 +15,8 @@ use anyhow::Result;
 
 use super::{InForce, Modes, names_guard_resolves};
 use crate::asks::{Approval, Approvals};
-use crate::compile::CompileEnv;
 use crate::compile::image::EnforcementImage;
+use crate::compile::{CompileEnv, NameChanges};
 use crate::kernel::loader::Enforcer;
 use crate::kernel::maps::SyncStats;
 use crate::policy::Policy;
@@ -235,7 +235,7 @@ impl Core {
             .map(|answer| (scope_of(enforcer, answer), answer))
             .collect();
         let mut changed_names = self.names.record_answers(&scoped, now);
-        changed_names.extend(changed);
+        changed_names.add_changed(changed);
         let applied = self.settle_names(changed_names, now, stacked);
         if applied.is_ok() {
             for done in confirmations {
@@ -263,14 +263,12 @@ impl Core {
     /// puts in force what is now known of `changed` and of what that changed.
     fn settle_names<'a>(
         &mut self,
-        mut changed: Vec<String>,
+        mut changes: NameChanges,
         now: Instant,
         stacked: impl Stacked<'a>,
     ) -> Result<()> {
-        changed.extend(self.names.ask_due(now));
-        changed.sort();
-        changed.dedup();
-        self.names_changed(&changed, stacked)
+        changes.add_changed(self.names.ask_due(now));
+        self.names_changed_by(&changes, stacked)
     }
 
     /// `scope` ended: what guard's resolver answered it goes from the maps, and its names are
@@ -287,12 +285,21 @@ impl Core {
         changed: &[String],
         stacked: impl Stacked<'a>,
     ) -> Result<()> {
-        if changed.is_empty() {
+        self.names_changed_by(&NameChanges::any(changed), stacked)
+    }
+
+    /// [`Core::names_changed`] for `changes`, which say which names only gained addresses.
+    pub fn names_changed_by<'a>(
+        &mut self,
+        changes: &NameChanges,
+        stacked: impl Stacked<'a>,
+    ) -> Result<()> {
+        if changes.is_empty() {
             return Ok(());
         }
-        self.in_force.update_names(changed, &self.names)?;
+        self.in_force.update_names(changes, &self.names)?;
         for (_, set) in stacked {
-            set.update_names(changed, &self.names)?;
+            set.update_names(changes, &self.names)?;
         }
         Ok(())
     }

@@ -9,7 +9,7 @@ use anyhow::{Result, anyhow};
 
 use crate::asks::Approvals;
 use crate::compile::image::EnforcementImage;
-use crate::compile::{CompileEnv, compile, update_destinations};
+use crate::compile::{CompileEnv, NameChanges, compile, update_destinations_by};
 use crate::kernel::loader::Enforcer;
 use crate::kernel::maps::SyncStats;
 use crate::policy::Policy;
@@ -118,11 +118,11 @@ impl InForce {
     /// those names changed) and writes only the map entries that change, new before old; the
     /// rest of the image, approvals included, is kept. On an error the image is ahead of the
     /// maps, and the next change writes every destination entry that differs.
-    pub fn update_names(&mut self, changed: &[String], names: &KnownNames) -> Result<()> {
+    pub fn update_names(&mut self, changed: &NameChanges, names: &KnownNames) -> Result<()> {
         if changed.is_empty() {
             return Ok(());
         }
-        let touched = update_destinations(&mut self.image, changed, &names.addresses());
+        let touched = update_destinations_by(&mut self.image, changed, &names.addresses());
         self.enforcer.update_destinations(&self.image, &touched)?;
         Ok(())
     }

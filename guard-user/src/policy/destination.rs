@@ -33,6 +33,14 @@ pub trait HostResolver {
         self.lookup(host).into_iter().map(|ip| (ip, 0)).collect()
     }
 
+    /// What name `name` gives the patterns that cover it: the addresses (with their scopes) a
+    /// pattern's [`HostResolver::lookup_in_scopes`] has for it, which is the union of these
+    /// over the names it covers. `None`: not known name by name (a pattern is then looked up
+    /// whole).
+    fn covered_in_scopes(&self, _name: &str) -> Option<Vec<(IpAddr, u64)>> {
+        None
+    }
+
     /// Whether `host` was looked up, so that no address means it has none (an unresolved
     /// name) rather than that nobody asked for it yet (guard's resolver puts a name in force
     /// when a program asks for it).

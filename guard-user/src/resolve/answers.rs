@@ -64,6 +64,11 @@ pub struct AnswerBook {
     /// [`AnswerBook::take_evicted`]: their entries must go from the maps too.
     evicted: Vec<String>,
     size: usize,
+    /// No later than the first time an address no refresh holds goes: lowered as answers come
+    /// and as refreshes let addresses go, made exact by [`AnswerBook::prune`] (an answer only
+    /// ever gets a later time, so the bound holds), so the owner's check after every answer
+    /// does not look at every address kept.
+    earliest: Option<Instant>,
     /// How many answers each scope holds.
     per_scope: HashMap<u64, usize>,
 }
@@ -119,6 +124,9 @@ impl AnswerBook {
             return false;
         }
         known.insert(answer, kept);
+        if !kept.refreshed {
+            self.lower_earliest(kept.until);
+        }
         let (ip, scope) = answer;
         self.by_address
             .entry(ip)
@@ -132,6 +140,11 @@ impl AnswerBook {
         self.size += 1;
         *self.per_scope.entry(scope).or_default() += 1;
         true
+    }
+
+    /// An address no refresh holds goes at `until`: the kept bound is no later.
+    fn lower_earliest(&mut self, until: Instant) {
+        self.earliest = Some(self.earliest.map_or(until, |first| first.min(until)));
     }
 
     /// Every stand-in address kept, with the name it stands for.
@@ -173,17 +186,20 @@ impl AnswerBook {
             }
         }
         self.names.retain(|_, addrs| !addrs.is_empty());
-        changed
-    }
-
-    /// When the next address goes, if any is kept that no refresh holds.
-    pub fn next_expiry(&self) -> Option<Instant> {
-        self.names
+        self.earliest = self
+            .names
             .values()
             .flat_map(|a| a.values())
             .filter(|kept| !kept.refreshed)
             .map(|kept| kept.until)
-            .min()
+            .min();
+        changed
+    }
+
+    /// When the next address goes, if any is kept that no refresh holds (or earlier: then
+    /// [`AnswerBook::prune`] finds nothing to drop and says when).
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.earliest
     }
 
     /// Marks `addrs` (of `name`, answered to `scope`) as held by a refresh from now on.
@@ -218,15 +234,23 @@ impl AnswerBook {
             .filter(|ip| family.holds(*ip))
             .collect();
         let mut held = false;
+        let mut let_go: Option<Instant> = None;
         for ((ip, to), kept) in known.iter_mut() {
             if *to == scope && family.holds(*ip) {
                 held = true;
                 kept.refreshed = addrs.contains(ip);
+                if !kept.refreshed {
+                    let_go = Some(let_go.map_or(kept.until, |first| first.min(kept.until)));
+                }
             }
         }
         if !held {
             return None;
         }
+        if let Some(until) = let_go {
+            self.lower_earliest(until);
+        }
+        let known = &self.names[name];
         // Added as answered now, so each goes at once when a refresh stops holding it.
         let new: Vec<IpAddr> = addrs
             .into_iter()
@@ -254,10 +278,15 @@ impl AnswerBook {
         let Some(known) = self.names.get_mut(name) else {
             return;
         };
+        let mut let_go: Option<Instant> = None;
         for ((ip, to), kept) in known.iter_mut() {
             if *to == scope && family.holds(*ip) {
                 kept.refreshed = false;
+                let_go = Some(let_go.map_or(kept.until, |first| first.min(kept.until)));
             }
+        }
+        if let Some(until) = let_go {
+            self.lower_earliest(until);
         }
     }
 
@@ -470,6 +499,11 @@ impl HostResolver for KnownAddresses<'_> {
             .collect()
     }
 
+    /// A pattern has what guard's resolver answered for the names it covers.
+    fn covered_in_scopes(&self, name: &str) -> Option<Vec<(IpAddr, u64)>> {
+        Some(self.answered.answers(name))
+    }
+
     fn looked_up(&self, host: &str) -> bool {
         !self.on_demand
             || self
@@ -538,6 +572,25 @@ mod tests {
         assert_eq!(book.addresses("api.test"), vec![ip("192.0.2.3")]);
         assert!(book.names_for(ip("192.0.2.1"), 0).is_empty());
         assert_eq!(book.names_for(ip("::ffff:192.0.2.3"), 0), vec!["api.test"]);
+    }
+
+    #[test]
+    fn the_next_expiry_is_never_late_and_pruning_makes_it_exact() {
+        let mut book = AnswerBook::new();
+        let t0 = Instant::now();
+        let (short, long) = (Duration::from_secs(1), Duration::from_secs(60));
+        assert_eq!(book.next_expiry(), None);
+        book.record("api.test", &[ip("192.0.2.1")], short, t0);
+        book.record("other.test", &[ip("192.0.2.2")], long, t0);
+        assert_eq!(book.next_expiry(), Some(t0 + short + GRACE));
+        // Answered again for longer: the bound stays early, and pruning there drops nothing
+        // and says when the first address really goes.
+        book.record("api.test", &[ip("192.0.2.1")], long, t0);
+        assert_eq!(book.next_expiry(), Some(t0 + short + GRACE));
+        assert!(book.prune(t0 + short + GRACE).is_empty());
+        assert_eq!(book.next_expiry(), Some(t0 + long + GRACE));
+        assert_eq!(book.prune(t0 + long + GRACE).len(), 2);
+        assert_eq!(book.next_expiry(), None);
     }
 
     #[test]

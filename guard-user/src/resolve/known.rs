@@ -13,6 +13,7 @@ use super::lookup::DnsCache;
 use super::refresh::{Family, RefreshCounts, RefreshSchedule, Verdict};
 use super::refresher::{Refreshed, Refresher};
 use super::{AnswerSource, Answered, NameDecision};
+use crate::compile::NameChanges;
 
 pub struct KnownNames {
     resolved: DnsCache,
@@ -96,27 +97,31 @@ impl KnownNames {
     /// Records `answers`, each for the scope that asked (0: every scope; `None`: unknown, so
     /// it is attributed to no scope and fails closed), enrolls the names a rule speaks of in
     /// the refreshes, and drops what is past its time. Returns the names whose addresses
-    /// changed.
+    /// changed: grown (an answer adds addresses, it never removes one), or changed otherwise
+    /// (they lost some to their time or the bound).
     pub fn record_answers(
         &mut self,
         answers: &[(Option<u64>, &Answered)],
         now: Instant,
-    ) -> Vec<String> {
-        let mut changed = Vec::new();
+    ) -> NameChanges {
+        let mut grown = Vec::new();
         for (scope, answer) in answers {
             let Some(scope) = *scope else { continue };
             if self
                 .answers
                 .record_in(scope, &answer.name, &answer.addrs, answer.ttl, now)
             {
-                changed.push(answer.name.clone());
+                grown.push(answer.name.clone());
             }
             self.enroll(scope, answer, now);
         }
-        changed.extend(self.settle(now));
+        let mut changed = self.settle(now);
         changed.sort();
         changed.dedup();
-        changed
+        grown.sort();
+        grown.dedup();
+        grown.retain(|name| changed.binary_search(name).is_err());
+        NameChanges { changed, grown }
     }
 
     /// Refreshes `answer`'s name for `scope` when its addresses are in the maps for a rule
@@ -360,7 +365,7 @@ mod tests {
         known.take_refreshed(refreshed("api.test", addresses(&["192.0.2.2"])), t1);
         assert_eq!(known.answers().addresses("api.test").len(), 2);
         let own_time = t0 + Duration::from_secs(60) + GRACE;
-        assert_eq!(known.record_answers(&[], own_time), ["api.test"]);
+        assert_eq!(known.record_answers(&[], own_time).changed, ["api.test"]);
         assert_eq!(known.answers().addresses("api.test"), [ip("192.0.2.2")]);
     }
 
@@ -387,7 +392,7 @@ mod tests {
         known.record_answers(&[(Some(0), &kept)], t0);
         assert_eq!(known.refreshed_names(), 0);
         let gone = t0 + Duration::from_secs(1) + GRACE;
-        assert_eq!(known.record_answers(&[], gone), ["api.test"]);
+        assert_eq!(known.record_answers(&[], gone).changed, ["api.test"]);
     }
 
     #[test]
@@ -402,6 +407,6 @@ mod tests {
             "held by its refresh"
         );
         known.keep_refreshing(|_| false);
-        assert_eq!(known.record_answers(&[], later), ["api.test"]);
+        assert_eq!(known.record_answers(&[], later).changed, ["api.test"]);
     }
 }

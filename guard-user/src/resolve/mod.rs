@@ -263,11 +263,26 @@ pub enum EventSink {
 impl EventSink {
     /// Whether the owner is there to take it.
     pub fn send(&self, event: ResolverEvent) -> bool {
+        self.send_waking(event, true)
+    }
+
+    /// [`EventSink::send`] of an event nothing waits for (an answer recorded for attribution
+    /// only): a `poll` loop's owner is not woken for it, and takes it with the next kernel
+    /// event (before that event, so a connect is still attributed by the answer) or at its next
+    /// turn. Waking it for every such answer put a second thread on the answer's way.
+    pub fn send_unwaited(&self, event: ResolverEvent) -> bool {
+        self.send_waking(event, false)
+    }
+
+    fn send_waking(&self, event: ResolverEvent, waking: bool) -> bool {
         match self {
             EventSink::Tokio(events) => events.send(event).is_ok(),
             EventSink::Poll { events, wake } => {
                 if events.send(event).is_err() {
                     return false;
+                }
+                if !waking {
+                    return true;
                 }
                 let one: u64 = 1;
                 // SAFETY: an 8-byte write to an eventfd held open by `wake`.

@@ -552,8 +552,12 @@ async fn hand_over(shared: &Shared, answered: Answered) -> bool {
     let must_wait = matches!(answered.decision, NameDecision::Ruled | NameDecision::Held)
         && !answered.addrs.is_empty();
     let (done, confirmed) = oneshot::channel();
-    let sent = shared.events.send(ResolverEvent::Answered(answered, done));
-    !must_wait || (sent && matches!(timeout(ANSWER_WAIT, confirmed).await, Ok(Ok(()))))
+    let event = ResolverEvent::Answered(answered, done);
+    if !must_wait {
+        shared.events.send_unwaited(event);
+        return true;
+    }
+    shared.events.send(event) && matches!(timeout(ANSWER_WAIT, confirmed).await, Ok(Ok(())))
 }
 
 /// The answer to a name held on the host ([`NameDecision::Held`]): an A query gets the name's

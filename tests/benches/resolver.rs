@@ -39,6 +39,10 @@
 //!    negative answer carries no SOA, from outside the scope: the first (forwarded) and the
 //!    median of the `LATENCY_QUERIES` after it (from guard's cache), and how many reached the
 //!    name server.
+//! 7. **The look through `/proc`** for the process that holds a socket, which a forwarded miss
+//!    or a refusal of a redirected query waited for before the redirect recorded the process
+//!    (it is still made, at most 50 times a second, for a query sent to the resolver's port
+//!    itself): the median of `PROC_LOOKS`, with how many processes there were.
 //!
 //! Run with `cargo xtask bench -- resolver` or `cargo bench -p guard-tests --bench resolver`.
 //! Needs root; otherwise it prints why and exits 0 (1 when `CI=true`). Results on stdout and in
@@ -209,6 +213,7 @@ fn main() {
     );
     let program = program_rounds(&dns, &mut session);
     drop(session);
+    let (proc_look, processes) = proc_look();
     let (one_book_hit, one_book_ruled_hit) = cache_hits(dns.addr(), &latency_rules, false);
     let (scoped_hit, scoped_ruled_hit) = cache_hits(dns.addr(), &latency_rules, true);
 
@@ -297,6 +302,12 @@ fn main() {
             program.by_name,
             "≤ x4",
         ),
+        (
+            "the same, a new name each round (A and AAAA forwarded) ÷ connect to the address",
+            program.connect,
+            program.by_new_name,
+            "",
+        ),
     ] {
         println!("| {label} | {outside:?} | {inside:?} | x{run_ratio:.2} | {goal} |");
     }
@@ -310,6 +321,10 @@ fn main() {
         nodata.1,
         ratio(nodata.1, nodata.0)
     );
+    println!(
+        "\n| the look through /proc/*/fd for a socket's holder ({processes} processes), median of {PROC_LOOKS} | {proc_look:?} |"
+    );
+    println!("| --- | --- |");
     println!("\n| queries per second ({QPS_CLIENTS} clients, {QPS_SECS} s) | answered/s | ratio |");
     println!("| --- | --- | --- |");
     println!("| the test name server (hickory-server) | {direct_qps:.0} | x1.00 |");
@@ -334,6 +349,8 @@ fn main() {
         "program_ruled_miss_ratio": program.ruled_miss.1,
         "program_hit_ratio": program.hit.1,
         "by_name_connect_ratio": program.by_name.1,
+        "by_new_name_connect_ratio": program.by_new_name.1,
+        "proc_look_ns": proc_look.as_nanos() as u64,
         "nodata_ns": {"first": nodata.0.as_nanos() as u64, "later": nodata.1.as_nanos() as u64},
         "nodata_later_ratio": ratio(nodata.1, nodata.0),
         "nodata_upstream_queries": nodata_upstream,
@@ -413,6 +430,8 @@ struct ProgramRounds {
     connect: Duration,
     /// In the scope: `getaddrinfo` of the name, then the connect; ÷ `connect`.
     by_name: (Duration, f64),
+    /// The same with a new name each round: A and AAAA forwarded, then the connect.
+    by_new_name: (Duration, f64),
 }
 
 /// Part 5's runs of each kind, and the rounds of each run.
@@ -435,6 +454,7 @@ fn program_rounds(dns: &TestDns, session: &mut Session) -> ProgramRounds {
             let n = run * PROGRAM_ROUNDS + i;
             let ruled = Ipv4Addr::new(127, 0, 8 + (n / 250) as u8, (n % 250) as u8 + 1);
             dns.set_a(&format!("q{run}x{i}.ruled.bench.test"), &[ruled], 300);
+            dns.set_a(&format!("g{run}x{i}.ruled.bench.test"), &[listening], 300);
         }
     }
     dns.set_a("gai.ruled.bench.test", &[listening], 300);
@@ -454,8 +474,8 @@ fn program_rounds(dns: &TestDns, session: &mut Session) -> ProgramRounds {
             .expect("running dns-probe");
         round_of(&String::from_utf8_lossy(&out.stdout), PROGRAM_ROUNDS)
     };
-    // [direct, miss, ruled miss, hit, connect, by name] of each run.
-    let mut runs: Vec<[Duration; 6]> = Vec::new();
+    // [direct, miss, ruled miss, hit, connect, by name, by a new name] of each run.
+    let mut runs: Vec<[Duration; 7]> = Vec::new();
     for run in 0..PROGRAM_RUNS {
         let direct = outside(&[&server, &format!("d{run}x{{}}.bench.test"), "udp", &n]);
         let mut inside = |args: &[&str]| probe_in_scope(session, args, PROGRAM_ROUNDS);
@@ -468,7 +488,18 @@ fn program_rounds(dns: &TestDns, session: &mut Session) -> ProgramRounds {
             &[ASKED, "gai.ruled.bench.test", "getaddrinfo", &n, &port],
             PROGRAM_ROUNDS,
         );
-        runs.push([direct, miss, ruled, hit, connect, by_name]);
+        let by_new_name = probe_in_scope(
+            session,
+            &[
+                ASKED,
+                &format!("g{run}x{{}}.ruled.bench.test"),
+                "getaddrinfo",
+                &n,
+                &port,
+            ],
+            PROGRAM_ROUNDS,
+        );
+        runs.push([direct, miss, ruled, hit, connect, by_name, by_new_name]);
     }
     let kind = |k: usize| median(runs.iter().map(|r| r[k]).collect());
     let over = |k: usize, base: usize| {
@@ -486,7 +517,42 @@ fn program_rounds(dns: &TestDns, session: &mut Session) -> ProgramRounds {
         hit: over(3, 0),
         connect: kind(4),
         by_name: over(5, 4),
+        by_new_name: over(6, 4),
     }
+}
+
+/// The looks part 7 times (within `peer::LOOKS_PER_SECOND`, so each is made).
+const PROC_LOOKS: usize = 11;
+
+/// Part 7: what a look through `/proc` for the holder of a socket costs here (what each
+/// forwarded miss or refusal of a query the kernel redirected waited for before the redirect
+/// recorded the process), and how many processes it looked through.
+fn proc_look() -> (Duration, usize) {
+    use guard::resolve::peer::{QuerySocket, process_of};
+    let resolver = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let program = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let query = QuerySocket {
+        program: program.local_addr().unwrap(),
+        resolver: resolver.local_addr().unwrap(),
+        tcp: false,
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let looks = (0..PROC_LOOKS)
+        .map(|_| {
+            let started = Instant::now();
+            let found = process_of(query);
+            assert_eq!(found.and_then(|p| p.pid), Some(std::process::id()));
+            started.elapsed()
+        })
+        .collect();
+    let processes = std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+                .count()
+        })
+        .unwrap_or(0);
+    (median(looks), processes)
 }
 
 /// `dns-probe ARGS` in `session`'s scope, the session polled meanwhile as `guard run` does:

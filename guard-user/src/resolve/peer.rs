@@ -177,9 +177,15 @@ pub fn look_for_holder(mut found: QueryProcess, inode: u64) -> QueryProcess {
 
 /// `found`'s comm and exe, read from `/proc/PID`.
 fn describe(found: &mut QueryProcess, pid: u32) {
-    found.comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|c| c.trim_end().to_string())
-        .unwrap_or_default();
+    use std::io::Read;
+    // One read of at most 16 bytes and a newline (TASK_COMM_LEN): no size asked first.
+    let mut comm = [0u8; 32];
+    let read = std::fs::File::open(format!("/proc/{pid}/comm"))
+        .and_then(|mut file| file.read(&mut comm))
+        .unwrap_or(0);
+    found.comm = String::from_utf8_lossy(&comm[..read])
+        .trim_end()
+        .to_string();
     found.exe = std::fs::read_link(format!("/proc/{pid}/exe"))
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default();

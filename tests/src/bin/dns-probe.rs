@@ -60,7 +60,7 @@ fn main() -> ExitCode {
                 }
             },
             "getaddrinfo" => {
-                match (name.as_str(), 0u16).to_socket_addrs() {
+                match (name.replace("{}", &round.to_string()).as_str(), 0u16).to_socket_addrs() {
                     Ok(found) => {
                         tally.answers += 1;
                         tally.rcode = "NoError".into();

@@ -36,6 +36,13 @@
 //! shares all but its last token with another rule. `check_spread/100000 ÷ check_spread/100` is
 //! what a program's own rules cost a check; the bench prints it (timed here, in the same run).
 //!
+//! `check_shared_prefixes/N` checks what real programs' rules look like: 100 rules per program of
+//! 2 to 6 tokens under ten subcommands, many sharing prefixes and differing in their tails, some
+//! with alternatives, one past the index's fan-out limit; 100 rules (one program) against 100 000
+//! (the same tree under 1 000 programs), so the ratio is what the other 99 900 rules cost a check
+//! ([`shared_prefixes`] says which commands and why). The bench prints the ratio of short rounds
+//! of both sizes, alternated.
+//!
 //! First, the peak RSS of `guard check --rules FILE -- CMD` (the bench-profile binary, run as a
 //! child; `getrusage(RUSAGE_CHILDREN)`) for the spread policy of 100 and of 100 000 rules.
 
@@ -47,6 +54,9 @@ use criterion::{
     BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
 };
 use guard::policy::{Decision, MatchOptions, Policy, PolicyParser};
+
+#[path = "policy/shared_prefixes.rs"]
+mod shared_prefixes;
 
 /// Policy sizes, in prefix rules.
 const SIZES: [usize; 3] = [100, 10_000, 100_000];
@@ -304,6 +314,109 @@ fn bench_spread(c: &mut Criterion) {
     );
 }
 
+/// Programs of the shared-prefix policies: one program's tree (100 rules), 1 000 (100 000).
+const SHARED_PROGRAMS: [usize; 2] = [1, PROGRAMS];
+
+/// One policy of [`bench_shared_prefixes`], with the commands its iterations check.
+struct SharedPrefixes {
+    size: usize,
+    programs: usize,
+    policy: Policy,
+    commands: Vec<Vec<String>>,
+    /// The next iteration's round (see [`shared_prefixes::name_programs`]).
+    round: usize,
+}
+
+impl SharedPrefixes {
+    fn new(programs: usize) -> Self {
+        let policy = parse(&shared_prefixes::source(programs));
+        let size = programs * shared_prefixes::RULES_PER_PROGRAM;
+        assert_eq!(policy.prefix_rules().len(), size);
+        let mut commands = shared_prefixes::commands();
+        // Every program's commands get the matches and decisions the tree gives them.
+        for round in 0..programs.div_ceil(shared_prefixes::COMMANDS.len()) {
+            shared_prefixes::name_programs(&mut commands, programs, round);
+            for (cmd, (_, matches, decision)) in commands.iter().zip(shared_prefixes::COMMANDS) {
+                let found = policy.check(cmd, None);
+                assert_eq!(found.matched_rules.len(), matches, "{cmd:?} at {size}");
+                assert_eq!(found.decision, decision, "{cmd:?} at {size}");
+            }
+        }
+        SharedPrefixes {
+            size,
+            programs,
+            policy,
+            commands,
+            round: 0,
+        }
+    }
+
+    /// One iteration: the next round's commands, checked in turn; the sum of their matches.
+    fn check_round(&mut self) -> usize {
+        shared_prefixes::name_programs(&mut self.commands, self.programs, self.round);
+        self.round += 1;
+        let policy = &self.policy;
+        self.commands
+            .iter()
+            .map(|cmd| policy.check(black_box(cmd), None).matched_rules.len())
+            .sum()
+    }
+}
+
+fn bench_shared_prefixes(c: &mut Criterion) {
+    let mut sets: Vec<SharedPrefixes> = SHARED_PROGRAMS
+        .iter()
+        .map(|&programs| SharedPrefixes::new(programs))
+        .collect();
+
+    let mut group = c.benchmark_group("check_shared_prefixes");
+    group.sample_size(50);
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(3));
+    group.throughput(Throughput::Elements(shared_prefixes::COMMANDS.len() as u64));
+    for set in &mut sets {
+        group.bench_function(BenchmarkId::from_parameter(set.size), |b| {
+            b.iter(|| set.check_round())
+        });
+    }
+    group.finish();
+
+    // The ratio, timed here: short rounds of both sizes alternated (a round is about a
+    // millisecond, so few are cut by another process on a shared machine), each size going on
+    // through its programs where its last round stopped; the best and the median round of each.
+    const ITERATIONS: usize = 100;
+    const ROUNDS: usize = 400;
+    let mut rounds = [Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS)];
+    for _ in 0..ROUNDS {
+        for (slot, set) in sets.iter_mut().enumerate() {
+            let start = Instant::now();
+            for _ in 0..ITERATIONS {
+                black_box(set.check_round());
+            }
+            rounds[slot].push(start.elapsed());
+        }
+    }
+    let checks = (ITERATIONS * shared_prefixes::COMMANDS.len()) as f64;
+    let [best, median] = [0, ROUNDS / 2].map(|rank| {
+        rounds.each_mut().map(|times| {
+            times.sort_unstable();
+            times[rank].as_nanos() as f64 / checks
+        })
+    });
+    println!(
+        "check_shared_prefixes: a check at {} rules {:.0} ns, at {} rules {:.0} ns: ratio x{:.2} \
+         (best rounds; medians {:.0} and {:.0} ns, x{:.2})",
+        sets[0].size,
+        best[0],
+        sets[1].size,
+        best[1],
+        best[1] / best[0],
+        median[0],
+        median[1],
+        median[1] / median[0],
+    );
+}
+
 /// Peak RSS of `guard check` over the spread policies, one child each, smallest first (the
 /// children's peak is a maximum over all of them, so it only grows).
 fn peak_rss() {
@@ -346,6 +459,7 @@ fn benches(c: &mut Criterion) {
     bench_checks(c, &policies);
     drop(policies);
     bench_spread(c);
+    bench_shared_prefixes(c);
 }
 
 criterion_group!(policy, benches);

@@ -158,7 +158,8 @@ impl NameChanges {
         self.changed.sort();
         self.changed.dedup();
         let changed = &self.changed;
-        self.grown.retain(|name| changed.binary_search(name).is_err());
+        self.grown
+            .retain(|name| changed.binary_search(name).is_err());
     }
 }
 

@@ -75,9 +75,9 @@ impl Policy {
         options: MatchOptions,
     ) -> Vec<RuleMatch> {
         let mut matches: Vec<RuleMatch> = self
-            .candidate_rules(cmd)
+            .matching_rules(cmd)
             .into_iter()
-            .filter_map(|rule| rule.matches(cmd))
+            .map(|rule| rule.match_of(cmd))
             .collect();
         if matches.is_empty() && options.resolve_host_executables {
             matches = self.matches_through_host_executable(cmd);
@@ -163,9 +163,9 @@ impl Policy {
         let renamed: Vec<String> = std::iter::once(name.to_string())
             .chain(cmd[1..].iter().cloned())
             .collect();
-        self.candidate_rules(&renamed)
+        self.matching_rules(&renamed)
             .into_iter()
-            .filter_map(|rule| rule.matches(&renamed))
+            .map(|rule| rule.match_of(&renamed))
             .map(|mut found| {
                 if let RuleMatch::PrefixRuleMatch {
                     resolved_program, ..
@@ -248,7 +248,7 @@ impl Policy {
         if program.starts_with('/') {
             let path = super::paths::normalize_lexically(std::path::Path::new(program));
             matches.extend(
-                self.candidate_rules(&[path.to_string_lossy()])
+                self.matching_rules(&[path.to_string_lossy()])
                     .into_iter()
                     .filter(|rule| rule.pattern.rest.is_empty()),
             );
@@ -280,7 +280,7 @@ impl Policy {
         let mut by_name: Vec<&Arc<PrefixRule>> = Vec::new();
         for (i, renamed) in readings.iter().enumerate() {
             let applet = multi_call && i == readings.len() - 1;
-            for rule in self.candidate_rules(renamed) {
+            for rule in self.matching_rules(renamed) {
                 // The file's own name reads every rule; the split reading argv rules only (a
                 // one-token rule for `ssh` is not one for `ssh-keygen`); the applet reading the
                 // rules that ask or forbid, as the kernel holds them (`[busybox, X, ...]`).
@@ -289,10 +289,7 @@ impl Policy {
                 } else {
                     i == 0 || !rule.pattern.rest.is_empty()
                 };
-                if counts
-                    && rule.matches(renamed).is_some()
-                    && !by_name.iter().any(|kept| Arc::ptr_eq(kept, rule))
-                {
+                if counts && !by_name.iter().any(|kept| Arc::ptr_eq(kept, rule)) {
                     by_name.push(rule);
                 }
             }

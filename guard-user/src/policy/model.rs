@@ -88,23 +88,35 @@ impl Policy {
         network_rules: Vec<NetworkRule>,
         host_executables: HashMap<String, Arc<[PathBuf]>>,
     ) -> Self {
-        let mut policy = Policy {
+        let prefix_rules: Vec<Arc<PrefixRule>> = prefix_rules
+            .into_iter()
+            .enumerate()
+            .map(|(position, rule)| {
+                let mut rule = rule.into();
+                // Unshared when it comes from the parser; a rule another policy holds is copied.
+                Arc::make_mut(&mut rule).id = RuleId(position as u32);
+                rule
+            })
+            .collect();
+        Policy {
+            prefix_index: PrefixIndex::build(&prefix_rules),
+            prefix_rules,
             network_rules,
             host_executables,
             ..Policy::default()
-        };
-        for rule in prefix_rules {
-            policy.push_prefix_rule(rule.into());
         }
-        policy
     }
 
+    /// Appends `rule` after the others (an amendment), indexed beside the built index until
+    /// enough were appended to build it again.
     fn push_prefix_rule(&mut self, mut rule: Arc<PrefixRule>) {
         let position = self.prefix_rules.len() as u32;
-        // Unshared when it comes from the parser; a rule another policy holds is copied.
         Arc::make_mut(&mut rule).id = RuleId(position);
-        self.prefix_index.insert(position, &rule);
+        self.prefix_index.append(rule.clone());
         self.prefix_rules.push(rule);
+        if self.prefix_index.needs_rebuild() {
+            self.prefix_index = PrefixIndex::build(&self.prefix_rules);
+        }
     }
 
     /// Every prefix rule, in load order.
@@ -113,14 +125,16 @@ impl Policy {
     }
 
     /// The rules the index reaches for `cmd`, in load order: every rule that matches `cmd` is
-    /// among them, and few others (a rule with many alternatives, or one that stops short);
-    /// confirm each with [`PrefixRule::matches`].
+    /// among them, and few others (a rule with many alternatives, or one appended since the
+    /// index was built). [`Policy::matching_rules`] keeps those that match.
     pub fn candidate_rules<S: AsRef<str>>(&self, cmd: &[S]) -> Vec<&Arc<PrefixRule>> {
-        self.prefix_index
-            .candidates(cmd)
-            .into_iter()
-            .map(|position| &self.prefix_rules[position as usize])
-            .collect()
+        self.prefix_index.candidates(cmd)
+    }
+
+    /// Every prefix rule that matches `cmd`, in load order, found through the index without
+    /// reading the rules it does not return.
+    pub fn matching_rules<S: AsRef<str>>(&self, cmd: &[S]) -> Vec<&Arc<PrefixRule>> {
+        self.prefix_index.matching(cmd)
     }
 
     /// Whether any prefix rule's first token is `program`.

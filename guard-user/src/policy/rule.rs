@@ -83,16 +83,20 @@ impl fmt::Debug for PrefixPattern {
 impl PrefixPattern {
     /// The matched argv prefix (the command's own tokens), if `cmd` starts with this pattern.
     pub fn matches_prefix(&self, cmd: &[String]) -> Option<Vec<String>> {
+        self.is_prefix_of(cmd)
+            .then(|| cmd[..self.rest.len() + 1].to_vec())
+    }
+
+    /// Whether `cmd` starts with this pattern.
+    pub fn is_prefix_of<S: AsRef<str>>(&self, cmd: &[S]) -> bool {
         let len = self.rest.len() + 1;
-        if cmd.len() < len || cmd[0] != *self.first {
-            return None;
-        }
-        let rest_matches = self
-            .rest
-            .iter()
-            .zip(&cmd[1..len])
-            .all(|(pattern, token)| pattern.matches(token));
-        rest_matches.then(|| cmd[..len].to_vec())
+        cmd.len() >= len
+            && cmd[0].as_ref() == &*self.first
+            && self
+                .rest
+                .iter()
+                .zip(&cmd[1..len])
+                .all(|(pattern, token)| pattern.matches(token.as_ref()))
     }
 }
 
@@ -127,16 +131,21 @@ impl PrefixRule {
     }
 
     pub fn matches(&self, cmd: &[String]) -> Option<RuleMatch> {
-        self.pattern
-            .matches_prefix(cmd)
-            .map(|matched_prefix| RuleMatch::PrefixRuleMatch {
-                matched_prefix,
-                decision: self.decision,
-                resolved_program: None,
-                justification: self.justification.clone(),
-                rule_id: self.id,
-                origin: self.origin.clone(),
-            })
+        self.pattern.is_prefix_of(cmd).then(|| self.match_of(cmd))
+    }
+
+    /// The match of `cmd`, which this rule's pattern is known to start (as
+    /// [`super::model::Policy::matching_rules`] returns it).
+    pub fn match_of(&self, cmd: &[String]) -> RuleMatch {
+        debug_assert!(self.pattern.is_prefix_of(cmd));
+        RuleMatch::PrefixRuleMatch {
+            matched_prefix: cmd[..self.pattern.rest.len() + 1].to_vec(),
+            decision: self.decision,
+            resolved_program: None,
+            justification: self.justification.clone(),
+            rule_id: self.id,
+            origin: self.origin.clone(),
+        }
     }
 }
 

@@ -120,8 +120,8 @@ pub fn daemon(args: &DaemonArgs) -> ExitCode {
     after_help = "Break glass: with the daemon stopped (`systemctl stop guard`), \
 `guard release` detaches guard's programs from the kernel, so nothing is enforced until a daemon \
 starts again. By hand, the same is `rm -r /sys/fs/bpf/guard` (the pins are the only thing that \
-keeps the programs attached). It also removes the program sets stand-alone runs keep loaded \
-(/sys/fs/bpf/guard-cache) that no run uses."
+keeps the programs attached). Without --pin-dir it also removes the program sets stand-alone runs \
+keep loaded (/sys/fs/bpf/guard-cache) that no run uses."
 )]
 pub struct ReleaseArgs {
     /// The config file whose `pin_dir` to release. Default: /etc/guard/guard.toml if it exists.
@@ -176,14 +176,17 @@ pub fn release(args: &ReleaseArgs) -> ExitCode {
     for abandoned in crate::kernel::scope::remove_abandoned_scopes() {
         println!("{abandoned}");
     }
-    // The program sets stand-alone runs kept loaded (only the ones no run uses).
-    match crate::kernel::program_cache::release_unused(&Default::default()) {
-        Ok(0) => {}
-        Ok(n) => println!(
-            "released {n} kept program set(s) under {}",
-            crate::kernel::program_cache::CACHE_ROOT
-        ),
-        Err(err) => eprintln!("guard: note: the kept program sets: {err:#}"),
+    // The program sets stand-alone runs kept loaded (only the ones no run uses), unless one
+    // daemon's pin folder was named: they are no daemon's, and the next run would load again.
+    if args.pin_dir.is_none() {
+        match crate::kernel::program_cache::release_unused(&Default::default()) {
+            Ok(0) => {}
+            Ok(n) => println!(
+                "released {n} kept program set(s) under {}",
+                crate::kernel::program_cache::CACHE_ROOT
+            ),
+            Err(err) => eprintln!("guard: note: the kept program sets: {err:#}"),
+        }
     }
     match crate::kernel::pins::release(&dir) {
         Ok(n) => {

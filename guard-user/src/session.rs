@@ -17,6 +17,7 @@ use crate::confine::sandbox::SandboxPlan;
 use crate::confine::{CommandConfinement, WritePlan};
 use crate::in_force::{Core, Modes, unstacked};
 use crate::kernel::events::{EventReader, KernelEvent};
+use crate::kernel::layers::{FileGaps, FrontEndLayers, Layer, LayerState, LayerStatus};
 use crate::kernel::scope::{
     AbandonedScope, ScopeCgroup, join_from_pre_exec, remove_abandoned_scopes,
 };
@@ -85,6 +86,8 @@ pub struct Session {
     /// The sandbox mode the command runs under, and where it was chosen, once
     /// [`Session::report_sandbox`] asked for its refusals.
     sandbox: Option<(SandboxPlan, String)>,
+    /// How guard's resolver stands in the scope's DNS path, as the start left it.
+    dns_layer: LayerStatus,
     /// The command's pidfd ([`Session::wake_on_exit_of`]).
     command_exit: Option<crate::kernel::peer::PeerProcess>,
     /// Released once the scope's processes are gone and the Enforcer dropped.
@@ -158,6 +161,11 @@ impl Session {
         env.path_dirs
             .splice(0..0, options.extra_path_dirs.iter().cloned());
         let mut dns_notes = Vec::new();
+        let mut dns_layer = LayerStatus::new(
+            Layer::Dns,
+            LayerState::Off,
+            "--no-resolver: the scope's DNS goes where it is sent, decided by address",
+        );
         let upstream = match options.resolver {
             Some(refusal) => match crate::resolve::upstream::choose(options.nameserver) {
                 Ok(upstream) => Some(ResolverConfig {
@@ -168,7 +176,16 @@ impl Session {
                 }),
                 // No upstream to ask: the scope's DNS is decided by address, as without one.
                 Err(err) => {
-                    dns_notes.push(DnsNote::NoResolver(format!("{err:#}")));
+                    let why = format!("{err:#}");
+                    dns_layer = LayerStatus::new(
+                        Layer::Dns,
+                        LayerState::Missing,
+                        format!(
+                            "guard's resolver could not be put in the path ({why}): names are \
+                             decided by address"
+                        ),
+                    );
+                    dns_notes.push(DnsNote::NoResolver(why));
                     None
                 }
             },
@@ -210,6 +227,14 @@ impl Session {
                 config.origins = enforcer.dns_origins().ok().map(std::sync::Arc::new);
                 let thread = ResolverThread::start(config, names.clone())?;
                 enforcer.redirect_dns(thread.port())?;
+                dns_layer = LayerStatus::new(
+                    Layer::Dns,
+                    LayerState::Up,
+                    format!(
+                        "guard's resolver on port {}, the scope's DNS redirected to it",
+                        thread.port()
+                    ),
+                );
                 Some(thread)
             }
             None => None,
@@ -244,6 +269,7 @@ impl Session {
             dns_notes,
             abandoned,
             sandbox: None,
+            dns_layer,
             command_exit: None,
             _pins: pins,
             kept,
@@ -277,6 +303,35 @@ impl Session {
     /// The rules of this session's policy the running backend does not enforce.
     pub fn not_enforced(&self) -> Vec<crate::kernel::coverage::NotEnforced> {
         crate::kernel::coverage::not_enforced(self.image(), self.backend())
+    }
+
+    /// Every layer of this run as it stands now ([`crate::kernel::layers`]), with `hold` as
+    /// the run's front end reports it. A stand-alone run keeps no audit log and sends nothing
+    /// on; its write denials are held by read-only binds and Landlock on the cgroup backend.
+    pub fn layers(&self, hold: LayerStatus) -> Vec<LayerStatus> {
+        let file_gaps = FileGaps::of(&self.not_enforced());
+        let kernel = self.core.enforcer().kernel_layers(
+            file_gaps,
+            Some("guard run holds the write denials that name existing paths with read-only binds and Landlock"),
+        );
+        crate::kernel::layers::all_layers(
+            kernel,
+            FrontEndLayers {
+                dns: self.dns_layer.clone(),
+                hold,
+                audit: LayerStatus::new(
+                    Layer::Audit,
+                    LayerState::Off,
+                    "a stand-alone run keeps no audit log (--json-events streams its decisions; \
+                     under the daemon every decision is recorded)",
+                ),
+                export: LayerStatus::new(
+                    Layer::Export,
+                    LayerState::Off,
+                    "a stand-alone run sends no records on (the daemon's [audit] syslog does)",
+                ),
+            },
+        )
     }
 
     /// Makes [`Session::poll_events`] return as soon as process `pid` (the command) exits: its

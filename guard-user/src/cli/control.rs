@@ -21,6 +21,7 @@ use crate::daemon::wire::protocol::{ApprovalMode, Request};
 use crate::daemon::wire::responses::{
     AmendmentApplied, ApproveResponse, DenyResponse, ReloadResponse, StatusResponse, to_json,
 };
+use crate::kernel::layers::LayerState;
 
 #[derive(Args, Debug, Clone)]
 pub struct SocketArgs {
@@ -400,6 +401,34 @@ pub fn reload(args: &ReloadArgs) -> ExitCode {
     }
 }
 
+/// `guard status --check`: one line a layer that is missing or degraded, and exit 1 if any.
+fn check_layers(status: &StatusResponse) -> ExitCode {
+    if status.layers.is_empty() {
+        eprintln!(
+            "guard: the daemon (pid {}, {}) reports no layers: it is older than this guard; \
+             restart it to check its layers",
+            status.pid, status.version
+        );
+        return ExitCode::from(1);
+    }
+    let failing: Vec<_> = status.layers.iter().filter(|l| l.is_failing()).collect();
+    for layer in &failing {
+        eprintln!("guard: layer {layer}");
+    }
+    if failing.is_empty() {
+        let up: Vec<&str> = status
+            .layers
+            .iter()
+            .filter(|l| l.state == LayerState::Up)
+            .map(|l| l.layer.as_str())
+            .collect();
+        println!("guard: every layer holds ({} up)", up.join(", "));
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct StatusArgs {
     #[command(flatten)]
@@ -407,6 +436,11 @@ pub struct StatusArgs {
     /// The whole status as one JSON object.
     #[arg(long)]
     json: bool,
+    /// Exit 1, naming each, when a layer of enforcement (exec, network, unix, devices, dns,
+    /// hold, files, audit, export) is missing or degraded; 0 when every layer is up or off.
+    /// For monitors and start-up scripts that must not go on unprotected.
+    #[arg(long)]
+    check: bool,
 }
 
 pub fn status(args: &StatusArgs) -> ExitCode {
@@ -414,6 +448,9 @@ pub fn status(args: &StatusArgs) -> ExitCode {
         Ok(status) => status,
         Err(code) => return code,
     };
+    if args.check {
+        return check_layers(&status);
+    }
     if args.json {
         print_json(&to_json(&status));
         return ExitCode::SUCCESS;
@@ -512,6 +549,22 @@ pub fn status(args: &StatusArgs) -> ExitCode {
             ""
         }
     );
+    println!("{bold}layers{bold:#}");
+    for layer in &status.layers {
+        let style = match layer.state {
+            LayerState::Up => Style::new().fg_color(Some(AnsiColor::Green.into())),
+            LayerState::Off => Style::new().dimmed(),
+            LayerState::Degraded | LayerState::Missing => {
+                Style::new().fg_color(Some(AnsiColor::Yellow.into())).bold()
+            }
+        };
+        println!(
+            "  {:<8} {style}{:<8}{style:#} {}",
+            layer.layer.as_str(),
+            layer.state.as_str(),
+            layer.detail
+        );
+    }
     let audit = &status.audit;
     println!(
         "{bold}audit log{bold:#} {} · {} written · lost: {} (writer behind), {} (write errors), \

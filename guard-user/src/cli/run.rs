@@ -17,6 +17,7 @@ use crate::hold::splice::SpliceListener;
 use crate::hold::{Hold, Twins};
 use crate::kernel::Backend;
 use crate::kernel::events::Action;
+use crate::kernel::layers::{Layer, LayerState, LayerStatus};
 use crate::policy::approval::ApprovalPolicy;
 use crate::policy::sandbox::SandboxMode;
 use crate::resolve::{Refusal, ResolverNote};
@@ -137,6 +138,12 @@ pub struct RunArgs {
     /// fresh load costs the kernel's verifier about a second; a kept set, milliseconds.
     #[arg(long)]
     pub fresh_programs: bool,
+    /// Refuse to start the command unless these layers of enforcement hold, naming each one
+    /// that does not and why, instead of running with less protection: exec, network, unix,
+    /// devices, dns, hold, files, audit, export (comma-separated or repeated). Under the daemon,
+    /// the daemon's layers, as `guard status` lists them.
+    #[arg(long, value_name = "LAYER,...", value_delimiter = ',')]
+    pub require: Vec<Layer>,
     /// Pass N descriptors beyond stdin, stdout and stderr to the command (3..3+N); every other
     /// inherited descriptor is closed at its exec.
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -366,6 +373,11 @@ pub fn run(args: &RunArgs) -> ExitCode {
     if let (Some(held), Some(splices)) = (held.as_mut(), splices) {
         held.take_splices(splices);
     }
+    // Before the command starts: a layer it requires that does not hold is a refusal to run.
+    let hold_layer = hold_layer(args, asks.is_some(), approval, held.is_some(), &session);
+    if let Err(code) = refuse_unmet(&session.layers(hold_layer), &args.require) {
+        return code;
+    }
     let child_end = held
         .as_ref()
         .and_then(HeldCalls::hold)
@@ -509,6 +521,65 @@ pub fn run(args: &RunArgs) -> ExitCode {
 /// destination, and the run is on a terminal (its stdin or stderr is one) to ask on. Execs wait
 /// in the syscall (a seccomp filter, [`Hold`]); connects and sends wait in the kernel when it
 /// holds them ([`crate::kernel::Enforcer::hold_network`]), else in the syscall too.
+/// How the hold of prompted calls stands for this run.
+fn hold_layer(
+    args: &RunArgs,
+    asking: bool,
+    approval: ApprovalPolicy,
+    holding: bool,
+    session: &Session,
+) -> LayerStatus {
+    let off = |why: &str| LayerStatus::new(Layer::Hold, LayerState::Off, why);
+    let policy = session.policy();
+    if args.audit_only {
+        off("--audit-only: nothing is refused, so nothing is held")
+    } else if args.no_hold {
+        off("--no-hold (or GUARD_NO_HOLD): a prompt is refused at once; answer its ask, then retry")
+    } else if approval == ApprovalPolicy::Never {
+        off("--approval never: a prompt is refused at once, with no ask")
+    } else if !crate::hold::policy_prompts_execs(policy)
+        && !crate::hold::policy_prompts_destinations(policy)
+    {
+        off("the policy prompts for nothing")
+    } else if !asking {
+        LayerStatus::new(
+            Layer::Hold,
+            LayerState::Missing,
+            "no ask socket could be made: a prompt is refused",
+        )
+    } else if holding {
+        LayerStatus::new(
+            Layer::Hold,
+            LayerState::Up,
+            "a prompted exec or connect waits for its answer (on the terminal, or `guard approve`)",
+        )
+    } else {
+        off(
+            "no terminal to ask on: a prompted exec or connect is refused at once (answer its \
+             ask, then retry)",
+        )
+    }
+}
+
+/// Says why, and fails with 125, when a layer in `required` does not hold in `layers`.
+pub(super) fn refuse_unmet(layers: &[LayerStatus], required: &[Layer]) -> Result<(), ExitCode> {
+    let unmet = crate::kernel::layers::unmet(layers, required);
+    if unmet.is_empty() {
+        return Ok(());
+    }
+    for status in &unmet {
+        eprintln!("guard: refusing to run: the required layer {status}");
+    }
+    let names: Vec<&str> = unmet.iter().map(|s| s.layer.as_str()).collect();
+    eprintln!(
+        "guard: the command was not started. Drop {} from --require to run without {}, or fix \
+         what is said above (`guard doctor` says what this kernel allows).",
+        names.join(", "),
+        if unmet.len() == 1 { "it" } else { "them" }
+    );
+    Err(ExitCode::from(125))
+}
+
 fn start_hold(
     session: &Session,
     asking: bool,

@@ -22,7 +22,7 @@ use crate::confine::{CommandConfinement, WritePlan};
 use crate::daemon::client::{Client, ClientError};
 use crate::daemon::wire::protocol::{FLUSH_LINE, OverlayFile, Request};
 use crate::daemon::wire::responses::{
-    Blocked, HoldOffer, HoldResponse, RunEvent, RunResponse, StreamLine,
+    Blocked, HoldOffer, HoldResponse, RunEvent, RunResponse, StatusResponse, StreamLine,
 };
 use crate::hold::{ChildEnd, HeldSyscalls, filter};
 
@@ -53,6 +53,17 @@ pub fn run(socket: &Path, args: &super::run::RunArgs) -> ExitCode {
             return ExitCode::from(125);
         }
     };
+    // The daemon's layers, before anything runs: one this run requires that does not hold
+    // there is a refusal to run.
+    if !args.require.is_empty() {
+        let status = match super::control::call::<StatusResponse>(socket, Request::Status) {
+            Ok(status) => status,
+            Err(code) => return code,
+        };
+        if let Err(code) = super::run::refuse_unmet(&status.layers, &args.require) {
+            return code;
+        }
+    }
     let mut client = match Client::connect(socket) {
         Ok(client) => client,
         Err(err) => {

@@ -30,6 +30,7 @@ use crate::audit::writer::{AuditWriter, WriterConfig};
 use crate::authz::{Attributes, AuthzPolicy, Request as AuthzRequest, Subject};
 use crate::compile::image::EnforcementImage;
 use crate::kernel::events::{Action, KernelEvent};
+use crate::kernel::layers::{Layer, LayerState, LayerStatus};
 
 /// Who may read which records: the authorization policy's `audit` action on entity `audit`,
 /// with the record's `owner` and `type` as `resource.owner` and `resource.type`. Decisions are
@@ -169,6 +170,8 @@ pub struct AuditTrail {
     scope_lost_reported: HashMap<u64, u64>,
     /// Records sent to followers that had no room for them.
     pub follower_missed: u64,
+    /// Why the writer could not start, if it could not.
+    open_error: Option<String>,
 }
 
 impl AuditTrail {
@@ -205,6 +208,7 @@ impl AuditTrail {
             reported: LossCounts::default(),
             scope_lost_reported: HashMap::new(),
             follower_missed: 0,
+            open_error: error.clone(),
         };
         (trail, error)
     }
@@ -428,6 +432,66 @@ impl AuditTrail {
                 lost: s.stats().lost.load(Ordering::Relaxed),
             }),
         }
+    }
+
+    /// How the audit log stands: written, written with errors or losses, or not at all.
+    pub fn layer(&self) -> LayerStatus {
+        let status = self.status();
+        if self.writer.is_none() {
+            let why = self.open_error.as_deref().unwrap_or("its writer stopped");
+            return LayerStatus::new(
+                Layer::Audit,
+                LayerState::Missing,
+                format!("the audit log {} is not written: {why}", status.path),
+            );
+        }
+        if status.write_errors > 0 || status.writer_lost > 0 {
+            return LayerStatus::new(
+                Layer::Audit,
+                LayerState::Degraded,
+                format!(
+                    "{}: {} write errors, {} records lost{}",
+                    status.path,
+                    status.write_errors,
+                    status.writer_lost,
+                    status
+                        .last_error
+                        .map(|err| format!(" (last: {err})"))
+                        .unwrap_or_default()
+                ),
+            );
+        }
+        LayerStatus::new(
+            Layer::Audit,
+            LayerState::Up,
+            format!("every decision written to {}", status.path),
+        )
+    }
+
+    /// How sending the records on stands (syslog; the only export today).
+    pub fn export_layer(&self) -> LayerStatus {
+        let Some(syslog) = self.status().syslog else {
+            return LayerStatus::new(
+                Layer::Export,
+                LayerState::Off,
+                "no [audit] syslog target: records stay in the audit log",
+            );
+        };
+        if syslog.lost > 0 || (syslog.failed > 0 && syslog.sent == 0) {
+            return LayerStatus::new(
+                Layer::Export,
+                LayerState::Degraded,
+                format!(
+                    "syslog to {}: {} sent, {} failed, {} lost",
+                    syslog.target, syslog.sent, syslog.failed, syslog.lost
+                ),
+            );
+        }
+        LayerStatus::new(
+            Layer::Export,
+            LayerState::Up,
+            format!("syslog to {}: {} sent", syslog.target, syslog.sent),
+        )
     }
 
     /// Followers whose clients went away.

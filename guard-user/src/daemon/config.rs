@@ -56,6 +56,8 @@ pub struct Config {
     pub sandbox: SandboxSection,
     /// Prometheus metrics over HTTP (`[metrics]`); off unless `listen` is set.
     pub metrics: MetricsSection,
+    /// The layers the daemon must hold to start (`[require]`).
+    pub require: RequireSection,
     /// Extra attributes for the authorization policy, per user name:
     /// `[users.alice] email = "alice@example.com"` and `attrs = { team = ["infra"] }`.
     pub users: BTreeMap<String, UserConfig>,
@@ -244,6 +246,15 @@ pub struct MetricsSection {
     pub listen: Option<SocketAddr>,
 }
 
+/// `[require]`: layers of enforcement the daemon refuses to start without
+/// ([`crate::kernel::layers`]), so a host that must not run unprotected fails loudly.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RequireSection {
+    /// exec, network, unix, devices, dns, hold, files, audit, export.
+    pub layers: Vec<crate::kernel::layers::Layer>,
+}
+
 /// `[sandbox]`: the sandbox mode each `guard run` under the daemon holds for its command
 /// (`guard run --sandbox`'s modes); empty: the rules' `sandbox(...)`, else none.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -304,6 +315,7 @@ impl Default for Config {
             asks: AskConfig::default(),
             sandbox: SandboxSection::default(),
             metrics: MetricsSection::default(),
+            require: RequireSection::default(),
             users: BTreeMap::new(),
             file: None,
         }

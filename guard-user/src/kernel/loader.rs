@@ -802,6 +802,29 @@ impl Enforcer {
         out
     }
 
+    /// Every program with a link this Enforcer holds, owned or pinned, and whether the link is
+    /// live: a cgroup link someone detached is not (until [`Enforcer::repair_links`] puts it
+    /// back), nor one whose state cannot be read (fails closed for the report).
+    pub fn attached_programs(&self) -> Vec<(&'static str, bool)> {
+        let live = |link: &std::os::fd::OwnedFd| {
+            super::raw_link::cgroup_link_state(link)
+                .map(|state| state.is_none_or(|s| s.cgroup_id != 0))
+                .unwrap_or(false)
+        };
+        let owned = self.links.iter().map(|link| match link {
+            HeldLink::Raw(name, _, fd) => (*name, live(fd)),
+            other => (other.program(), true),
+        });
+        // A link whose cgroup was removed went with it: nothing is left there to hold.
+        let pinned = self
+            .pins
+            .iter()
+            .flat_map(|pins| &pins.pinned)
+            .filter(|entry| entry.cgroup.as_ref().is_none_or(|cgroup| cgroup.exists()))
+            .map(|entry| (entry.program, live(&entry.link)));
+        owned.chain(pinned).collect()
+    }
+
     /// Whether this kernel has the unix socket hooks (6.7+): without them no connect or send
     /// to a unix socket is decided.
     pub fn decides_unix_sockets(&self) -> bool {

@@ -5,6 +5,7 @@ pub mod coverage;
 pub mod dns_origins;
 pub mod events;
 pub mod held;
+pub mod layers;
 pub mod loader;
 mod map_reset;
 pub mod maps;

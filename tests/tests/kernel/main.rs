@@ -33,6 +33,7 @@ mod kernel_patterns;
 mod kernel_pins;
 mod kernel_unix;
 mod landlock;
+mod layers;
 mod loading;
 mod parity;
 mod resolver;

@@ -11,6 +11,7 @@ use prometheus_client::registry::Registry;
 
 use super::MetricsSnapshot;
 use super::tally::ASK_ENDINGS;
+use crate::kernel::layers::LayerState;
 
 /// The `Content-Type` of [`encode`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -278,6 +279,22 @@ impl Collector for Reading {
             s.tally.control_refused,
             &mut e,
         )?;
+        let layers: Vec<_> = status
+            .layers
+            .iter()
+            .map(|layer| {
+                let up = i64::from(layer.state == LayerState::Up);
+                (vec![("layer", layer.layer.as_str())], ConstGauge::new(up))
+            })
+            .collect();
+        family(
+            &mut e,
+            "guard_layer_up",
+            "1 when a layer of enforcement holds (exec, network, unix, devices, dns, hold, \
+             files, audit, export), 0 when it is off, missing or degraded (guard status says \
+             which and why).",
+            &layers,
+        )?;
         counter(
             "guard_links_repaired",
             "Pinned links of guard's found detached (or unpinned) and attached again.",
@@ -418,6 +435,7 @@ pub(crate) mod tests {
     use crate::daemon::metrics::tally::Tally;
     use crate::daemon::wire::responses::ScopeKind;
     use crate::daemon::wire::responses::{AuditStatus, ScopeStatus, StatusResponse};
+    use crate::kernel::layers::{Layer, LayerStatus};
     use crate::kernel::loader::ProgramRunStats;
     use crate::resolve::stats::{Outcome, ResolverStats};
     use guard_common::maps::counter;
@@ -470,6 +488,10 @@ pub(crate) mod tests {
                 last_reload_error: None,
                 links_repaired: 0,
                 last_link_repair: None,
+                layers: vec![
+                    LayerStatus::new(Layer::Exec, LayerState::Up, "the exec tracepoint"),
+                    LayerStatus::new(Layer::Export, LayerState::Off, "no syslog"),
+                ],
             },
             tally,
             resolver: Some(stats.snapshot()),
@@ -498,6 +520,9 @@ pub(crate) mod tests {
             "guard_events_lost_total 107",
             "guard_decisions_total{kind=\"exec\",action=\"forbidden\",scope=\"run\"} 3",
             "guard_refusals_total{kind=\"exec\",scope=\"run\"} 3",
+            "# TYPE guard_layer_up gauge",
+            "guard_layer_up{layer=\"exec\"} 1",
+            "guard_layer_up{layer=\"export\"} 0",
             "guard_asks_pending 1",
             "guard_asks_raised_total 2",
             "guard_asks_answered_total{answer=\"once\"} 1",

@@ -44,6 +44,7 @@ use crate::resolve::{NamePolicy, Resolver, ResolverConfig, ResolverEvent, Resolv
 
 mod answers;
 mod held;
+mod layers;
 mod metrics;
 mod overlays;
 mod patterns;
@@ -437,6 +438,13 @@ impl Daemon {
         daemon.enforce_scopes()?;
         daemon.generation = pins::next_generation(&daemon.config.pin_dir);
         daemon.core.enforcer_mut().pin_links(&daemon.generation)?;
+        // With every scope attached and pinned: a layer `[require]` names that does not hold
+        // ends the start, before an earlier daemon's pins go (they go on enforcing), and this
+        // one's go with it.
+        if let Err(err) = daemon.check_required_layers() {
+            let _ = pins::release(&daemon.generation);
+            return Err(err);
+        }
         // Only now, with this daemon's programs attached and holding the policy, let the
         // earlier daemon's go.
         for old in earlier {

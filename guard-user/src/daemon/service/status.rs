@@ -88,6 +88,7 @@ impl Daemon {
             last_reload_error: self.last_reload_error.clone(),
             links_repaired: self.tally.links_repaired,
             last_link_repair: self.last_link_repair.clone(),
+            layers: self.layers(),
         }
     }
 }

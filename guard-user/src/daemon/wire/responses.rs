@@ -47,6 +47,10 @@ pub struct StatusResponse {
     /// The last of them, as a sentence.
     #[serde(default)]
     pub last_link_repair: Option<String>,
+    /// Each layer of enforcement and how it stands now (`guard status --check` fails on a
+    /// missing or degraded one).
+    #[serde(default)]
+    pub layers: Vec<crate::kernel::layers::LayerStatus>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -462,6 +466,7 @@ mod tests {
             last_reload_error: None,
             links_repaired: 0,
             last_link_repair: None,
+            layers: Vec::new(),
         });
         let order: Vec<&String> = status["counters"].as_object().unwrap().keys().collect();
         assert_eq!(

@@ -58,6 +58,9 @@ pub enum RecordType {
     /// could name it), and was attached and pinned again (`details`: `program`, `pin`,
     /// `cgroup`, `detached`, and `failed` when it could not be).
     LinkRepaired,
+    /// A layer of enforcement changed state while the daemon ran (`details`: `layer`,
+    /// `state`, `was`, `detail`): a link detached, a writer that stopped, and back.
+    Layer,
     /// A scope's records past its share of a window (`[audit] scope_records`), folded into one
     /// counted record per kind: `cgroup`, `cgroup_id`, `folded` (how many), `folded_type`,
     /// `decision`, `event`, `rule`, `first_time`, `last_time`.
@@ -72,7 +75,7 @@ pub enum RecordType {
 
 impl RecordType {
     /// Every type this version writes.
-    pub const ALL: [RecordType; 20] = [
+    pub const ALL: [RecordType; 21] = [
         RecordType::Decision,
         RecordType::Ask,
         RecordType::AskExpired,
@@ -91,6 +94,7 @@ impl RecordType {
         RecordType::DnsAnswered,
         RecordType::HeldEnded,
         RecordType::LinkRepaired,
+        RecordType::Layer,
         RecordType::Folded,
         RecordType::RotatedOut,
     ];
@@ -115,6 +119,7 @@ impl RecordType {
             RecordType::DnsAnswered => "dns_answered",
             RecordType::HeldEnded => "held_ended",
             RecordType::LinkRepaired => "link_repaired",
+            RecordType::Layer => "layer",
             RecordType::Folded => "folded",
             RecordType::RotatedOut => "rotated_out",
             RecordType::Unknown => "unknown",

@@ -3,8 +3,10 @@
 //! holds the start to.
 
 use anyhow::{Result, bail};
+use serde_json::json;
 
 use super::Daemon;
+use crate::audit::record::RecordType;
 use crate::kernel::layers::{
     FileGaps, FrontEndLayers, Layer, LayerState, LayerStatus, all_layers, unmet,
 };
@@ -49,6 +51,45 @@ impl Daemon {
                 .map(|f| format!(" in {}", f.display()))
                 .unwrap_or_default()
         )
+    }
+
+    /// Records each layer whose state changed since the last look (the first look, at the
+    /// start, only remembers): a `layer` audit record, sent on with the others, and a line in
+    /// the daemon's log. Called on the loop's tick, after detached links were put back.
+    pub(super) fn record_layer_changes(&mut self) {
+        let now = self.layers();
+        let first = self.layer_states.is_empty();
+        for status in &now {
+            let was = self
+                .layer_states
+                .iter()
+                .find(|(layer, _)| *layer == status.layer)
+                .map(|(_, state)| *state);
+            if first || was == Some(status.state) {
+                continue;
+            }
+            let line = format!(
+                "layer {} (was {})",
+                status,
+                was.map_or("unreported", LayerState::as_str)
+            );
+            if status.state == LayerState::Up {
+                tracing::info!("{line}");
+            } else {
+                tracing::warn!("{line}");
+            }
+            self.audit.record(
+                RecordType::Layer,
+                "root",
+                json!({
+                    "layer": status.layer,
+                    "state": status.state,
+                    "was": was,
+                    "detail": status.detail,
+                }),
+            );
+        }
+        self.layer_states = now.iter().map(|s| (s.layer, s.state)).collect();
     }
 
     fn dns_layer(&self) -> LayerStatus {

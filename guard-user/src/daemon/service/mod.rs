@@ -84,6 +84,12 @@ pub struct Daemon {
     last_reload_error: Option<String>,
     /// The last pinned link found detached and attached again, as a sentence.
     last_link_repair: Option<String>,
+    /// Each layer's state at the last look ([`Daemon::record_layer_changes`]), and when.
+    layer_states: Vec<(
+        crate::kernel::layers::Layer,
+        crate::kernel::layers::LayerState,
+    )>,
+    layers_looked_at: Instant,
     /// Notes worth saying once at start (e.g. an audit log that cannot be opened).
     pub notes: Vec<String>,
     /// Each run hold says here which scope has a newly held call.
@@ -432,6 +438,8 @@ impl Daemon {
             generation: PathBuf::new(),
             last_reload_error: None,
             last_link_repair: None,
+            layer_states: Vec::new(),
+            layers_looked_at: Instant::now(),
             notes: audit_error.into_iter().chain(notes).collect(),
             config,
         };
@@ -445,6 +453,7 @@ impl Daemon {
             let _ = pins::release(&daemon.generation);
             return Err(err);
         }
+        daemon.record_layer_changes();
         // Only now, with this daemon's programs attached and holding the policy, let the
         // earlier daemon's go.
         for old in earlier {
@@ -750,6 +759,11 @@ impl Daemon {
             self.notify_watchers(WatchEvent::Resolved { ask });
         }
         self.repair_links();
+        // Once a second: a look at every link costs a syscall each.
+        if self.layers_looked_at.elapsed() >= Duration::from_secs(1) {
+            self.layers_looked_at = Instant::now();
+            self.record_layer_changes();
+        }
         // Before a finished run's scope goes: its last losses are said under its name.
         self.account_scope_losses();
         self.watch_patterns();

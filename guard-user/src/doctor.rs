@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use crate::kernel::btf::kernel_offsets;
+use crate::kernel::layers::{FileGaps, Layer, LayerState, LayerStatus};
 use crate::kernel::loader::{Backend, try_load_lsm};
 use crate::kernel::scope::{ScopeCgroup, cgroup2_root};
 
@@ -29,6 +30,9 @@ pub struct Report {
     pub sandbox_modes: crate::confine::sandbox::SandboxSupport,
     /// What keeps a root process of each kind of scope from loosening it ([`AGAINST_ROOT`]).
     pub against_root: Vec<AgainstRoot>,
+    /// The layers of enforcement a scope here gets, as the probes found them (a run's and the
+    /// daemon's own layers, live, are in `guard status`).
+    pub layers: Vec<LayerStatus>,
 }
 
 /// What holds a root process inside one kind of scope, and what it can still do against
@@ -236,7 +240,8 @@ pub fn run() -> Report {
         try_load_lsm()
             .map(|()| "lsm/bprm_check_security loads and `bpf` is an active LSM".to_string()),
     );
-    let cgroup = check("cgroup backend", try_cgroup_backend());
+    let mut probed = Vec::new();
+    let cgroup = check("cgroup backend", try_cgroup_backend(&mut probed));
     let backend = if lsm.ok {
         Some(Backend::Lsm)
     } else if cgroup.ok {
@@ -246,7 +251,9 @@ pub fn run() -> Report {
     };
     checks.push(lsm);
     checks.push(cgroup);
+    let layers = backend.map(|b| layers(b, probed)).unwrap_or_default();
     Report {
+        layers,
         backend,
         checks,
         landlock: Landlock::probe(),
@@ -268,11 +275,59 @@ pub fn run() -> Report {
     }
 }
 
-/// Loads the exec tracepoint and attaches the connect hooks to a throw-away cgroup.
-fn try_cgroup_backend() -> anyhow::Result<String> {
+/// The layers a scope on `backend` gets: the per-cgroup hooks as the cgroup probe attached
+/// them (`probed`; the lsm backend attaches the same ones for sockets, unix sockets and
+/// devices), its exec and file hooks, and whether guard's resolver has an upstream to ask.
+fn layers(backend: Backend, probed: Vec<LayerStatus>) -> Vec<LayerStatus> {
+    let mut layers: Vec<LayerStatus> = probed
+        .into_iter()
+        .map(|status| match (backend, status.layer) {
+            (Backend::Lsm, Layer::Exec) => LayerStatus::new(
+                Layer::Exec,
+                LayerState::Up,
+                "lsm/bprm_check_security loads (EPERM before the exec)",
+            ),
+            (Backend::Lsm, Layer::Network) if status.state == LayerState::Up => LayerStatus::new(
+                Layer::Network,
+                LayerState::Up,
+                "lsm/socket_connect and socket_sendmsg, with cgroup/sock_create",
+            ),
+            (Backend::Lsm, Layer::Files) => LayerStatus::new(
+                Layer::Files,
+                LayerState::Up,
+                "the LSM file hooks (loaded with the lsm backend)",
+            ),
+            (Backend::Cgroup, Layer::Files) => LayerStatus::new(
+                Layer::Files,
+                LayerState::Degraded,
+                crate::kernel::coverage::CGROUP_FILE_RULES,
+            ),
+            _ => status,
+        })
+        .collect();
+    layers.push(match crate::resolve::upstream::choose(None) {
+        Ok(upstream) => LayerStatus::new(
+            Layer::Dns,
+            LayerState::Up,
+            format!("guard's resolver would ask {upstream}"),
+        ),
+        Err(err) => LayerStatus::new(
+            Layer::Dns,
+            LayerState::Missing,
+            format!("no upstream name server for guard's resolver: {err:#}"),
+        ),
+    });
+    layers.sort_by_key(|status| status.layer);
+    layers
+}
+
+/// Loads the exec tracepoint and attaches the connect hooks to a throw-away cgroup; `layers`
+/// gets the kernel's layers as they were attached there.
+fn try_cgroup_backend(layers: &mut Vec<LayerStatus>) -> anyhow::Result<String> {
     let mut enforcer = crate::kernel::Enforcer::load(Backend::Cgroup)?;
     let scope = ScopeCgroup::create(&format!("doctor-{}", std::process::id()))?;
     enforcer.attach_cgroup(scope.path())?;
+    *layers = enforcer.kernel_layers(FileGaps::default(), None);
     let unix = if enforcer.decides_unix_sockets() {
         ", and cgroup/connect_unix and sendmsg_unix decide unix sockets"
     } else {

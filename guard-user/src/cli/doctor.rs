@@ -7,6 +7,7 @@ use clap::Args;
 
 use super::output;
 use crate::doctor;
+use crate::kernel::layers::LayerState;
 
 #[derive(Args, Debug)]
 #[command(
@@ -21,7 +22,9 @@ commands guard runs: root's alone, or missing below a folder of guard's that `gu
 read-only (create /etc/guard as root to make it so).
 Then, for the backend in use, how each kind of rule is enforced, and which are not (on the
 cgroup backend the kernel holds no read(...)/write(...) rule; docs/enforcement.md has the full table),
-and what guard's resolver (in the path of the scope's DNS) cannot see.
+the layers of enforcement a scope here gets (exec, network, unix, devices, files, dns: up,
+degraded or missing, with why), and what guard's resolver (in the path of the scope's DNS)
+cannot see.
 Exit status: 0 when some backend works, 1 when none does."
 )]
 pub struct DoctorArgs {
@@ -77,6 +80,19 @@ pub fn run(args: &DoctorArgs) -> ExitCode {
                     crate::policy::Decision::Prompt
                 }));
                 println!("  {}: {style}{}{style:#}", row.rules, row.how);
+            }
+            println!("the layers a scope here gets (`guard status` has a daemon's, live):");
+            for layer in &report.layers {
+                let style = output::decision_style(Some(match layer.state {
+                    LayerState::Up => crate::policy::Decision::Allow,
+                    _ => crate::policy::Decision::Prompt,
+                }));
+                println!(
+                    "  {}: {style}{}{style:#}: {}",
+                    layer.layer,
+                    layer.state.as_str(),
+                    layer.detail
+                );
             }
             println!("what guard's resolver cannot see, and how it is decided instead:");
             for spot in &report.resolver_cannot_see {

@@ -84,6 +84,38 @@ fn a_run_that_requires_a_layer_that_does_not_hold_here_is_refused_before_its_com
     );
     assert_absent(&marker, "the command never started");
 
+    // `guard doctor` lists what a scope here gets, found by loading and attaching.
+    let doctor = Command::new(guard_bin())
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    let listed: Vec<(String, String)> = report["layers"]
+        .as_array()
+        .expect("doctor lists layers")
+        .iter()
+        .map(|l| {
+            (
+                l["layer"].as_str().unwrap().into(),
+                l["state"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let state_of = |name: &str| {
+        listed
+            .iter()
+            .find(|(l, _)| l == name)
+            .map(|(_, s)| s.as_str())
+    };
+    for kernel in ["exec", "network", "devices"] {
+        assert_eq!(state_of(kernel), Some("up"), "{kernel}: {listed:?}");
+    }
+    let files_state = match guard_tests::kernel::backend() {
+        Backend::Lsm => "up",
+        Backend::Cgroup => "degraded",
+    };
+    assert_eq!(state_of("files"), Some(files_state), "{listed:?}");
+
     // A name that is no layer is a usage error that lists the layers.
     let out = run_touch(&rules, &["--require", "netwrok"], &dir.path().join("x"));
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));

@@ -216,8 +216,15 @@ fn test(args: &[String]) -> Result<i32> {
     ];
     let mut failed = Vec::new();
     let mut counts = test_counts::TestCounts::default();
+    let started = std::time::Instant::now();
+    // Each step's time, said as it ends, so a slow CI run says where its time went.
+    let took = |since: std::time::Instant| {
+        let secs = since.elapsed().as_secs();
+        format!("{}m {:02}s", secs / 60, secs % 60)
+    };
     for (name, mut command) in steps {
         eprintln!("==> {name}");
+        let step_started = std::time::Instant::now();
         let status = if name == "tests" {
             test_counts::status_counting(&mut command).map(|(status, found)| {
                 counts = found;
@@ -239,14 +246,17 @@ fn test(args: &[String]) -> Result<i32> {
                 failed.push(name);
             }
         }
+        eprintln!("==> {name}: took {}", took(step_started));
     }
     // The Debian package builds and holds what it should (a release build).
     eprintln!("==> package");
+    let step_started = std::time::Instant::now();
     if let Err(err) = deb::check() {
         eprintln!("==> package: FAILED ({err:#})");
         disk::report(&target);
         failed.push("package");
     }
+    eprintln!("==> package: took {}", took(step_started));
     // Bad input, fuzzed (each target a bounded time over its committed corpus), beside the VM
     // tier: qemu's single-threaded emulation leaves one core free, which the fuzz build takes.
     let fuzz_log = target.join("fuzz-step.log");
@@ -260,6 +270,7 @@ fn test(args: &[String]) -> Result<i32> {
     });
     // Last, as the slowest: the same kernel tests again, in a VM, against the `lsm` backend.
     eprintln!("==> vm-test");
+    let step_started = std::time::Instant::now();
     match vm::run(&vm::Options::default()) {
         Ok(outcome) => {
             counts.add(outcome.counts);
@@ -276,6 +287,7 @@ fn test(args: &[String]) -> Result<i32> {
             failed.push("vm-test");
         }
     }
+    eprintln!("==> vm-test: took {}", took(step_started));
     let fuzzed = fuzzing
         .join()
         .unwrap_or_else(|_| Err(anyhow::anyhow!("the fuzz step panicked")));
@@ -292,6 +304,7 @@ fn test(args: &[String]) -> Result<i32> {
         "tests: {} passed, {} failed, {} skipped",
         counts.passed, counts.failed, counts.ignored
     );
+    eprintln!("==> every step: took {}", took(started));
     if failed.is_empty() {
         eprintln!("==> all steps passed");
         Ok(0)

@@ -516,11 +516,6 @@ pub fn run(args: &RunArgs) -> ExitCode {
     super::output::exit_code_of(status)
 }
 
-/// The hold of prompted execs and connects, when this run can ask about them: asks are on, a
-/// prompt is not refused at once (`--approval never`), the policy asks about some exec or
-/// destination, and the run is on a terminal (its stdin or stderr is one) to ask on. Execs wait
-/// in the syscall (a seccomp filter, [`Hold`]); connects and sends wait in the kernel when it
-/// holds them ([`crate::kernel::Enforcer::hold_network`]), else in the syscall too.
 /// How the hold of prompted calls stands for this run.
 fn hold_layer(
     args: &RunArgs,
@@ -580,6 +575,11 @@ pub(super) fn refuse_unmet(layers: &[LayerStatus], required: &[Layer]) -> Result
     Err(ExitCode::from(125))
 }
 
+/// The hold of prompted execs and connects, when this run can ask about them: asks are on, a
+/// prompt is not refused at once (`--approval never`), the policy asks about some exec or
+/// destination, and the run is on a terminal (its stdin or stderr is one) to ask on. Execs wait
+/// in the syscall (a seccomp filter, [`Hold`]); connects and sends wait in the kernel when it
+/// holds them ([`crate::kernel::Enforcer::hold_network`]), else in the syscall too.
 fn start_hold(
     session: &Session,
     asking: bool,

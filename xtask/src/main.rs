@@ -182,6 +182,43 @@ fn test(args: &[String]) -> Result<i32> {
     let target = disk::target_or_default();
     disk::report(&target);
     setup::setup(&[Need::Build, Need::Test], Report::Stderr)?;
+    let started = std::time::Instant::now();
+    // Each step's time, said as it ends, so a slow CI run says where its time went.
+    let took = |since: std::time::Instant| {
+        let secs = since.elapsed().as_secs();
+        format!("{}m {:02}s", secs / 60, secs % 60)
+    };
+    let mut failed = Vec::new();
+    let mut counts = test_counts::TestCounts::default();
+    // The slowest step, the kernel tests again in a VM on the `lsm` backend, boots beside
+    // everything else: qemu's single-threaded emulation takes one core, and the host's kernel
+    // tests mostly wait. Its binaries are built first, with the host's tests, so no two cargo
+    // builds run at once.
+    eprintln!("==> build (the tests, and the VM's binaries)");
+    let step_started = std::time::Instant::now();
+    let built = cmd::status(&mut cmd::cargo(
+        ["test", "--no-run"].iter().chain(&HOST_WORKSPACE),
+    ));
+    if !matches!(&built, Ok(status) if status.success()) {
+        eprintln!("==> build: FAILED ({built:?})");
+        failed.push("build");
+    }
+    let vm_started = std::time::Instant::now();
+    let vm = match vm::prepare(&vm::Options::default()) {
+        Ok(prepared) => Some(std::thread::spawn(move || prepared.boot())),
+        Err(err) => {
+            eprintln!("==> vm-test: FAILED before the boot ({err:#})");
+            disk::report(&target);
+            // Its tests did not run: one failure, so the total below never reads clean.
+            counts.failed += 1;
+            failed.push("vm-test");
+            None
+        }
+    };
+    eprintln!(
+        "==> build: took {}; the VM boots beside the next steps",
+        took(step_started)
+    );
     let mut tests = cmd::cargo(["test"].iter().chain(&HOST_WORKSPACE));
     tests.args(args);
     let steps = [
@@ -214,14 +251,6 @@ fn test(args: &[String]) -> Result<i32> {
             ]),
         ),
     ];
-    let mut failed = Vec::new();
-    let mut counts = test_counts::TestCounts::default();
-    let started = std::time::Instant::now();
-    // Each step's time, said as it ends, so a slow CI run says where its time went.
-    let took = |since: std::time::Instant| {
-        let secs = since.elapsed().as_secs();
-        format!("{}m {:02}s", secs / 60, secs % 60)
-    };
     for (name, mut command) in steps {
         eprintln!("==> {name}");
         let step_started = std::time::Instant::now();
@@ -257,47 +286,41 @@ fn test(args: &[String]) -> Result<i32> {
         failed.push("package");
     }
     eprintln!("==> package: took {}", took(step_started));
-    // Bad input, fuzzed (each target a bounded time over its committed corpus), beside the VM
-    // tier: qemu's single-threaded emulation leaves one core free, which the fuzz build takes.
+    // Bad input, fuzzed (each target a bounded time over its committed corpus), on one core,
+    // beside what is left of the VM's run.
     let fuzz_log = target.join("fuzz-step.log");
-    eprintln!(
-        "==> fuzz: beside vm-test, on one core (its output: {})",
-        fuzz_log.display()
-    );
-    let fuzzing = std::thread::spawn({
-        let (target, fuzz_log) = (target.clone(), fuzz_log.clone());
-        move || fuzz::run(&target, &fuzz_log, 1)
-    });
-    // Last, as the slowest: the same kernel tests again, in a VM, against the `lsm` backend.
-    eprintln!("==> vm-test");
+    eprintln!("==> fuzz: on one core (its output: {})", fuzz_log.display());
     let step_started = std::time::Instant::now();
-    match vm::run(&vm::Options::default()) {
-        Ok(outcome) => {
-            counts.add(outcome.counts);
-            if !outcome.passed {
-                eprintln!("==> vm-test: FAILED");
-                failed.push("vm-test");
-            }
-        }
-        Err(err) => {
-            eprintln!("==> vm-test: FAILED ({err:#})");
-            disk::report(&target);
-            // Its tests did not run: one failure, so the total below never reads clean.
-            counts.failed += 1;
-            failed.push("vm-test");
-        }
-    }
-    eprintln!("==> vm-test: took {}", took(step_started));
-    let fuzzed = fuzzing
-        .join()
-        .unwrap_or_else(|_| Err(anyhow::anyhow!("the fuzz step panicked")));
-    match fuzzed {
+    match fuzz::run(&target, &fuzz_log, 1) {
         Ok(()) => eprintln!("==> fuzz: passed ({})", cmd::tail(&fuzz_log, 12)),
         Err(err) => {
             eprintln!("{}", cmd::tail(&fuzz_log, 60));
             eprintln!("==> fuzz: FAILED ({err:#})");
             failed.push("fuzz");
         }
+    }
+    eprintln!("==> fuzz: took {}", took(step_started));
+    if let Some(vm) = vm {
+        eprintln!("==> vm-test: waiting for the VM");
+        match vm
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the VM's thread panicked")))
+        {
+            Ok(outcome) => {
+                counts.add(outcome.counts);
+                if !outcome.passed {
+                    eprintln!("==> vm-test: FAILED");
+                    failed.push("vm-test");
+                }
+            }
+            Err(err) => {
+                eprintln!("==> vm-test: FAILED ({err:#})");
+                disk::report(&target);
+                counts.failed += 1;
+                failed.push("vm-test");
+            }
+        }
+        eprintln!("==> vm-test: took {} from its build", took(vm_started));
     }
     // One closing total for people and for CI, which reads the last result line.
     println!(

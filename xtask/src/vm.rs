@@ -102,6 +102,23 @@ pub struct Outcome {
 /// Runs all the steps and prints a `vm-test: PASS|FAIL ...` summary line. An error means the VM
 /// could not be prepared or started (a missing tool, no kernel package...), not a test failure.
 pub fn run(options: &Options) -> Result<Outcome> {
+    prepare(options)?.boot()
+}
+
+/// A VM ready to boot: its kernel, binaries and initramfs made ([`prepare`]), so the boot,
+/// which builds nothing, can run beside other work ([`Prepared::boot`]).
+pub struct Prepared {
+    options: Options,
+    dirs: Dirs,
+    kernel: PathBuf,
+    binaries: build::Binaries,
+    initramfs: PathBuf,
+    start: Instant,
+    times: Vec<(&'static str, std::time::Duration)>,
+}
+
+/// The steps before the boot: set-up, the kernel, the binaries (cargo), the initramfs.
+pub fn prepare(options: &Options) -> Result<Prepared> {
     let start = Instant::now();
     let mut times = Vec::new();
     let mut step = |name: &'static str, since: Instant| times.push((name, since.elapsed()));
@@ -122,45 +139,68 @@ pub fn run(options: &Options) -> Result<Outcome> {
     let t = Instant::now();
     let initramfs = initramfs::initramfs(&dirs, &binaries).context("making the initramfs")?;
     step("initramfs", t);
-
-    let t = Instant::now();
-    let boot = qemu::boot(&dirs, &kernel, &initramfs, options).context("running qemu")?;
-    step("qemu", t);
-
-    let verdict = qemu::Verdict::new(&boot, &binaries.modules);
-    let times = times
-        .iter()
-        .map(|(name, took)| format!("{name} {:.1} s", took.as_secs_f64()))
-        .collect::<Vec<_>>()
-        .join(", ");
-    eprintln!(
-        "vm-test: times: {times}; total {:.1} s",
-        start.elapsed().as_secs_f64()
-    );
-    if !verdict.passed {
-        if !options.verbose {
-            echo_console(&boot.console, &dirs.console());
-        }
-        if !boot.qemu_stderr.trim().is_empty() {
-            eprintln!("vm-test: qemu's stderr:\n{}", boot.qemu_stderr.trim_end());
-        }
-        for problem in &verdict.problems {
-            eprintln!("vm-test: {problem}");
-        }
-    }
-    println!(
-        "vm-test: {} ({} passed, {} failed, {} ignored in {} modules; qemu {})",
-        if verdict.passed { "PASS" } else { "FAIL" },
-        verdict.counts.passed,
-        verdict.counts.failed,
-        verdict.counts.ignored,
-        binaries.modules.len(),
-        boot.exit,
-    );
-    Ok(Outcome {
-        counts: verdict.counts,
-        passed: verdict.passed,
+    Ok(Prepared {
+        options: options.clone(),
+        dirs,
+        kernel,
+        binaries,
+        initramfs,
+        start,
+        times,
     })
+}
+
+impl Prepared {
+    /// Boots the VM, runs the modules, and prints the verdict.
+    pub fn boot(self) -> Result<Outcome> {
+        let Prepared {
+            options,
+            dirs,
+            kernel,
+            binaries,
+            initramfs,
+            start,
+            mut times,
+        } = self;
+        let t = Instant::now();
+        let boot = qemu::boot(&dirs, &kernel, &initramfs, &options).context("running qemu")?;
+        times.push(("qemu", t.elapsed()));
+
+        let verdict = qemu::Verdict::new(&boot, &binaries.modules);
+        let times = times
+            .iter()
+            .map(|(name, took)| format!("{name} {:.1} s", took.as_secs_f64()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        eprintln!(
+            "vm-test: times: {times}; total {:.1} s",
+            start.elapsed().as_secs_f64()
+        );
+        if !verdict.passed {
+            if !options.verbose {
+                echo_console(&boot.console, &dirs.console());
+            }
+            if !boot.qemu_stderr.trim().is_empty() {
+                eprintln!("vm-test: qemu's stderr:\n{}", boot.qemu_stderr.trim_end());
+            }
+            for problem in &verdict.problems {
+                eprintln!("vm-test: {problem}");
+            }
+        }
+        println!(
+            "vm-test: {} ({} passed, {} failed, {} ignored in {} modules; qemu {})",
+            if verdict.passed { "PASS" } else { "FAIL" },
+            verdict.counts.passed,
+            verdict.counts.failed,
+            verdict.counts.ignored,
+            binaries.modules.len(),
+            boot.exit,
+        );
+        Ok(Outcome {
+            counts: verdict.counts,
+            passed: verdict.passed,
+        })
+    }
 }
 
 /// At most this many console lines are echoed on failure (a verifier log runs to thousands of

@@ -172,14 +172,6 @@ pub fn unmet(layers: &[LayerStatus], required: &[Layer]) -> Vec<LayerStatus> {
         .collect()
 }
 
-/// Parses `exec,network` (a comma-separated list, as `--require` and `[require]` give it).
-pub fn parse_list(text: &str) -> Result<Vec<Layer>, String> {
-    text.split(',')
-        .filter(|part| !part.trim().is_empty())
-        .map(Layer::from_str)
-        .collect()
-}
-
 /// How many of a policy's file rules a backend does not hold, by what they are about.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FileGaps {
@@ -340,12 +332,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_list_of_layers_parses_and_a_wrong_name_says_which_exist() {
-        assert_eq!(
-            parse_list("exec, network,,dns").unwrap(),
-            [Layer::Exec, Layer::Network, Layer::Dns]
-        );
-        let err = parse_list("exec,netwrok").unwrap_err();
+    fn a_layer_parses_by_its_name_and_a_wrong_name_says_which_exist() {
+        assert_eq!(" dns".parse::<Layer>(), Ok(Layer::Dns));
+        for layer in Layer::ALL {
+            assert_eq!(layer.as_str().parse::<Layer>(), Ok(layer));
+        }
+        let err = "netwrok".parse::<Layer>().unwrap_err();
         assert!(
             err.contains("`netwrok`") && err.contains("network"),
             "{err}"

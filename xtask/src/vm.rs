@@ -62,6 +62,8 @@ pub const VM_TESTS: &[&str] = &[
     // The follower program sets of overlays on the `lsm` backend (their LSM hooks decide
     // beside the daemon's; their cgroup programs are not attached there).
     "daemon_overlay",
+    // The health contract where the file hooks exist: `--require files` runs.
+    "layers",
 ];
 
 /// What `vm::run` is asked to do.

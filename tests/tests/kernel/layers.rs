@@ -21,11 +21,13 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 const READ_RULE: &str = "rule_set(deny=[\"read(/nonexistent/guard-layers-test/**)\"])\n\
                          prefix_rule(pattern=[\"never-run-this\"], decision=\"forbidden\")\n";
 
-/// `guard run --rules RULES EXTRA... -- touch MARKER`.
+/// `guard run --rules RULES EXTRA... -- touch MARKER`, its resolver's upstream named (so the
+/// host's resolver configuration, which a VM may not have, does not decide the `dns` layer;
+/// nothing is looked up).
 fn run_touch(rules: &Path, extra: &[&str], marker: &Path) -> Output {
     let mut command = Command::new(guard_bin());
     command
-        .args(["run", "--rules"])
+        .args(["run", "--nameserver", "127.0.0.1:53", "--rules"])
         .arg(rules)
         .args(extra)
         .args(["--", "touch"])

@@ -139,6 +139,9 @@ pub struct TestDaemon {
     _starting: crate::kernel::Starting,
 }
 
+/// How long a started daemon may take to answer on its socket.
+const DAEMON_ANSWERS_WITHIN: Duration = Duration::from_secs(120);
+
 static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 impl TestDaemon {
@@ -237,7 +240,9 @@ impl TestDaemon {
             }
         });
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
+        // A bound for a daemon that hangs, not a measure: under emulation (the VM tier) beside
+        // other work, a start that loads every program has taken over 30 s.
+        let deadline = Instant::now() + DAEMON_ANSWERS_WITHIN;
         loop {
             if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
                 return;
@@ -251,7 +256,7 @@ impl TestDaemon {
             }
             assert!(
                 Instant::now() < deadline,
-                "guard daemon did not answer within 30 s:\n{}",
+                "guard daemon did not answer within {DAEMON_ANSWERS_WITHIN:?}:\n{}",
                 self.log()
             );
             std::thread::sleep(Duration::from_millis(20));

@@ -190,39 +190,15 @@ fn test(args: &[String]) -> Result<i32> {
     };
     let mut failed = Vec::new();
     let mut counts = test_counts::TestCounts::default();
-    // The slowest step, the kernel tests again in a VM on the `lsm` backend, boots beside
-    // everything else: qemu's single-threaded emulation takes one core, and the host's kernel
-    // tests mostly wait. Its binaries are built first, with the host's tests, so no two cargo
-    // builds run at once.
-    eprintln!("==> build (the tests, and the VM's binaries)");
-    let step_started = std::time::Instant::now();
-    let built = cmd::status(&mut cmd::cargo(
-        ["test", "--no-run"].iter().chain(&HOST_WORKSPACE),
-    ));
-    if !matches!(&built, Ok(status) if status.success()) {
-        eprintln!("==> build: FAILED ({built:?})");
-        failed.push("build");
-    }
-    let vm_started = std::time::Instant::now();
-    let vm = match vm::prepare(&vm::Options::default()) {
-        Ok(prepared) => Some(std::thread::spawn(move || prepared.boot())),
-        Err(err) => {
-            eprintln!("==> vm-test: FAILED before the boot ({err:#})");
-            disk::report(&target);
-            // Its tests did not run: one failure, so the total below never reads clean.
-            counts.failed += 1;
-            failed.push("vm-test");
-            None
-        }
-    };
-    eprintln!(
-        "==> build: took {}; the VM boots beside the next steps",
-        took(step_started)
-    );
-    let mut tests = cmd::cargo(["test"].iter().chain(&HOST_WORKSPACE));
-    tests.args(args);
-    let steps = [
-        ("tests", tests),
+    // First what keeps both cores busy (the builds), then the slowest step, the kernel tests
+    // again in a VM on the `lsm` backend (qemu's single-threaded emulation, one core), boots
+    // beside what mostly waits: the host's tests (the kernel tests sleep and poll) and the fuzz
+    // targets on one core. Every cargo build is done before the boot, so none runs beside it.
+    let builds = [
+        (
+            "build",
+            cmd::cargo(["test", "--no-run"].iter().chain(&HOST_WORKSPACE)),
+        ),
         // Benchmarks are only built, so they do not rot; `cargo xtask bench` runs them.
         (
             "benchmarks build",
@@ -251,29 +227,14 @@ fn test(args: &[String]) -> Result<i32> {
             ]),
         ),
     ];
-    for (name, mut command) in steps {
+    for (name, mut command) in builds {
         eprintln!("==> {name}");
         let step_started = std::time::Instant::now();
-        let status = if name == "tests" {
-            test_counts::status_counting(&mut command).map(|(status, found)| {
-                counts = found;
-                status
-            })
-        } else {
-            cmd::status(&mut command)
-        };
-        match status {
-            Ok(status) if status.success() => {}
-            Ok(status) => {
-                eprintln!("==> {name}: FAILED ({status})");
-                disk::report(&target);
-                failed.push(name);
-            }
-            Err(err) => {
-                eprintln!("==> {name}: FAILED ({err:#})");
-                disk::report(&target);
-                failed.push(name);
-            }
+        let status = cmd::status(&mut command);
+        if let Err(why) = step_result(status) {
+            eprintln!("==> {name}: FAILED ({why})");
+            disk::report(&target);
+            failed.push(name);
         }
         eprintln!("==> {name}: took {}", took(step_started));
     }
@@ -286,8 +247,37 @@ fn test(args: &[String]) -> Result<i32> {
         failed.push("package");
     }
     eprintln!("==> package: took {}", took(step_started));
-    // Bad input, fuzzed (each target a bounded time over its committed corpus), on one core,
-    // beside what is left of the VM's run.
+
+    eprintln!("==> vm-test: its binaries and initramfs, then the boot, beside the next steps");
+    let vm_started = std::time::Instant::now();
+    let vm = match vm::prepare(&vm::Options::default()) {
+        Ok(prepared) => Some(std::thread::spawn(move || prepared.boot())),
+        Err(err) => {
+            eprintln!("==> vm-test: FAILED before the boot ({err:#})");
+            disk::report(&target);
+            // Its tests did not run: one failure, so the total below never reads clean.
+            counts.failed += 1;
+            failed.push("vm-test");
+            None
+        }
+    };
+
+    eprintln!("==> tests");
+    let step_started = std::time::Instant::now();
+    let mut tests = cmd::cargo(["test"].iter().chain(&HOST_WORKSPACE));
+    tests.args(args);
+    let status = test_counts::status_counting(&mut tests).map(|(status, found)| {
+        counts.add(found);
+        status
+    });
+    if let Err(why) = step_result(status) {
+        eprintln!("==> tests: FAILED ({why})");
+        disk::report(&target);
+        failed.push("tests");
+    }
+    eprintln!("==> tests: took {}", took(step_started));
+
+    // Bad input, fuzzed (each target a bounded time over its committed corpus), on one core.
     let fuzz_log = target.join("fuzz-step.log");
     eprintln!("==> fuzz: on one core (its output: {})", fuzz_log.display());
     let step_started = std::time::Instant::now();
@@ -300,6 +290,7 @@ fn test(args: &[String]) -> Result<i32> {
         }
     }
     eprintln!("==> fuzz: took {}", took(step_started));
+
     if let Some(vm) = vm {
         eprintln!("==> vm-test: waiting for the VM");
         match vm
@@ -320,7 +311,7 @@ fn test(args: &[String]) -> Result<i32> {
                 failed.push("vm-test");
             }
         }
-        eprintln!("==> vm-test: took {} from its build", took(vm_started));
+        eprintln!("==> vm-test: took {}", took(vm_started));
     }
     // One closing total for people and for CI, which reads the last result line.
     println!(
@@ -333,6 +324,15 @@ fn test(args: &[String]) -> Result<i32> {
         Ok(0)
     } else {
         anyhow::bail!("failed steps: {}", failed.join(", "))
+    }
+}
+
+/// A step's exit as a verdict: `Err` says why it failed.
+fn step_result(status: Result<std::process::ExitStatus>) -> Result<(), String> {
+    match status {
+        Ok(status) if status.success() => Ok(()),
+        Ok(status) => Err(status.to_string()),
+        Err(err) => Err(format!("{err:#}")),
     }
 }
 

@@ -58,7 +58,8 @@ pub fn status_counting(command: &mut Command) -> Result<(ExitStatus, TestCounts)
         .with_context(|| format!("could not start `{line}`"))?;
     let mut counts = TestCounts::default();
     let stdout = child.stdout.take().expect("stdout was piped");
-    let mut echo = std::io::stdout().lock();
+    // Locked a line at a time: the VM's thread echoes its results beside this.
+    let mut echo = std::io::stdout();
     for text in BufReader::new(stdout).lines() {
         let text = text.context("reading cargo test's output")?;
         counts.add_line(&text);

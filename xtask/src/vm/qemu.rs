@@ -108,7 +108,8 @@ pub fn boot(dirs: &Dirs, kernel: &Path, initramfs: &Path, options: &Options) -> 
     let mut console = String::new();
     let mut reader = BufReader::new(child.stdout.take().expect("stdout was piped"));
     let mut raw = Vec::new();
-    let mut echo = std::io::stdout().lock();
+    // Locked a line at a time: `cargo xtask test` echoes the host's tests on another thread.
+    let mut echo = std::io::stdout();
     while reader.read_until(b'\n', &mut raw)? > 0 {
         let text = String::from_utf8_lossy(&raw);
         let text = plain_text(text.trim_end_matches(['\n', '\r']));
@@ -120,7 +121,6 @@ pub fn boot(dirs: &Dirs, kernel: &Path, initramfs: &Path, options: &Options) -> 
         console.push('\n');
         raw.clear();
     }
-    drop(echo);
     file.flush()?;
     let status = child.wait()?;
     let qemu_stderr = stderr_reader.join().unwrap_or_default();

@@ -182,23 +182,10 @@ fn test(args: &[String]) -> Result<i32> {
     let target = disk::target_or_default();
     disk::report(&target);
     setup::setup(&[Need::Build, Need::Test], Report::Stderr)?;
-    let started = std::time::Instant::now();
-    // Each step's time, said as it ends, so a slow CI run says where its time went.
-    let took = |since: std::time::Instant| {
-        let secs = since.elapsed().as_secs();
-        format!("{}m {:02}s", secs / 60, secs % 60)
-    };
-    let mut failed = Vec::new();
-    let mut counts = test_counts::TestCounts::default();
-    // First what keeps both cores busy (the builds), then the slowest step, the kernel tests
-    // again in a VM on the `lsm` backend (qemu's single-threaded emulation, one core), boots
-    // beside what mostly waits: the host's tests (the kernel tests sleep and poll) and the fuzz
-    // targets on one core. Every cargo build is done before the boot, so none runs beside it.
-    let builds = [
-        (
-            "build",
-            cmd::cargo(["test", "--no-run"].iter().chain(&HOST_WORKSPACE)),
-        ),
+    let mut tests = cmd::cargo(["test"].iter().chain(&HOST_WORKSPACE));
+    tests.args(args);
+    let steps = [
+        ("tests", tests),
         // Benchmarks are only built, so they do not rot; `cargo xtask bench` runs them.
         (
             "benchmarks build",
@@ -227,14 +214,37 @@ fn test(args: &[String]) -> Result<i32> {
             ]),
         ),
     ];
-    for (name, mut command) in builds {
+    let mut failed = Vec::new();
+    let mut counts = test_counts::TestCounts::default();
+    let started = std::time::Instant::now();
+    // Each step's time, said as it ends, so a slow CI run says where its time went.
+    let took = |since: std::time::Instant| {
+        let secs = since.elapsed().as_secs();
+        format!("{}m {:02}s", secs / 60, secs % 60)
+    };
+    for (name, mut command) in steps {
         eprintln!("==> {name}");
         let step_started = std::time::Instant::now();
-        let status = cmd::status(&mut command);
-        if let Err(why) = step_result(status) {
-            eprintln!("==> {name}: FAILED ({why})");
-            disk::report(&target);
-            failed.push(name);
+        let status = if name == "tests" {
+            test_counts::status_counting(&mut command).map(|(status, found)| {
+                counts = found;
+                status
+            })
+        } else {
+            cmd::status(&mut command)
+        };
+        match status {
+            Ok(status) if status.success() => {}
+            Ok(status) => {
+                eprintln!("==> {name}: FAILED ({status})");
+                disk::report(&target);
+                failed.push(name);
+            }
+            Err(err) => {
+                eprintln!("==> {name}: FAILED ({err:#})");
+                disk::report(&target);
+                failed.push(name);
+            }
         }
         eprintln!("==> {name}: took {}", took(step_started));
     }
@@ -247,71 +257,47 @@ fn test(args: &[String]) -> Result<i32> {
         failed.push("package");
     }
     eprintln!("==> package: took {}", took(step_started));
-
-    eprintln!("==> vm-test: its binaries and initramfs, then the boot, beside the next steps");
-    let vm_started = std::time::Instant::now();
-    let vm = match vm::prepare(&vm::Options::default()) {
-        Ok(prepared) => Some(std::thread::spawn(move || prepared.boot())),
+    // Bad input, fuzzed (each target a bounded time over its committed corpus), beside the VM
+    // tier: qemu's single-threaded emulation leaves one core free, which the fuzz build takes.
+    let fuzz_log = target.join("fuzz-step.log");
+    eprintln!(
+        "==> fuzz: beside vm-test, on one core (its output: {})",
+        fuzz_log.display()
+    );
+    let fuzzing = std::thread::spawn({
+        let (target, fuzz_log) = (target.clone(), fuzz_log.clone());
+        move || fuzz::run(&target, &fuzz_log, 1)
+    });
+    // Last, as the slowest: the same kernel tests again, in a VM, against the `lsm` backend.
+    eprintln!("==> vm-test");
+    let step_started = std::time::Instant::now();
+    match vm::run(&vm::Options::default()) {
+        Ok(outcome) => {
+            counts.add(outcome.counts);
+            if !outcome.passed {
+                eprintln!("==> vm-test: FAILED");
+                failed.push("vm-test");
+            }
+        }
         Err(err) => {
-            eprintln!("==> vm-test: FAILED before the boot ({err:#})");
+            eprintln!("==> vm-test: FAILED ({err:#})");
             disk::report(&target);
             // Its tests did not run: one failure, so the total below never reads clean.
             counts.failed += 1;
             failed.push("vm-test");
-            None
         }
-    };
-
-    eprintln!("==> tests");
-    let step_started = std::time::Instant::now();
-    let mut tests = cmd::cargo(["test"].iter().chain(&HOST_WORKSPACE));
-    tests.args(args);
-    let status = test_counts::status_counting(&mut tests).map(|(status, found)| {
-        counts.add(found);
-        status
-    });
-    if let Err(why) = step_result(status) {
-        eprintln!("==> tests: FAILED ({why})");
-        disk::report(&target);
-        failed.push("tests");
     }
-    eprintln!("==> tests: took {}", took(step_started));
-
-    // Bad input, fuzzed (each target a bounded time over its committed corpus), on one core.
-    let fuzz_log = target.join("fuzz-step.log");
-    eprintln!("==> fuzz: on one core (its output: {})", fuzz_log.display());
-    let step_started = std::time::Instant::now();
-    match fuzz::run(&target, &fuzz_log, 1) {
+    eprintln!("==> vm-test: took {}", took(step_started));
+    let fuzzed = fuzzing
+        .join()
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("the fuzz step panicked")));
+    match fuzzed {
         Ok(()) => eprintln!("==> fuzz: passed ({})", cmd::tail(&fuzz_log, 12)),
         Err(err) => {
             eprintln!("{}", cmd::tail(&fuzz_log, 60));
             eprintln!("==> fuzz: FAILED ({err:#})");
             failed.push("fuzz");
         }
-    }
-    eprintln!("==> fuzz: took {}", took(step_started));
-
-    if let Some(vm) = vm {
-        eprintln!("==> vm-test: waiting for the VM");
-        match vm
-            .join()
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("the VM's thread panicked")))
-        {
-            Ok(outcome) => {
-                counts.add(outcome.counts);
-                if !outcome.passed {
-                    eprintln!("==> vm-test: FAILED");
-                    failed.push("vm-test");
-                }
-            }
-            Err(err) => {
-                eprintln!("==> vm-test: FAILED ({err:#})");
-                disk::report(&target);
-                counts.failed += 1;
-                failed.push("vm-test");
-            }
-        }
-        eprintln!("==> vm-test: took {}", took(vm_started));
     }
     // One closing total for people and for CI, which reads the last result line.
     println!(
@@ -324,15 +310,6 @@ fn test(args: &[String]) -> Result<i32> {
         Ok(0)
     } else {
         anyhow::bail!("failed steps: {}", failed.join(", "))
-    }
-}
-
-/// A step's exit as a verdict: `Err` says why it failed.
-fn step_result(status: Result<std::process::ExitStatus>) -> Result<(), String> {
-    match status {
-        Ok(status) if status.success() => Ok(()),
-        Ok(status) => Err(status.to_string()),
-        Err(err) => Err(format!("{err:#}")),
     }
 }
 

@@ -421,7 +421,11 @@ fn pinned_links_enforce_after_their_process_is_killed_and_hand_over_without_a_ga
         let _ = BufReader::new(stdout).read_line(&mut line);
         let _ = tx.send(line);
     });
-    let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
+    // A bound for a hung loader, not a measure: under emulation beside other work, loading
+    // every program has taken over 60 s.
+    let line = rx
+        .recv_timeout(Duration::from_secs(180))
+        .unwrap_or_default();
     if line.trim().is_empty() {
         let _ = child.kill();
         let output = child.wait_with_output().unwrap();

@@ -135,9 +135,11 @@ fn the_daemon_reports_its_layers_and_will_not_start_without_a_required_one() {
     }
     let port = free_tcp_port().expect("a free port for the metrics");
     let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    // Its resolver's upstream named: a VM has no /etc/resolv.conf (nothing is looked up).
     let mut daemon = TestDaemon::start(&DaemonSetup {
         rules: READ_RULE.to_string(),
         extra_config: format!("[metrics]\nlisten = \"{metrics}\"\n"),
+        nameserver: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 53))),
         ..Default::default()
     });
 

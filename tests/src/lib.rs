@@ -3,6 +3,7 @@ pub mod daemon;
 pub mod dns;
 pub mod kernel;
 pub mod npm;
+pub mod otlp;
 pub mod prometheus;
 pub mod rsyslog;
 pub mod sockets;

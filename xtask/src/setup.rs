@@ -86,6 +86,9 @@ pub const SYSTEM_USER_ADD: &[&str] = &[
     SYSTEM_USER,
 ];
 
+/// Where the OTLP test receiver's Python packages go (tests/src/otlp.rs: `PYTHON_PACKAGES`).
+pub const OTLP_PYTHON_PACKAGES: &str = "/usr/local/lib/guard-tests/python";
+
 /// Everything the project needs, in the order it is checked.
 pub const ITEMS: &[Item] = &[
     Item {
@@ -166,6 +169,54 @@ pub const ITEMS: &[Item] = &[
             daemon: "prometheus",
             unit: "prometheus.service",
         },
+    },
+    Item {
+        // The OTLP test receiver (tests/src/otlp_receiver.py) is built on PyPI's
+        // opentelemetry-proto; pip installs it below.
+        name: "pip (python3-pip)",
+        need: Need::Test,
+        present: || {
+            Command::new("python3")
+                .args(["-m", "pip", "--version"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        },
+        fix: Fix::AptNoRecommends(&["python3-pip"]),
+    },
+    Item {
+        // tests/tests/kernel/audit_otlp.rs decodes what `[export.otlp]` sends with the official
+        // OTLP protobuf definitions (PyPI's opentelemetry-proto and its protobuf), installed once
+        // per machine outside the clone into OTLP_PYTHON_PACKAGES (tests/src/otlp.rs names it).
+        name: "Python opentelemetry-proto (the OTLP test receiver)",
+        need: Need::Test,
+        present: || {
+            Path::new(OTLP_PYTHON_PACKAGES)
+                .join("opentelemetry/proto/collector/logs/v1/logs_service_pb2.py")
+                .is_file()
+        },
+        fix: Fix::Run(&[
+            "python3",
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--root-user-action=ignore",
+            "--upgrade",
+            "--target",
+            OTLP_PYTHON_PACKAGES,
+            "opentelemetry-proto==1.45.2",
+        ]),
+    },
+    Item {
+        // tests/tests/kernel/console.rs drives `guard console`'s page in a real browser:
+        // Debian's headless Chromium and its WebDriver.
+        name: "chromium and chromium-driver (the console's browser test)",
+        need: Need::Test,
+        present: || find_on_path("chromium").is_some() && find_on_path("chromedriver").is_some(),
+        fix: Fix::AptNoRecommends(&["chromium", "chromium-driver"]),
     },
     Item {
         // tests/tests/kernel/run_fds.rs starts a tmux server outside a scope and shows that a command

@@ -291,6 +291,17 @@ pub struct LossInfo {
     pub ring_buffer_total: u64,
     pub writer_total: u64,
     pub write_errors_total: u64,
+    /// Records the OTLP export (`[export.otlp]`) did not deliver: its queue was full, or the
+    /// receiver failed every attempt (the log has them). `loss` records themselves are not
+    /// counted, so a receiver that stays down is reported once, not every second.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub export: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub export_total: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl AuditRecord {

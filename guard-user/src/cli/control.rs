@@ -568,7 +568,7 @@ pub fn status(args: &StatusArgs) -> ExitCode {
     let audit = &status.audit;
     println!(
         "{bold}audit log{bold:#} {} · {} written · lost: {} (writer behind), {} (write errors), \
-         {} (slow followers){}",
+         {} (slow followers){}{}",
         audit.path,
         audit.written,
         audit.writer_lost,
@@ -578,6 +578,13 @@ pub fn status(args: &StatusArgs) -> ExitCode {
             Some(s) => format!(
                 " · syslog {}: {} sent, {} failed, {} lost",
                 s.target, s.sent, s.failed, s.lost
+            ),
+            None => String::new(),
+        },
+        match &audit.otlp {
+            Some(o) => format!(
+                " · OTLP {}: {} sent, {} failed, {} lost, {} retries",
+                o.url, o.sent, o.failed, o.lost, o.retries
             ),
             None => String::new(),
         }

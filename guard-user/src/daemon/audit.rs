@@ -16,12 +16,13 @@ use tokio::sync::mpsc;
 use super::audit_budget::ScopeBudget;
 use super::peer::user_name;
 use super::wire::protocol::stream_line;
-use super::wire::responses::{AuditEvent, AuditStatus, SyslogStatus};
+use super::wire::responses::{AuditEvent, AuditStatus, OtlpStatus, SyslogStatus};
 use crate::asks::messages::destination_host;
 use crate::asks::protocol_for;
 use crate::audit::files::{Newest, ReadStats, log_files, read_records};
 use crate::audit::filter::{AuditFilter, CompiledFilter};
 use crate::audit::forward::SyslogForwarder;
+use crate::audit::otlp_sender::OtlpSender;
 use crate::audit::record::{
     AuditRecord, DestinationInfo, FIELDS, LossInfo, ProcessInfo, RecordType, RuleRef,
     SCHEMA_VERSION, host_name,
@@ -143,12 +144,15 @@ struct LossCounts {
     ring_buffer: u64,
     writer: u64,
     write_errors: u64,
+    export: u64,
 }
 
 pub struct AuditTrail {
     writer: Option<AuditWriter>,
     /// `[audit] syslog`: every record also goes there.
     syslog: Option<SyslogForwarder>,
+    /// `[export.otlp]`: and there, as OCSF events in OTLP logs.
+    otlp: Option<OtlpSender>,
     /// Records made this turn of the daemon's loop, sent to the writer as one batch.
     pending: Vec<AuditRecord>,
     path: PathBuf,
@@ -194,6 +198,7 @@ impl AuditTrail {
         let trail = AuditTrail {
             writer,
             syslog: None,
+            otlp: None,
             pending: Vec::new(),
             path,
             host: host_name(),
@@ -216,6 +221,11 @@ impl AuditTrail {
     /// Sends every record to a syslog receiver too, from now on.
     pub fn forward_to_syslog(&mut self, forwarder: SyslogForwarder) {
         self.syslog = Some(forwarder);
+    }
+
+    /// Sends every record to an OTLP receiver too, from now on.
+    pub fn export_otlp(&mut self, sender: OtlpSender) {
+        self.otlp = Some(sender);
     }
 
     /// A new authorization policy (a reload): followers are judged by it from now on.
@@ -283,6 +293,9 @@ impl AuditTrail {
         let batch = std::mem::take(&mut self.pending);
         if let Some(syslog) = &self.syslog {
             syslog.send(&batch);
+        }
+        if let Some(otlp) = &self.otlp {
+            otlp.send(&batch);
         }
         let lost = match &self.writer {
             Some(writer) => writer.send(batch),
@@ -358,11 +371,13 @@ impl AuditTrail {
                 .writer
                 .as_ref()
                 .map_or(0, |w| w.stats().write_errors.load(Ordering::Relaxed)),
+            export: self.export_missed(),
         };
         let before = self.reported;
         if now.ring_buffer <= before.ring_buffer
             && now.writer <= before.writer
             && now.write_errors <= before.write_errors
+            && now.export <= before.export
         {
             return;
         }
@@ -374,6 +389,8 @@ impl AuditTrail {
             ring_buffer_total: now.ring_buffer,
             writer_total: now.writer,
             write_errors_total: now.write_errors,
+            export: now.export.saturating_sub(before.export),
+            export_total: now.export,
         });
         let lost_before = self.writer_lost;
         self.emit(record);
@@ -382,6 +399,12 @@ impl AuditTrail {
         if self.writer_lost == lost_before {
             self.reported = now;
         }
+    }
+
+    /// Records the OTLP export did not deliver, in all (but `loss` records: see
+    /// [`crate::audit::otlp_sender::OtlpStats::reportable`]).
+    fn export_missed(&self) -> u64 {
+        self.otlp.as_ref().map_or(0, |o| o.stats().reportable())
     }
 
     /// A `scope_loss` record for each scope that lost kernel events since the last report (past its
@@ -431,6 +454,14 @@ impl AuditTrail {
                 failed: s.stats().failed.load(Ordering::Relaxed),
                 lost: s.stats().lost.load(Ordering::Relaxed),
             }),
+            otlp: self.otlp.as_ref().map(|o| OtlpStatus {
+                url: o.url().to_string(),
+                sent: o.stats().sent.load(Ordering::Relaxed),
+                failed: o.stats().failed.load(Ordering::Relaxed),
+                lost: o.stats().lost.load(Ordering::Relaxed),
+                retries: o.stats().retries.load(Ordering::Relaxed),
+                last_error: o.stats().last_error.lock().ok().and_then(|e| e.clone()),
+            }),
         }
     }
 
@@ -468,30 +499,45 @@ impl AuditTrail {
         )
     }
 
-    /// How sending the records on stands (syslog; the only export today).
+    /// How sending the records on stands: up when every export configured delivers, degraded
+    /// when one missed records (or has delivered none and failed), off when none is set.
     pub fn export_layer(&self) -> LayerStatus {
-        let Some(syslog) = self.status().syslog else {
+        let status = self.status();
+        let mut parts = Vec::new();
+        let mut degraded = false;
+        if let Some(syslog) = &status.syslog {
+            degraded |= syslog.lost > 0 || (syslog.failed > 0 && syslog.sent == 0);
+            parts.push(format!(
+                "syslog to {}: {} sent, {} failed, {} lost",
+                syslog.target, syslog.sent, syslog.failed, syslog.lost
+            ));
+        }
+        if let Some(otlp) = &status.otlp {
+            degraded |= otlp.lost > 0 || otlp.failed > 0;
+            let last = otlp
+                .last_error
+                .as_ref()
+                .filter(|_| otlp.failed > 0 || otlp.retries > 0)
+                .map(|err| format!(" (last error: {err})"))
+                .unwrap_or_default();
+            parts.push(format!(
+                "OTLP to {}: {} sent, {} failed, {} lost{last}",
+                otlp.url, otlp.sent, otlp.failed, otlp.lost
+            ));
+        }
+        if parts.is_empty() {
             return LayerStatus::new(
                 Layer::Export,
                 LayerState::Off,
-                "no [audit] syslog target: records stay in the audit log",
-            );
-        };
-        if syslog.lost > 0 || (syslog.failed > 0 && syslog.sent == 0) {
-            return LayerStatus::new(
-                Layer::Export,
-                LayerState::Degraded,
-                format!(
-                    "syslog to {}: {} sent, {} failed, {} lost",
-                    syslog.target, syslog.sent, syslog.failed, syslog.lost
-                ),
+                "no [audit] syslog or [export.otlp] endpoint: records stay in the audit log",
             );
         }
-        LayerStatus::new(
-            Layer::Export,
-            LayerState::Up,
-            format!("syslog to {}: {} sent", syslog.target, syslog.sent),
-        )
+        let state = if degraded {
+            LayerState::Degraded
+        } else {
+            LayerState::Up
+        };
+        LayerStatus::new(Layer::Export, state, parts.join("; "))
     }
 
     /// Followers whose clients went away.
@@ -504,6 +550,7 @@ impl AuditTrail {
         self.send_pending();
         self.writer = None;
         self.syslog = None;
+        self.otlp = None;
     }
 
     /// A kernel event's record: the process, the destination, the deciding rule and the

@@ -58,6 +58,8 @@ pub struct Config {
     pub metrics: MetricsSection,
     /// The layers the daemon must hold to start (`[require]`).
     pub require: RequireSection,
+    /// Where else the audit records go (`[export.otlp]`).
+    pub export: ExportSection,
     /// Extra attributes for the authorization policy, per user name:
     /// `[users.alice] email = "alice@example.com"` and `attrs = { team = ["infra"] }`.
     pub users: BTreeMap<String, UserConfig>,
@@ -246,6 +248,76 @@ pub struct MetricsSection {
     pub listen: Option<SocketAddr>,
 }
 
+/// `[export]`: the audit records sent on as they are made, besides the log.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExportSection {
+    pub otlp: OtlpSection,
+}
+
+/// `[export.otlp]`: every record as an OTLP log record (OCSF's shape) to an OTLP/HTTP
+/// receiver (an OpenTelemetry Collector); off unless `endpoint` is set.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OtlpSection {
+    /// `http://HOST:PORT` (`/v1/logs` is added) or the full logs URL. Empty: no export.
+    pub endpoint: String,
+    /// Extra request headers, e.g. `{ "x-api-key" = "..." }`.
+    pub headers: BTreeMap<String, String>,
+    /// Records queued for the receiver before new ones are counted as lost.
+    pub queue_records: usize,
+    /// Records per request at most.
+    pub batch_records: usize,
+    /// One request's bound, in seconds.
+    pub timeout_secs: u64,
+    /// Attempts per batch before it is counted as failed (backoff from 0.25 s, doubling, at
+    /// most 8 s; a receiver's `Retry-After` is honoured up to that).
+    pub attempts: u32,
+}
+
+impl Default for OtlpSection {
+    fn default() -> Self {
+        OtlpSection {
+            endpoint: String::new(),
+            headers: BTreeMap::new(),
+            queue_records: 16_384,
+            batch_records: 512,
+            timeout_secs: 5,
+            attempts: 5,
+        }
+    }
+}
+
+impl OtlpSection {
+    /// Where to send, checked; `None` when no endpoint is set.
+    pub fn target(&self) -> Result<Option<crate::audit::otlp_sender::OtlpTarget>> {
+        use crate::audit::otlp_sender::OtlpTarget;
+        if self.endpoint.is_empty() {
+            return Ok(None);
+        }
+        let url = OtlpTarget::logs_url(&self.endpoint)
+            .map_err(|e| anyhow::anyhow!("[export.otlp] endpoint: {e:#}"))?;
+        if self.timeout_secs == 0 || self.attempts == 0 || self.batch_records == 0 {
+            bail!("[export.otlp]: timeout_secs, attempts and batch_records must be at least 1");
+        }
+        Ok(Some(OtlpTarget {
+            url,
+            headers: self.headers.clone().into_iter().collect(),
+            queue_records: self.queue_records,
+            batch_records: self.batch_records,
+            timeout: Duration::from_secs(self.timeout_secs),
+            attempts: self.attempts,
+        }))
+    }
+
+    /// The sender, started; `None` when no endpoint is set.
+    pub fn sender(&self) -> Result<Option<crate::audit::otlp_sender::OtlpSender>> {
+        self.target()?
+            .map(crate::audit::otlp_sender::OtlpSender::start)
+            .transpose()
+    }
+}
+
 /// `[require]`: layers of enforcement the daemon refuses to start without
 /// ([`crate::kernel::layers`]), so a host that must not run unprotected fails loudly.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -316,6 +388,7 @@ impl Default for Config {
             sandbox: SandboxSection::default(),
             metrics: MetricsSection::default(),
             require: RequireSection::default(),
+            export: ExportSection::default(),
             users: BTreeMap::new(),
             file: None,
         }
@@ -369,6 +442,7 @@ impl Config {
 
     pub fn validate(&self) -> Result<()> {
         self.sandbox.setting()?;
+        self.export.otlp.target()?;
         if self.asks.expire != "deny" {
             bail!(
                 "asks.expire = {:?}: the only supported value is \"deny\"",
@@ -458,6 +532,12 @@ mod tests {
         let err = format!("{:#}", Config::load(&path, true).unwrap_err());
         assert!(
             err.contains("sandbox.mode = \"rw\": use \"read-only\""),
+            "{err}"
+        );
+        std::fs::write(&path, "[export.otlp]\nendpoint = \"https://c:4318\"\n").unwrap();
+        let err = format!("{:#}", Config::load(&path, true).unwrap_err());
+        assert!(
+            err.contains("[export.otlp] endpoint") && err.contains("http://127.0.0.1:4318"),
             "{err}"
         );
     }

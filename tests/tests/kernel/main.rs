@@ -14,6 +14,7 @@
 mod common;
 
 mod audit;
+mod audit_otlp;
 mod audit_syslog;
 mod daemon;
 mod daemon_hold;

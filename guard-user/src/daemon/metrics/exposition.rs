@@ -322,11 +322,19 @@ impl Collector for Reading {
         if let Some(syslog) = &audit.syslog {
             lost.push((vec![("stage", "syslog")], ConstCounter::new(syslog.lost)));
         }
+        if let Some(otlp) = &audit.otlp {
+            lost.push((vec![("stage", "otlp")], ConstCounter::new(otlp.lost)));
+            lost.push((
+                vec![("stage", "otlp_failed")],
+                ConstCounter::new(otlp.failed),
+            ));
+        }
         family(
             &mut e,
             "guard_audit_records_lost",
             "Audit records lost: the writer's queue was full, a `guard audit --follow` reader \
-             fell behind (the records are in the log), or the syslog queue was full.",
+             fell behind (the records are in the log), the syslog or OTLP queue was full, or an OTLP \
+             batch failed every attempt (`otlp_failed`).",
             &lost,
         )?;
         counter(

@@ -407,6 +407,9 @@ impl Daemon {
         if let Some(forwarder) = config.audit.syslog_forwarder()? {
             audit.forward_to_syslog(forwarder);
         }
+        if let Some(sender) = config.export.otlp.sender()? {
+            audit.export_otlp(sender);
+        }
         let (held_wake, held_calls) = tokio::sync::mpsc::unbounded_channel();
         let (overlay_sink, overlay_events) = tokio::sync::mpsc::unbounded_channel();
         let mut daemon = Daemon {

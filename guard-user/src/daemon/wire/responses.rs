@@ -151,6 +151,9 @@ pub struct AuditStatus {
     pub followers: usize,
     pub follower_missed: u64,
     pub syslog: Option<SyslogStatus>,
+    /// `[export.otlp]`, when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp: Option<OtlpStatus>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -159,6 +162,17 @@ pub struct SyslogStatus {
     pub sent: u64,
     pub failed: u64,
     pub lost: u64,
+}
+
+/// The OTLP export: records the receiver took, failed (every attempt) and lost (queue full).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct OtlpStatus {
+    pub url: String,
+    pub sent: u64,
+    pub failed: u64,
+    pub lost: u64,
+    pub retries: u64,
+    pub last_error: Option<String>,
 }
 
 /// A response's `result` as JSON: every type here serialises (plain structs of strings,

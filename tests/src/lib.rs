@@ -1,4 +1,5 @@
 //! Shared helpers for guard's integration tests (the tests themselves live in `tests/`).
+pub mod browser;
 pub mod daemon;
 pub mod dns;
 pub mod kernel;

@@ -5,6 +5,7 @@ mod amend;
 mod audit;
 mod authz;
 mod check;
+mod console;
 mod control;
 mod daemon;
 mod doctor;
@@ -122,6 +123,8 @@ enum Command {
     Approve(control::ApproveArgs),
     /// Deny an ask; --always also appends a deny rule.
     Deny(control::DenyArgs),
+    /// Sign in to the daemon's approval page in a browser (a one-time link for you).
+    Console(console::ConsoleArgs),
     /// Make the daemon re-read its policy (a policy that fails to load keeps the old one).
     Reload(control::ReloadArgs),
     /// The daemon's backend, scopes, rules, addresses, asks, counters and uptime.
@@ -233,6 +236,7 @@ pub fn main_bounded(limit: impl FnOnce(i64)) -> ExitCode {
         Command::Prompts(args) => control::prompts(&args),
         Command::Approve(args) => control::approve(&args),
         Command::Deny(args) => control::deny(&args),
+        Command::Console(args) => console::console(&args),
         Command::Reload(args) => control::reload(&args),
         Command::Status(args) => control::status(&args),
         Command::Audit(args) => audit::audit(&args),

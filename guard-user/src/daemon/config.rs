@@ -60,6 +60,8 @@ pub struct Config {
     pub require: RequireSection,
     /// Where else the audit records go (`[export.otlp]`).
     pub export: ExportSection,
+    /// The approval console's page (`[console]`); off unless `listen` is set.
+    pub console: ConsoleSection,
     /// Extra attributes for the authorization policy, per user name:
     /// `[users.alice] email = "alice@example.com"` and `attrs = { team = ["infra"] }`.
     pub users: BTreeMap<String, UserConfig>,
@@ -248,6 +250,15 @@ pub struct MetricsSection {
     pub listen: Option<SocketAddr>,
 }
 
+/// `[console]`: `guard console`'s page, served by the daemon. Each person signs in with a
+/// one-time link `guard console` gets over the control socket; listen on loopback.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsoleSection {
+    /// `IP:PORT` to serve the page on, e.g. `127.0.0.1:9478`; unset: no console.
+    pub listen: Option<SocketAddr>,
+}
+
 /// `[export]`: the audit records sent on as they are made, besides the log.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -389,6 +400,7 @@ impl Default for Config {
             metrics: MetricsSection::default(),
             require: RequireSection::default(),
             export: ExportSection::default(),
+            console: ConsoleSection::default(),
             users: BTreeMap::new(),
             file: None,
         }

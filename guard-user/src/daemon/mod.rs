@@ -10,13 +10,17 @@
 //! `crate::authz` decide who may ask what; `wire/` types what travels on the socket (requests,
 //! results, stream lines; it uses no other daemon module); `connections.rs` bounds each user's
 //! connections; `overlay_eval.rs` evaluates a run's overlay in a bounded child, off the loop;
-//! `client.rs` is the other end of the socket, for the CLI.
+//! `client.rs` is the other end of the socket, for the CLI; `control_port.rs` is the loop's
+//! door for requests made inside the daemon, which `console/` (the approval page, `guard
+//! console`) uses with the same authorization as the socket.
 
 pub mod audit;
 pub mod audit_budget;
 pub mod client;
 pub mod config;
 pub mod connections;
+pub mod console;
+pub mod control_port;
 pub mod metrics;
 pub mod overlay_eval;
 pub mod peer;

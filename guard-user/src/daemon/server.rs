@@ -13,8 +13,8 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, oneshot};
 
-use super::audit::HistoryRead;
 use super::config::Config;
+use super::control_port::{Command, ControlPort};
 use super::metrics::http::ReadingRequest;
 use super::peer::PeerCredentials;
 use super::service::{Daemon, Handled, PendingRun, TICK};
@@ -28,28 +28,6 @@ use crate::audit::filter::AuditFilter;
 /// Events handled per turn of the loop (a request waits at most one batch: well under a
 /// millisecond).
 const EVENT_BATCH: usize = 256;
-
-/// What a connection task asks of the daemon task.
-enum Command {
-    Request {
-        peer: PeerCredentials,
-        request: Request,
-        stream: Option<mpsc::UnboundedSender<String>>,
-        reply: oneshot::Sender<ResponseLine>,
-    },
-    /// A run's client asks for every event so far to be delivered (then `flushed`).
-    Flush(mpsc::UnboundedSender<String>),
-    /// A streaming client went away.
-    Detach(mpsc::UnboundedSender<String>),
-    /// `guard audit`: the history to read, and with `live` the records from now on.
-    Audit {
-        peer: PeerCredentials,
-        filter: AuditFilter,
-        live: Option<mpsc::Sender<String>>,
-        limit: Option<usize>,
-        reply: oneshot::Sender<Result<HistoryRead, ResponseLine>>,
-    },
-}
 
 /// A run whose overlay was evaluated off the loop, with the policy or why it was refused, and
 /// where its answer goes.
@@ -99,6 +77,26 @@ async fn serve_metrics(address: std::net::SocketAddr) -> Result<mpsc::Receiver<R
     Ok(rx)
 }
 
+/// Binds the console's page (`[console] listen`) and serves it from a task of its own; its
+/// requests come back to the loop through `port`.
+async fn serve_console(
+    address: std::net::SocketAddr,
+    logins: std::sync::Arc<super::console::Logins>,
+    port: ControlPort,
+) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| {
+            format!(
+                "[console] listen = \"{address}\": cannot listen there (in use, or not an address \
+                 of this host); choose another IP:PORT or remove the key"
+            )
+        })?;
+    tokio::spawn(super::console::http::serve(listener, logins, port));
+    tracing::info!("serving the console on http://{address}/ (sign in with `guard console`)");
+    Ok(())
+}
+
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn serve(config: Config) -> Result<()> {
     // Before anything else: a second daemon must not take over the first one's pins.
@@ -115,6 +113,11 @@ pub async fn serve(config: Config) -> Result<()> {
     let listener = bind_socket(&daemon.config)?;
     let socket_path = daemon.config.socket.clone();
     let (tx, mut rx) = mpsc::channel::<Command>(64);
+    if let (Some(address), Some(logins)) =
+        (daemon.config.console.listen, daemon.console_logins.clone())
+    {
+        serve_console(address, logins, ControlPort::new(tx.clone())).await?;
+    }
     tokio::spawn(accept_loop(listener, tx));
     let mut readings = match daemon.config.metrics.listen {
         Some(address) => Some(serve_metrics(address).await?),

@@ -16,6 +16,7 @@ mod common;
 mod audit;
 mod audit_otlp;
 mod audit_syslog;
+mod console;
 mod daemon;
 mod daemon_hold;
 mod daemon_metrics;

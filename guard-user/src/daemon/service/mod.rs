@@ -43,6 +43,7 @@ use crate::resolve::lookup::{DnsCache, DnsConfig, DnsResolver};
 use crate::resolve::{NamePolicy, Resolver, ResolverConfig, ResolverEvent, ResolverNote};
 
 mod answers;
+mod console;
 mod held;
 mod layers;
 mod metrics;
@@ -56,6 +57,8 @@ pub use overlays::parse as parse_overlay;
 
 pub struct Daemon {
     pub config: Config,
+    /// The console's links and sessions (`[console] listen`), shared with its page's server.
+    pub console_logins: Option<Arc<crate::daemon::console::Logins>>,
     authz: Arc<AuthzPolicy>,
     authz_source: String,
     /// The files the policy was loaded from, and the overlay files.
@@ -413,6 +416,7 @@ impl Daemon {
         let (held_wake, held_calls) = tokio::sync::mpsc::unbounded_channel();
         let (overlay_sink, overlay_events) = tokio::sync::mpsc::unbounded_channel();
         let mut daemon = Daemon {
+            console_logins: config.console.listen.map(|_| Arc::default()),
             overlays: Default::default(),
             patterns: Vec::new(),
             overlay_sink,
@@ -1078,7 +1082,10 @@ impl Daemon {
         // An answer is authorized with its ask's owner; `prompts` and `watch` list what the
         // caller may see, ask by ask, when it may not see them all.
         let resource = self.resource_of(&request);
-        let per_ask = matches!(request, Request::Prompts | Request::Watch);
+        let per_ask = matches!(
+            request,
+            Request::Prompts | Request::Watch | Request::ConsoleLogin
+        );
         let mut sees_every_ask = true;
         // `audit` is authorized per record (whose processes it is about), in `audit_read`.
         if !matches!(request, Request::Audit { .. }) {
@@ -1204,6 +1211,8 @@ impl Daemon {
             Request::Hold { fd, first_exec } => {
                 self.adopt_hold(peer, fd, first_exec).map(|r| to_json(&r))
             }
+            Request::ConsoleLogin => self.console_login(&peer, membership).map(|r| to_json(&r)),
+            Request::Policy => Ok(to_json(&self.policy_view())),
             // Served by `audit_read` (the server sends it there).
             Request::Audit { .. } => Err((
                 ErrorCode::BadRequest,

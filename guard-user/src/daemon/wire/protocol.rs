@@ -92,6 +92,11 @@ pub enum Request {
         #[serde(default)]
         limit: Option<usize>,
     },
+    /// A one-time login link to the console's page (`[console] listen`), bound to the caller:
+    /// the page then acts as them (`guard console`). Refused from inside a guard scope.
+    ConsoleLogin,
+    /// The rules in force, each with its file and line.
+    Policy,
 }
 
 impl Request {
@@ -106,6 +111,10 @@ impl Request {
             Request::Reload => "reload",
             Request::Run { .. } | Request::Hold { .. } => "run",
             Request::Audit { .. } => "audit",
+            // The page shows what its person may list and answer; each of its requests is
+            // authorized again as that person.
+            Request::ConsoleLogin => "prompts",
+            Request::Policy => "status",
         }
     }
 
@@ -113,13 +122,16 @@ impl Request {
     pub fn entity(&self) -> &'static str {
         match self {
             Request::Status => "status",
-            Request::Prompts | Request::Watch | Request::Approve { .. } | Request::Deny { .. } => {
-                "prompt"
-            }
+            Request::Prompts
+            | Request::Watch
+            | Request::Approve { .. }
+            | Request::Deny { .. }
+            | Request::ConsoleLogin => "prompt",
             Request::Amend { .. }
             | Request::Reload
             | Request::Run { .. }
-            | Request::Hold { .. } => "policy",
+            | Request::Hold { .. }
+            | Request::Policy => "policy",
             Request::Audit { .. } => "audit",
         }
     }

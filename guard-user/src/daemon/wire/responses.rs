@@ -175,6 +175,29 @@ pub struct OtlpStatus {
     pub last_error: Option<String>,
 }
 
+/// `console_login`: the link to open, once, within `expires_in_secs`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ConsoleLink {
+    pub url: String,
+    pub expires_in_secs: u64,
+    /// Who the page will act as.
+    pub user: String,
+}
+
+/// `policy`: one rule in force.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PolicyRuleView {
+    /// The file it is written in and its line (absent for a rule guard made itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    pub text: String,
+    pub decision: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub justification: Option<String>,
+}
+
 /// A response's `result` as JSON: every type here serialises (plain structs of strings,
 /// numbers and lists).
 pub fn to_json(response: &impl Serialize) -> serde_json::Value {

@@ -469,12 +469,17 @@ fn the_daemon_attaches_a_detached_link_again_and_records_it() {
     if !can_run() {
         return;
     }
+    // The repair is sent on too: to an OTLP receiver.
+    let Some(receiver) = guard_tests::otlp::OtlpReceiver::start_or_skip() else {
+        return;
+    };
     let refused = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = refused.local_addr().unwrap().port();
     let daemon = TestDaemon::start(&DaemonSetup {
         rules: format!(
             "address_rule(addresses=[\"127.0.0.1\"], ports=[{port}], decision=\"deny\")\n"
         ),
+        extra_config: format!("[export.otlp]\nendpoint = \"{}\"\n", receiver.endpoint()),
         ..DaemonSetup::default()
     });
     // Every link the daemon pinned, detached by a root process that can name them.
@@ -514,6 +519,16 @@ fn the_daemon_attaches_a_detached_link_again_and_records_it() {
             .count()
             >= 1,
         "each repair is an audit record"
+    );
+    let sent = receiver.wait_for(Duration::from_secs(10), |received| {
+        received
+            .iter()
+            .any(|r| r["attributes"]["guard.type"] == "link_repaired")
+    });
+    assert!(
+        sent.iter()
+            .any(|r| r["attributes"]["guard.type"] == "link_repaired"),
+        "and sent on: {sent:?}"
     );
     let shown = text(&daemon.guard(&["status"]).stderr);
     assert!(

@@ -242,8 +242,8 @@ pub struct Resolver {
     port: u16,
     stats: Arc<stats::ResolverStats>,
     refresher: refresher::Refresher,
-    /// Aborted when dropped.
-    _tasks: JoinSet<()>,
+    /// Its listeners and refresher, which run for its life; aborted when dropped.
+    tasks: JoinSet<()>,
 }
 
 /// Where the resolver's events go. Each is there before the answer it concerns leaves, so an
@@ -308,7 +308,18 @@ impl Resolver {
         names: Arc<RwLock<NamePolicy>>,
         events: EventSink,
     ) -> Result<Resolver> {
-        let (udp, tcp) = bind_loopback().await?;
+        Self::start_on(config, names, events, 0).await
+    }
+
+    /// [`Resolver::start`] on `port` (0: a free one): the daemon starts a resolver that
+    /// stopped again where the kernel's redirect sends the scopes' queries.
+    pub async fn start_on(
+        config: ResolverConfig,
+        names: Arc<RwLock<NamePolicy>>,
+        events: EventSink,
+        port: u16,
+    ) -> Result<Resolver> {
+        let (udp, tcp) = bind_loopback(port).await?;
         let port = udp[0].local_addr()?.port();
         let shared = Arc::new(serve::Shared::new(config, names, events));
         let stats = shared.stats.clone();
@@ -325,8 +336,18 @@ impl Resolver {
             port,
             stats,
             refresher,
-            _tasks: tasks,
+            tasks,
         })
+    }
+
+    /// Why it stopped answering, once one of its tasks ended (they run for its life: a
+    /// listener whose socket failed, or a panic); `None` while it runs.
+    pub fn stopped(&mut self) -> Option<String> {
+        match self.tasks.try_join_next()? {
+            Ok(()) => Some("one of its listeners ended".to_string()),
+            Err(err) if err.is_panic() => Some("one of its tasks panicked".to_string()),
+            Err(err) => Some(format!("one of its tasks ended: {err}")),
+        }
     }
 
     /// The port it listens on (127.0.0.1 and ::1, UDP and TCP).
@@ -349,14 +370,17 @@ impl Resolver {
 /// Tries ephemeral ports until one is free on 127.0.0.1 for UDP and TCP (and on ::1 when the
 /// host has IPv6 loopback; without it, IPv6 queries are redirected to an address nothing
 /// listens on and fail, which is no worse than a host without IPv6).
-async fn bind_loopback() -> Result<(Vec<UdpSocket>, Vec<TcpListener>)> {
+async fn bind_loopback(port: u16) -> Result<(Vec<UdpSocket>, Vec<TcpListener>)> {
     let v4 = IpAddr::V4(Ipv4Addr::LOCALHOST);
     let v6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
     let mut last_error = None;
-    for _ in 0..20 {
-        let udp = UdpSocket::bind((v4, 0))
+    // A port asked for is tried once; a free one up to 20 times (the UDP port the kernel
+    // picks may be taken for TCP).
+    let attempts = if port == 0 { 20 } else { 1 };
+    for _ in 0..attempts {
+        let udp = UdpSocket::bind((v4, port))
             .await
-            .context("binding guard's resolver (UDP, 127.0.0.1)")?;
+            .with_context(|| format!("binding guard's resolver (UDP, 127.0.0.1:{port})"))?;
         let port = udp.local_addr()?.port();
         match TcpListener::bind((v4, port)).await {
             Ok(tcp) => {

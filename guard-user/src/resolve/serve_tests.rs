@@ -294,3 +294,48 @@ async fn names_under_a_pattern_past_a_cap_are_refused_recorded_and_counted() {
         "the pattern's rule is where to look"
     );
 }
+
+#[tokio::test]
+async fn a_resolver_whose_task_ended_says_so_and_starts_again_on_its_port() {
+    let (upstream, _) = recording_upstream().await;
+    let mut parser = PolicyParser::new();
+    parser
+        .parse(
+            "names.rules",
+            "address_rule(addresses=[\"*.wild.test\"], decision=\"forbidden\")\n",
+        )
+        .unwrap();
+    let names = Arc::new(RwLock::new(NamePolicy::from_policy(&parser.build())));
+    let (events_tx, _events) = tokio::sync::mpsc::unbounded_channel();
+    let config = ResolverConfig {
+        upstream,
+        refusal: Refusal::Refused,
+        per_scope: false,
+        origins: None,
+    };
+    let sink = EventSink::Tokio(events_tx);
+    let mut resolver = Resolver::start(config.clone(), names.clone(), sink.clone())
+        .await
+        .unwrap();
+    assert_eq!(resolver.stopped(), None, "it runs");
+    let port = resolver.port();
+    resolver.tasks.abort_all();
+    let mut why = None;
+    for _ in 0..100 {
+        why = resolver.stopped();
+        if why.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(why.is_some(), "a task that ended is noticed");
+    drop(resolver);
+    let again = Resolver::start_on(config, names, sink, port).await.unwrap();
+    assert_eq!(
+        again.port(),
+        port,
+        "where the kernel's redirect still sends queries"
+    );
+    let answer = ask(port, &query("x.wild.test.").to_vec().unwrap()).await;
+    assert_eq!(answer.metadata.response_code, ResponseCode::Refused);
+}

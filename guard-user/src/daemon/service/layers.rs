@@ -68,31 +68,99 @@ impl Daemon {
             if first || was == Some(status.state) {
                 continue;
             }
-            let line = format!(
-                "layer {} (was {})",
-                status,
-                was.map_or("unreported", LayerState::as_str)
-            );
-            if status.state == LayerState::Up {
-                tracing::info!("{line}");
-            } else {
-                tracing::warn!("{line}");
-            }
-            self.audit.record(
-                RecordType::Layer,
-                "root",
-                json!({
-                    "layer": status.layer,
-                    "state": status.state,
-                    "was": was,
-                    "detail": status.detail,
-                }),
-            );
+            self.record_layer(status.layer, status.state, was, &status.detail);
         }
         self.layer_states = now.iter().map(|s| (s.layer, s.state)).collect();
     }
 
+    /// Starts guard's resolver again, on the port the kernel's redirect sends the scopes'
+    /// queries to, when it stopped (a task that ended); recorded both ways as `layer` records.
+    /// Until it answers again the scopes' queries fail (nothing listens on the port): closed.
+    pub(super) async fn revive_resolver(&mut self) {
+        if let Some(server) = self.name_server.as_mut()
+            && let Some(why) = server.stopped()
+        {
+            let port = server.port();
+            // Dropped: its other tasks end and its sockets close, so the port is free.
+            self.name_server = None;
+            let detail = format!("guard's resolver on port {port} stopped: {why}");
+            self.record_layer(
+                Layer::Dns,
+                LayerState::Missing,
+                Some(LayerState::Up),
+                &detail,
+            );
+            self.resolver_down = Some((port, detail));
+        }
+        let (Some((port, _)), Some((config, sink))) = (&self.resolver_down, &self.resolver_start)
+        else {
+            return;
+        };
+        let port = *port;
+        match crate::resolve::Resolver::start_on(
+            config.clone(),
+            self.names.clone(),
+            sink.clone(),
+            port,
+        )
+        .await
+        {
+            Ok(server) => {
+                self.core.names_mut().refresh_through(server.refresher());
+                self.name_server = Some(server);
+                self.resolver_down = None;
+                let detail = format!("guard's resolver started again on port {port}");
+                self.record_layer(
+                    Layer::Dns,
+                    LayerState::Up,
+                    Some(LayerState::Missing),
+                    &detail,
+                );
+            }
+            Err(err) => {
+                tracing::warn!("starting guard's resolver again on port {port}: {err:#}");
+            }
+        }
+    }
+
+    /// One `layer` record and log line, and the state remembered so the next look does not
+    /// say it again.
+    fn record_layer(
+        &mut self,
+        layer: Layer,
+        state: LayerState,
+        was: Option<LayerState>,
+        detail: &str,
+    ) {
+        let line = format!(
+            "layer {}: {} (was {}): {detail}",
+            layer.as_str(),
+            state.as_str(),
+            was.map_or("unreported", LayerState::as_str)
+        );
+        if state == LayerState::Up {
+            tracing::info!("{line}");
+        } else {
+            tracing::warn!("{line}");
+        }
+        self.audit.record(
+            RecordType::Layer,
+            "root",
+            json!({ "layer": layer, "state": state, "was": was, "detail": detail }),
+        );
+        if let Some(known) = self.layer_states.iter_mut().find(|(l, _)| *l == layer) {
+            known.1 = state;
+        }
+    }
+
     fn dns_layer(&self) -> LayerStatus {
+        if let Some((_, why)) = &self.resolver_down {
+            return LayerStatus::new(
+                Layer::Dns,
+                LayerState::Missing,
+                format!("{why}; starting it again (the scopes' queries fail meanwhile)"),
+            );
+        }
         match &self.name_server {
             Some(server) => LayerStatus::new(
                 Layer::Dns,

@@ -69,6 +69,10 @@ pub struct Daemon {
     /// What guard's resolver decides by name.
     names: Arc<RwLock<NamePolicy>>,
     name_server: Option<Resolver>,
+    /// How `name_server` was started, to start it again on its port if it stops.
+    resolver_start: Option<(ResolverConfig, crate::resolve::EventSink)>,
+    /// Why guard's resolver is not answering, and the port it is started again on each tick.
+    resolver_down: Option<(u16, String)>,
     /// Taken by the server loop, which hands each event to [`Daemon::on_resolver_events`].
     pub resolver_events: Option<UnboundedReceiver<ResolverEvent>>,
     /// The policy in force, its approvals (keyed by scope) and what is known of its names
@@ -358,26 +362,24 @@ impl Daemon {
         let enforcer = core.enforcer_mut();
         // Before the scopes are attached: on the lsm backend only cgroups attached after the
         // redirect get the redirecting hooks.
-        let (name_server, resolver_events) = match upstream {
+        let (name_server, resolver_events, resolver_start) = match upstream {
             Some(upstream) => {
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
                 let refusal = config.resolver.refusal;
-                let server = Resolver::start(
-                    ResolverConfig {
-                        upstream,
-                        refusal,
-                        per_scope: true,
-                        // Without it the resolver names who asked by a look through `/proc`.
-                        origins: enforcer.dns_origins().ok().map(Arc::new),
-                    },
-                    names.clone(),
-                    crate::resolve::EventSink::Tokio(tx),
-                )
-                .await?;
+                let resolver_config = ResolverConfig {
+                    upstream,
+                    refusal,
+                    per_scope: true,
+                    // Without it the resolver names who asked by a look through `/proc`.
+                    origins: enforcer.dns_origins().ok().map(Arc::new),
+                };
+                let sink = crate::resolve::EventSink::Tokio(tx);
+                let server =
+                    Resolver::start(resolver_config.clone(), names.clone(), sink.clone()).await?;
                 enforcer.redirect_dns(server.port())?;
-                (Some(server), Some(rx))
+                (Some(server), Some(rx), Some((resolver_config, sink)))
             }
-            None => (None, None),
+            None => (None, None, None),
         };
         if let Some(server) = &name_server {
             core.names_mut().refresh_through(server.refresher());
@@ -430,6 +432,8 @@ impl Daemon {
             resolver,
             names,
             name_server,
+            resolver_start,
+            resolver_down: None,
             resolver_events,
             sources,
             overlay_sources,
@@ -766,6 +770,7 @@ impl Daemon {
             self.notify_watchers(WatchEvent::Resolved { ask });
         }
         self.repair_links();
+        self.revive_resolver().await;
         // Once a second: a look at every link costs a syscall each.
         if self.layers_looked_at.elapsed() >= Duration::from_secs(1) {
             self.layers_looked_at = Instant::now();

@@ -3,7 +3,10 @@
 //! of the two these machines have), against the release daemon. Reports the events the kernel
 //! emitted (put in the ring buffer + lost to it being full), the records written to the log,
 //! every loss by cause, the daemon's CPU and peak memory; and the same loop outside any scope
-//! (no guard) as the baseline measured in the same run.
+//! (no guard) as the baseline measured in the same run. A third row runs the fast loop with
+//! `[export.otlp]` sending every record to a receiver built from the official OTLP protobuf
+//! definitions (`guard_tests::otlp`, far slower than the flood): the export must slow neither
+//! the loop nor the log, and what it could not send is counted.
 //!
 //! Run with `cargo xtask bench -- audit` (it builds the release `guard` first). Needs root;
 //! otherwise it prints why and exits 0 (1 when `CI=true`). Writes target/bench/audit.json.
@@ -13,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run};
 use guard_tests::kernel::helper;
+use guard_tests::otlp::OtlpReceiver;
 use serde_json::{Value, json};
 
 /// How long each loop runs.
@@ -74,11 +78,16 @@ struct Row {
     wall: f64,
     peak_kib: u64,
     record_bytes: f64,
+    /// With `[export.otlp]`: records the receiver took, and those failed or lost.
+    otlp: Option<(u64, u64)>,
 }
 
-fn measure(probe: &str, pace: Option<f64>) -> Row {
+fn measure(probe: &str, pace: Option<f64>, otlp: Option<&OtlpReceiver>) -> Row {
     let daemon = TestDaemon::start(&DaemonSetup {
         rules: "address_rule(addresses=[\"127.79.0.1\"], decision=\"forbidden\")\n".to_string(),
+        extra_config: otlp
+            .map(|r| format!("[export.otlp]\nendpoint = \"{}\"\n", r.endpoint()))
+            .unwrap_or_default(),
         ..Default::default()
     });
     let pid = daemon.pid();
@@ -116,11 +125,17 @@ fn measure(probe: &str, pace: Option<f64>) -> Row {
         after["audit"][k].as_u64().unwrap_or(0) - before["audit"][k].as_u64().unwrap_or(0)
     };
     let (ring_lost, written) = (delta("events_lost"), audit("written"));
+    let exported = otlp.map(|_| {
+        let field = |k: &str| after["audit"]["otlp"][k].as_u64().unwrap_or(0);
+        (field("sent"), field("failed") + field("lost"))
+    });
     Row {
-        label: match pace {
-            Some(rate) => format!("paced at {rate:.0}/s"),
-            None => "as fast as the loop goes".to_string(),
+        label: match (pace, otlp) {
+            (Some(rate), _) => format!("paced at {rate:.0}/s"),
+            (None, None) => "as fast as the loop goes".to_string(),
+            (None, Some(_)) => "as fast as the loop goes, with [export.otlp]".to_string(),
         },
+        otlp: exported,
         rate: attempts as f64 / loop_secs,
         attempts,
         refused,
@@ -155,7 +170,14 @@ fn main() {
     let (base_n, _, base_secs) = parse_loop(&String::from_utf8_lossy(&out.stdout));
     let base_rate = base_n as f64 / base_secs;
 
-    let rows = [measure(probe, Some(TARGET_RATE)), measure(probe, None)];
+    let Some(receiver) = OtlpReceiver::start_or_skip() else {
+        return;
+    };
+    let rows = [
+        measure(probe, Some(TARGET_RATE), None),
+        measure(probe, None, None),
+        measure(probe, None, Some(&receiver)),
+    ];
     println!(
         "| load (refused UDP connects in a guard run scope) | events/s driven | emitted | written | lost: ring buffer | lost: writer | daemon CPU | daemon peak RSS |"
     );
@@ -186,6 +208,16 @@ fn main() {
         fast.rate / base_rate,
         fast.written as f64 / fast.cpu.max(1e-9),
         fast.record_bytes,
+    );
+    let exporting = &rows[2];
+    let (sent, missed) = exporting.otlp.unwrap_or_default();
+    println!(
+        "with [export.otlp] to a receiver far slower than the flood: the loop ×{:.2} of the same \
+         run without it, records written ×{:.2}, daemon CPU ×{:.2}; the receiver took {sent} \
+         records, {missed} were counted failed or lost",
+        exporting.rate / fast.rate,
+        exporting.written as f64 / fast.written.max(1) as f64,
+        exporting.cpu / fast.cpu.max(1e-9),
     );
     for row in &rows {
         // Every event is written or counted lost (the writer also writes the daemon's own
@@ -218,6 +250,8 @@ fn main() {
                 "wall_secs": row.wall,
                 "daemon_peak_rss_kib": row.peak_kib,
                 "record_bytes": row.record_bytes,
+                "otlp_sent": row.otlp.map(|o| o.0),
+                "otlp_failed_or_lost": row.otlp.map(|o| o.1),
             })
         })
         .collect();

@@ -58,8 +58,21 @@ impl Package {
 
     /// A folder beside the install for the tool's state (`CODEX_HOME`): Codex refuses to set up
     /// its helper links under a temporary folder, and runs sharing one contend for its lock.
+    /// A clone under the temporary folder (a CI runner's, a scratch clone) would put it there
+    /// too: then it goes under `$HOME/.cache/guard-tests/` instead.
     pub fn home(&self, name: &str) -> PathBuf {
-        let home = self.dir().with_extension("home").join(name);
+        let beside = self.dir().with_extension("home");
+        let base = if beside.starts_with(std::env::temp_dir()) {
+            let cache = std::env::var_os("HOME")
+                .map(|home| PathBuf::from(home).join(".cache"))
+                .filter(|cache| !cache.starts_with(std::env::temp_dir()))
+                .unwrap_or_else(|| PathBuf::from("/var/cache"))
+                .join("guard-tests");
+            cache.join(format!("{}-{}.home", self.cache, self.version))
+        } else {
+            beside
+        };
+        let home = base.join(name);
         std::fs::create_dir_all(&home).expect("create the tool's home folder");
         home
     }

@@ -1,7 +1,7 @@
 //! `cargo xtask <command>`: what cargo cannot do alone (the alias is in `.cargo/config.toml`).
 //!
 //! - `setup`: check (and install, where it can) what the machine needs.
-//! - `test`: setup, then the tests, the benchmarks' build, clippy, rustfmt, the fuzz targets
+//! - `test`: setup, then the tests, clippy (which compiles the benchmarks), rustfmt, the fuzz targets
 //!   (a bounded run of each), the package and `vm-test`.
 //! - `deb`: setup, then the Debian package (target/dist), checked unpacked.
 //! - `vm-test`: the kernel integration tests in a qemu VM whose kernel allows BPF LSM.
@@ -37,8 +37,8 @@ enum Task {
     /// Check for (and install, if missing and possible) what building and testing guard needs.
     /// Idempotent: prints one line per item, `ok` or `installed`.
     Setup,
-    /// Setup, then `cargo test` on the host crates, a build of the benchmarks, clippy
-    /// (`-D warnings`), `cargo fmt --check`, the fuzz targets of `fuzz/` (built with nightly,
+    /// Setup, then `cargo test` on the host crates, clippy (`--all-targets -D warnings`, which
+    /// compiles the benchmarks), `cargo fmt --check`, the fuzz targets of `fuzz/` (built with nightly,
     /// 20 s each over the committed corpus), the Debian package (`deb`, checked unpacked) and
     /// `vm-test`. Every step runs; fails if any step
     /// failed. The closing `tests:` line counts the VM's tests too.
@@ -184,13 +184,10 @@ fn test(args: &[String]) -> Result<i32> {
     setup::setup(&[Need::Build, Need::Test], Report::Stderr)?;
     let mut tests = cmd::cargo(["test"].iter().chain(&HOST_WORKSPACE));
     tests.args(args);
+    // The benchmarks are not built here: clippy's `--all-targets` compiles them, so they do not
+    // rot, and their release build was a sixth of a CI run; `cargo xtask bench` runs them.
     let steps = [
         ("tests", tests),
-        // Benchmarks are only built, so they do not rot; `cargo xtask bench` runs them.
-        (
-            "benchmarks build",
-            cmd::cargo(["bench", "--no-run", "-p", "guard-user", "-p", "guard-tests"]),
-        ),
         (
             "clippy",
             cmd::cargo(["clippy"].iter().chain(&HOST_WORKSPACE).chain(&[

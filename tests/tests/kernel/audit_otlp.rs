@@ -205,3 +205,54 @@ fn every_record_reaches_the_receiver_as_an_ocsf_event_and_a_receiver_down_is_cou
         .unwrap();
     assert_eq!(layer["state"], "degraded", "{layer}");
 }
+
+#[test]
+fn a_receiver_slower_than_the_timeout_costs_the_log_nothing_and_its_misses_are_counted() {
+    if !can_run() {
+        return;
+    }
+    // Every answer comes after 3 s; the daemon waits 1 s for one.
+    let Some(receiver) = OtlpReceiver::start_with_or_skip(&["--delay", "3"]) else {
+        return;
+    };
+    let daemon = TestDaemon::start(&DaemonSetup {
+        rules: RULES.to_string(),
+        extra_config: format!(
+            "[export.otlp]\nendpoint = \"{}\"\nattempts = 1\ntimeout_secs = 1\n",
+            receiver.endpoint()
+        ),
+        ..Default::default()
+    });
+    let started = Instant::now();
+    for _ in 0..3 {
+        let (code, _, _) = run_probe(&daemon, &["udp-connect", "127.77.20.1", "9"]);
+        assert_eq!(code, 1, "refused at once, whatever the receiver does");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the refusals did not wait for the receiver: {:?}",
+        started.elapsed()
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        let status = otlp_status(&daemon);
+        let missed = status["failed"].as_u64().unwrap() + status["lost"].as_u64().unwrap();
+        if missed >= 3 || Instant::now() >= deadline {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let missed = status["failed"].as_u64().unwrap() + status["lost"].as_u64().unwrap();
+    assert!(missed >= 3, "the timed-out batches are counted: {status}");
+    assert!(
+        status["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("/v1/logs")),
+        "{status}"
+    );
+    let refusals = log_lines(&daemon)
+        .iter()
+        .filter(|(_, r)| r["type"] == "decision" && r["destination"]["address"] == "127.77.20.1")
+        .count();
+    assert_eq!(refusals, 3, "the log has every refusal");
+}

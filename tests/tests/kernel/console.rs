@@ -297,6 +297,18 @@ fn the_console_shows_asks_as_they_arrive_and_answers_them_for_its_person_only() 
             .unwrap()
     });
     assert_eq!(status, 403, "Alice may not answer root's ask");
+    // Her page, open for seconds, asked for the status she may not read once, not every second.
+    std::thread::sleep(Duration::from_secs(2));
+    let refused_status = std::fs::read_to_string(&daemon.audit_log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|r| r["type"] == "control_refused" && r["uid"] == ALICE && r["entity"] == "status")
+        .count();
+    assert_eq!(
+        refused_status, 1,
+        "one refusal for the page's status, not one a second"
+    );
     assert!(
         daemon.prompts().iter().any(|a| a["id"] == id),
         "the ask is still pending"

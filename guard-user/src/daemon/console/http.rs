@@ -476,64 +476,83 @@ async fn decisions(
 }
 
 /// The event stream: `asks` with the pending asks the person may see whenever they change,
-/// `status` with the counters whenever they change (or an `error` the person may not read
-/// it), and a comment every 15 s so proxies keep it open.
+/// `status` with the counters, scopes and layers whenever they change (or once, an `error`,
+/// when the person may not read the status: it is not asked again, so a page left open makes
+/// no refusal record a second), and a comment every 15 s so proxies keep it open.
 async fn events(State(console): Shared, ConnectInfo(end): End, headers: HeaderMap) -> Response {
     let person = match console.person(&headers, &end).await {
         Ok(person) => person,
         Err(refused) => return hardened(refused),
     };
-    let state = (
+    let feed = Feed {
         console,
         person,
-        None::<String>,
-        None::<String>,
-        tokio::time::Instant::now(),
-    );
-    let stream = futures_util::stream::unfold(
-        state,
-        |(console, person, last_asks, last_status, next_status)| async move {
-            loop {
-                let asks = console.port.request(person.clone(), Request::Prompts).await;
-                let asks =
-                    serde_json::to_string(&asks.result.unwrap_or(Value::Null)).unwrap_or_default();
-                if last_asks.as_deref() != Some(asks.as_str()) {
-                    let event = Event::default().event("asks").data(asks.clone());
-                    return Some((
-                        Ok::<_, std::convert::Infallible>(event),
-                        (console, person, Some(asks), last_status, next_status),
-                    ));
-                }
-                if tokio::time::Instant::now() >= next_status {
-                    let status = console.port.request(person.clone(), Request::Status).await;
-                    let counters = status
-                    .result
-                    .as_ref()
-                    .map(|s| json!({ "counters": s["counters"], "scopes": s["scopes"], "layers": s["layers"], "asks_pending": s["asks_pending"] }))
-                    .unwrap_or_else(|| json!({ "error": status.error.map(|e| e.message) }));
-                    let counters = counters.to_string();
-                    let next = tokio::time::Instant::now() + STATUS_EVERY;
-                    if last_status.as_deref() != Some(counters.as_str()) {
-                        let event = Event::default().event("status").data(counters.clone());
-                        return Some((
-                            Ok(event),
-                            (console, person, last_asks, Some(counters), next),
-                        ));
-                    }
-                    return Some((
-                        Ok(Event::default().comment("unchanged")),
-                        (console, person, last_asks, last_status, next),
-                    ));
-                }
-                tokio::time::sleep(ASKS_EVERY).await;
-            }
-        },
-    );
+        last_asks: None,
+        last_status: None,
+        next_status: tokio::time::Instant::now(),
+        status_refused: false,
+    };
+    let stream = futures_util::stream::unfold(feed, |mut feed| async move {
+        let event = feed.next_event().await;
+        Some((Ok::<_, std::convert::Infallible>(event), feed))
+    });
     hardened(
         Sse::new(stream)
             .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
             .into_response(),
     )
+}
+
+/// One page's event stream: what it was sent last.
+struct Feed {
+    console: Arc<Console>,
+    person: PeerCredentials,
+    last_asks: Option<String>,
+    last_status: Option<String>,
+    next_status: tokio::time::Instant,
+    /// The person may not read the status: it was said once and is not asked again.
+    status_refused: bool,
+}
+
+impl Feed {
+    /// The next event: the asks when they changed, else the status when it is due and
+    /// changed, else (after a short wait) a look again.
+    async fn next_event(&mut self) -> Event {
+        loop {
+            let asks = self.ask(Request::Prompts).await;
+            let asks =
+                serde_json::to_string(&asks.result.unwrap_or(Value::Null)).unwrap_or_default();
+            if self.last_asks.as_deref() != Some(asks.as_str()) {
+                self.last_asks = Some(asks.clone());
+                return Event::default().event("asks").data(asks);
+            }
+            if !self.status_refused && tokio::time::Instant::now() >= self.next_status {
+                self.next_status = tokio::time::Instant::now() + STATUS_EVERY;
+                let status = self.ask(Request::Status).await;
+                let shown = match (&status.result, &status.error) {
+                    (Some(s), _) => json!({ "counters": s["counters"], "scopes": s["scopes"],
+                                            "layers": s["layers"], "asks_pending": s["asks_pending"] }),
+                    (None, error) => {
+                        self.status_refused = true;
+                        json!({ "error": error.as_ref().map(|e| e.message.clone()) })
+                    }
+                }
+                .to_string();
+                if self.last_status.as_deref() != Some(shown.as_str()) {
+                    self.last_status = Some(shown.clone());
+                    return Event::default().event("status").data(shown);
+                }
+            }
+            tokio::time::sleep(ASKS_EVERY).await;
+        }
+    }
+
+    async fn ask(&self, request: Request) -> ResponseLine {
+        self.console
+            .port
+            .request(self.person.clone(), request)
+            .await
+    }
 }
 
 #[cfg(test)]

@@ -147,12 +147,19 @@ struct LossCounts {
     export: u64,
 }
 
+/// How long an export must go without missing a record before its layer reads up again.
+pub const EXPORT_RECOVERED_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
 pub struct AuditTrail {
     writer: Option<AuditWriter>,
     /// `[audit] syslog`: every record also goes there.
     syslog: Option<SyslogForwarder>,
     /// `[export.otlp]`: and there, as OCSF events in OTLP logs.
     otlp: Option<OtlpSender>,
+    /// The exports' misses (failed or lost, syslog and OTLP) at the last look, and when they
+    /// last grew: the export layer is degraded while they grow, and up again once a receiver
+    /// that came back has taken records for [`EXPORT_RECOVERED_AFTER`].
+    export_misses: (u64, Option<std::time::Instant>),
     /// Records made this turn of the daemon's loop, sent to the writer as one batch.
     pending: Vec<AuditRecord>,
     path: PathBuf,
@@ -199,6 +206,7 @@ impl AuditTrail {
             writer,
             syslog: None,
             otlp: None,
+            export_misses: (0, None),
             pending: Vec::new(),
             path,
             host: host_name(),
@@ -364,6 +372,7 @@ impl AuditTrail {
     /// A `loss` record when anything was lost since the last one (`ring_buffer_total` is the
     /// kernel's count of events that did not fit).
     pub fn account_losses(&mut self, ring_buffer_total: u64) {
+        self.look_at_export_misses();
         let now = LossCounts {
             ring_buffer: ring_buffer_total,
             writer: self.writer_lost,
@@ -398,6 +407,18 @@ impl AuditTrail {
         // Reported only if the report itself got through; else the next tick tries again.
         if self.writer_lost == lost_before {
             self.reported = now;
+        }
+    }
+
+    /// Notes when the exports' misses last grew (the daemon's tick calls it, through
+    /// [`AuditTrail::account_losses`]).
+    fn look_at_export_misses(&mut self) {
+        let status = self.status();
+        let syslog = status.syslog.as_ref().map_or(0, |s| s.failed + s.lost);
+        let otlp = status.otlp.as_ref().map_or(0, |o| o.failed + o.lost);
+        let missed = syslog + otlp;
+        if missed > self.export_misses.0 {
+            self.export_misses = (missed, Some(std::time::Instant::now()));
         }
     }
 
@@ -499,21 +520,24 @@ impl AuditTrail {
         )
     }
 
-    /// How sending the records on stands: up when every export configured delivers, degraded
-    /// when one missed records (or has delivered none and failed), off when none is set.
+    /// How sending the records on stands: degraded when an export missed records within
+    /// [`EXPORT_RECOVERED_AFTER`], up when they all deliver, off when none is set.
     pub fn export_layer(&self) -> LayerStatus {
         let status = self.status();
         let mut parts = Vec::new();
-        let mut degraded = false;
+        // Degraded while records are being missed; up again once a receiver that came back has
+        // had a while without a miss (the counts stay in the detail).
+        let degraded = self
+            .export_misses
+            .1
+            .is_some_and(|at| at.elapsed() < EXPORT_RECOVERED_AFTER);
         if let Some(syslog) = &status.syslog {
-            degraded |= syslog.lost > 0 || (syslog.failed > 0 && syslog.sent == 0);
             parts.push(format!(
                 "syslog to {}: {} sent, {} failed, {} lost",
                 syslog.target, syslog.sent, syslog.failed, syslog.lost
             ));
         }
         if let Some(otlp) = &status.otlp {
-            degraded |= otlp.lost > 0 || otlp.failed > 0;
             let last = otlp
                 .last_error
                 .as_ref()

@@ -59,6 +59,26 @@ impl ControlPort {
         answer.await.unwrap_or_else(|_| stopping())
     }
 
+    /// `watch` as `peer`: the answer (the asks now), and the stream of `ask` / `resolved`
+    /// lines for the asks `peer` may see, which ends when the receiver is dropped.
+    pub async fn watch(
+        &self,
+        peer: PeerCredentials,
+    ) -> (ResponseLine, mpsc::UnboundedReceiver<String>) {
+        let (lines, watched) = mpsc::unbounded_channel();
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Request {
+            peer,
+            request: Request::Watch,
+            stream: Some(lines),
+            reply,
+        };
+        if self.tx.send(command).await.is_err() {
+            return (stopping(), watched);
+        }
+        (answer.await.unwrap_or_else(|_| stopping()), watched)
+    }
+
     /// The newest `limit` audit records `peer` may read that match `filter`, as JSON lines,
     /// read off the loop.
     pub async fn audit(

@@ -63,18 +63,26 @@ async fn next_reading_request(
 /// Binds `[metrics] listen` and serves `/metrics` there; the receiver takes its requests for a
 /// reading.
 async fn serve_metrics(address: std::net::SocketAddr) -> Result<mpsc::Receiver<ReadingRequest>> {
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
-        .with_context(|| {
-            format!(
-                "[metrics] listen = \"{address}\": cannot listen there (in use, or not an address \
-             of this host); choose another IP:PORT or remove the key"
-            )
-        })?;
+    let listener = bind_configured("[metrics] listen", address).await?;
     let (tx, rx) = mpsc::channel(4);
     tokio::spawn(super::metrics::http::serve(listener, tx));
     tracing::info!("serving metrics on http://{address}/metrics");
     Ok(rx)
+}
+
+/// A TCP listener on the address `key` in guard.toml names; the error says how to fix it.
+async fn bind_configured(
+    key: &str,
+    address: std::net::SocketAddr,
+) -> Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| {
+            format!(
+                "{key} = \"{address}\": cannot listen there (in use, or not an address of this \
+             host); choose another IP:PORT or remove the key"
+            )
+        })
 }
 
 /// Binds the console's page (`[console] listen`) and serves it from a task of its own; its
@@ -84,14 +92,7 @@ async fn serve_console(
     logins: std::sync::Arc<super::console::Logins>,
     port: ControlPort,
 ) -> Result<()> {
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
-        .with_context(|| {
-            format!(
-                "[console] listen = \"{address}\": cannot listen there (in use, or not an address \
-                 of this host); choose another IP:PORT or remove the key"
-            )
-        })?;
+    let listener = bind_configured("[console] listen", address).await?;
     tokio::spawn(super::console::http::serve(listener, logins, port));
     tracing::info!("serving the console on http://{address}/ (sign in with `guard console`)");
     Ok(())

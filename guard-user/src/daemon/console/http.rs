@@ -39,8 +39,9 @@ const PAGE: &str = include_str!("page.html");
 const COOKIE: &str = "guard_console";
 /// The header a change must carry.
 const CHANGE_HEADER: &str = "x-guard-console";
-/// How often the event stream looks for new or answered asks, and for new decisions.
+/// How often the event stream looks at the asks when the daemon's watch stream has ended.
 const ASKS_EVERY: Duration = Duration::from_millis(250);
+/// How often it looks at the status.
 const STATUS_EVERY: Duration = Duration::from_secs(1);
 /// Records the decision list reads from the log, and shows.
 const DECISIONS_READ: usize = 2_000;
@@ -173,10 +174,12 @@ impl Console {
                 )
             })?;
         let holder = end.holder().await;
-        if holder.uid.is_some_and(|uid| uid != user.uid && uid != 0) {
+        // A connection whose owner cannot be named is refused: it may be anyone's.
+        if !holder.uid.is_some_and(|uid| uid == user.uid || uid == 0) {
             return Err(refusal(
                 StatusCode::FORBIDDEN,
-                "this session belongs to another user: run `guard console` as yourself",
+                "this connection is not from the session's user (or its owner cannot be \
+                 named): run `guard console` as yourself",
             ));
         }
         Ok(PeerCredentials {
@@ -475,18 +478,23 @@ async fn decisions(
     hardened(Json(shown).into_response())
 }
 
-/// The event stream: `asks` with the pending asks the person may see whenever they change,
-/// `status` with the counters, scopes and layers whenever they change (or once, an `error`,
-/// when the person may not read the status: it is not asked again, so a page left open makes
-/// no refusal record a second), and a comment every 15 s so proxies keep it open.
+/// The event stream: `asks` with the pending asks the person may see, at the start and
+/// whenever the daemon says one came, repeated or was answered (its `watch` stream, so nothing
+/// polls the loop for them); `status` with the counters, scopes and layers each second when
+/// they changed (or once, an `error`, when the person may not read the status: it is not
+/// asked again, so a page left open makes no refusal record a second); a comment every 15 s
+/// so proxies keep it open.
 async fn events(State(console): Shared, ConnectInfo(end): End, headers: HeaderMap) -> Response {
     let person = match console.person(&headers, &end).await {
         Ok(person) => person,
         Err(refused) => return hardened(refused),
     };
+    let (_, watch) = console.port.watch(person.clone()).await;
     let feed = Feed {
         console,
         person,
+        watch: Some(watch),
+        asks_changed: true,
         last_asks: None,
         last_status: None,
         next_status: tokio::time::Instant::now(),
@@ -507,6 +515,10 @@ async fn events(State(console): Shared, ConnectInfo(end): End, headers: HeaderMa
 struct Feed {
     console: Arc<Console>,
     person: PeerCredentials,
+    /// The daemon's ask events for this person; `None` once it ended (the asks are then
+    /// looked at every [`ASKS_EVERY`]).
+    watch: Option<tokio::sync::mpsc::UnboundedReceiver<String>>,
+    asks_changed: bool,
     last_asks: Option<String>,
     last_status: Option<String>,
     next_status: tokio::time::Instant,
@@ -516,35 +528,64 @@ struct Feed {
 
 impl Feed {
     /// The next event: the asks when they changed, else the status when it is due and
-    /// changed, else (after a short wait) a look again.
+    /// changed, else a wait for either.
     async fn next_event(&mut self) -> Event {
         loop {
-            let asks = self.ask(Request::Prompts).await;
-            let asks =
-                serde_json::to_string(&asks.result.unwrap_or(Value::Null)).unwrap_or_default();
-            if self.last_asks.as_deref() != Some(asks.as_str()) {
-                self.last_asks = Some(asks.clone());
-                return Event::default().event("asks").data(asks);
+            if std::mem::take(&mut self.asks_changed) {
+                let asks = self.ask(Request::Prompts).await;
+                let asks =
+                    serde_json::to_string(&asks.result.unwrap_or(Value::Null)).unwrap_or_default();
+                if self.last_asks.as_deref() != Some(asks.as_str()) {
+                    self.last_asks = Some(asks.clone());
+                    return Event::default().event("asks").data(asks);
+                }
             }
             if !self.status_refused && tokio::time::Instant::now() >= self.next_status {
                 self.next_status = tokio::time::Instant::now() + STATUS_EVERY;
-                let status = self.ask(Request::Status).await;
-                let shown = match (&status.result, &status.error) {
-                    (Some(s), _) => json!({ "counters": s["counters"], "scopes": s["scopes"],
-                                            "layers": s["layers"], "asks_pending": s["asks_pending"] }),
-                    (None, error) => {
-                        self.status_refused = true;
-                        json!({ "error": error.as_ref().map(|e| e.message.clone()) })
-                    }
-                }
-                .to_string();
-                if self.last_status.as_deref() != Some(shown.as_str()) {
-                    self.last_status = Some(shown.clone());
-                    return Event::default().event("status").data(shown);
+                if let Some(event) = self.status_event().await {
+                    return event;
                 }
             }
-            tokio::time::sleep(ASKS_EVERY).await;
+            let wake = if self.status_refused {
+                tokio::time::Instant::now() + Duration::from_secs(3600)
+            } else {
+                self.next_status
+            };
+            match &mut self.watch {
+                Some(watch) => tokio::select! {
+                    line = watch.recv() => {
+                        if line.is_none() {
+                            self.watch = None;
+                        }
+                        self.asks_changed = true;
+                    }
+                    () = tokio::time::sleep_until(wake) => {}
+                },
+                None => {
+                    tokio::time::sleep(ASKS_EVERY).await;
+                    self.asks_changed = true;
+                }
+            }
         }
+    }
+
+    /// The status as the page shows it, when it changed since the last one sent.
+    async fn status_event(&mut self) -> Option<Event> {
+        let status = self.ask(Request::Status).await;
+        let shown = match (&status.result, &status.error) {
+            (Some(s), _) => json!({ "counters": s["counters"], "scopes": s["scopes"],
+                                    "layers": s["layers"], "asks_pending": s["asks_pending"] }),
+            (None, error) => {
+                self.status_refused = true;
+                json!({ "error": error.as_ref().map(|e| e.message.clone()) })
+            }
+        }
+        .to_string();
+        if self.last_status.as_deref() == Some(shown.as_str()) {
+            return None;
+        }
+        self.last_status = Some(shown.clone());
+        Some(Event::default().event("status").data(shown))
     }
 
     async fn ask(&self, request: Request) -> ResponseLine {

@@ -11,6 +11,7 @@ pub mod hold;
 pub mod in_force;
 pub mod kernel;
 pub mod legacy;
+pub mod node;
 pub mod policy;
 pub mod resolve;
 pub mod session;

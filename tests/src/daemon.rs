@@ -117,6 +117,8 @@ pub struct DaemonSetup {
     pub as_unit: bool,
     /// Start it as plain root even under GUARD_TEST_AS_UNIT=1 (a test of the move to the unit).
     pub as_root: bool,
+    /// The front end and its flags in place of `daemon` (`["node", "--kubeconfig", ...]`).
+    pub front: Vec<String>,
 }
 
 pub struct TestDaemon {
@@ -131,6 +133,7 @@ pub struct TestDaemon {
     pub run_cgroup: String,
     daemon_cgroup: Option<PathBuf>,
     as_unit: bool,
+    front: Vec<String>,
     env: Vec<(String, String)>,
     child: Option<Child>,
     /// The daemon's stderr, line by line, as it arrives.
@@ -171,6 +174,11 @@ impl TestDaemon {
             rules_file,
             run_cgroup,
             daemon_cgroup: setup.daemon_cgroup.clone(),
+            front: if setup.front.is_empty() {
+                vec!["daemon".to_string()]
+            } else {
+                setup.front.clone()
+            },
             as_unit: setup.as_unit
                 || (!setup.as_root
                     && std::env::var_os("GUARD_TEST_AS_UNIT").is_some_and(|v| v == "1")),
@@ -213,7 +221,7 @@ impl TestDaemon {
         assert!(self.child.is_none(), "the daemon is already running");
         let mut command = Command::new(guard_bin());
         command
-            .arg("daemon")
+            .args(&self.front)
             .arg("--config")
             .arg(&self.config)
             // A flag, so that a test's extra config may have an `[audit]` table of its own.

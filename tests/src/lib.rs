@@ -2,6 +2,7 @@
 pub mod browser;
 pub mod daemon;
 pub mod dns;
+pub mod k8s;
 pub mod kernel;
 pub mod npm;
 pub mod otlp;

@@ -184,6 +184,11 @@ fn test(args: &[String]) -> Result<i32> {
     setup::setup(&[Need::Build, Need::Test], Report::Stderr)?;
     let mut tests = cmd::cargo(["test"].iter().chain(&HOST_WORKSPACE));
     tests.args(args);
+    // The Kubernetes tier runs beside the VM tier (below), with its API server built then.
+    if !args.iter().any(|a| a == "--") {
+        tests.arg("--");
+    }
+    tests.args(["--skip", KUBERNETES_TESTS]);
     // The benchmarks are not built here: clippy's `--all-targets` compiles them, so they do not
     // rot, and their release build was a sixth of a CI run; `cargo xtask bench` runs them.
     let steps = [
@@ -265,6 +270,17 @@ fn test(args: &[String]) -> Result<i32> {
         let (target, fuzz_log) = (target.clone(), fuzz_log.clone());
         move || fuzz::run(&target, &fuzz_log, 1)
     });
+    // Beside it too: the Kubernetes tier, with kube-apiserver built first where this machine
+    // has none yet (once per machine, into a cache outside the clone).
+    let kubernetes_log = target.join("kubernetes-step.log");
+    eprintln!(
+        "==> kubernetes: beside vm-test (its output: {})",
+        kubernetes_log.display()
+    );
+    let kubernetes = std::thread::spawn({
+        let kubernetes_log = kubernetes_log.clone();
+        move || kubernetes_tier(&kubernetes_log)
+    });
     // Last, as the slowest: the same kernel tests again, in a VM, against the `lsm` backend.
     eprintln!("==> vm-test");
     let step_started = std::time::Instant::now();
@@ -296,6 +312,31 @@ fn test(args: &[String]) -> Result<i32> {
             failed.push("fuzz");
         }
     }
+    match kubernetes
+        .join()
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("the kubernetes step panicked")))
+    {
+        Ok(found) => {
+            eprintln!(
+                "==> kubernetes: {} passed, {} failed, {} skipped ({})",
+                found.passed,
+                found.failed,
+                found.ignored,
+                cmd::tail(&kubernetes_log, 3)
+            );
+            if found.failed > 0 {
+                eprintln!("{}", cmd::tail(&kubernetes_log, 80));
+                failed.push("kubernetes");
+            }
+            counts.add(found);
+        }
+        Err(err) => {
+            eprintln!("{}", cmd::tail(&kubernetes_log, 80));
+            eprintln!("==> kubernetes: FAILED ({err:#})");
+            counts.failed += 1;
+            failed.push("kubernetes");
+        }
+    }
     // One closing total for people and for CI, which reads the last result line.
     println!(
         "tests: {} passed, {} failed, {} skipped",
@@ -308,6 +349,39 @@ fn test(args: &[String]) -> Result<i32> {
     } else {
         anyhow::bail!("failed steps: {}", failed.join(", "))
     }
+}
+
+/// The kernel tests of the Kubernetes tier (`tests/tests/kernel/kubernetes.rs`).
+const KUBERNETES_TESTS: &str = "kubernetes::";
+
+/// The Kubernetes tier: its setup (etcd, kubectl, kube-apiserver built once per machine), then
+/// its tests, all written to `log`; the counts of its tests.
+fn kubernetes_tier(log: &Path) -> Result<test_counts::TestCounts> {
+    setup::setup(&[Need::Kubernetes], Report::Stderr)?;
+    let file = std::fs::File::create(log)
+        .map_err(|err| anyhow::anyhow!("creating {}: {err}", log.display()))?;
+    let mut tests = cmd::cargo([
+        "test",
+        "-p",
+        "guard-tests",
+        "--test",
+        "kernel",
+        "--",
+        KUBERNETES_TESTS,
+    ]);
+    tests.stdout(file.try_clone()?).stderr(file);
+    let status = cmd::status(&mut tests)?;
+    let mut counts = test_counts::TestCounts::default();
+    for line in std::fs::read_to_string(log)?.lines() {
+        counts.add_line(line);
+    }
+    if !status.success() && counts.failed == 0 {
+        anyhow::bail!("its tests did not run ({status})");
+    }
+    if counts.passed == 0 {
+        anyhow::bail!("it ran no test");
+    }
+    Ok(counts)
 }
 
 fn vm_test(options: vm::Options) -> Result<i32> {

@@ -29,7 +29,14 @@ pub enum Need {
     VmTest,
     /// `cargo xtask bench` (and `setup`): what the tools the benches compare guard with need.
     Bench,
+    /// The Kubernetes tier (`guard node` against a real API server): etcd, kubectl, openssl
+    /// and kube-apiserver + kubelet built once per machine into [`KUBERNETES_CACHE`].
+    Kubernetes,
 }
+
+/// Where Kubernetes v1.20.2's kube-apiserver and kubelet are built once per machine, outside
+/// any clone (tests/src/k8s.rs names the same folder): Debian ships only their source.
+pub const KUBERNETES_CACHE: &str = "/var/cache/guard-tests/kubernetes-v1.20.2";
 
 /// One thing the project needs on the machine.
 pub struct Item {
@@ -217,6 +224,47 @@ pub const ITEMS: &[Item] = &[
         need: Need::Test,
         present: || find_on_path("chromium").is_some() && find_on_path("chromedriver").is_some(),
         fix: Fix::AptNoRecommends(&["chromium", "chromium-driver"]),
+    },
+    Item {
+        // The Kubernetes tier's etcd (tests/src/k8s.rs starts one of its own on loopback); the
+        // program only, never the system service.
+        name: "etcd (the Kubernetes tier's store)",
+        need: Need::Kubernetes,
+        present: || find_on_path("etcd").is_some(),
+        fix: Fix::AptNoServices {
+            package: "etcd-server",
+            daemon: "etcd",
+            unit: "etcd.service",
+        },
+    },
+    Item {
+        name: "kubectl (the Kubernetes tier applies deploy/kubernetes with it)",
+        need: Need::Kubernetes,
+        present: || find_on_path("kubectl").is_some(),
+        fix: Fix::AptNoRecommends(&["kubernetes-client"]),
+    },
+    Item {
+        name: "openssl (the Kubernetes tier's certificates)",
+        need: Need::Kubernetes,
+        present: || find_on_path("openssl").is_some(),
+        fix: Fix::AptNoRecommends(&["openssl"]),
+    },
+    Item {
+        // No registry ships kube-apiserver: Debian's source package, built with Debian's Go
+        // (xtask/k8s/build-kubernetes.sh says how and why), once per machine: ~6 min alone on
+        // 2 cores, ~5 GB of disk while it builds.
+        name: "kube-apiserver and kubelet v1.20.2 (built from Debian's source)",
+        need: Need::Kubernetes,
+        present: || {
+            ["kube-apiserver", "kubelet"]
+                .iter()
+                .all(|b| Path::new(KUBERNETES_CACHE).join("bin").join(b).is_file())
+        },
+        fix: Fix::Run(&[
+            "bash",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/k8s/build-kubernetes.sh"),
+            KUBERNETES_CACHE,
+        ]),
     },
     Item {
         // tests/tests/kernel/run_fds.rs starts a tmux server outside a scope and shows that a command

@@ -60,7 +60,7 @@ pub struct DaemonArgs {
 }
 
 /// The config file and the flags over it.
-fn config_from(args: &DaemonArgs) -> anyhow::Result<Config> {
+pub(super) fn config_from(args: &DaemonArgs) -> anyhow::Result<Config> {
     let (path, required) = match &args.config {
         Some(path) => (path.clone(), true),
         None => (PathBuf::from(DEFAULT_CONFIG), false),

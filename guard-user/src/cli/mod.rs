@@ -14,6 +14,7 @@ mod hook;
 mod inherited_fds;
 mod legacy;
 mod logging;
+mod node;
 mod output;
 mod policy;
 mod replay;
@@ -117,6 +118,8 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// The host service: enforce the policy on its scopes, answer on the control socket (root).
     Daemon(daemon::DaemonArgs),
+    /// The Kubernetes node agent: GuardPolicies held on this node's pods (root; a DaemonSet).
+    Node(node::NodeArgs),
     /// List the daemon's pending asks, or answer them as they arrive (--watch).
     Prompts(control::PromptsArgs),
     /// Approve an ask: once, for the session, or always (an amendment line).
@@ -233,6 +236,7 @@ pub fn main_bounded(limit: impl FnOnce(i64)) -> ExitCode {
         }
         Command::Doctor(args) => doctor::run(&args),
         Command::Daemon(args) => daemon::daemon(&args),
+        Command::Node(args) => node::node(&args),
         Command::Prompts(args) => control::prompts(&args),
         Command::Approve(args) => control::approve(&args),
         Command::Deny(args) => control::deny(&args),

@@ -62,6 +62,12 @@ pub struct Config {
     pub export: ExportSection,
     /// The approval console's page (`[console]`); off unless `listen` is set.
     pub console: ConsoleSection,
+    /// What `guard node` holds on a Kubernetes node (`[node]`); `guard daemon` ignores it.
+    pub node: NodeSection,
+    /// Set by `guard node` (not a key): the node's name; the pods of `[node]` are scopes, fed
+    /// by the cluster.
+    #[serde(skip)]
+    pub node_agent: Option<String>,
     /// Extra attributes for the authorization policy, per user name:
     /// `[users.alice] email = "alice@example.com"` and `attrs = { team = ["infra"] }`.
     pub users: BTreeMap<String, UserConfig>,
@@ -259,6 +265,31 @@ pub struct ConsoleSection {
     pub listen: Option<SocketAddr>,
 }
 
+/// `[node]`: where a Kubernetes node's pods are and what holds a pod before its policies do.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeSection {
+    /// The pods' parent cgroup, below the cgroup2 mount: `kubepods` with the kubelet's
+    /// `cgroupfs` driver, `kubepods.slice` with `systemd`.
+    pub pods_cgroup: PathBuf,
+    /// How the kubelet names pods' cgroups: `cgroupfs` or `systemd`.
+    pub cgroup_driver: String,
+    /// What holds a pod's processes from their first moment until its policies are in force
+    /// (a pod created while the agent is down, or not yet seen): `deny` refuses every exec
+    /// and connect (fails closed); `floor` leaves the node's own policy alone in force.
+    pub unready: String,
+}
+
+impl Default for NodeSection {
+    fn default() -> Self {
+        NodeSection {
+            pods_cgroup: PathBuf::from("kubepods"),
+            cgroup_driver: "cgroupfs".to_string(),
+            unready: "deny".to_string(),
+        }
+    }
+}
+
 /// `[export]`: the audit records sent on as they are made, besides the log.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -401,6 +432,8 @@ impl Default for Config {
             require: RequireSection::default(),
             export: ExportSection::default(),
             console: ConsoleSection::default(),
+            node: NodeSection::default(),
+            node_agent: None,
             users: BTreeMap::new(),
             file: None,
         }
@@ -459,6 +492,19 @@ impl Config {
             bail!(
                 "asks.expire = {:?}: the only supported value is \"deny\"",
                 self.asks.expire
+            );
+        }
+        if !matches!(self.node.cgroup_driver.as_str(), "cgroupfs" | "systemd") {
+            bail!(
+                "node.cgroup_driver = {:?}: use \"cgroupfs\" or \"systemd\", as the kubelet's \
+                 cgroupDriver says",
+                self.node.cgroup_driver
+            );
+        }
+        if !matches!(self.node.unready.as_str(), "deny" | "floor") {
+            bail!(
+                "node.unready = {:?}: use \"deny\" (fails closed) or \"floor\"",
+                self.node.unready
             );
         }
         if !matches!(self.backend.as_str(), "" | "lsm" | "cgroup") {

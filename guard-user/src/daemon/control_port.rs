@@ -31,6 +31,8 @@ pub enum Command {
         limit: Option<usize>,
         reply: oneshot::Sender<Result<HistoryRead, ResponseLine>>,
     },
+    /// `guard node`: the cluster's latest picture of the node's pods, to put in force.
+    Node(super::pods::Desired),
 }
 
 /// A handle on the daemon's loop for requests made inside the daemon.
@@ -42,6 +44,11 @@ pub struct ControlPort {
 impl ControlPort {
     pub fn new(tx: mpsc::Sender<Command>) -> ControlPort {
         ControlPort { tx }
+    }
+
+    /// Hands `guard node`'s latest picture of the pods to the loop; false when it stopped.
+    pub async fn node_desired(&self, desired: super::pods::Desired) -> bool {
+        self.tx.send(Command::Node(desired)).await.is_ok()
     }
 
     /// One request as `peer`, answered as the socket would answer it (never streamed).

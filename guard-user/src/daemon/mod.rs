@@ -24,6 +24,7 @@ pub mod control_port;
 pub mod metrics;
 pub mod overlay_eval;
 pub mod peer;
+pub mod pods;
 pub mod run_stream;
 pub mod scopes;
 pub mod server;

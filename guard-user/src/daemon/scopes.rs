@@ -137,7 +137,10 @@ impl Scopes {
             if let Some(scope) = self.by_id.values().find(|s| s.path == folder) {
                 return match scope.kind {
                     ScopeKind::Host => Membership::Host,
-                    ScopeKind::Cgroup | ScopeKind::Pattern { .. } => Membership::Cgroup,
+                    ScopeKind::Cgroup
+                    | ScopeKind::Pattern { .. }
+                    | ScopeKind::Pods
+                    | ScopeKind::Pod { .. } => Membership::Cgroup,
                     ScopeKind::Runs | ScopeKind::Run { .. } => Membership::Run,
                 };
             }
@@ -311,6 +314,7 @@ fn scope_label(kind: &ScopeKind) -> &'static str {
     match kind {
         ScopeKind::Host => "host",
         ScopeKind::Cgroup | ScopeKind::Pattern { .. } => "cgroup",
+        ScopeKind::Pods | ScopeKind::Pod { .. } => "pod",
         ScopeKind::Runs | ScopeKind::Run { .. } => "run",
     }
 }

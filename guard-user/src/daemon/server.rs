@@ -100,6 +100,12 @@ async fn serve_console(
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn serve(config: Config) -> Result<()> {
+    serve_with(config, |_| {}).await
+}
+
+/// [`serve`], with `front` handed a [`ControlPort`] into the loop once the daemon holds its
+/// scopes: how `guard node` feeds it the cluster's picture of the pods.
+pub async fn serve_with(config: Config, front: impl FnOnce(ControlPort)) -> Result<()> {
     // Before anything else: a second daemon must not take over the first one's pins.
     if std::os::unix::net::UnixStream::connect(&config.socket).is_ok() {
         bail!(
@@ -119,6 +125,7 @@ pub async fn serve(config: Config) -> Result<()> {
     {
         serve_console(address, logins, ControlPort::new(tx.clone())).await?;
     }
+    front(ControlPort::new(tx.clone()));
     tokio::spawn(accept_loop(listener, tx));
     let mut readings = match daemon.config.metrics.listen {
         Some(address) => Some(serve_metrics(address).await?),
@@ -174,6 +181,7 @@ pub async fn serve(config: Config) -> Result<()> {
                 }
                 Command::Flush(stream) => daemon.flush(&stream),
                 Command::Detach(stream) => daemon.detach_listener(&stream),
+                Command::Node(desired) => daemon.node_desired(desired),
                 Command::Audit { peer, filter, live, limit, reply } => {
                     let _ = reply.send(daemon.audit_read(peer, &filter, live, limit));
                 }

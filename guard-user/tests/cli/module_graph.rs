@@ -29,6 +29,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("confining a command's writes and escapes", &["confine"]),
     ("one enforcement session", &["session"]),
     ("the host service and its reports", &["daemon", "doctor"]),
+    (
+        "the Kubernetes node agent, a front end over the host service",
+        &["node"],
+    ),
     ("the command line", &["cli"]),
 ];
 

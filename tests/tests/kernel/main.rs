@@ -34,6 +34,7 @@ mod kernel_net;
 mod kernel_patterns;
 mod kernel_pins;
 mod kernel_unix;
+mod kubernetes;
 mod landlock;
 mod layers;
 mod loading;

@@ -49,6 +49,7 @@ mod layers;
 mod metrics;
 mod overlays;
 mod patterns;
+mod pods;
 mod status;
 
 pub use held::WaitingCall;
@@ -112,6 +113,8 @@ pub struct Daemon {
     overlays: overlays::Overlays,
     /// `[[scope.patterns]]`: their folders and the cgroups seen there.
     patterns: Vec<patterns::PatternScope>,
+    /// `guard node`: the node's pods and what holds each.
+    pods: Option<pods::PodScopes>,
     /// Where the overlays' sets send their events.
     overlay_sink: UnboundedSender<OverlayEvents>,
     /// Taken by the server loop, which hands each batch to [`Daemon::on_overlay_events`].
@@ -421,6 +424,7 @@ impl Daemon {
             console_logins: config.console.listen.map(|_| Arc::default()),
             overlays: Default::default(),
             patterns: Vec::new(),
+            pods: None,
             overlay_sink,
             overlay_events: Some(overlay_events),
             held_wake,
@@ -454,9 +458,15 @@ impl Daemon {
             notes: audit_error.into_iter().chain(notes).collect(),
             config,
         };
+        // A node agent lets an earlier agent's pins go only once the pods are in force.
+        let mut earlier = earlier;
+        if daemon.config.node_agent.is_some() {
+            daemon.start_pods(std::mem::take(&mut earlier))?;
+        }
         daemon.enforce_scopes()?;
         daemon.generation = pins::next_generation(&daemon.config.pin_dir);
         daemon.core.enforcer_mut().pin_links(&daemon.generation)?;
+        daemon.pin_pods_parent()?;
         // With every scope attached and pinned: a layer `[require]` names that does not hold
         // ends the start, before an earlier daemon's pins go (they go on enforcing), and this
         // one's go with it.
@@ -779,6 +789,7 @@ impl Daemon {
         // Before a finished run's scope goes: its last losses are said under its name.
         self.account_scope_losses();
         self.watch_patterns();
+        self.watch_pods();
         let ended = self.scopes.end_finished_runs();
         for id in &ended {
             let _ = self.core.enforcer_mut().remove_scope(*id);
@@ -965,6 +976,7 @@ impl Daemon {
                 now,
             );
         }
+        let pod = self.pod_identity(event.scope);
         let scope = self
             .scopes
             .by_id
@@ -974,6 +986,9 @@ impl Daemon {
             self.audit
                 .kernel_record(image, event, taken.message.clone(), scope, answered);
         record.ask = taken.ask;
+        if let Some(pod) = pod {
+            record.details.insert("k8s".into(), pod);
+        }
         if held {
             record.details.insert("held".into(), Value::Bool(true));
             if taken.rejected.is_none() && taken.ask.is_some() {

@@ -145,6 +145,12 @@ impl Overlay {
         self.in_force.enforcer_mut().attach_cgroup(cgroup)
     }
 
+    /// Pins the set's links in `dir` (a folder on a bpffs), so it holds its cgroups after the
+    /// daemon is gone, until [`crate::kernel::pins::release`] removes them.
+    pub fn pin(&mut self, dir: &Path) -> Result<()> {
+        self.in_force.enforcer_mut().pin_links(dir)
+    }
+
     /// Lists cgroup `id` in scope in the set.
     pub fn list(&mut self, id: u64) -> Result<()> {
         self.in_force.enforcer_mut().add_scope(id)?;
@@ -224,9 +230,16 @@ impl Daemon {
         Ok(())
     }
 
-    /// How many runs hold an overlay (the patterns' sets are not counted).
+    /// How many runs hold an overlay (the patterns' and pods' sets are not counted).
     pub(super) fn run_overlays(&self) -> usize {
-        self.overlays.len().saturating_sub(self.patterns.len())
+        let pods = self
+            .pods
+            .as_ref()
+            .map_or(0, |p| p.overlays() + usize::from(p.unready_loaded()));
+        self.overlays
+            .len()
+            .saturating_sub(self.patterns.len())
+            .saturating_sub(pods)
     }
 
     /// Events of an overlay's set, taken as the daemon's own.

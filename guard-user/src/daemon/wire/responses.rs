@@ -92,6 +92,17 @@ pub enum ScopeKind {
     /// A `[[scope.patterns]]` cgroup: one the pattern matches, or (`matched` false) the folder
     /// above them, which holds the pattern's rules for a cgroup from its first moment.
     Pattern { pattern: String, matched: bool },
+    /// The parent of a Kubernetes node's pods' cgroups (`guard node`): the node's floor holds
+    /// it, and what it holds until a pod's policies are in force.
+    Pods,
+    /// One pod of the node (`guard node`).
+    Pod {
+        namespace: String,
+        name: String,
+        uid: String,
+        /// The GuardPolicies holding it (`<namespace>/<name>`); none: the node's floor alone.
+        policies: Vec<String>,
+    },
     /// One `guard run`.
     Run {
         uid: u32,
@@ -110,6 +121,8 @@ impl ScopeKind {
             ScopeKind::Runs => "runs",
             ScopeKind::Pattern { matched: false, .. } => "pattern",
             ScopeKind::Pattern { matched: true, .. } => "matched",
+            ScopeKind::Pods => "pods",
+            ScopeKind::Pod { .. } => "pod",
             ScopeKind::Run { .. } => "run",
         }
     }

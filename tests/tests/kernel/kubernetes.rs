@@ -1,0 +1,383 @@
+//! `guard node` against a real kube-apiserver (tests/src/k8s.rs) and the real kernel: pods are
+//! Pod objects in the API server whose cgroups the test makes where the kubelet's cgroupfs
+//! driver puts them (`<pods parent>/besteffort/pod<uid>/<container>`), under a parent cgroup of
+//! the test's own; their "containers" are processes the test starts in those cgroups.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use guard_tests::daemon::{DaemonSetup, TestDaemon, can_run, text};
+use guard_tests::k8s::{self, ControlPlane};
+
+/// The node the tests' pods are on.
+const NODE: &str = "guard-test-node";
+
+const FORBID_TOUCH_AND_A_HOST: &str = "prefix_rule(pattern=[\"touch\"], decision=\"forbidden\", \
+     justification=\"agents do not touch\")\n\
+     address_rule(addresses=[\"127.77.46.1\"], decision=\"forbidden\")\n";
+
+/// The pods' parent cgroup, made by the test, with everything below it removed at the end
+/// (processes killed first), pass or fail.
+struct PodsParent(PathBuf);
+
+impl PodsParent {
+    fn new() -> PodsParent {
+        let root = guard::kernel::scope::cgroup2_root().unwrap();
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let top = root.join(format!("guard-test-k8s-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(top.join("kubepods")).unwrap();
+        PodsParent(top)
+    }
+
+    fn kubepods(&self) -> PathBuf {
+        self.0.join("kubepods")
+    }
+
+    /// A pod's container cgroup, as the kubelet's cgroupfs driver makes it for a BestEffort pod.
+    fn container(&self, uid: &str) -> PathBuf {
+        let path = self
+            .kubepods()
+            .join("besteffort")
+            .join(format!("pod{uid}"))
+            .join("c1");
+        std::fs::create_dir_all(&path).unwrap();
+        path
+    }
+}
+
+impl Drop for PodsParent {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0.join("cgroup.kill"), "1");
+        for _ in 0..100 {
+            let mut dirs: Vec<PathBuf> = Vec::new();
+            let mut todo = vec![self.0.clone()];
+            while let Some(dir) = todo.pop() {
+                if let Ok(entries) = std::fs::read_dir(&dir) {
+                    for entry in entries.flatten() {
+                        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                            todo.push(entry.path());
+                        }
+                    }
+                }
+                dirs.push(dir);
+            }
+            // Deepest first.
+            dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+            for dir in &dirs {
+                let _ = std::fs::remove_dir(dir);
+            }
+            if !self.0.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .join("deploy/kubernetes")
+}
+
+/// The control plane with deploy/kubernetes applied and a namespace `team`.
+fn cluster() -> ControlPlane {
+    let plane = ControlPlane::start();
+    let deploy = deploy_dir().display().to_string();
+    plane.kubectl_ok(&["apply", "-k", &deploy], None);
+    plane.kubectl_ok(
+        &[
+            "wait",
+            "--for=condition=established",
+            "crd/guardpolicies.guard.dev",
+            "--timeout=60s",
+        ],
+        None,
+    );
+    plane.kubectl_ok(&["create", "namespace", "team"], None);
+    plane
+}
+
+/// Creates pod `name` in `team` on the test node with label app=`app`; its uid.
+fn create_pod(plane: &ControlPlane, name: &str, app: &str) -> String {
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: team\n  labels:\n    \
+         app: {app}\nspec:\n  nodeName: {NODE}\n  automountServiceAccountToken: false\n  \
+         containers:\n  - name: c1\n    image: busybox:local\n    imagePullPolicy: Never\n"
+    );
+    plane.kubectl_ok(&["apply", "-f", "-"], Some(&pod));
+    plane.get_json(&["pod", "-n", "team", name])["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn apply_policy(plane: &ControlPlane, app: &str, rules: &str) {
+    let indented: String = rules.lines().map(|l| format!("    {l}\n")).collect();
+    let policy = format!(
+        "apiVersion: guard.dev/v1alpha1\nkind: GuardPolicy\nmetadata:\n  name: agents\n  \
+         namespace: team\nspec:\n  podSelector:\n    matchLabels:\n      app: {app}\n  \
+         rules: |\n{indented}"
+    );
+    plane.kubectl_ok(&["apply", "-f", "-"], Some(&policy));
+}
+
+/// The agent: `guard node` for [`NODE`] on `parent`'s pods.
+fn agent(plane: &ControlPlane, parent: &PodsParent) -> TestDaemon {
+    TestDaemon::start(&DaemonSetup {
+        rules: "# the node's floor: nothing of its own\n".into(),
+        extra_config: format!(
+            "[node]\npods_cgroup = {:?}\nunready = \"deny\"\n{}",
+            parent.kubepods().display().to_string(),
+            guard_tests::daemon::NAMES_RESOLVED_BY_THE_DAEMON
+        ),
+        front: vec![
+            "node".into(),
+            "--kubeconfig".into(),
+            plane.kubeconfig.display().to_string(),
+            "--node-name".into(),
+            NODE.into(),
+        ],
+        ..Default::default()
+    })
+}
+
+/// Waits (a bound, not a measure) until `done` holds; panics with `what` otherwise.
+fn wait_for(what: &str, bound: Duration, mut done: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    loop {
+        if done() {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < bound, "not within {bound:?}: {what}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// The agent's pod scopes by pod name, with the policies holding each.
+fn pod_scopes(agent: &TestDaemon) -> Vec<(String, Vec<String>)> {
+    let status = agent.json(&["status", "--json"]);
+    status["scopes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"]["kind"] == "pod")
+        .map(|s| {
+            let policies = s["kind"]["policies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_str().unwrap().to_string())
+                .collect();
+            (s["kind"]["name"].as_str().unwrap().to_string(), policies)
+        })
+        .collect()
+}
+
+fn accepted(plane: &ControlPlane) -> (String, String, i64) {
+    let policy = plane.get_json(&["guardpolicy", "-n", "team", "agents"]);
+    let condition = policy["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Accepted").cloned())
+        .unwrap_or_default();
+    (
+        condition["status"].as_str().unwrap_or("").to_string(),
+        condition["message"].as_str().unwrap_or("").to_string(),
+        policy["status"]["matchedPods"].as_i64().unwrap_or(-1),
+    )
+}
+
+/// `touch FILE` in `cgroup`: whether FILE was made.
+fn touches(cgroup: &Path, file: &Path) -> bool {
+    let _ = std::fs::remove_file(file);
+    let out = TestDaemon::in_cgroup(
+        cgroup,
+        Path::new("/usr/bin/touch"),
+        &[file.to_str().unwrap()],
+    );
+    out.status.success() && file.exists()
+}
+
+/// Whether a connect from `cgroup` to 127.77.46.1 is refused with EPERM.
+fn connect_refused(cgroup: &Path) -> bool {
+    let out = TestDaemon::in_cgroup(
+        cgroup,
+        Path::new("/bin/busybox"),
+        &["sh", "-c", "nc -w 1 127.77.46.1 9 </dev/null"],
+    );
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    println!("nc from {}: {:?} {said}", cgroup.display(), out.status);
+    said.contains("Operation not permitted")
+}
+
+#[test]
+fn a_guard_policy_holds_the_pods_it_selects_changes_within_a_second_and_a_broken_one_changes_nothing()
+ {
+    if !can_run() || !k8s::can_run() {
+        return;
+    }
+    let plane = cluster();
+    let parent = PodsParent::new();
+    let agent_uid = create_pod(&plane, "agent", "agent");
+    let web_uid = create_pod(&plane, "web", "web");
+    let (agent_pod, web_pod) = (parent.container(&agent_uid), parent.container(&web_uid));
+    apply_policy(&plane, "agent", FORBID_TOUCH_AND_A_HOST);
+    let node = agent(&plane, &parent);
+    wait_for(
+        "both pods are scopes, the agent pod held by the policy",
+        Duration::from_secs(30),
+        || {
+            let scopes = pod_scopes(&node);
+            scopes.contains(&("agent".into(), vec!["team/agents".into()]))
+                && scopes.contains(&("web".into(), vec![]))
+        },
+    );
+    wait_for(
+        "the policy's status says Accepted and 1 pod",
+        Duration::from_secs(30),
+        || {
+            let (status, _, pods) = accepted(&plane);
+            status == "True" && pods == 1
+        },
+    );
+
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("touched");
+    assert!(
+        !touches(&agent_pod, &file),
+        "the selected pod's touch is refused"
+    );
+    assert!(
+        connect_refused(&agent_pod),
+        "and its connect to the host gets EPERM"
+    );
+    assert!(
+        touches(&web_pod, &file),
+        "the pod without the label runs touch"
+    );
+    assert!(!connect_refused(&web_pod), "and reaches the host");
+
+    // A change reaches the running pod within a second.
+    let mkdir_target = scratch.path().join("made");
+    let mkdirs = || {
+        let _ = std::fs::remove_dir(&mkdir_target);
+        let out = TestDaemon::in_cgroup(
+            &agent_pod,
+            Path::new("/usr/bin/mkdir"),
+            &[mkdir_target.to_str().unwrap()],
+        );
+        out.status.success()
+    };
+    assert!(mkdirs(), "mkdir runs before the change");
+    apply_policy(
+        &plane,
+        "agent",
+        &format!(
+            "{FORBID_TOUCH_AND_A_HOST}prefix_rule(pattern=[\"mkdir\"], decision=\"forbidden\")\n"
+        ),
+    );
+    let took = wait_for(
+        "the changed policy holds in the running pod",
+        Duration::from_secs(1),
+        || !mkdirs(),
+    );
+    println!("a changed GuardPolicy held in the running pod {took:?} after kubectl apply returned");
+
+    // A broken edit: Accepted=False with the line, nothing changes.
+    apply_policy(
+        &plane,
+        "agent",
+        "prefix_rule(pattern=[\"touch\"], decision=\"forbidden\")\nprefix_rule(pattern=[\"ls\"], decision=\"forbiden\")\n",
+    );
+    wait_for(
+        "the broken policy's status says why",
+        Duration::from_secs(30),
+        || {
+            let (status, message, _) = accepted(&plane);
+            status == "False" && message.contains("team/agents:2:")
+        },
+    );
+    assert!(
+        !mkdirs(),
+        "what held the pod before still holds: mkdir refused"
+    );
+    assert!(!touches(&agent_pod, &file), "and touch");
+    assert!(touches(&web_pod, &file), "the other pod is untouched");
+
+    // The records name the pod.
+    let records = text(&node.guard(&["audit", "--json"]).stdout);
+    assert!(
+        records.lines().any(|l| l.contains("\"touch\"")
+            && l.contains("\"namespace\":\"team\"")
+            && l.contains("\"pod\":\"agent\"")
+            && l.contains(&format!("\"node\":\"{NODE}\""))),
+        "the refusal's record names the pod: {records}"
+    );
+}
+
+#[test]
+fn a_killed_agent_leaves_every_pod_held_and_a_pod_made_meanwhile_is_held_closed() {
+    if !can_run() || !k8s::can_run() {
+        return;
+    }
+    let plane = cluster();
+    let parent = PodsParent::new();
+    let agent_uid = create_pod(&plane, "agent", "agent");
+    let agent_pod = parent.container(&agent_uid);
+    apply_policy(&plane, "agent", FORBID_TOUCH_AND_A_HOST);
+    let mut node = agent(&plane, &parent);
+    wait_for(
+        "the agent pod is held by its policy",
+        Duration::from_secs(30),
+        || pod_scopes(&node).contains(&("agent".into(), vec!["team/agents".into()])),
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("touched");
+    assert!(!touches(&agent_pod, &file));
+
+    node.stop_with(libc::SIGKILL);
+    assert!(
+        !touches(&agent_pod, &file),
+        "with the agent gone the pod is still held"
+    );
+    assert!(connect_refused(&agent_pod));
+
+    // A pod made while the agent is down: nothing runs in it until an agent has seen it.
+    let late_uid = create_pod(&plane, "late", "web");
+    let late_pod = parent.container(&late_uid);
+    let ran = TestDaemon::in_cgroup(&late_pod, Path::new("/usr/bin/true"), &[]);
+    assert!(
+        !ran.status.success(),
+        "the unready default refuses its exec"
+    );
+    assert!(!touches(&late_pod, &file));
+
+    node.spawn();
+    // From its start on, the pods are held without a gap.
+    assert!(
+        !touches(&agent_pod, &file),
+        "held while the new agent starts"
+    );
+    wait_for(
+        "the new agent takes over the late pod",
+        Duration::from_secs(30),
+        || pod_scopes(&node).contains(&("late".into(), vec![])),
+    );
+    wait_for(
+        "the late pod, not selected, runs once seen",
+        Duration::from_secs(5),
+        || {
+            TestDaemon::in_cgroup(&late_pod, Path::new("/usr/bin/true"), &[])
+                .status
+                .success()
+        },
+    );
+    assert!(touches(&late_pod, &file));
+    assert!(
+        !touches(&agent_pod, &file),
+        "the selected pod is still held"
+    );
+    assert!(connect_refused(&agent_pod));
+}

@@ -162,6 +162,9 @@ pub struct Ask {
     /// that amends the daemon's policy would not change what the overlay asks.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub by_overlay: bool,
+    /// The Kubernetes pod it came from (`guard node`): namespace, pod, uid, node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k8s: Option<serde_json::Value>,
     #[serde(skip, default = "Instant::now")]
     first_seen: Instant,
     #[serde(skip, default = "Instant::now")]
@@ -321,6 +324,7 @@ impl AskBook {
                 from_run,
                 owner: None,
                 by_overlay: false,
+                k8s: None,
                 first_seen: now,
                 last_seen: now,
                 resolved_at: None,
@@ -335,6 +339,13 @@ impl AskBook {
     pub fn set_owner(&mut self, id: u64, owner: String) {
         if let Some(ask) = self.asks.get_mut(&id) {
             ask.owner = Some(owner);
+        }
+    }
+
+    /// Ask `id` came from a Kubernetes pod (`guard node`): which one.
+    pub fn set_k8s(&mut self, id: u64, pod: serde_json::Value) {
+        if let Some(ask) = self.asks.get_mut(&id) {
+            ask.k8s = Some(pod);
         }
     }
 

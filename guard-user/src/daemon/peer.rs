@@ -23,6 +23,25 @@ pub struct PeerCredentials {
     pub process: Option<std::sync::Arc<crate::kernel::peer::PeerProcess>>,
 }
 
+impl PeerCredentials {
+    /// The daemon's own process as a caller: root, for a front end inside it (`guard node`)
+    /// that sends its requests through [`super::control_port::ControlPort`].
+    pub fn this_process() -> PeerCredentials {
+        PeerCredentials {
+            uid: 0,
+            gid: 0,
+            pid: Some(std::process::id()),
+            process: None,
+        }
+    }
+
+    /// Whether this is [`PeerCredentials::this_process`]: a socket's peer is never the daemon
+    /// itself (its pid is the connecting process's, from the kernel).
+    pub fn is_this_process(&self) -> bool {
+        self.process.is_none() && self.pid == Some(std::process::id())
+    }
+}
+
 /// The real user id of process `pid` now (`None`: it is gone or unreadable). The peer's pid is
 /// the kernel's from when it connected, and a pid can be taken by another process since: a
 /// request that acts on the pid checks it is still the peer user's.

@@ -54,15 +54,97 @@ pub struct GuardPolicyStatus {
     pub matched_pods: Option<i64>,
 }
 
+/// A prompt in a pod, waiting for a person's answer: made by the node agent whose pod asked
+/// (named `<node>-<ask id>`), answered by a [`GuardApproval`] naming it.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "guard.dev",
+    version = "v1alpha1",
+    kind = "GuardAsk",
+    plural = "guardasks",
+    namespaced,
+    status = "GuardAskStatus",
+    printcolumn = r#"{"name":"Pod","type":"string","jsonPath":".spec.pod"}"#,
+    printcolumn = r#"{"name":"Request","type":"string","jsonPath":".spec.request"}"#,
+    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GuardAskSpec {
+    /// The node whose agent holds the ask.
+    pub node: String,
+    /// The pod that asked.
+    pub pod: String,
+    /// The ask's number on its node (`guard prompts` there).
+    pub ask: u64,
+    /// What was asked, in a few words: `exec curl example.com`, `connect example.com:443`.
+    pub request: String,
+    /// The blocked-request message the pod's process was given.
+    pub message: String,
+    /// The GuardPolicy whose rule asked (`<namespace>/<name>`), which an `always` answer
+    /// amends; none: the node's own policy asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+}
+
+/// How an ask went.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GuardAskStatus {
+    /// `pending`, `approved`, `denied` or `expired`.
+    pub state: String,
+    /// Who answered (the GuardApproval), when answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<String>,
+}
+
+/// A person's answer to a [`GuardAsk`] of the same namespace. Kubernetes RBAC decides who may
+/// create one, so who may answer which namespace's asks (deploy/kubernetes/rbac.yaml's
+/// `guard-approver` role).
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "guard.dev",
+    version = "v1alpha1",
+    kind = "GuardApproval",
+    plural = "guardapprovals",
+    namespaced,
+    status = "GuardApprovalStatus",
+    printcolumn = r#"{"name":"Ask","type":"string","jsonPath":".spec.ask"}"#,
+    printcolumn = r#"{"name":"Decision","type":"string","jsonPath":".spec.decision"}"#,
+    printcolumn = r#"{"name":"Applied","type":"string","jsonPath":".status.applied"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GuardApprovalSpec {
+    /// The GuardAsk answered (its name).
+    pub ask: String,
+    /// `once` (the call may be made again within a minute), `session` (for the pod's life),
+    /// `always` (the asking GuardPolicy gets a rule that allows it), or `deny`.
+    #[schemars(regex(pattern = "^(once|session|always|deny)$"))]
+    pub decision: String,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GuardApprovalStatus {
+    /// Whether the node agent carried it out.
+    pub applied: bool,
+    /// What it did, or why not.
+    pub message: String,
+}
+
 /// The CRDs of guard's resources, as YAML documents (`guard node crds`).
 pub fn crds_yaml() -> anyhow::Result<String> {
     use kube::CustomResourceExt;
-    let crd = GuardPolicy::crd();
-    let body = serde_saphyr::to_string(&crd)
-        .map_err(|err| anyhow::anyhow!("writing the GuardPolicy CRD as YAML: {err}"))?;
-    Ok(format!(
-        "# Made by `guard node crds` from guard-user/src/node/api.rs; do not edit.\n---\n{body}"
-    ))
+    let mut out =
+        String::from("# Made by `guard node crds` from guard-user/src/node/api.rs; do not edit.\n");
+    for crd in [GuardPolicy::crd(), GuardAsk::crd(), GuardApproval::crd()] {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let body = serde_saphyr::to_string(&crd)
+            .map_err(|err| anyhow::anyhow!("writing the CRD {name} as YAML: {err}"))?;
+        out.push_str("---\n");
+        out.push_str(&body);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

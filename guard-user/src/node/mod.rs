@@ -12,6 +12,7 @@
 //! `api` holds the custom resource's types and its CRD.
 
 pub mod api;
+pub mod asks;
 pub mod index;
 pub mod selector;
 pub mod watch;
@@ -44,6 +45,7 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client> {
 pub async fn serve(mut config: Config, node: String, client: Client) -> Result<()> {
     config.node_agent = Some(node.clone());
     crate::daemon::server::serve_with(config, move |port| {
+        tokio::spawn(asks::run(client.clone(), node.clone(), port.clone()));
         tokio::spawn(watch::run(client, node, port));
     })
     .await

@@ -381,3 +381,142 @@ fn a_killed_agent_leaves_every_pod_held_and_a_pod_made_meanwhile_is_held_closed(
     );
     assert!(connect_refused(&agent_pod));
 }
+
+/// A GuardApproval answering `ask` with `decision`, as YAML.
+fn approval(ask: &str, decision: &str) -> String {
+    format!(
+        "apiVersion: guard.dev/v1alpha1\nkind: GuardApproval\nmetadata:\n  generateName: {ask}-\n  \
+         namespace: team\nspec:\n  ask: {ask}\n  decision: {decision}\n"
+    )
+}
+
+#[test]
+fn a_prompt_in_a_pod_becomes_an_event_and_an_ask_that_only_whom_rbac_allows_answers() {
+    if !can_run() || !k8s::can_run() {
+        return;
+    }
+    let plane = cluster();
+    // alice may answer team's asks; bob may not.
+    plane.kubectl_ok(
+        &[
+            "create",
+            "rolebinding",
+            "alice-answers",
+            "-n",
+            "team",
+            "--clusterrole=guard-approver",
+            "--user=alice",
+        ],
+        None,
+    );
+    let parent = PodsParent::new();
+    let agent_uid = create_pod(&plane, "agent", "agent");
+    let agent_pod = parent.container(&agent_uid);
+    apply_policy(
+        &plane,
+        "agent",
+        "prefix_rule(pattern=[\"mkdir\"], decision=\"prompt\", justification=\"ask first\")\n",
+    );
+    let node = agent(&plane, &parent);
+    wait_for(
+        "the agent pod is held by its policy",
+        Duration::from_secs(30),
+        || pod_scopes(&node).contains(&("agent".into(), vec!["team/agents".into()])),
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let target = scratch.path().join("made");
+    let mkdirs = || {
+        let _ = std::fs::remove_dir(&target);
+        TestDaemon::in_cgroup(
+            &agent_pod,
+            Path::new("/usr/bin/mkdir"),
+            &[target.to_str().unwrap()],
+        )
+        .status
+        .success()
+    };
+    assert!(!mkdirs(), "the prompted mkdir does not run unanswered");
+
+    let mut ask = String::new();
+    wait_for(
+        "a GuardAsk in the pod's namespace",
+        Duration::from_secs(30),
+        || {
+            let asks = plane.get_json(&["guardasks", "-n", "team"]);
+            let found = asks["items"].as_array().unwrap().iter().find(|a| {
+                a["spec"]["pod"] == "agent"
+                    && a["spec"]["request"]
+                        .as_str()
+                        .unwrap_or("")
+                        .contains("mkdir")
+                    && a["status"]["state"] == "pending"
+            });
+            if let Some(found) = found {
+                ask = found["metadata"]["name"].as_str().unwrap().to_string();
+            }
+            found.is_some()
+        },
+    );
+    assert!(ask.starts_with(&format!("{NODE}-")), "{ask}");
+    let listed = plane.kubectl_ok(&["get", "guardasks", "-n", "team"], None);
+    assert!(
+        listed.contains(&ask) && listed.contains("exec mkdir"),
+        "kubectl get guardasks: {listed}"
+    );
+    wait_for(
+        "an Event on the pod says how to answer",
+        Duration::from_secs(30),
+        || {
+            let events = plane.get_json(&["events.events.k8s.io", "-n", "team"]);
+            events["items"].as_array().unwrap().iter().any(|e| {
+                e["reason"] == "GuardAsk"
+                    && e["regarding"]["name"] == "agent"
+                    && e["note"]
+                        .as_str()
+                        .unwrap_or("")
+                        .contains("kind: GuardApproval")
+            })
+        },
+    );
+
+    // bob may not answer: Kubernetes refuses his GuardApproval.
+    let bob = plane.kubectl_with(
+        &["--token=guard-test-bob-token"],
+        &["create", "-f", "-"],
+        Some(&approval(&ask, "once")),
+    );
+    assert!(!bob.status.success(), "bob's answer is refused");
+    assert!(
+        text(&bob.stderr).contains("forbidden"),
+        "by RBAC: {}",
+        text(&bob.stderr)
+    );
+    assert!(!mkdirs(), "and nothing was approved");
+
+    // alice may.
+    let alice = plane.kubectl_with(
+        &["--token=guard-test-alice-token"],
+        &["create", "-f", "-"],
+        Some(&approval(&ask, "once")),
+    );
+    assert!(
+        alice.status.success(),
+        "alice answers: {}",
+        text(&alice.stderr)
+    );
+    wait_for(
+        "the agent carries alice's answer out",
+        Duration::from_secs(30),
+        || {
+            let answers = plane.get_json(&["guardapprovals", "-n", "team"]);
+            answers["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a["spec"]["ask"] == ask.as_str() && a["status"]["applied"] == true)
+        },
+    );
+    assert!(mkdirs(), "the approved mkdir runs when tried again");
+    let state = plane.get_json(&["guardask", "-n", "team", &ask]);
+    assert_eq!(state["status"]["state"], "approved", "{state}");
+}

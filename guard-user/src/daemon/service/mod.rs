@@ -941,8 +941,12 @@ impl Daemon {
         };
         let taken = crate::asks::event::take(image, &event, &answered, sandbox_line, asking, now);
         let new_ask = taken.ask.filter(|_| taken.new_ask);
+        let pod = self.pod_identity(event.scope);
         if let Some(id) = new_ask {
             self.tally.asks_raised += 1;
+            if let Some(pod) = &pod {
+                self.asks.set_k8s(id, pod.clone());
+            }
             // A run's asks are its user's to answer too (the built-in authorization).
             if let Some(ScopeKind::Run { uid, .. }) =
                 self.scopes.by_id.get(&event.scope).map(|s| &s.kind)
@@ -976,7 +980,6 @@ impl Daemon {
                 now,
             );
         }
-        let pod = self.pod_identity(event.scope);
         let scope = self
             .scopes
             .by_id
@@ -1085,7 +1088,13 @@ impl Daemon {
 
     /// The authorization subject of a peer, and the guard scope it runs in.
     fn subject_of(&self, peer: &PeerCredentials) -> (Subject, Membership) {
-        let membership = self.scopes.membership(peer.process.as_deref());
+        // A front end inside this process (`guard node`) is in no scope, wherever the
+        // process runs (in a DaemonSet its pod's cgroup is below the pods it holds).
+        let membership = if peer.is_this_process() {
+            Membership::None
+        } else {
+            self.scopes.membership(peer.process.as_deref())
+        };
         (subject(peer, &self.config, membership), membership)
     }
 

@@ -86,6 +86,27 @@ impl ControlPort {
         (answer.await.unwrap_or_else(|_| stopping()), watched)
     }
 
+    /// The audit records `peer` may read that match `filter`, as JSON lines, from now on
+    /// (none of the history); `None` when the loop refused or stopped.
+    pub async fn follow_audit(
+        &self,
+        peer: PeerCredentials,
+        filter: AuditFilter,
+    ) -> Option<mpsc::Receiver<String>> {
+        let (live, lines) = mpsc::channel(4096);
+        let (reply, history) = oneshot::channel();
+        let command = Command::Audit {
+            peer,
+            filter,
+            live: Some(live),
+            limit: Some(0),
+            reply,
+        };
+        self.tx.send(command).await.ok()?;
+        history.await.ok()?.ok()?;
+        Some(lines)
+    }
+
     /// The newest `limit` audit records `peer` may read that match `filter`, as JSON lines,
     /// read off the loop.
     pub async fn audit(

@@ -14,6 +14,7 @@
 pub mod api;
 pub mod asks;
 pub mod index;
+pub mod reports;
 pub mod selector;
 pub mod watch;
 
@@ -46,6 +47,7 @@ pub async fn serve(mut config: Config, node: String, client: Client) -> Result<(
     config.node_agent = Some(node.clone());
     crate::daemon::server::serve_with(config, move |port| {
         tokio::spawn(asks::run(client.clone(), node.clone(), port.clone()));
+        tokio::spawn(reports::run(client.clone(), node.clone(), port.clone()));
         tokio::spawn(watch::run(client, node, port));
     })
     .await

@@ -96,6 +96,8 @@ fn cluster() -> ControlPlane {
         ],
         None,
     );
+    let reports = deploy_dir().join("policyreports").display().to_string();
+    plane.kubectl_ok(&["apply", "-k", &reports], None);
     plane.kubectl_ok(&["create", "namespace", "team"], None);
     plane
 }
@@ -305,6 +307,45 @@ fn a_guard_policy_holds_the_pods_it_selects_changes_within_a_second_and_a_broken
     );
     assert!(!touches(&agent_pod, &file), "and touch");
     assert!(touches(&web_pod, &file), "the other pod is untouched");
+
+    // The namespace's PolicyReport sums the refusals by pod and rule.
+    let report_of = || {
+        let out = plane.kubectl(&[
+            "get",
+            "policyreport",
+            "-n",
+            "team",
+            &format!("guard-{NODE}"),
+            "-o",
+            "json",
+        ]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()
+    };
+    let sums = |report: &serde_json::Value| {
+        report["results"].as_array().is_some_and(|results| {
+            results.iter().any(|r| {
+                r["resources"][0]["name"] == "agent"
+                    && r["rule"] == "team/agents:1"
+                    && r["result"] == "fail"
+                    && r["properties"]["count"]
+                        .as_str()
+                        .is_some_and(|c| c.parse::<u64>().unwrap_or(0) >= 1)
+            })
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let report = report_of();
+        if sums(&report) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no PolicyReport sums the pod's refusals: {report}\n{}",
+            node.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     // The records name the pod.
     let records = text(&node.guard(&["audit", "--json"]).stdout);

@@ -13,6 +13,7 @@ mod daemon_demo;
 mod deb;
 mod disk;
 mod fuzz;
+mod image;
 mod setup;
 mod test_counts;
 mod vm;
@@ -126,6 +127,12 @@ enum Task {
     /// guard.toml as a conffile; man pages and bash, zsh and fish completions), then checked:
     /// its contents, its conffile, and the packaged binary run unpacked.
     Deb,
+    /// Setup, then guard's container image for deploy/kubernetes: target/dist/guard-image.tar,
+    /// an OCI archive tagged guard:latest holding the release binary, its shared libraries and
+    /// busybox-static (nothing pulled from a registry); checked by loading it into podman and
+    /// running `guard --version` in it. Load it on a node with
+    /// `ctr -n k8s.io images import target/dist/guard-image.tar` or `podman load -i ...`.
+    Image,
     /// Setup, then `guard ARGS...` (built with `--release`), exiting with its status.
     ///
     /// Without arguments: a demo of the embedded default policy (`policy show`, then a few
@@ -163,6 +170,14 @@ fn main() -> ExitCode {
         Task::Deb => setup::setup(&[Need::Build], Report::Stderr)
             .and_then(|()| deb::check())
             .map(|()| 0),
+        Task::Image => setup::setup(&[Need::Build, Need::Test], Report::Stderr)
+            .and_then(|()| build_guard())
+            .and_then(|binary| image::build(&binary))
+            .and_then(|archive| {
+                image::check(&archive)?;
+                eprintln!("image: {}", archive.display());
+                Ok(0)
+            }),
         Task::Run { args } if args.is_empty() => demo(),
         Task::Run { args } => run(&args),
     };
@@ -381,6 +396,11 @@ fn kubernetes_tier(log: &Path) -> Result<test_counts::TestCounts> {
     if counts.passed == 0 {
         anyhow::bail!("it ran no test");
     }
+    // The DaemonSet's image, from the release binary the package step built: made, loaded
+    // into podman and run.
+    let binary = vm::target_directory()?.join("release").join("guard");
+    let archive = image::build(&binary)?;
+    image::check(&archive)?;
     Ok(counts)
 }
 

@@ -1,30 +1,20 @@
 //! The `guard` command line: argument parsing and dispatch. Each subcommand family has its own
 //! module; they share the rules-loading flags and the way errors are shown.
 
-mod amend;
-mod audit;
-mod authz;
-mod check;
-mod console;
-mod control;
+// The verbs, grouped by what each drives: the rules files alone, a run of one command in the
+// kernel, the host service (and its clients), the Kubernetes node agent.
 mod daemon;
-mod doctor;
-pub mod execpolicy;
-mod hook;
-mod inherited_fds;
-mod legacy;
 mod logging;
 mod node;
 mod output;
-mod policy;
-mod replay;
+pub mod rules;
 mod run;
-mod run_asks;
-pub use run_asks::RUN_SOCKETS;
-mod run_daemon;
-mod run_held;
-mod signals;
-mod watch;
+
+use daemon::{audit, console, control};
+pub use rules::execpolicy;
+use rules::{amend, authz, check, hook, legacy, policy, replay};
+pub use run::asks::RUN_SOCKETS;
+use run::doctor;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anstream::println;
 use clap::Args;
 
-use super::output;
+use crate::cli::output;
 use crate::doctor;
 use crate::kernel::layers::LayerState;
 

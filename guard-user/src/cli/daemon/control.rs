@@ -13,8 +13,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::output::{dim, print_json};
 use crate::asks::Ask;
+use crate::cli::output::{dim, print_json};
 use crate::daemon::client::{Client, ClientError};
 use crate::daemon::config::DEFAULT_SOCKET;
 use crate::daemon::wire::protocol::{ApprovalMode, Request};
@@ -52,7 +52,7 @@ impl AskSocketArgs {
             .then(|| PathBuf::from(DEFAULT_SOCKET))
             .into_iter()
             .collect();
-        let mut runs: Vec<PathBuf> = std::fs::read_dir(super::run_asks::RUN_SOCKETS)
+        let mut runs: Vec<PathBuf> = std::fs::read_dir(crate::cli::run::asks::RUN_SOCKETS)
             .into_iter()
             .flatten()
             .flatten()
@@ -89,7 +89,7 @@ impl AskSocketArgs {
                 );
                 Err(ExitCode::from(1))
             }
-            many => Err(super::output::usage_error(&format!(
+            many => Err(crate::cli::output::usage_error(&format!(
                 "ask {id} is pending in more than one place: pass --socket with one of {}",
                 many.iter()
                     .map(|p| p.display().to_string())
@@ -116,7 +116,7 @@ pub fn client_error(err: &ClientError) -> ExitCode {
         4 => "unreachable",
         _ => "refused",
     };
-    super::output::error(kind, &err.to_string(), err.exit_code())
+    crate::cli::output::error(kind, &err.to_string(), err.exit_code())
 }
 
 /// One request, its result or the error.
@@ -276,7 +276,9 @@ pub fn approve(args: &ApproveArgs) -> ExitCode {
     };
     let prefix = match args.prefix.as_deref().map(shlex::split) {
         Some(None) => {
-            return super::output::usage_error("--prefix is not shell words (an unclosed quote?)");
+            return crate::cli::output::usage_error(
+                "--prefix is not shell words (an unclosed quote?)",
+            );
         }
         Some(Some(tokens)) => Some(tokens),
         None => None,

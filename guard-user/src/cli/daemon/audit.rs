@@ -13,11 +13,11 @@ use clap::{Args, ValueEnum};
 use serde_json::Value;
 
 use super::control::{SocketArgs, client_error};
-use super::output::{decision_style, dim, usage_error};
 use crate::audit::files::{Newest, log_files, read_records};
 use crate::audit::filter::AuditFilter;
 use crate::audit::record::AuditRecord;
 use crate::audit::syslog::{Facility, SyslogSender, SyslogTarget, rfc5424};
+use crate::cli::output::{decision_style, dim, usage_error};
 use crate::daemon::client::Client;
 use crate::daemon::wire::protocol::Request;
 use crate::daemon::wire::responses::{AuditEvent, StreamLine};

@@ -9,11 +9,11 @@ use anstyle::{AnsiColor, Style};
 use clap::builder::NonEmptyStringValueParser;
 use clap::{Args, Subcommand};
 
-use super::output::{EXIT_POLICY_ERROR, decision_style, dim, print_json, usage_error};
 use crate::authz::{
     ACTIONS, Attributes, AuthzDecision, AuthzError, AuthzPolicy, ENTITIES, Request, Subject,
     builtin_json, is_known_action, is_known_entity, parse_attributes,
 };
+use crate::cli::output::{EXIT_POLICY_ERROR, decision_style, dim, print_json, usage_error};
 use crate::policy::Decision;
 
 /// Exit status of `guard authz check` when the request is refused.

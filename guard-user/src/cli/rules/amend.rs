@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::json;
 
-use super::output::{print_json, say, usage_error};
+use crate::cli::output::{print_json, say, usage_error};
 use crate::daemon::wire::protocol::{Amendment, Request};
 use crate::daemon::wire::responses::{AmendmentApplied, to_json};
 use crate::policy::amend::{
@@ -60,7 +60,7 @@ pub struct HostArgs {
 /// Sends the amendment to the daemon and reports what it wrote and applied.
 fn through_daemon(socket: &Path, amendment: Amendment, json: bool) -> ExitCode {
     let appended: AmendmentApplied =
-        match super::control::call(socket, Request::Amend { amendment }) {
+        match crate::cli::daemon::control::call(socket, Request::Amend { amendment }) {
             Ok(appended) => appended,
             Err(code) => return code,
         };

@@ -6,7 +6,7 @@ use anstream::println;
 use clap::Args;
 
 use super::control::{SocketArgs, call};
-use super::output::print_json;
+use crate::cli::output::print_json;
 use crate::daemon::wire::protocol::Request;
 use crate::daemon::wire::responses::{ConsoleLink, to_json};
 

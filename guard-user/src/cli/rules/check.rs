@@ -7,8 +7,8 @@ use anstream::println;
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
-use super::RulesArgs;
-use super::output::{
+use crate::cli::RulesArgs;
+use crate::cli::output::{
     EXIT_POLICY_ERROR, decision_name, decision_style, dim, error, print_json, usage_error,
 };
 use crate::compile::{KernelExecDecision, kernel_exec_decision};

@@ -7,8 +7,8 @@ use anstream::println;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use super::RulesArgs;
-use super::output::{decision_style, dim, print_json};
+use crate::cli::RulesArgs;
+use crate::cli::output::{decision_style, dim, print_json};
 use crate::compile::{CompileEnv, NoResolver, compile};
 use crate::kernel::Backend;
 use crate::kernel::coverage::{NotEnforced, not_enforced};

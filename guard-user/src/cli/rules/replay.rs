@@ -8,11 +8,11 @@ use anstream::println;
 use anstyle::Style;
 use clap::{Args, ValueEnum};
 
-use super::RulesArgs;
-use super::output::{EXIT_POLICY_ERROR, decision_style, dim, error, print_json, usage_error};
 use crate::audit::replay::{
     Class, Outcome, Recording, ReplayReport, ReplayedRequest, RequestKind, RuleChanges, replay,
 };
+use crate::cli::RulesArgs;
+use crate::cli::output::{EXIT_POLICY_ERROR, decision_style, dim, error, print_json, usage_error};
 use crate::policy::Decision;
 
 const AFTER_HELP: &str = "Examples:

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use super::daemon::{DaemonArgs, config_from};
-use super::output::usage_error;
+use crate::cli::daemon::service::{DaemonArgs, config_from};
+use crate::cli::output::usage_error;
 
 #[derive(Args, Debug)]
 #[command(

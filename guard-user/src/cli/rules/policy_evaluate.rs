@@ -7,8 +7,8 @@ use anstream::println;
 use clap::Args;
 use serde_json::json;
 
-use super::super::RulesArgs;
-use super::super::output::{decision_name, decision_style, dim, print_json, usage_error};
+use crate::cli::RulesArgs;
+use crate::cli::output::{decision_name, decision_style, dim, print_json, usage_error};
 use crate::policy::rule_set::{TOOL_NAMES, Tool, canonical_subject};
 
 #[derive(Args, Debug)]

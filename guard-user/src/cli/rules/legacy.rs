@@ -9,7 +9,7 @@ use anstyle::{AnsiColor, Style};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use super::output::{EXIT_POLICY_ERROR, dim, print_json, usage_error};
+use crate::cli::output::{EXIT_POLICY_ERROR, dim, print_json, usage_error};
 use crate::legacy::{
     Classification, DEFAULT_POLICY_NAME, Error, ExecCall, LoadError, ValidExec, check_folders,
     classify, load_policy,

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use super::RulesArgs;
-use super::run_asks::{RunAsks, take_in};
-use super::run_held::{HeldCalls, Terminal};
+use super::asks::{RunAsks, take_in};
+use super::held::{HeldCalls, Terminal};
+use crate::cli::RulesArgs;
 use crate::confine::landlock::Confinement;
 use crate::confine::sandbox::SandboxPlan;
 use crate::confine::{CommandConfinement, Holding, WritePlan, capabilities};
@@ -208,11 +208,11 @@ pub fn run(args: &RunArgs) -> ExitCode {
             || args.approval.is_some()
             || args.sandbox.is_some()
         {
-            return super::output::usage_error(
+            return crate::cli::output::usage_error(
                 "--rules, --audit-only, --backend, --nameserver, --no-resolver, --approval and --sandbox are the daemon's to choose; drop them to run under the daemon (--overlay FILE tightens its policy for this run), or drop --socket to enforce on your own",
             );
         }
-        return super::run_daemon::run(&socket, args);
+        return super::daemon::run(&socket, args);
     }
     let loaded = match args.rules.load() {
         Ok(loaded) => loaded,
@@ -513,7 +513,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
     drop(held);
     drop(asks);
     drop(session);
-    super::output::exit_code_of(status)
+    crate::cli::output::exit_code_of(status)
 }
 
 /// How the hold of prompted calls stands for this run.

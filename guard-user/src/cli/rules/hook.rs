@@ -15,8 +15,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use super::RulesArgs;
 use super::check::{CommandResult, FallbackArg, evaluate_commands};
+use crate::cli::RulesArgs;
 use crate::policy::reason::decision_reason;
 use crate::policy::shell::{AgentCommands, agent_commands};
 use crate::policy::{
@@ -90,7 +90,7 @@ fn claude_code(args: &ClaudeCodeArgs) -> ExitCode {
         Err(code) => return code,
     };
     if let Some(answer) = decide(&loaded.policy, args, &script) {
-        super::output::print_json(&serde_json::to_value(&answer).expect("serializable"));
+        crate::cli::output::print_json(&serde_json::to_value(&answer).expect("serializable"));
     }
     ExitCode::SUCCESS
 }

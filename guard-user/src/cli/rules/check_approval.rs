@@ -10,7 +10,7 @@ use anstream::println;
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
-use super::super::output::{decision_style, dim, usage_error};
+use crate::cli::output::{decision_style, dim, usage_error};
 use crate::policy::approval::{
     ApprovalPolicy, ApprovalRequest, ApprovalRequirement, SandboxProfile, approval_requirement,
     proposed_prefix_refusal,
@@ -134,7 +134,7 @@ pub fn check_patch(args: &ApprovalArgs, file: &std::path::Path, json: bool) -> E
             .iter()
             .map(|(path, writable)| json!({"path": path, "writable": writable}))
             .collect();
-        super::super::output::print_json(&json!({ "patch": value }));
+        crate::cli::output::print_json(&json!({ "patch": value }));
         return ExitCode::SUCCESS;
     }
     let dim = dim();

@@ -25,7 +25,7 @@ use crate::hold::splice::SpliceListener;
 use crate::hold::{HeldCall, Hold, Reply};
 use crate::session::Session;
 
-use super::run_asks::RunAsks;
+use super::asks::RunAsks;
 
 /// The terminal the run asks on.
 pub struct Terminal {

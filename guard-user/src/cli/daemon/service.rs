@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::output::usage_error;
+use crate::cli::output::usage_error;
 use crate::daemon::config::{Config, DEFAULT_CONFIG};
 
 #[derive(Args, Debug)]
@@ -60,7 +60,7 @@ pub struct DaemonArgs {
 }
 
 /// The config file and the flags over it.
-pub(super) fn config_from(args: &DaemonArgs) -> anyhow::Result<Config> {
+pub(in crate::cli) fn config_from(args: &DaemonArgs) -> anyhow::Result<Config> {
     let (path, required) = match &args.config {
         Some(path) => (path.clone(), true),
         None => (PathBuf::from(DEFAULT_CONFIG), false),

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anstream::eprintln;
 
-use super::control::client_error;
+use crate::cli::daemon::control::client_error;
 use crate::confine::sandbox::SandboxPlan;
 use crate::confine::{CommandConfinement, WritePlan};
 use crate::daemon::client::{Client, ClientError};
@@ -41,7 +41,7 @@ fn read_overlay(paths: &[PathBuf]) -> Result<Vec<OverlayFile>, String> {
 
 /// Runs `args.command` in a fresh scope of the daemon at `socket` (the flags that are the
 /// daemon's to choose were refused before).
-pub fn run(socket: &Path, args: &super::run::RunArgs) -> ExitCode {
+pub fn run(socket: &Path, args: &super::command::RunArgs) -> ExitCode {
     let argv = &args.command;
     let (json, verbose) = (args.json_events, args.verbose);
     let (keep_capabilities, preserve_fds) = (args.keep_capabilities, args.preserve_fds);
@@ -56,11 +56,12 @@ pub fn run(socket: &Path, args: &super::run::RunArgs) -> ExitCode {
     // The daemon's layers, before anything runs: one this run requires that does not hold
     // there is a refusal to run.
     if !args.require.is_empty() {
-        let status = match super::control::call::<StatusResponse>(socket, Request::Status) {
-            Ok(status) => status,
-            Err(code) => return code,
-        };
-        if let Err(code) = super::run::refuse_unmet(&status.layers, &args.require) {
+        let status =
+            match crate::cli::daemon::control::call::<StatusResponse>(socket, Request::Status) {
+                Ok(status) => status,
+                Err(code) => return code,
+            };
+        if let Err(code) = super::command::refuse_unmet(&status.layers, &args.require) {
             return code;
         }
     }
@@ -115,7 +116,7 @@ pub fn run(socket: &Path, args: &super::run::RunArgs) -> ExitCode {
                 return ExitCode::from(125);
             }
         };
-    super::run::report_confinement(&plan, &confinement, verbose);
+    super::command::report_confinement(&plan, &confinement, verbose);
     if let (Some(sandbox), Some((_, from))) = (restricted, &sandbox) {
         eprintln!(
             "guard: sandbox {} (the daemon's, {from}): {}",
@@ -216,7 +217,7 @@ pub fn run(socket: &Path, args: &super::run::RunArgs) -> ExitCode {
         let _ = flushed_rx.recv_timeout(FLUSH_WAIT);
     }
     drop(confinement);
-    super::output::exit_code_of(status)
+    crate::cli::output::exit_code_of(status)
 }
 
 /// Waits for the command, passing on the signals that would end this process. The scope is

@@ -19,6 +19,20 @@ pub struct PodDesired {
     pub namespace: String,
     pub name: String,
     pub policies: Vec<PolicyRules>,
+    /// Its containers' names by their runtime id (`status.containerStatuses[].containerID`
+    /// without the `containerd://` part), to name the container in records.
+    pub containers: BTreeMap<String, String>,
+}
+
+/// The runtime's container id in the name of a container's cgroup folder: the folder itself
+/// under cgroupfs (`<id>`), `cri-containerd-<id>.scope`, `crio-<id>.scope` or
+/// `docker-<id>.scope` under systemd.
+pub fn container_id_of_cgroup(folder: &str) -> &str {
+    let id = folder.strip_suffix(".scope").unwrap_or(folder);
+    ["cri-containerd-", "crio-", "docker-"]
+        .iter()
+        .find_map(|prefix| id.strip_prefix(prefix))
+        .unwrap_or(id)
 }
 
 /// What this node must enforce: every pod of the node, by uid.
@@ -72,6 +86,16 @@ impl CgroupDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_containers_id_is_read_from_its_cgroups_name_under_either_driver() {
+        assert_eq!(container_id_of_cgroup("0123abcd"), "0123abcd");
+        assert_eq!(
+            container_id_of_cgroup("cri-containerd-0123abcd.scope"),
+            "0123abcd"
+        );
+        assert_eq!(container_id_of_cgroup("crio-0123abcd.scope"), "0123abcd");
+    }
 
     #[test]
     fn a_pods_cgroup_is_where_each_kubelet_driver_puts_it_for_every_qos_class() {

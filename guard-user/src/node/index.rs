@@ -24,6 +24,8 @@ pub struct PodInfo {
     pub namespace: String,
     pub name: String,
     pub labels: BTreeMap<String, String>,
+    /// Container names by runtime id, from the pod's status.
+    pub containers: BTreeMap<String, String>,
 }
 
 /// A GuardPolicy as the index needs it.
@@ -165,6 +167,7 @@ impl Index {
                     namespace: pod.namespace.clone(),
                     name: pod.name.clone(),
                     policies,
+                    containers: pod.containers.clone(),
                 };
                 (pod.uid.clone(), desired)
             })
@@ -253,6 +256,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            containers: BTreeMap::new(),
         }
     }
 

@@ -81,11 +81,23 @@ impl<T> Listing<T> {
 
 fn pod_info(pod: Pod) -> Option<PodInfo> {
     let uid = pod.metadata.uid.clone()?;
+    let statuses = pod.status.as_ref().into_iter().flat_map(|status| {
+        let init = status.init_container_statuses.iter().flatten();
+        status.container_statuses.iter().flatten().chain(init)
+    });
+    let containers = statuses
+        .filter_map(|c| {
+            // `containerd://<id>`, `cri-o://<id>`, `docker://<id>`.
+            let (_, id) = c.container_id.as_deref()?.split_once("://")?;
+            Some((id.to_string(), c.name.clone()))
+        })
+        .collect();
     Some(PodInfo {
         uid,
         namespace: pod.namespace().unwrap_or_default(),
         name: pod.name_any(),
         labels: pod.metadata.labels.unwrap_or_default(),
+        containers,
     })
 }
 

@@ -116,6 +116,26 @@ fn create_pod(plane: &ControlPlane, name: &str, app: &str) -> String {
         .to_string()
 }
 
+/// Says in pod `name`'s status, as the kubelet would, that its container `c1` runs with
+/// runtime id `c1` (the folder name of its cgroup, [`PodsParent::container`]).
+fn report_container(plane: &ControlPlane, name: &str) {
+    let status = r#"{"status":{"phase":"Running","containerStatuses":[{"name":"c1","ready":true,"restartCount":0,"image":"busybox:local","imageID":"","containerID":"containerd://c1"}]}}"#;
+    plane.kubectl_ok(
+        &[
+            "patch",
+            "pod",
+            name,
+            "-n",
+            "team",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            status,
+        ],
+        None,
+    );
+}
+
 fn apply_policy(plane: &ControlPlane, app: &str, rules: &str) {
     let indented: String = rules.lines().map(|l| format!("    {l}\n")).collect();
     let policy = format!(
@@ -225,6 +245,7 @@ fn a_guard_policy_holds_the_pods_it_selects_changes_within_a_second_and_a_broken
     let agent_uid = create_pod(&plane, "agent", "agent");
     let web_uid = create_pod(&plane, "web", "web");
     let (agent_pod, web_pod) = (parent.container(&agent_uid), parent.container(&web_uid));
+    report_container(&plane, "agent");
     apply_policy(&plane, "agent", FORBID_TOUCH_AND_A_HOST);
     let node = agent(&plane, &parent);
     wait_for(
@@ -353,6 +374,7 @@ fn a_guard_policy_holds_the_pods_it_selects_changes_within_a_second_and_a_broken
         records.lines().any(|l| l.contains("\"touch\"")
             && l.contains("\"namespace\":\"team\"")
             && l.contains("\"pod\":\"agent\"")
+            && l.contains("\"container\":\"c1\"")
             && l.contains(&format!("\"node\":\"{NODE}\""))),
         "the refusal's record names the pod: {records}"
     );

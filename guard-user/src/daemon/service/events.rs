@@ -73,7 +73,7 @@ impl Daemon {
         };
         let taken = crate::asks::event::take(image, &event, &answered, sandbox_line, asking, now);
         let new_ask = taken.ask.filter(|_| taken.new_ask);
-        let pod = self.pod_identity(event.scope);
+        let pod = self.pod_identity(event.scope, event.cgroup_id);
         if let Some(id) = new_ask {
             self.tally.asks_raised += 1;
             if let Some(pod) = &pod {

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, anyhow};
 
 use super::Daemon;
-use crate::daemon::pods::{CgroupDriver, Desired, PodDesired, PolicyRules};
+use crate::daemon::pods::{CgroupDriver, Desired, PodDesired, PolicyRules, container_id_of_cgroup};
 use crate::daemon::scopes::own_cgroup;
 use crate::daemon::wire::protocol::OverlayFile;
 use crate::daemon::wire::responses::ScopeKind;
@@ -31,6 +31,9 @@ use crate::kernel::scope::{cgroup_id, cgroup2_root};
 /// The unready set's rules: nothing runs and nothing is reached.
 pub const UNREADY_RULES: &str = "enforcement(unmatched_exec=\"forbidden\", \
      unmatched_network=\"forbidden\", unmatched_unix=\"forbidden\", anonymous_exec=\"forbidden\")\n";
+
+/// Folders of one pod's cgroup looked through for a container's cgroup.
+const CONTAINERS_LOOKED_AT: usize = 64;
 
 /// The file name the unready set's rules go by in records.
 const UNREADY_FILE: &str = "<guard node: a pod not yet in force>";
@@ -63,6 +66,26 @@ impl PodScopes {
     /// How many pods' overlays are loaded (each a program set).
     pub fn overlays(&self) -> usize {
         self.pods.values().filter(|p| !p.holding.is_empty()).count()
+    }
+
+    /// The name of pod `uid`'s container whose cgroup is `cgroup_id`: the pod's cgroup's
+    /// folders looked through (at most [`CONTAINERS_LOOKED_AT`]) for that inode.
+    fn container(&self, uid: &str, cgroup_id: u64) -> Option<String> {
+        use std::os::unix::fs::MetadataExt;
+        let pod = self.pods.get(uid)?;
+        let (path, _) = pod.cgroup.as_ref()?;
+        let folder = std::fs::read_dir(path)
+            .ok()?
+            .flatten()
+            .take(CONTAINERS_LOOKED_AT)
+            .find(|entry| {
+                entry
+                    .metadata()
+                    .is_ok_and(|m| m.is_dir() && m.ino() == cgroup_id)
+            })?;
+        let folder = folder.file_name();
+        let id = container_id_of_cgroup(folder.to_str()?);
+        pod.wanted.containers.get(id).cloned()
     }
 
     /// Whether the unready set is loaded.
@@ -207,22 +230,29 @@ impl Daemon {
         );
     }
 
-    /// Which pod scope `id` is, for its records: namespace, pod, uid and node.
-    pub(super) fn pod_identity(&self, id: u64) -> Option<serde_json::Value> {
-        match &self.scopes.by_id.get(&id)?.kind {
-            ScopeKind::Pod {
-                namespace,
-                name,
-                uid,
-                ..
-            } => Some(serde_json::json!({
-                "namespace": namespace,
-                "pod": name,
-                "uid": uid,
-                "node": self.config.node_agent,
-            })),
-            _ => None,
+    /// Which pod scope `id` is, for its records: namespace, pod, uid and node, and the
+    /// container whose cgroup (`cgroup_id`, below the pod's) the process was in, when the
+    /// pod's status names it.
+    pub(super) fn pod_identity(&self, id: u64, cgroup_id: u64) -> Option<serde_json::Value> {
+        let ScopeKind::Pod {
+            namespace,
+            name,
+            uid,
+            ..
+        } = &self.scopes.by_id.get(&id)?.kind
+        else {
+            return None;
+        };
+        let mut identity = serde_json::json!({
+            "namespace": namespace,
+            "pod": name,
+            "uid": uid,
+            "node": self.config.node_agent,
+        });
+        if let Some(container) = self.pods.as_ref().and_then(|p| p.container(uid, cgroup_id)) {
+            identity["container"] = serde_json::json!(container);
         }
+        Some(identity)
     }
 
     /// Pods whose cgroup the kubelet had not made yet, looked for again (every tick).

@@ -592,6 +592,12 @@ mod tests {
             err.contains("sandbox.mode = \"rw\": use \"read-only\""),
             "{err}"
         );
+        std::fs::write(&path, "[node]\ncgroup_driver = \"systemd-ish\"\n").unwrap();
+        let err = format!("{:#}", Config::load(&path, true).unwrap_err());
+        assert!(
+            err.contains("node.cgroup_driver") && err.contains("\"cgroupfs\" or \"systemd\""),
+            "{err}"
+        );
         std::fs::write(&path, "[export.otlp]\nendpoint = \"https://c:4318\"\n").unwrap();
         let err = format!("{:#}", Config::load(&path, true).unwrap_err());
         assert!(

@@ -4,6 +4,7 @@ pub mod daemon;
 pub mod dns;
 pub mod k8s;
 pub mod kernel;
+pub mod kubelet;
 pub mod npm;
 pub mod otlp;
 pub mod prometheus;

@@ -47,7 +47,15 @@ pub fn build(binary: &Path) -> Result<PathBuf> {
     for applet in ["sh", "mount", "mountpoint", "cat", "ls"] {
         std::os::unix::fs::symlink("busybox", root.join("bin").join(applet))?;
     }
-    for dir in ["etc/guard", "var/lib/guard", "var/log/guard", "run/guard", "sys", "proc", "tmp"] {
+    for dir in [
+        "etc/guard",
+        "var/lib/guard",
+        "var/log/guard",
+        "run/guard",
+        "sys",
+        "proc",
+        "tmp",
+    ] {
         std::fs::create_dir_all(root.join(dir))?;
     }
     std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/:/bin/sh\n")?;
@@ -101,7 +109,10 @@ pub fn build(binary: &Path) -> Result<PathBuf> {
         }],
     });
     std::fs::write(layout.join("index.json"), index.to_string())?;
-    std::fs::write(layout.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#)?;
+    std::fs::write(
+        layout.join("oci-layout"),
+        r#"{"imageLayoutVersion":"1.0.0"}"#,
+    )?;
     let archive = dist.join("guard-image.tar");
     cmd::run(
         Command::new("tar")

@@ -238,6 +238,19 @@ pub const ITEMS: &[Item] = &[
         },
     },
     Item {
+        // The Kubernetes tier's real node: a containerd of its own (tests/src/kubelet.rs: its
+        // own config, root, state and socket) under the kubelet; runc and busybox-static come
+        // with the container item below.
+        name: "containerd (the Kubernetes tier's container runtime)",
+        need: Need::Kubernetes,
+        present: || find_on_path("containerd").is_some() && find_on_path("ctr").is_some(),
+        fix: Fix::AptNoServices {
+            package: "containerd",
+            daemon: "containerd",
+            unit: "containerd.service",
+        },
+    },
+    Item {
         name: "kubectl (the Kubernetes tier applies deploy/kubernetes with it)",
         need: Need::Kubernetes,
         present: || find_on_path("kubectl").is_some(),

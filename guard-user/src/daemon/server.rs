@@ -148,6 +148,8 @@ pub async fn serve_with(config: Config, front: impl FnOnce(ControlPort)) -> Resu
     let mut resolver_events = daemon.resolver_events.take();
     let mut held_calls = daemon.held_calls.take();
     let mut overlay_events = daemon.overlay_events.take();
+    let mut pod_cgroups = daemon.pod_cgroups.take();
+    let mut spare_sets = daemon.spare_sets.take();
     let (evaluated_tx, mut evaluated_rx) = mpsc::unbounded_channel::<Evaluated>();
 
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
@@ -204,6 +206,14 @@ pub async fn serve_with(config: Config, front: impl FnOnce(ControlPort)) -> Resu
             }
             // A held call waits in its syscall: before kernel events, after requests.
             Some(scope) = next_on(&mut held_calls) => daemon.on_held(scope),
+            // A pod's cgroup appeared: its sets attached before its sandbox runs.
+            Some(()) = next_on(&mut pod_cgroups) => {
+                if let Some(rx) = pod_cgroups.as_mut() {
+                    while rx.try_recv().is_ok() {}
+                }
+                daemon.watch_pods();
+            }
+            Some(loaded) = next_on(&mut spare_sets) => daemon.spare_loaded(loaded),
             Some(events) = next_on(&mut overlay_events) => {
                 daemon.on_overlay_events(events);
             }

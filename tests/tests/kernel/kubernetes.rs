@@ -583,3 +583,92 @@ fn a_prompt_in_a_pod_becomes_an_event_and_an_ask_that_only_whom_rbac_allows_answ
     let state = plane.get_json(&["guardask", "-n", "team", &ask]);
     assert_eq!(state["status"]["state"], "approved", "{state}");
 }
+
+/// A pod for the real kubelet: `hostNetwork`, the local busybox image, `command` as its
+/// container's whole life, restarted only on failure.
+fn real_pod(name: &str, app: &str, node: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: team\n  labels:\n    \
+         app: {app}\nspec:\n  nodeName: {node}\n  hostNetwork: true\n  restartPolicy: OnFailure\n  \
+         automountServiceAccountToken: false\n  enableServiceLinks: false\n  containers:\n  \
+         - name: work\n    image: {image}\n    imagePullPolicy: Never\n    \
+         command: [\"/bin/touch\", \"/tmp/touched\"]\n",
+        image = guard_tests::kubelet::IMAGE
+    )
+}
+
+/// The exit codes pod `name`'s container ended with so far (its last state and its state).
+fn exit_codes(plane: &ControlPlane, name: &str) -> Vec<i64> {
+    let pod = plane.get_json(&["pod", "-n", "team", name]);
+    let status = &pod["status"]["containerStatuses"][0];
+    ["lastState", "state"]
+        .iter()
+        .filter_map(|s| status[s]["terminated"]["exitCode"].as_i64())
+        .collect()
+}
+
+#[test]
+fn a_real_pod_of_a_real_kubelet_is_held_by_its_policy_and_a_pod_without_the_label_is_not() {
+    if !can_run() || !k8s::can_run() || !guard_tests::kubelet::can_run() {
+        return;
+    }
+    let plane = cluster();
+    let kubelet = guard_tests::kubelet::Node::start(&plane, "guard-test-kubelet-node");
+    apply_policy(&plane, "agent", FORBID_TOUCH_AND_A_HOST);
+    let node = TestDaemon::start(&DaemonSetup {
+        rules: "# the node's floor: nothing of its own\n".into(),
+        extra_config: format!(
+            "[node]\npods_cgroup = {:?}\nunready = \"deny\"\n{}",
+            kubelet.pods_cgroup.display().to_string(),
+            guard_tests::daemon::NAMES_RESOLVED_BY_THE_DAEMON
+        ),
+        front: vec![
+            "node".into(),
+            "--kubeconfig".into(),
+            plane.kubeconfig.display().to_string(),
+            "--node-name".into(),
+            kubelet.name.clone(),
+        ],
+        ..Default::default()
+    });
+    wait_for(
+        "the agent's first picture of the node",
+        Duration::from_secs(60),
+        || node.log().contains("pods are in force"),
+    );
+    let pods = format!(
+        "{}---\n{}",
+        real_pod("agent", "agent", &kubelet.name),
+        real_pod("web", "web", &kubelet.name)
+    );
+    plane.kubectl_ok(&["apply", "-f", "-"], Some(&pods));
+    let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for(
+            "the web pod's touch runs (exit 0)",
+            Duration::from_secs(120),
+            || exit_codes(&plane, "web").contains(&0),
+        );
+        wait_for(
+            "the agent pod's touch is killed (exit 137)",
+            Duration::from_secs(120),
+            || exit_codes(&plane, "agent").contains(&137),
+        );
+    }));
+    assert!(
+        waited.is_ok(),
+        "kubelet:\n{}\nagent:\n{}",
+        kubelet.log(),
+        node.log()
+    );
+    assert!(
+        !exit_codes(&plane, "agent").contains(&0),
+        "the agent pod's touch never ran"
+    );
+    let records = text(&node.guard(&["audit", "--json"]).stdout);
+    assert!(
+        records.lines().any(|l| l.contains("\"touch\"")
+            && l.contains("team/agents")
+            && l.contains("\"pod\":\"agent\"")),
+        "the refusal names the pod and the policy: {records}"
+    );
+}

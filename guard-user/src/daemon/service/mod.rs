@@ -134,6 +134,12 @@ pub struct Daemon {
     overlay_sink: UnboundedSender<OverlayEvents>,
     /// Taken by the server loop, which hands each batch to [`Daemon::on_overlay_events`].
     pub overlay_events: Option<UnboundedReceiver<OverlayEvents>>,
+    /// `guard node`: a folder appeared below the pods' parent; taken by the server loop, which
+    /// calls [`Daemon::watch_pods`] at once.
+    pub pod_cgroups: Option<UnboundedReceiver<()>>,
+    /// `guard node`: spare sets loaded off the loop, and where they are sent.
+    spare_sink: UnboundedSender<Result<overlays::Overlay>>,
+    pub spare_sets: Option<UnboundedReceiver<Result<overlays::Overlay>>>,
 }
 
 /// A `guard watch` stream, and whose asks it is shown (`None`: every ask).

@@ -32,6 +32,9 @@ use crate::kernel::scope::{cgroup_id, cgroup2_root};
 pub const UNREADY_RULES: &str = "enforcement(unmatched_exec=\"forbidden\", \
      unmatched_network=\"forbidden\", unmatched_unix=\"forbidden\", anonymous_exec=\"forbidden\")\n";
 
+/// The file name a spare set's (empty) rules go by.
+const SPARE_FILE: &str = "<guard node: a spare set>";
+
 /// Folders of one pod's cgroup looked through for a container's cgroup.
 const CONTAINERS_LOOKED_AT: usize = 64;
 
@@ -48,6 +51,17 @@ pub struct PodScopes {
     pods: BTreeMap<String, PodScope>,
     /// The earlier agents' pin folders, released after the first picture is in force.
     earlier: Vec<PathBuf>,
+    /// Overlays loaded for pods whose cgroup the kubelet has not made yet, with the policies
+    /// each holds: loading (the verifier's walk) takes a second or two, attaching milliseconds,
+    /// so the set is ready when the cgroup appears.
+    prepared: BTreeMap<String, (Vec<PolicyRules>, super::overlays::Overlay)>,
+    /// A set loaded ahead for the next pod (its rules written in milliseconds, where a load
+    /// takes seconds), so a pod the kubelet starts at once is held by its policies from its
+    /// sandbox's first exec.
+    spare: Option<super::overlays::Overlay>,
+    /// A spare is being loaded off the loop (the verifier's walk takes seconds; a policy
+    /// change must not wait for it).
+    spare_loading: bool,
     synced: bool,
 }
 
@@ -149,8 +163,17 @@ impl Daemon {
             unready,
             pods: BTreeMap::new(),
             earlier,
+            prepared: BTreeMap::new(),
+            spare: None,
+            spare_loading: false,
             synced: false,
         });
+        match watch_new_cgroups(&self.pods.as_ref().expect("just set").parent) {
+            Ok(rx) => self.pod_cgroups = Some(rx),
+            // Looked for each tick instead (250 ms): a pod may then be held by the unready
+            // set for its first moment.
+            Err(err) => tracing::warn!("new pod cgroups are looked for each tick: {err:#}"),
+        }
         Ok(())
     }
 
@@ -182,7 +205,7 @@ impl Daemon {
             .collect();
         for uid in gone {
             if let Some(pod) = pods.pods.remove(&uid) {
-                self.end_pod(&pods, &uid, pod);
+                self.end_pod(&mut pods, &uid, pod);
             }
         }
         for (uid, wanted) in desired.pods {
@@ -256,7 +279,7 @@ impl Daemon {
     }
 
     /// Pods whose cgroup the kubelet had not made yet, looked for again (every tick).
-    pub(super) fn watch_pods(&mut self) {
+    pub fn watch_pods(&mut self) {
         let Some(pods) = self.pods.take() else {
             return;
         };
@@ -270,6 +293,7 @@ impl Daemon {
         for uid in waiting {
             self.settle_pod(&mut pods, &uid);
         }
+        self.load_spare(&mut pods);
         self.pods = Some(pods);
     }
 
@@ -296,8 +320,13 @@ impl Daemon {
                     .into_iter()
                     .map(|relative| pods.parent.join(relative))
                     .find(|path| path.join("cgroup.procs").exists());
-                // Not made yet: the unready set holds it from its first moment.
-                let Some(path) = found else { return };
+                // Not made yet: the unready set holds it from its first moment, and its set
+                // is loaded now, to be attached when it appears.
+                let Some(path) = found else {
+                    let wanted = pod.wanted.policies.clone();
+                    self.prepare_pod(pods, uid, wanted);
+                    return;
+                };
                 let Ok(id) = cgroup_id(&path) else { return };
                 // Listed in the daemon's set too: its events are counted and recorded as its own.
                 let listed = self
@@ -317,7 +346,14 @@ impl Daemon {
         }
         if pod.holding != pod.wanted.policies {
             let wanted = pod.wanted.policies.clone();
-            match self.hold_pod(&path, id, &PodScopes::pins(&generation, uid), &wanted) {
+            let prepared = pods
+                .prepared
+                .remove(uid)
+                .filter(|(policies, _)| *policies == wanted)
+                .map(|(_, overlay)| overlay);
+            let prepared = prepared.or_else(|| pods.spare.take());
+            let pins = PodScopes::pins(&generation, uid);
+            match self.hold_pod(&path, id, &pins, &wanted, prepared) {
                 Ok(()) => {
                     pod.holding = wanted;
                     pod.failed = None;
@@ -344,6 +380,122 @@ impl Daemon {
         }
     }
 
+    /// A set holding `policies`: `ready` (a spare or a set loaded ahead) with its rules
+    /// replaced, else one loaded now.
+    fn overlay_for(
+        &self,
+        policies: &[PolicyRules],
+        ready: Option<super::overlays::Overlay>,
+    ) -> Result<super::overlays::Overlay> {
+        if let Some(mut overlay) = ready {
+            self.set_rules(&mut overlay, policies)?;
+            return Ok(overlay);
+        }
+        let files = overlay_files(policies);
+        let names = files.iter().map(|f| f.name.clone()).collect();
+        let policy = super::overlays::parse_files(&files, self.config.asks.approval())
+            .map_err(|err| anyhow!(err))?;
+        self.load_overlay(names, policy)
+    }
+
+    /// Writes `policies` into `overlay`'s maps (new entries before stale ones go).
+    fn set_rules(
+        &self,
+        overlay: &mut super::overlays::Overlay,
+        policies: &[PolicyRules],
+    ) -> Result<()> {
+        let files = overlay_files(policies);
+        let policy = super::overlays::parse_files(&files, self.config.asks.approval())
+            .map_err(|err| anyhow!(err))?;
+        overlay
+            .in_force_mut()
+            .replace_policy(policy, self.core.names(), self.core.approvals())?;
+        overlay.files = files.into_iter().map(|f| f.name).collect();
+        Ok(())
+    }
+
+    /// Starts loading a spare set for the next pod, on a thread of its own, when there is none
+    /// (once the pods are in force); [`Daemon::spare_loaded`] takes it.
+    fn load_spare(&self, pods: &mut PodScopes) {
+        if !pods.synced || pods.spare.is_some() || pods.spare_loading {
+            return;
+        }
+        let files = [OverlayFile {
+            name: SPARE_FILE.into(),
+            text: String::new(),
+        }];
+        let policy = match super::overlays::parse_files(&files, self.config.asks.approval()) {
+            Ok(policy) => policy,
+            Err(err) => {
+                tracing::error!("a spare set's rules: {err}");
+                return;
+            }
+        };
+        let backend = self.core.enforcer().backend();
+        let resolver_port = self
+            .name_server
+            .as_ref()
+            .map(crate::resolve::Resolver::port);
+        let modes = crate::in_force::Modes {
+            audit_only: self.config.audit_only,
+            record_allowed: self.config.audit.record_allowed,
+        };
+        let sink = self.overlay_sink.clone();
+        let done = self.spare_sink.clone();
+        pods.spare_loading = true;
+        tokio::task::spawn_blocking(move || {
+            // Empty rules: what is known of the names and the approvals come with its real
+            // rules, when a pod takes it.
+            let names = crate::resolve::known::KnownNames::new(
+                crate::resolve::lookup::DnsCache::new(),
+                true,
+            );
+            let approvals = crate::asks::Approvals::default();
+            let env = super::overlays::OverlayEnv {
+                backend,
+                resolver_port,
+                names: &names,
+                approvals: &approvals,
+                modes,
+            };
+            let loaded =
+                super::overlays::Overlay::load(vec![SPARE_FILE.into()], policy, &env, sink);
+            let _ = done.send(loaded);
+        });
+    }
+
+    /// A spare set loaded off the loop: kept for the next pod.
+    pub fn spare_loaded(&mut self, loaded: Result<super::overlays::Overlay>) {
+        let Some(pods) = self.pods.as_mut() else {
+            return;
+        };
+        pods.spare_loading = false;
+        match loaded {
+            Ok(overlay) => pods.spare = Some(overlay),
+            Err(err) => tracing::warn!("loading a spare set for the next pod: {err:#}"),
+        }
+    }
+
+    /// Loads the set of a pod whose cgroup is not there yet (once per change of its policies).
+    fn prepare_pod(&self, pods: &mut PodScopes, uid: &str, policies: Vec<PolicyRules>) {
+        if policies.is_empty() {
+            pods.prepared.remove(uid);
+            return;
+        }
+        if pods.prepared.get(uid).is_some_and(|(p, _)| *p == policies) {
+            return;
+        }
+        let spare = pods.spare.take();
+        let loaded = self.overlay_for(&policies, spare);
+        match loaded {
+            Ok(overlay) => {
+                pods.prepared.insert(uid.to_string(), (policies, overlay));
+            }
+            // Loaded again when its cgroup appears (and held closed until then).
+            Err(err) => tracing::warn!("pod {uid}: loading its set ahead: {err:#}"),
+        }
+    }
+
     /// Puts `policies` in force on a pod's cgroup: its overlay loaded, attached, listed and
     /// pinned in `pins`, or its rules replaced; none: the overlay goes. On an error what held
     /// the pod before still does.
@@ -353,6 +505,7 @@ impl Daemon {
         id: u64,
         pins: &std::path::Path,
         policies: &[PolicyRules],
+        prepared: Option<super::overlays::Overlay>,
     ) -> Result<()> {
         if policies.is_empty() {
             if self.overlays.remove(&id).is_some() {
@@ -360,26 +513,13 @@ impl Daemon {
             }
             return Ok(());
         }
-        let files: Vec<OverlayFile> = policies
-            .iter()
-            .map(|p| OverlayFile {
-                name: p.name.clone(),
-                text: p.text.clone(),
-            })
-            .collect();
-        let names: Vec<String> = files.iter().map(|f| f.name.clone()).collect();
-        let policy = super::overlays::parse_files(&files, self.config.asks.approval())
-            .map_err(|err| anyhow!(err))?;
-        if let Some(overlay) = self.overlays.get_mut(&id) {
-            overlay.in_force_mut().replace_policy(
-                policy,
-                self.core.names(),
-                self.core.approvals(),
-            )?;
-            overlay.files = names;
-            return Ok(());
+        if let Some(mut overlay) = self.overlays.remove(&id) {
+            // Its rules replaced in place; on an error it keeps the ones it had.
+            let changed = self.set_rules(&mut overlay, policies);
+            self.overlays.insert(id, overlay);
+            return changed;
         }
-        let mut overlay = self.load_overlay(names, policy)?;
+        let mut overlay = self.overlay_for(policies, prepared)?;
         overlay.attach(path)?;
         overlay.list(id)?;
         // Last: a set that fails before it is pinned goes with its links.
@@ -392,7 +532,8 @@ impl Daemon {
     }
 
     /// A pod is gone: its overlay and pins go, its listings too (the cgroup is gone or going).
-    fn end_pod(&mut self, pods: &PodScopes, uid: &str, pod: PodScope) {
+    fn end_pod(&mut self, pods: &mut PodScopes, uid: &str, pod: PodScope) {
+        pods.prepared.remove(uid);
         let Some((_, id)) = pod.cgroup else {
             return;
         };
@@ -407,6 +548,62 @@ impl Daemon {
         self.scopes.by_id.remove(&id);
         self.end_scope_names(id);
     }
+}
+
+/// A pod's policies as an overlay's files: one each, named `<namespace>/<name>`.
+fn overlay_files(policies: &[PolicyRules]) -> Vec<OverlayFile> {
+    policies
+        .iter()
+        .map(|p| OverlayFile {
+            name: p.name.clone(),
+            text: p.text.clone(),
+        })
+        .collect()
+}
+
+/// Folders below the pods' parent where the kubelet makes pods' cgroups (one per QoS class,
+/// either driver).
+const QOS_FOLDERS: [&str; 4] = [
+    "burstable",
+    "besteffort",
+    "kubepods-burstable.slice",
+    "kubepods-besteffort.slice",
+];
+
+/// A wake-up each time a folder is made in the pods' parent or one of its QoS folders (inotify),
+/// so a pod's cgroup is found the moment the kubelet makes it.
+fn watch_new_cgroups(parent: &std::path::Path) -> Result<tokio::sync::mpsc::UnboundedReceiver<()>> {
+    use futures_util::StreamExt;
+    use inotify::{Inotify, WatchMask};
+    let inotify = Inotify::init().context("inotify_init")?;
+    let mut watches = inotify.watches();
+    let mask = WatchMask::CREATE | WatchMask::ONLYDIR;
+    let parent_watch = watches
+        .add(parent, mask)
+        .with_context(|| format!("watching {}", parent.display()))?;
+    for folder in QOS_FOLDERS {
+        let _ = watches.add(parent.join(folder), mask);
+    }
+    let mut events = inotify
+        .into_event_stream(vec![0u8; 4096])
+        .context("inotify's event stream")?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let parent = parent.to_path_buf();
+    tokio::spawn(async move {
+        while let Some(Ok(event)) = events.next().await {
+            // A QoS folder the kubelet made after the start is watched from now on.
+            if event.wd == parent_watch
+                && let Some(name) = event.name.as_ref().and_then(|n| n.to_str())
+                && QOS_FOLDERS.contains(&name)
+            {
+                let _ = watches.add(parent.join(name), mask);
+            }
+            if tx.send(()).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(rx)
 }
 
 #[cfg(test)]

@@ -121,6 +121,7 @@ impl Daemon {
         }
         let (held_wake, held_calls) = tokio::sync::mpsc::unbounded_channel();
         let (overlay_sink, overlay_events) = tokio::sync::mpsc::unbounded_channel();
+        let (spare_sink, spare_sets) = tokio::sync::mpsc::unbounded_channel();
         let mut daemon = Daemon {
             console_logins: config.console.listen.map(|_| Arc::default()),
             overlays: Default::default(),
@@ -128,6 +129,9 @@ impl Daemon {
             pods: None,
             overlay_sink,
             overlay_events: Some(overlay_events),
+            pod_cgroups: None,
+            spare_sink,
+            spare_sets: Some(spare_sets),
             held_wake,
             held_calls: Some(held_calls),
             held_sockets: Vec::new(),

@@ -113,11 +113,20 @@ fn request_of(ask: &Ask) -> String {
     }
 }
 
-/// The GuardPolicy (`<namespace>/<name>`) whose rule asked, when one did.
-fn policy_of(ask: &Ask) -> Option<String> {
-    let place = ask.record.rule.as_ref()?;
-    let (namespace, name) = place.file.split_once('/')?;
-    (!namespace.is_empty() && !name.contains('/')).then(|| place.file.clone())
+/// The GuardPolicy (`<namespace>/<name>`) whose rule asked, when one of the pod's own
+/// namespace did: a node rules file whose path merely looks like one names no policy there, so
+/// an `always` answer can never amend another namespace's policy.
+fn policy_of(ask: &Ask, namespace: &str) -> Option<String> {
+    let file = &ask.record.rule.as_ref()?.file;
+    names_policy_in(file, namespace).then(|| file.clone())
+}
+
+/// Whether rules file `file` is a GuardPolicy of `namespace` (`<namespace>/<name>`).
+fn names_policy_in(file: &str, namespace: &str) -> bool {
+    file.split_once('/')
+        .is_some_and(|(policy_namespace, name)| {
+            policy_namespace == namespace && !name.is_empty() && !name.contains('/')
+        })
 }
 
 /// Makes the GuardAsk of a new ask from a pod, and the Event on the pod.
@@ -133,7 +142,7 @@ async fn publish(client: &Client, recorder: &Recorder, node: &str, ask: Ask) -> 
         ask: ask.id,
         request: request_of(&ask),
         message: ask.message.clone(),
-        policy: policy_of(&ask),
+        policy: policy_of(&ask, &namespace),
     };
     let mut object = GuardAsk::new(&name, spec);
     object.metadata.namespace = Some(namespace.clone());
@@ -247,14 +256,14 @@ async fn answer(
         format!(
             "ask {} approved, and its GuardPolicy {} now has: {line}",
             asked.name,
-            policy_of(&asked.ask).unwrap_or_default()
+            policy_of(&asked.ask, &asked.namespace).unwrap_or_default()
         )
     })
 }
 
 /// `always`: the GuardPolicy whose rule asked gets the rule that allows what was asked.
 async fn amend_policy(client: &Client, asked: &Published) -> Result<String, String> {
-    let policy = policy_of(&asked.ask).ok_or(
+    let policy = policy_of(&asked.ask, &asked.namespace).ok_or(
         "the node's own policy asked, not a GuardPolicy: approved once; change the node's rules \
          to allow it always",
     )?;
@@ -322,5 +331,28 @@ async fn write_outcome(client: &Client, approval: &GuardApproval, outcome: Resul
             "the status of GuardApproval {namespace}/{}: {err}",
             approval.name_any()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_policy_in;
+
+    #[test]
+    fn only_a_policy_of_the_asking_pods_namespace_is_the_one_that_asked() {
+        assert!(names_policy_in("team/agents", "team"));
+        assert!(
+            !names_policy_in("other/agents", "team"),
+            "another namespace's"
+        );
+        assert!(
+            !names_policy_in("/etc/guard/rules/a.rules", "team"),
+            "the node's rules"
+        );
+        assert!(
+            !names_policy_in("team/rules/a.rules", "team"),
+            "a path that looks like one"
+        );
+        assert!(!names_policy_in("team/", "team"));
     }
 }

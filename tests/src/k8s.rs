@@ -58,7 +58,13 @@ pub fn can_run() -> bool {
         ));
         return false;
     }
-    for tool in ["etcd", "kubectl", "openssl"] {
+    tools_or_skip(&["etcd", "kubectl", "openssl"])
+}
+
+/// Whether every program of `tools` is here (a name on `PATH` or a path); `false` after
+/// saying which is not (a failure under `CI=true`).
+pub fn tools_or_skip(tools: &[&str]) -> bool {
+    for tool in tools {
         let found = Command::new("sh")
             .args(["-c", &format!("command -v {tool}")])
             .output()
@@ -69,6 +75,31 @@ pub fn can_run() -> bool {
         }
     }
     true
+}
+
+/// Removes the cgroup `top` and everything below it, deepest first, retrying (a bound of 100
+/// rounds, 2 s) while the kernel still counts exited processes in them.
+pub fn remove_cgroup_tree(top: &Path) {
+    for _ in 0..100 {
+        let mut dirs = Vec::new();
+        let mut todo = vec![top.to_path_buf()];
+        while let Some(dir) = todo.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    todo.push(entry.path());
+                }
+            }
+            dirs.push(dir);
+        }
+        dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+        for dir in &dirs {
+            let _ = std::fs::remove_dir(dir);
+        }
+        if !top.exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 impl ControlPlane {

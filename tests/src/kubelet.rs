@@ -47,17 +47,7 @@ pub fn can_run() -> bool {
         ));
         return false;
     }
-    for tool in ["containerd", "ctr", "runc", "/bin/busybox"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            skip(&format!("no {tool} (cargo xtask setup installs it)"));
-            return false;
-        }
-    }
-    true
+    crate::k8s::tools_or_skip(&["containerd", "ctr", "runc", "/bin/busybox"])
 }
 
 pub struct Node {
@@ -332,27 +322,7 @@ impl Drop for Node {
             }
         }
         for hierarchy in hierarchies() {
-            let top = hierarchy.join(&self.cgroup_root);
-            for _ in 0..100 {
-                let mut dirs = Vec::new();
-                let mut todo = vec![top.clone()];
-                while let Some(dir) = todo.pop() {
-                    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                            todo.push(entry.path());
-                        }
-                    }
-                    dirs.push(dir);
-                }
-                dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
-                for dir in &dirs {
-                    let _ = std::fs::remove_dir(dir);
-                }
-                if !top.exists() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            crate::k8s::remove_cgroup_tree(&hierarchy.join(&self.cgroup_root));
         }
         for (key, value) in &self.sysctls {
             let _ = std::fs::write(Path::new("/proc/sys").join(key), value);

@@ -49,29 +49,7 @@ impl PodsParent {
 impl Drop for PodsParent {
     fn drop(&mut self) {
         let _ = std::fs::write(self.0.join("cgroup.kill"), "1");
-        for _ in 0..100 {
-            let mut dirs: Vec<PathBuf> = Vec::new();
-            let mut todo = vec![self.0.clone()];
-            while let Some(dir) = todo.pop() {
-                if let Ok(entries) = std::fs::read_dir(&dir) {
-                    for entry in entries.flatten() {
-                        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                            todo.push(entry.path());
-                        }
-                    }
-                }
-                dirs.push(dir);
-            }
-            // Deepest first.
-            dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
-            for dir in &dirs {
-                let _ = std::fs::remove_dir(dir);
-            }
-            if !self.0.exists() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        k8s::remove_cgroup_tree(&self.0);
     }
 }
 
@@ -146,13 +124,13 @@ fn apply_policy(plane: &ControlPlane, app: &str, rules: &str) {
     plane.kubectl_ok(&["apply", "-f", "-"], Some(&policy));
 }
 
-/// The agent: `guard node` for [`NODE`] on `parent`'s pods.
-fn agent(plane: &ControlPlane, parent: &PodsParent) -> TestDaemon {
+/// The agent: `guard node` for node `node`, holding the pods below cgroup `pods_cgroup`.
+fn agent(plane: &ControlPlane, pods_cgroup: &Path, node: &str) -> TestDaemon {
     TestDaemon::start(&DaemonSetup {
         rules: "# the node's floor: nothing of its own\n".into(),
         extra_config: format!(
             "[node]\npods_cgroup = {:?}\nunready = \"deny\"\n{}",
-            parent.kubepods().display().to_string(),
+            pods_cgroup.display().to_string(),
             guard_tests::daemon::NAMES_RESOLVED_BY_THE_DAEMON
         ),
         front: vec![
@@ -160,7 +138,7 @@ fn agent(plane: &ControlPlane, parent: &PodsParent) -> TestDaemon {
             "--kubeconfig".into(),
             plane.kubeconfig.display().to_string(),
             "--node-name".into(),
-            NODE.into(),
+            node.into(),
         ],
         ..Default::default()
     })
@@ -247,7 +225,7 @@ fn a_guard_policy_holds_the_pods_it_selects_changes_within_a_second_and_a_broken
     let (agent_pod, web_pod) = (parent.container(&agent_uid), parent.container(&web_uid));
     report_container(&plane, "agent");
     apply_policy(&plane, "agent", FORBID_TOUCH_AND_A_HOST);
-    let node = agent(&plane, &parent);
+    let node = agent(&plane, &parent.kubepods(), NODE);
     wait_for(
         "both pods are scopes, the agent pod held by the policy",
         Duration::from_secs(30),
@@ -390,7 +368,7 @@ fn a_killed_agent_leaves_every_pod_held_and_a_pod_made_meanwhile_is_held_closed(
     let agent_uid = create_pod(&plane, "agent", "agent");
     let agent_pod = parent.container(&agent_uid);
     apply_policy(&plane, "agent", FORBID_TOUCH_AND_A_HOST);
-    let mut node = agent(&plane, &parent);
+    let mut node = agent(&plane, &parent.kubepods(), NODE);
     wait_for(
         "the agent pod is held by its policy",
         Duration::from_secs(30),
@@ -480,7 +458,7 @@ fn a_prompt_in_a_pod_becomes_an_event_and_an_ask_that_only_whom_rbac_allows_answ
         "agent",
         "prefix_rule(pattern=[\"mkdir\"], decision=\"prompt\", justification=\"ask first\")\n",
     );
-    let node = agent(&plane, &parent);
+    let node = agent(&plane, &parent.kubepods(), NODE);
     wait_for(
         "the agent pod is held by its policy",
         Duration::from_secs(30),
@@ -615,22 +593,7 @@ fn a_real_pod_of_a_real_kubelet_is_held_by_its_policy_and_a_pod_without_the_labe
     let plane = cluster();
     let kubelet = guard_tests::kubelet::Node::start(&plane, "guard-test-kubelet-node");
     apply_policy(&plane, "agent", FORBID_TOUCH_AND_A_HOST);
-    let node = TestDaemon::start(&DaemonSetup {
-        rules: "# the node's floor: nothing of its own\n".into(),
-        extra_config: format!(
-            "[node]\npods_cgroup = {:?}\nunready = \"deny\"\n{}",
-            kubelet.pods_cgroup.display().to_string(),
-            guard_tests::daemon::NAMES_RESOLVED_BY_THE_DAEMON
-        ),
-        front: vec![
-            "node".into(),
-            "--kubeconfig".into(),
-            plane.kubeconfig.display().to_string(),
-            "--node-name".into(),
-            kubelet.name.clone(),
-        ],
-        ..Default::default()
-    });
+    let node = agent(&plane, &kubelet.pods_cgroup, &kubelet.name);
     wait_for(
         "the agent's first picture of the node",
         Duration::from_secs(60),
